@@ -1,0 +1,41 @@
+// Package tensor holds drafter's compute layer: the Backend interface through which
+// every matrix multiply runs (OpenBLAS via cgo, pure Go, and later CUDA), and small
+// helpers for splitting element-wise work over the CPU cores.
+//
+// All matrices are row-major float32 slices. A backend never allocates on the
+// hot path; callers own every buffer.
+package tensor
+
+// Backend performs the dense linear algebra the models need. Implementations must
+// be safe for use by one goroutine at a time per call; they may use several
+// threads internally.
+type Backend interface {
+	// Name says which implementation runs, for example "openblas" or "go".
+	Name() string
+	// Sgemm computes C = alpha*op(A)*op(B) + beta*C where op(X) is X or its
+	// transpose. op(A) is m x k, op(B) is k x n and C is m x n; lda, ldb and ldc
+	// are the row strides of A, B and C as stored.
+	Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int)
+	// Sgemv computes y = alpha*op(A)*x + beta*y for an m x n matrix A with row
+	// stride lda; op(A) is A (y has m entries) or its transpose (y has n entries).
+	Sgemv(trans bool, m, n int, alpha float32, a []float32, lda int, x []float32, beta float32, y []float32)
+}
+
+// MatMulT computes out[m,n] = x[m,k] * w[n,k]^T, the layout of a Hugging Face
+// Linear weight ([out_features, in_features]). It uses Sgemv for a single row.
+func MatMulT(be Backend, out, x, w []float32, m, n, k int) {
+	if m == 1 {
+		be.Sgemv(false, n, k, 1, w, k, x, 0, out)
+		return
+	}
+	be.Sgemm(false, true, m, n, k, 1, x, k, w, k, 0, out, n)
+}
+
+// MatMulTAcc is MatMulT that adds into out instead of overwriting it.
+func MatMulTAcc(be Backend, out, x, w []float32, m, n, k int) {
+	if m == 1 {
+		be.Sgemv(false, n, k, 1, w, k, x, 1, out)
+		return
+	}
+	be.Sgemm(false, true, m, n, k, 1, x, k, w, k, 1, out, n)
+}
