@@ -1,0 +1,362 @@
+package nn
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/drafter-ai/drafter/pkg/tensor"
+)
+
+// The checks below compare every forward with an independent float64
+// implementation and every backward with central finite differences of that
+// float64 forward: the scalar checked is L = sum(g * f(inputs)) for a random g.
+
+func randn(r *rand.Rand, n int, scale float64) []float32 {
+	s := make([]float32, n)
+	for i := range s {
+		s[i] = float32(r.NormFloat64() * scale)
+	}
+	return s
+}
+
+func to64(x []float32) []float64 {
+	y := make([]float64, len(x))
+	for i, v := range x {
+		y[i] = float64(v)
+	}
+	return y
+}
+
+// numGrad returns dL/dx_i for L = f(x) by central differences in float64.
+func numGrad(x []float64, f func([]float64) float64) []float64 {
+	g := make([]float64, len(x))
+	const h = 1e-6
+	for i := range x {
+		old := x[i]
+		x[i] = old + h
+		lp := f(x)
+		x[i] = old - h
+		lm := f(x)
+		x[i] = old
+		g[i] = (lp - lm) / (2 * h)
+	}
+	return g
+}
+
+func dot(a, b []float64) float64 {
+	var s float64
+	for i := range a {
+		s += a[i] * b[i]
+	}
+	return s
+}
+
+func assertClose(t *testing.T, what string, got []float32, want []float64, tol float64) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: length %d, want %d", what, len(got), len(want))
+	}
+	for i := range got {
+		if d := math.Abs(float64(got[i]) - want[i]); d > tol*(1+math.Abs(want[i])) {
+			t.Fatalf("%s[%d] = %.7g, want %.7g (diff %.3g)", what, i, got[i], want[i], d)
+		}
+	}
+}
+
+func rmsnorm64(x, w []float64, rows, n int, eps float64) []float64 {
+	out := make([]float64, len(x))
+	for r := 0; r < rows; r++ {
+		var ss float64
+		for i := 0; i < n; i++ {
+			ss += x[r*n+i] * x[r*n+i]
+		}
+		s := 1 / math.Sqrt(ss/float64(n)+eps)
+		for i := 0; i < n; i++ {
+			out[r*n+i] = x[r*n+i] * s * w[i]
+		}
+	}
+	return out
+}
+
+func TestRMSNormForwardBackward(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 1))
+	rows, n, eps := 3, 7, float32(1e-5)
+	x, w, g := randn(r, rows*n, 1), randn(r, n, 1), randn(r, rows*n, 1)
+	out := make([]float32, rows*n)
+	RMSNorm(out, x, w, rows, n, eps)
+	x64, w64, g64 := to64(x), to64(w), to64(g)
+	assertClose(t, "rmsnorm", out, rmsnorm64(x64, w64, rows, n, float64(eps)), 1e-5)
+
+	dx, dw := make([]float32, rows*n), make([]float32, n)
+	dx[0] = 0.5 // backward accumulates: start from a non-zero value
+	RMSNormBackward(dx, dw, g, x, w, rows, n, eps)
+	dx[0] -= 0.5
+	wantDx := numGrad(x64, func(v []float64) float64 { return dot(g64, rmsnorm64(v, w64, rows, n, float64(eps))) })
+	wantDw := numGrad(w64, func(v []float64) float64 { return dot(g64, rmsnorm64(x64, v, rows, n, float64(eps))) })
+	assertClose(t, "rmsnorm dx", dx, wantDx, 1e-4)
+	assertClose(t, "rmsnorm dw", dw, wantDw, 1e-4)
+}
+
+func silu64(v float64) float64 { return v / (1 + math.Exp(-v)) }
+
+func TestSiLUAndSwiGLU(t *testing.T) {
+	r := rand.New(rand.NewPCG(2, 2))
+	n := 23
+	x, u, g := randn(r, n, 2), randn(r, n, 1), randn(r, n, 1)
+	x64, u64, g64 := to64(x), to64(u), to64(g)
+	silu := func(v []float64) []float64 {
+		o := make([]float64, len(v))
+		for i := range v {
+			o[i] = silu64(v[i])
+		}
+		return o
+	}
+	swiglu := func(a, b []float64) []float64 {
+		o := make([]float64, len(a))
+		for i := range a {
+			o[i] = silu64(a[i]) * b[i]
+		}
+		return o
+	}
+	out := make([]float32, n)
+	SiLU(out, x)
+	assertClose(t, "silu", out, silu(x64), 1e-6)
+	dx := make([]float32, n)
+	SiLUBackward(dx, g, x)
+	assertClose(t, "silu dx", dx, numGrad(x64, func(v []float64) float64 { return dot(g64, silu(v)) }), 1e-5)
+
+	SwiGLU(out, x, u)
+	assertClose(t, "swiglu", out, swiglu(x64, u64), 1e-6)
+	dg, du := make([]float32, n), make([]float32, n)
+	SwiGLUBackward(dg, du, g, x, u)
+	assertClose(t, "swiglu dgate", dg, numGrad(x64, func(v []float64) float64 { return dot(g64, swiglu(v, u64)) }), 1e-5)
+	assertClose(t, "swiglu dup", du, numGrad(u64, func(v []float64) float64 { return dot(g64, swiglu(x64, v)) }), 1e-5)
+}
+
+func logsoftmax64(x []float64) []float64 {
+	m := x[0]
+	for _, v := range x {
+		m = math.Max(m, v)
+	}
+	var s float64
+	for _, v := range x {
+		s += math.Exp(v - m)
+	}
+	o := make([]float64, len(x))
+	for i, v := range x {
+		o[i] = v - m - math.Log(s)
+	}
+	return o
+}
+
+func TestSoftmax(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 3))
+	rows, n := 4, 9
+	x := randn(r, rows*n, 3)
+	x64 := to64(x)
+	Softmax(x, rows, n)
+	for row := 0; row < rows; row++ {
+		ls := logsoftmax64(x64[row*n : row*n+n])
+		want := make([]float64, n)
+		for i := range ls {
+			want[i] = math.Exp(ls[i])
+		}
+		assertClose(t, "softmax", x[row*n:row*n+n], want, 1e-6)
+	}
+}
+
+func TestCrossEntropyHardAndSoft(t *testing.T) {
+	r := rand.New(rand.NewPCG(4, 4))
+	rows, v := 5, 11
+	logits := randn(r, rows*v, 2)
+	targets := []int32{3, -1, 0, 10, 7}
+	weights := []float32{1, 1, 0.8, 0, 0.64}
+	l64 := to64(logits)
+	hard := func(l []float64) float64 {
+		var s float64
+		for row := 0; row < rows; row++ {
+			if targets[row] < 0 || weights[row] == 0 {
+				continue
+			}
+			s -= float64(weights[row]) * logsoftmax64(l[row*v : row*v+v])[targets[row]]
+		}
+		return s
+	}
+	d := make([]float32, rows*v)
+	got := CrossEntropy(logits, rows, v, targets, weights, d)
+	if want := hard(l64); math.Abs(got-want) > 1e-5*math.Abs(want) {
+		t.Fatalf("cross-entropy %g, want %g", got, want)
+	}
+	assertClose(t, "ce dlogits", d, numGrad(l64, hard), 1e-5)
+
+	// Soft targets: rows of a random distribution, one row not summing to 1.
+	p := make([]float32, rows*v)
+	for row := 0; row < rows; row++ {
+		var s float32
+		for j := 0; j < v; j++ {
+			p[row*v+j] = r.Float32()
+			s += p[row*v+j]
+		}
+		if row != 2 {
+			for j := 0; j < v; j++ {
+				p[row*v+j] /= s
+			}
+		}
+	}
+	p[1*v+4] = 0
+	soft := func(l []float64) float64 {
+		var s float64
+		for row := 0; row < rows; row++ {
+			ls := logsoftmax64(l[row*v : row*v+v])
+			for j := 0; j < v; j++ {
+				s -= float64(weights[row]) * float64(p[row*v+j]) * ls[j]
+			}
+		}
+		return s
+	}
+	got = SoftCrossEntropy(logits, rows, v, p, weights, d)
+	if want := soft(l64); math.Abs(got-want) > 1e-5*math.Abs(want) {
+		t.Fatalf("soft cross-entropy %g, want %g", got, want)
+	}
+	assertClose(t, "soft ce dlogits", d, numGrad(l64, soft), 1e-5)
+
+	// In place: dlogits aliasing logits gives the same gradient.
+	alias := append([]float32(nil), logits...)
+	CrossEntropy(alias, rows, v, targets, weights, alias)
+	CrossEntropy(logits, rows, v, targets, weights, d)
+	for i := range d {
+		if alias[i] != d[i] {
+			t.Fatalf("aliased gradient differs at %d: %g vs %g", i, alias[i], d[i])
+		}
+	}
+}
+
+func TestLinearForwardBackward(t *testing.T) {
+	be := tensor.CPU()
+	r := rand.New(rand.NewPCG(5, 5))
+	for _, rows := range []int{1, 6} {
+		in, outF := 5, 4
+		x, w, b, g := randn(r, rows*in, 1), randn(r, outF*in, 1), randn(r, outF, 1), randn(r, rows*outF, 1)
+		x64, w64, b64, g64 := to64(x), to64(w), to64(b), to64(g)
+		lin := func(x, w, b []float64) []float64 {
+			o := make([]float64, rows*outF)
+			for i := 0; i < rows; i++ {
+				for j := 0; j < outF; j++ {
+					s := b[j]
+					for k := 0; k < in; k++ {
+						s += x[i*in+k] * w[j*in+k]
+					}
+					o[i*outF+j] = s
+				}
+			}
+			return o
+		}
+		out := make([]float32, rows*outF)
+		Linear(be, out, x, w, b, rows, in, outF)
+		assertClose(t, "linear", out, lin(x64, w64, b64), 1e-5)
+		dx, dw, db := make([]float32, rows*in), make([]float32, outF*in), make([]float32, outF)
+		LinearBackward(be, dx, dw, db, g, x, w, rows, in, outF)
+		assertClose(t, "linear dx", dx, numGrad(x64, func(v []float64) float64 { return dot(g64, lin(v, w64, b64)) }), 1e-4)
+		assertClose(t, "linear dw", dw, numGrad(w64, func(v []float64) float64 { return dot(g64, lin(x64, v, b64)) }), 1e-4)
+		assertClose(t, "linear db", db, numGrad(b64, func(v []float64) float64 { return dot(g64, lin(x64, w64, v)) }), 1e-4)
+	}
+}
+
+// rope64 is the rotate_half RoPE written directly from the Hugging Face
+// definition: q*cos + rotate_half(q)*sin with cos/sin repeated over both halves.
+func rope64(x []float64, rows, heads, d int, pos []int32, inv []float64) []float64 {
+	out := make([]float64, len(x))
+	half := d / 2
+	for r := 0; r < rows; r++ {
+		for h := 0; h < heads; h++ {
+			base := r*heads*d + h*d
+			for i := 0; i < d; i++ {
+				f := inv[i%half]
+				a := float64(pos[r]) * f
+				var rot float64
+				if i < half {
+					rot = -x[base+i+half]
+				} else {
+					rot = x[base+i-half]
+				}
+				out[base+i] = x[base+i]*math.Cos(a) + rot*math.Sin(a)
+			}
+		}
+	}
+	return out
+}
+
+func TestRoPEForwardBackward(t *testing.T) {
+	r := rand.New(rand.NewPCG(6, 6))
+	rows, heads, d := 4, 3, 8
+	pos := []int32{0, 5, 17, 40} // 40 lies beyond the table: computed on the fly
+	rp, err := NewRoPE(d, 10000, nil, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv := make([]float64, d/2)
+	for i := range inv {
+		inv[i] = math.Pow(10000, -float64(2*i)/float64(d))
+	}
+	x, g := randn(r, rows*heads*d, 1), randn(r, rows*heads*d, 1)
+	x64, g64 := to64(x), to64(g)
+	y := append([]float32(nil), x...)
+	rp.Forward(y, rows, heads, pos)
+	assertClose(t, "rope", y, rope64(x64, rows, heads, d, pos, inv), 1e-5)
+	dx := append([]float32(nil), g...)
+	rp.Backward(dx, rows, heads, pos)
+	assertClose(t, "rope dx", dx, numGrad(x64, func(v []float64) float64 { return dot(g64, rope64(v, rows, heads, d, pos, inv)) }), 1e-5)
+}
+
+func TestRoPEScaling(t *testing.T) {
+	d := 128
+	base, err := NewRoPE(d, 500000, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lin, err := NewRoPE(d, 500000, &RopeScaling{Type: "linear", Factor: 4}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range base.invFreq {
+		if got, want := lin.invFreq[i], base.invFreq[i]/4; math.Abs(float64(got-want)) > 1e-7*float64(want) {
+			t.Fatalf("linear inv_freq[%d] = %g, want %g", i, got, want)
+		}
+	}
+	// Llama-3.1's parameters: factor 8, low 1, high 4, original 8192. High
+	// frequencies (wavelength < 2048) are unchanged, low ones (> 8192) divided by
+	// 8, and the band between is interpolated.
+	l3, err := NewRoPE(d, 500000, &RopeScaling{Type: "llama3", Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositions: 8192}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept, divided, mid int
+	for i, f := range base.invFreq {
+		wave := 2 * math.Pi / float64(f)
+		g := l3.invFreq[i]
+		switch {
+		case wave < 2048:
+			kept++
+			if g != f {
+				t.Fatalf("high frequency %d changed: %g -> %g", i, f, g)
+			}
+		case wave > 8192:
+			divided++
+			if math.Abs(float64(g-f/8)) > 1e-7*float64(f) {
+				t.Fatalf("low frequency %d: %g, want %g", i, g, f/8)
+			}
+		default:
+			mid++
+			if !(g < f && g > f/8) {
+				t.Fatalf("medium frequency %d = %g not between %g and %g", i, g, f/8, f)
+			}
+		}
+	}
+	if kept == 0 || divided == 0 || mid == 0 {
+		t.Fatalf("test does not cover all bands: kept %d divided %d mid %d", kept, divided, mid)
+	}
+	if _, err := NewRoPE(d, 10000, &RopeScaling{Type: "yarn", Factor: 2}, 0); err == nil {
+		t.Fatal("yarn scaling accepted; want an error naming the supported types")
+	}
+}
