@@ -319,3 +319,17 @@ func withTools(opt []any, rec []json.RawMessage) []any {
 	}
 	return out
 }
+
+// ReadMessagesFile reads a conversation stored as one JSON list of OpenAI-style
+// messages ({"role": ..., "content": ...}), as `drafter tokenize --chat` takes.
+func ReadMessagesFile(path string) ([]chat.Message, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("data: %w", err)
+	}
+	msgs, err := parseMessages(json.RawMessage(bytes.TrimSpace(b)), "messages", false)
+	if err != nil {
+		return nil, fmt.Errorf("data: %s: %w", path, err)
+	}
+	return msgs, nil
+}

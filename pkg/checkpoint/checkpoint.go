@@ -1,0 +1,190 @@
+package checkpoint
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/drafter-ai/drafter/pkg/safetensors"
+)
+
+// Checkpoint is an opened model folder whose weights match its configuration.
+type Checkpoint struct {
+	// Dir is the folder it was opened from.
+	Dir string
+	// Config is the parsed config.json.
+	Config *Config
+	// Generation is the parsed generation_config.json, nil when the folder has none.
+	Generation *GenerationConfig
+	// Weights holds the memory-mapped tensors; Close releases them.
+	Weights *safetensors.Set
+}
+
+// Open reads config.json and, when present, generation_config.json from dir, opens the
+// safetensors weights, and checks that every tensor in Config.Tensors exists with the
+// expected shape and a float dtype (F32, F16 or BF16). Other tensors are ignored, among
+// them an lm_head.weight in a tied model (Hugging Face ignores it too).
+func Open(dir string) (*Checkpoint, error) {
+	cfgPath := filepath.Join(dir, "config.json")
+	if _, err := os.Stat(cfgPath); errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("checkpoint: config.json is missing in %s", dir)
+	}
+	cfg, err := LoadConfig(cfgPath)
+	if err != nil {
+		return nil, err
+	}
+	ck := &Checkpoint{Dir: dir, Config: cfg}
+	genPath := filepath.Join(dir, "generation_config.json")
+	if _, err := os.Stat(genPath); err == nil {
+		if ck.Generation, err = LoadGenerationConfig(genPath); err != nil {
+			return nil, err
+		}
+	}
+	if ck.Weights, err = safetensors.OpenDir(dir); err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	if err := CheckWeights(cfg, ck.Weights); err != nil {
+		ck.Weights.Close()
+		return nil, err
+	}
+	return ck, nil
+}
+
+// CheckWeights verifies that w holds every tensor of cfg.Tensors with the right shape
+// and a float dtype. Errors name the tensor, the files searched and both shapes.
+func CheckWeights(cfg *Config, w *safetensors.Set) error {
+	for _, t := range cfg.Tensors() {
+		in, ok := w.Info(t.Name)
+		if !ok {
+			return fmt.Errorf("checkpoint: tensor %s is missing from %s (needed by %s with %s)",
+				t.Name, strings.Join(w.Files(), ", "), cfg.ModelType, describeOptions(cfg))
+		}
+		if !sameShape(in.Shape, t.Shape) {
+			return fmt.Errorf("checkpoint: tensor %s in %s has shape %s, expected %s from %s",
+				t.Name, in.File, safetensors.ShapeString(in.Shape), safetensors.ShapeString(t.Shape), cfg.Path)
+		}
+		if !in.DType.IsFloat() {
+			return fmt.Errorf("checkpoint: tensor %s in %s has dtype %s, expected F32, F16 or BF16", t.Name, in.File, in.DType)
+		}
+	}
+	return nil
+}
+
+// describeOptions summarises the options that decide which tensors exist.
+func describeOptions(c *Config) string {
+	return fmt.Sprintf("tie_word_embeddings=%v, q/k/v bias=%v, o_proj bias=%v, qk norm=%v",
+		c.TieWordEmbeddings, c.AttentionBias, c.OProjBias, c.QKNorm)
+}
+
+func sameShape(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Close releases the memory-mapped weights.
+func (ck *Checkpoint) Close() error { return ck.Weights.Close() }
+
+// fingerprintVersion starts the hashed stream, so a change of encoding changes every
+// fingerprint.
+const fingerprintVersion = "drafter checkpoint fingerprint v1\n"
+
+// Fingerprint returns a stable lowercase hex SHA-256 identifying the model, independent
+// of the folder it lives in and of JSON formatting. It hashes, in order:
+//
+//   - the line "drafter checkpoint fingerprint v1";
+//   - the canonical configuration (Config.Canonical): one "key=value" line per parsed
+//     field in a fixed order, floats in shortest round-trip form;
+//   - one line "name dtype [shape]" per tensor of the weights, sorted by name;
+//   - "embed N" and the N raw bytes of model.embed_tokens.weight, then, unless the
+//     embeddings are tied, "lm_head N" and the raw bytes of lm_head.weight.
+//
+// The other weights enter only through their names, dtypes and shapes: hashing them all
+// would read the whole checkpoint, and a fine-tune that changed the body almost always
+// changed the embedding or head too.
+func (ck *Checkpoint) Fingerprint() (string, error) {
+	h := sha256.New()
+	h.Write([]byte(fingerprintVersion))
+	h.Write(ck.Config.Canonical())
+	for _, name := range ck.Weights.Names() {
+		in, _ := ck.Weights.Info(name)
+		fmt.Fprintf(h, "%s %s %s\n", name, in.DType, safetensors.ShapeString(in.Shape))
+	}
+	if err := hashTensor(h, ck.Weights, "embed", "model.embed_tokens.weight"); err != nil {
+		return "", err
+	}
+	if !ck.Config.TieWordEmbeddings {
+		if err := hashTensor(h, ck.Weights, "lm_head", "lm_head.weight"); err != nil {
+			return "", err
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// hashTensor writes a label, the byte count and the raw bytes of a tensor.
+func hashTensor(h hash.Hash, w *safetensors.Set, label, name string) error {
+	b, _, err := w.Raw(name)
+	if err != nil {
+		return fmt.Errorf("checkpoint: fingerprint: %w", err)
+	}
+	var n [8]byte
+	binary.LittleEndian.PutUint64(n[:], uint64(len(b)))
+	h.Write([]byte(label + " "))
+	h.Write(n[:])
+	h.Write(b)
+	return nil
+}
+
+// Canonical returns the configuration as "key=value" lines in a fixed order, the form
+// the fingerprint hashes. It covers every parsed field except Path, Raw and DType.
+func (c *Config) Canonical() []byte {
+	var b strings.Builder
+	kv := func(k, v string) { b.WriteString(k + "=" + v + "\n") }
+	num := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
+	ids := func(v []int) string {
+		s := make([]string, len(v))
+		for i, x := range v {
+			s[i] = strconv.Itoa(x)
+		}
+		return "[" + strings.Join(s, ",") + "]"
+	}
+	kv("model_type", c.ModelType)
+	kv("architectures", strings.Join(c.Architectures, ","))
+	kv("hidden_size", strconv.Itoa(c.HiddenSize))
+	kv("intermediate_size", strconv.Itoa(c.IntermediateSize))
+	kv("num_hidden_layers", strconv.Itoa(c.NumLayers))
+	kv("num_attention_heads", strconv.Itoa(c.NumHeads))
+	kv("num_key_value_heads", strconv.Itoa(c.NumKVHeads))
+	kv("head_dim", strconv.Itoa(c.HeadDim))
+	kv("rms_norm_eps", num(c.RMSNormEps))
+	kv("rope_theta", num(c.RopeTheta))
+	if r := c.RopeScaling; r != nil {
+		kv("rope_scaling", fmt.Sprintf("%s,%s,%s,%s,%d", r.Type, num(r.Factor), num(r.LowFreqFactor), num(r.HighFreqFactor), r.OriginalMaxPositions))
+	} else {
+		kv("rope_scaling", "none")
+	}
+	kv("max_position_embeddings", strconv.Itoa(c.MaxPositions))
+	kv("vocab_size", strconv.Itoa(c.VocabSize))
+	kv("tie_word_embeddings", strconv.FormatBool(c.TieWordEmbeddings))
+	kv("qkv_bias", strconv.FormatBool(c.AttentionBias))
+	kv("o_proj_bias", strconv.FormatBool(c.OProjBias))
+	kv("qk_norm", strconv.FormatBool(c.QKNorm))
+	kv("sliding_window", strconv.Itoa(c.SlidingWindow))
+	kv("hidden_act", c.HiddenAct)
+	kv("bos_token_id", ids(c.BOS))
+	kv("eos_token_id", ids(c.EOS))
+	return []byte(b.String())
+}

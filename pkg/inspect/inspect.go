@@ -1,0 +1,155 @@
+// Package inspect summarises what drafter reads from a Hugging Face checkpoint
+// folder: architecture, geometry, weights, tokenizer, chat template, the EAGLE-3
+// default feature layers and the checkpoint fingerprint.
+package inspect
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	"github.com/drafter-ai/drafter/pkg/chat"
+	"github.com/drafter-ai/drafter/pkg/checkpoint"
+	"github.com/drafter-ai/drafter/pkg/tokenizer"
+)
+
+// Report is the summary of one checkpoint.
+type Report struct {
+	Dir               string         `json:"dir"`
+	ModelType         string         `json:"model_type"`
+	Architectures     []string       `json:"architectures,omitempty"`
+	Parameters        int64          `json:"parameters"`
+	DTypes            map[string]int `json:"dtypes"` // tensor count per dtype
+	Layers            int            `json:"num_hidden_layers"`
+	HiddenSize        int            `json:"hidden_size"`
+	IntermediateSize  int            `json:"intermediate_size"`
+	Heads             int            `json:"num_attention_heads"`
+	KVHeads           int            `json:"num_key_value_heads"`
+	HeadDim           int            `json:"head_dim"`
+	VocabSize         int            `json:"vocab_size"`
+	MaxPositions      int            `json:"max_position_embeddings"`
+	TieWordEmbeddings bool           `json:"tie_word_embeddings"`
+	RopeTheta         float64        `json:"rope_theta"`
+	RopeScaling       string         `json:"rope_scaling,omitempty"`
+	EOS               []int          `json:"eos_token_ids,omitempty"`
+	TokenizerFamily   string         `json:"tokenizer_family"`
+	TokenizerVocab    int            `json:"tokenizer_vocab"`
+	ChatTemplate      bool           `json:"chat_template"`
+	EAGLE3Layers      [3]int         `json:"eagle3_feature_layers"`
+	Fingerprint       string         `json:"fingerprint"`
+}
+
+// Inspect opens the checkpoint in dir (weights, configs, tokenizer and chat
+// template) and summarises it.
+func Inspect(dir string) (*Report, error) {
+	ck, err := checkpoint.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer ck.Close()
+	tok, err := tokenizer.LoadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	tmpl, err := chat.Load(dir)
+	if err != nil {
+		return nil, err
+	}
+	fp, err := ck.Fingerprint()
+	if err != nil {
+		return nil, err
+	}
+	c := ck.Config
+	r := &Report{
+		Dir: dir, ModelType: c.ModelType, Architectures: c.Architectures, Parameters: c.NumParams(),
+		DTypes: map[string]int{}, Layers: c.NumLayers, HiddenSize: c.HiddenSize,
+		IntermediateSize: c.IntermediateSize, Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim,
+		VocabSize: c.VocabSize, MaxPositions: c.MaxPositions, TieWordEmbeddings: c.TieWordEmbeddings,
+		RopeTheta: c.RopeTheta, EOS: eosIDs(ck), TokenizerFamily: tok.Family(), TokenizerVocab: tok.VocabSize(),
+		ChatTemplate: tmpl != nil, EAGLE3Layers: c.EAGLE3Layers(), Fingerprint: fp,
+	}
+	if s := c.RopeScaling; s != nil {
+		r.RopeScaling = fmt.Sprintf("%s (factor %g)", s.Type, s.Factor)
+	}
+	for _, spec := range c.Tensors() {
+		if info, ok := ck.Weights.Info(spec.Name); ok {
+			r.DTypes[string(info.DType)]++
+		}
+	}
+	return r, nil
+}
+
+// eosIDs merges the end-of-sequence ids of generation_config.json (which
+// serving engines prefer) and config.json, in that order, without duplicates.
+func eosIDs(ck *checkpoint.Checkpoint) []int {
+	var ids []int
+	seen := map[int]bool{}
+	var lists [][]int
+	if ck.Generation != nil {
+		lists = append(lists, ck.Generation.EOS)
+	}
+	lists = append(lists, ck.Config.EOS)
+	for _, l := range lists {
+		for _, id := range l {
+			if !seen[id] {
+				seen[id] = true
+				ids = append(ids, id)
+			}
+		}
+	}
+	return ids
+}
+
+// WriteText prints the report for people.
+func (r *Report) WriteText(w io.Writer) error {
+	var dts []string
+	for k, v := range r.DTypes {
+		dts = append(dts, fmt.Sprintf("%s x%d", k, v))
+	}
+	sort.Strings(dts)
+	tmpl := "none (raw text prompts)"
+	if r.ChatTemplate {
+		tmpl = "yes"
+	}
+	rope := fmt.Sprintf("theta %g", r.RopeTheta)
+	if r.RopeScaling != "" {
+		rope += ", scaling " + r.RopeScaling
+	}
+	lines := [][2]string{
+		{"model", r.Dir},
+		{"architecture", fmt.Sprintf("%s (%s)", r.ModelType, strings.Join(r.Architectures, ", "))},
+		{"parameters", fmt.Sprintf("%d (%s)", r.Parameters, human(r.Parameters))},
+		{"dtypes", strings.Join(dts, ", ")},
+		{"layers", fmt.Sprint(r.Layers)},
+		{"hidden size", fmt.Sprint(r.HiddenSize)},
+		{"intermediate size", fmt.Sprint(r.IntermediateSize)},
+		{"attention", fmt.Sprintf("%d heads, %d KV heads, head_dim %d", r.Heads, r.KVHeads, r.HeadDim)},
+		{"rope", rope},
+		{"context", fmt.Sprint(r.MaxPositions)},
+		{"vocab", fmt.Sprintf("%d (tokenizer: %s BPE, %d tokens)", r.VocabSize, r.TokenizerFamily, r.TokenizerVocab)},
+		{"tied lm_head", fmt.Sprint(r.TieWordEmbeddings)},
+		{"eos ids", fmt.Sprint(r.EOS)},
+		{"chat template", tmpl},
+		{"eagle3 layers", fmt.Sprintf("%v (Hugging Face hidden_states indices 2, L/2, L-3)", r.EAGLE3Layers)},
+		{"fingerprint", r.Fingerprint},
+	}
+	for _, l := range lines {
+		if _, err := fmt.Fprintf(w, "%-18s %s\n", l[0]+":", l[1]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func human(n int64) string {
+	switch {
+	case n >= 1e9:
+		return fmt.Sprintf("%.2fB", float64(n)/1e9)
+	case n >= 1e6:
+		return fmt.Sprintf("%.2fM", float64(n)/1e6)
+	case n >= 1e3:
+		return fmt.Sprintf("%.1fK", float64(n)/1e3)
+	}
+	return fmt.Sprint(n)
+}
