@@ -1,0 +1,170 @@
+package model
+
+import "math"
+
+// Attention over the cache. Each input's new rows attend to its committed
+// prefix and to the new rows the causal or tree mask allows. Inputs with many
+// rows (prefill, large trees) go through the backend as two matrix multiplies
+// per head, S = Q·K^T and O = softmax(S)·V; inputs with few rows (decode) are
+// computed directly, parallel over (input, head) pairs.
+
+// blasMinRows is the number of new rows from which an input's attention uses
+// the backend's matrix multiplies.
+const blasMinRows = 8
+
+// blasBlock is the row block of a chain's causal attention: a block of rows
+// only multiplies against the keys its last row can see.
+const blasBlock = 64
+
+// softmaxJob describes the rows of one score block for softmaxRows.
+type softmaxJob struct {
+	s       []float32 // [rows, ld] scores
+	ld      int
+	visible int // keys visible to block row 0 in a chain (prefix + 1 + i0)
+	tree    bool
+	mask    []bool // [t, t] tree mask rows of this input
+	t, n    int
+}
+
+// attend computes s.att for every input of the pass at layer li.
+func (m *Model) attend(li int) {
+	s := &m.s
+	s.items = s.items[:0]
+	maxCtx, work := 0, 0
+	for b := range s.ins {
+		in := &s.ins[b]
+		if in.t >= blasMinRows {
+			m.attendBLAS(li, in)
+			continue
+		}
+
+		for h := 0; h < m.nHeads; h++ {
+			s.items = append(s.items, int32(b*m.nHeads+h))
+		}
+		maxCtx = max(maxCtx, in.n+in.t)
+		work += in.t * (in.n + in.t) * m.hd * m.nHeads
+	}
+	if len(s.items) == 0 {
+		return
+	}
+	workers := m.workers.size
+	if len(s.scores) < workers {
+		s.scores = make([][]float32, workers)
+	}
+	for w := 0; w < workers; w++ {
+		if len(s.scores[w]) < maxCtx {
+			s.scores[w] = make([]float32, maxCtx+256)
+		}
+	}
+	// Below a few tens of thousands of multiply-adds a second thread costs
+	// more than it saves.
+	minChunk := len(s.items)
+	if work >= 1<<15 {
+		minChunk = 1
+	}
+	m.workers.run(len(s.items), minChunk, s.attnFn)
+}
+
+// attendItems computes the (input, head) items [lo, hi) directly.
+func (m *Model) attendItems(worker, lo, hi int) {
+	s := &m.s
+	li := s.layer
+	hd, qd, kv := m.hd, m.qDim, m.kvDim
+	rep := m.nHeads / m.nKV
+	scale := m.scale
+	negInf := float32(math.Inf(-1))
+	for _, it := range s.items[lo:hi] {
+		in := &s.ins[int(it)/m.nHeads]
+		h := int(it) % m.nHeads
+		g := h / rep
+		kc := in.seq.k[li][g*hd:]
+		vc := in.seq.v[li][g*hd:]
+		for i := 0; i < in.t; i++ {
+			row := in.row0 + i
+			q := s.q[row*qd+h*hd : row*qd+h*hd+hd]
+			out := s.att[row*qd+h*hd : row*qd+h*hd+hd]
+			ctx := in.n + i + 1
+			var mask []bool
+			if in.tree {
+				ctx = in.n + in.t
+				mask = s.mask[in.mask+i*in.t : in.mask+i*in.t+in.t]
+			}
+			sc := s.scores[worker][:ctx]
+			for j := range sc {
+				if mask != nil && j >= in.n && !mask[j-in.n] {
+					sc[j] = negInf
+					continue
+				}
+				sc[j] = dot(q, kc[j*kv:]) * scale
+			}
+			softmaxRow(sc)
+			clear(out)
+			for j, p := range sc {
+				if p != 0 {
+					axpy(out, p, vc[j*kv:])
+				}
+			}
+		}
+	}
+}
+
+// attendBLAS computes one input's attention with the backend, head by head.
+func (m *Model) attendBLAS(li int, in *seqIn) {
+	s := &m.s
+	hd, qd, kv := m.hd, m.qDim, m.kvDim
+	rep := m.nHeads / m.nKV
+	ctx := in.n + in.t
+	block := in.t // a tree attends in one block, masked
+	if !in.tree {
+		block = blasBlock
+	}
+	s.big = grow(s.big, block*ctx)
+	kc, vc := in.seq.k[li], in.seq.v[li]
+	for h := 0; h < m.nHeads; h++ {
+		g := h / rep
+		for i0 := 0; i0 < in.t; i0 += block {
+			bt := min(block, in.t-i0)
+			// Keys this block can see: a chain's rows see up to their own
+			// position; a tree's rows see all new nodes, masked.
+			width := ctx
+			if !in.tree {
+				width = in.n + i0 + bt
+			}
+			sc := s.big[:bt*width]
+			row := in.row0 + i0
+			m.be.Sgemm(false, true, bt, width, hd, m.scale, s.q[row*qd+h*hd:], qd, kc[g*hd:], kv, 0, sc, width)
+			s.sm = softmaxJob{s: sc, ld: width, visible: in.n + i0 + 1, tree: in.tree, t: in.t, n: in.n}
+			if in.tree {
+				s.sm.mask = s.mask[in.mask : in.mask+in.t*in.t]
+			}
+			minChunk := bt
+			if bt*width >= 1<<14 {
+				minChunk = 1
+			}
+			m.workers.run(bt, minChunk, s.smFn)
+			m.be.Sgemm(false, false, bt, hd, width, 1, sc, width, vc[g*hd:], kv, 0, s.att[row*qd+h*hd:], qd)
+		}
+	}
+}
+
+// softmaxRows masks and normalises rows [lo, hi) of the current score block.
+func (m *Model) softmaxRows(_, lo, hi int) {
+	j := &m.s.sm
+	negInf := float32(math.Inf(-1))
+	for i := lo; i < hi; i++ {
+		r := j.s[i*j.ld : (i+1)*j.ld]
+		if !j.tree {
+			vis := j.visible + i
+			softmaxRow(r[:vis])
+			clear(r[vis:])
+			continue
+		}
+		mk := j.mask[i*j.t : (i+1)*j.t]
+		for c, ok := range mk {
+			if !ok {
+				r[j.n+c] = negInf
+			}
+		}
+		softmaxRow(r)
+	}
+}

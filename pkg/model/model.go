@@ -1,0 +1,224 @@
+// Package model runs the frozen target model: Llama, Mistral, Qwen2 and Qwen3
+// decoder-only transformers held as float32 in memory, with a per-sequence KV
+// cache, batched prefill and decode over many sequences in one pass, tree
+// verification for speculative decoding, hidden-state taps and pruned logits.
+//
+// The architecture, as every one of these checkpoints computes it:
+//
+//	h = embed(tokens)
+//	for each layer:
+//	    a  = RMSNorm(h) · input_layernorm
+//	    q, k, v = a·Wq^T (+bq), a·Wk^T (+bk), a·Wv^T (+bv)
+//	    q, k = RMSNorm per head (Qwen3 only), then rotate_half RoPE at each position
+//	    h += softmax(q·k^T/√d + mask)·v · Wo^T        (grouped-query attention)
+//	    m  = RMSNorm(h) · post_attention_layernorm
+//	    h += (silu(m·Wg^T) * (m·Wu^T)) · Wd^T
+//	logits = RMSNorm(h) · norm · lm_head^T
+//
+// Every matrix multiply goes through a tensor.Backend so that another backend
+// can run the same model. A Model holds the weights and the scratch space of one
+// forward pass; it is not safe for concurrent use.
+package model
+
+import (
+	"fmt"
+	"runtime"
+
+	"github.com/drafter-ai/drafter/pkg/checkpoint"
+	"github.com/drafter-ai/drafter/pkg/nn"
+	"github.com/drafter-ai/drafter/pkg/tensor"
+)
+
+// Linear is a Hugging Face Linear layer: W is [Out, In] row-major, B is nil or
+// [Out].
+type Linear struct {
+	W, B    []float32
+	In, Out int
+}
+
+// Forward computes out[rows, Out] = x[rows, In]·W^T + B, or adds that to out
+// when acc is true (used to fold the residual add into the projection).
+func (l *Linear) Forward(be tensor.Backend, out, x []float32, rows int, acc bool) {
+	if acc {
+		tensor.MatMulTAcc(be, out, x, l.W, rows, l.Out, l.In)
+	} else {
+		tensor.MatMulT(be, out, x, l.W, rows, l.Out, l.In)
+	}
+	if l.B != nil {
+		addBias(out[:rows*l.Out], l.B)
+	}
+}
+
+// Attention is one self-attention block's weights. QNorm and KNorm are the
+// per-head RMSNorm weights [HeadDim] of Qwen3, nil elsewhere.
+type Attention struct {
+	Q, K, V, O   Linear
+	QNorm, KNorm []float32
+
+	qkv []float32 // Q.W, K.W and V.W as one [qDim+2·kvDim, H] matrix, or nil
+}
+
+// MLP is the SwiGLU feed-forward block.
+type MLP struct {
+	Gate, Up, Down Linear
+
+	gateUp []float32 // Gate.W and Up.W as one [2·I, H] matrix, or nil
+}
+
+// Layer is one decoder layer.
+type Layer struct {
+	AttnNorm []float32 // input_layernorm.weight [H]
+	Attn     Attention
+	MLPNorm  []float32 // post_attention_layernorm.weight [H]
+	MLP      MLP
+}
+
+// Model is a loaded target model. The weight fields are bound to checkpoint
+// tensor names in one place, bindings (load.go).
+type Model struct {
+	Config *checkpoint.Config
+
+	Embed  []float32 // model.embed_tokens.weight [V, H]
+	Layers []Layer
+	Norm   []float32 // model.norm.weight [H]
+	LMHead []float32 // lm_head.weight [V, H]; the same slice as Embed when tied
+
+	be      tensor.Backend
+	rope    *nn.RoPE
+	eps     float32
+	h       int // hidden size
+	hd      int // head dimension
+	nHeads  int
+	nKV     int
+	qDim    int // nHeads*hd
+	kvDim   int // nKV*hd
+	inter   int // intermediate size
+	vocab   int
+	maxPos  int // max_position_embeddings (and sliding window, when smaller)
+	scale   float32
+	workers *pool
+	s       scratch
+	res     Result
+}
+
+// Backend returns the backend the model runs its matrix multiplies on.
+func (m *Model) Backend() tensor.Backend { return m.be }
+
+// NumLayers returns the number of decoder layers L; hidden-state tap indices run
+// from 0 to L.
+func (m *Model) NumLayers() int { return len(m.Layers) }
+
+// HiddenSize returns H, the width of every tap row.
+func (m *Model) HiddenSize() int { return m.h }
+
+// VocabSize returns V, the width of every logits row.
+func (m *Model) VocabSize() int { return m.vocab }
+
+// MaxPositions returns the longest sequence the model can attend over: the
+// model's max_position_embeddings, or its sliding window when that is smaller.
+func (m *Model) MaxPositions() int { return m.maxPos }
+
+// Close stops the model's worker goroutines. The model must not be used after.
+func (m *Model) Close() error {
+	if m.workers != nil {
+		m.workers.close()
+		m.workers = nil
+	}
+	return nil
+}
+
+// newModel validates cfg and sets up everything but the weights.
+func newModel(cfg *checkpoint.Config, be tensor.Backend) (*Model, error) {
+	if cfg == nil {
+		return nil, fmt.Errorf("model: nil config")
+	}
+	if be == nil {
+		be = tensor.CPU()
+	}
+	switch cfg.ModelType {
+	case "llama", "mistral", "qwen2", "qwen3":
+	default:
+		return nil, fmt.Errorf("model: config.json model_type %q is not supported (supported: llama, mistral, qwen2, qwen3)", cfg.ModelType)
+	}
+	pos := func(name string, v int) error {
+		if v <= 0 {
+			return fmt.Errorf("model: config.json %s = %d, want a positive integer", name, v)
+		}
+		return nil
+	}
+	for _, c := range []struct {
+		name string
+		v    int
+	}{{"hidden_size", cfg.HiddenSize}, {"intermediate_size", cfg.IntermediateSize}, {"num_hidden_layers", cfg.NumLayers},
+		{"num_attention_heads", cfg.NumHeads}, {"num_key_value_heads", cfg.NumKVHeads}, {"head_dim", cfg.HeadDim},
+		{"vocab_size", cfg.VocabSize}, {"max_position_embeddings", cfg.MaxPositions}} {
+		if err := pos(c.name, c.v); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.NumHeads%cfg.NumKVHeads != 0 {
+		return nil, fmt.Errorf("model: config.json num_attention_heads %d is not a multiple of num_key_value_heads %d", cfg.NumHeads, cfg.NumKVHeads)
+	}
+	if cfg.HeadDim%2 != 0 {
+		return nil, fmt.Errorf("model: config.json head_dim %d must be even for rotary embeddings", cfg.HeadDim)
+	}
+	if !(cfg.RMSNormEps > 0) {
+		return nil, fmt.Errorf("model: config.json rms_norm_eps %g must be positive", cfg.RMSNormEps)
+	}
+	if act, ok := cfg.Raw["hidden_act"].(string); ok && act != "silu" {
+		return nil, fmt.Errorf("model: config.json hidden_act %q is not supported (only silu)", act)
+	}
+	maxPos := cfg.MaxPositions
+	if sw, ok := cfg.Raw["sliding_window"].(float64); ok && sw > 0 {
+		useSW := true
+		if u, ok := cfg.Raw["use_sliding_window"].(bool); ok {
+			useSW = u
+		}
+		if cfg.ModelType == "qwen2" || cfg.ModelType == "qwen3" {
+			// Qwen configs carry a sliding_window value that is only used with
+			// use_sliding_window=true.
+			useSW, _ = cfg.Raw["use_sliding_window"].(bool)
+			if useSW {
+				return nil, fmt.Errorf("model: config.json use_sliding_window=true (%s) is not supported", cfg.ModelType)
+			}
+		}
+		if useSW && int(sw) < maxPos {
+			// Within the window sliding-window attention is full causal
+			// attention, so the model is exact up to that length.
+			maxPos = int(sw)
+		}
+	}
+	var rs *nn.RopeScaling
+	if s := cfg.RopeScaling; s != nil {
+		switch s.Type {
+		case "", "default":
+		case "linear", "llama3":
+			rs = &nn.RopeScaling{Type: s.Type, Factor: s.Factor, LowFreqFactor: s.LowFreqFactor,
+				HighFreqFactor: s.HighFreqFactor, OriginalMaxPositions: s.OriginalMaxPositions}
+		default:
+			return nil, fmt.Errorf("model: config.json rope_scaling type %q is not supported (supported: linear, llama3)", s.Type)
+		}
+	}
+	// Precompute cos/sin tables for the positions most sequences use; RoPE
+	// computes positions past the table on the fly.
+	table := maxPos
+	if table > 32768 {
+		table = 32768
+	}
+	rope, err := nn.NewRoPE(cfg.HeadDim, cfg.RopeTheta, rs, table)
+	if err != nil {
+		return nil, fmt.Errorf("model: config.json rope settings: %w", err)
+	}
+	m := &Model{
+		Config: cfg, be: be, rope: rope, eps: float32(cfg.RMSNormEps),
+		h: cfg.HiddenSize, hd: cfg.HeadDim, nHeads: cfg.NumHeads, nKV: cfg.NumKVHeads,
+		qDim: cfg.NumHeads * cfg.HeadDim, kvDim: cfg.NumKVHeads * cfg.HeadDim,
+		inter: cfg.IntermediateSize, vocab: cfg.VocabSize, maxPos: maxPos,
+	}
+	m.scale = float32(1 / sqrt64(float64(m.hd)))
+	m.workers = newPool(runtime.GOMAXPROCS(0))
+	m.s.attnFn = m.attendItems
+	m.s.smFn = m.softmaxRows
+	runtime.AddCleanup(m, func(p *pool) { p.close() }, m.workers)
+	return m, nil
+}
