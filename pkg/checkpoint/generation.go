@@ -14,10 +14,15 @@ type GenerationConfig struct {
 	Path string
 	// BOS and EOS are bos_token_id and eos_token_id (an integer or a list in the file).
 	BOS, EOS []int
-	// Temperature, TopP, TopK, DoSample and RepetitionPenalty are the sampling settings.
-	Temperature, TopP float64
-	TopK              int
-	DoSample          bool
+	// Temperature is the sampling temperature (default 1).
+	Temperature float64
+	// TopP is the nucleus-sampling mass (default 1).
+	TopP float64
+	// TopK is the top-k cutoff (default 50; 0 disables it).
+	TopK int
+	// DoSample selects sampling over greedy decoding (default false).
+	DoSample bool
+	// RepetitionPenalty is the repetition penalty (default 1, none).
 	RepetitionPenalty float64
 	// MaxNewTokens and MaxLength are the length limits (0 when unset).
 	MaxNewTokens, MaxLength int

@@ -218,10 +218,16 @@ func (s *Set) Files() []string {
 // must not be modified.
 func (s *Set) Metadata() map[string]string { return s.meta }
 
-// Info returns the description of a tensor and whether it exists.
+// Info returns the description of a tensor and whether it exists. The shape is a copy.
 func (s *Set) Info(name string) (Info, bool) {
 	e, ok := s.tensors[name]
-	return e.info, ok
+	return e.info.clone(), ok
+}
+
+// clone returns the Info with its own copy of the shape.
+func (i Info) clone() Info {
+	i.Shape = append([]int{}, i.Shape...)
+	return i
 }
 
 // lookup finds a tensor or returns an error naming it and the Set's files.
@@ -243,7 +249,7 @@ func (s *Set) Raw(name string) ([]byte, Info, error) {
 	if err != nil {
 		return nil, Info{}, err
 	}
-	return e.file.data[e.info.Offset : e.info.Offset+e.info.Size : e.info.Offset+e.info.Size], e.info, nil
+	return e.file.data[e.info.Offset : e.info.Offset+e.info.Size : e.info.Offset+e.info.Size], e.info.clone(), nil
 }
 
 // Float32 returns a new float32 copy of an F32, F16 or BF16 tensor and its shape.

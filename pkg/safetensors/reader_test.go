@@ -335,11 +335,26 @@ func TestShardedFolder(t *testing.T) {
 	})
 }
 
-// stories260kDir is the bundled model, committed in the repository.
-const stories260kDir = "../../models/stories260k"
+// The bundled model, committed in the repository, and the reference copy in shared/.
+const (
+	stories260kDir       = "../../models/stories260k"
+	sharedStories260kDir = "../../../shared/models/stories260k"
+)
 
 func TestStories260k(t *testing.T) {
-	cfgBytes, err := os.ReadFile(filepath.Join(stories260kDir, "config.json"))
+	t.Run("bundled", func(t *testing.T) { checkStories260k(t, stories260kDir) })
+	t.Run("shared", func(t *testing.T) {
+		if _, err := os.Stat(sharedStories260kDir); err != nil {
+			t.Skipf("shared/ is not beside the checkout (%v)", err)
+		}
+		checkStories260k(t, sharedStories260kDir)
+	})
+}
+
+// checkStories260k opens the model's weights and checks every tensor's name, dtype and
+// shape against its config.json, read here with encoding/json.
+func checkStories260k(t *testing.T, dir string) {
+	cfgBytes, err := os.ReadFile(filepath.Join(dir, "config.json"))
 	if err != nil {
 		t.Fatalf("the bundled model must be present: %v", err)
 	}
@@ -356,7 +371,7 @@ func TestStories260k(t *testing.T) {
 	cfg.HeadDim = int(raw["head_dim"].(float64))
 	cfg.Vocab = int(raw["vocab_size"].(float64))
 
-	s, err := OpenDir(stories260kDir)
+	s, err := OpenDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
