@@ -1,0 +1,510 @@
+package eagle3
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/drafter-ai/drafter/pkg/nn"
+	"github.com/drafter-ai/drafter/pkg/safetensors"
+	"github.com/drafter-ai/drafter/pkg/tensor"
+)
+
+// Draft is an inference-only EAGLE-3 drafter, computed the way the engines run
+// an exported draft: fc on the fused target features of committed positions,
+// then per draft step embed the token, run the draft layer against a KV cache
+// (committed context plus the draft's own chain), and map the draft-vocabulary
+// argmax or top-k through d2t to target ids.
+type Draft struct {
+	Geometry Geometry
+	Vocab    *Vocab
+	// LayerIDs are the HF hidden_states indices written in the config, or nil
+	// when the export used the defaults (2, L/2, L-3).
+	LayerIDs []int
+	p        *Params
+	embed    []float32
+	be       tensor.Backend
+	rope     *nn.RoPE
+	a        attnShape
+}
+
+// draftConfig is the part of either export layout's config.json that LoadDraft
+// reads.
+type draftConfig struct {
+	SpeculatorsType string          `json:"speculators_model_type"`
+	Layer           *draftConfig    `json:"transformer_layer_config"`
+	DraftVocab      int             `json:"draft_vocab_size"`
+	NormBeforeRes   *bool           `json:"norm_before_residual"`
+	LayerIDs        []int           `json:"eagle_aux_hidden_state_layer_ids"`
+	Hidden          int             `json:"hidden_size"`
+	Intermediate    int             `json:"intermediate_size"`
+	Heads           int             `json:"num_attention_heads"`
+	KVHeads         int             `json:"num_key_value_heads"`
+	HeadDim         int             `json:"head_dim"`
+	RMSNormEps      float64         `json:"rms_norm_eps"`
+	RopeTheta       float64         `json:"rope_theta"`
+	RopeScaling     json.RawMessage `json:"rope_scaling"`
+	MaxPositions    int             `json:"max_position_embeddings"`
+	Vocab           int             `json:"vocab_size"`
+	TargetHidden    int             `json:"target_hidden_size"`
+}
+
+// LoadDraft reads an exported draft (either layout) from dir. embed is the
+// target's input embedding [V, H] (exports carry none: the engines use the
+// target's).
+func LoadDraft(dir string, embed []float32, be tensor.Backend) (*Draft, error) {
+	cfgPath := filepath.Join(dir, "config.json")
+	b, err := os.ReadFile(cfgPath)
+	if err != nil {
+		return nil, fmt.Errorf("eagle3: loading draft: %w", err)
+	}
+	var c draftConfig
+	if err := json.Unmarshal(b, &c); err != nil {
+		return nil, fmt.Errorf("eagle3: %s: %w", cfgPath, err)
+	}
+	prefix := "midlayer."
+	geo := &c
+	if c.SpeculatorsType != "" {
+		if c.SpeculatorsType != "eagle3" {
+			return nil, fmt.Errorf("eagle3: %s: speculators_model_type %q is not eagle3", cfgPath, c.SpeculatorsType)
+		}
+		if c.NormBeforeRes != nil && *c.NormBeforeRes {
+			return nil, fmt.Errorf("eagle3: %s: norm_before_residual true is a different architecture than this drafter runs", cfgPath)
+		}
+		if c.Layer == nil {
+			return nil, fmt.Errorf("eagle3: %s: speculators config without transformer_layer_config", cfgPath)
+		}
+		geo = c.Layer
+		prefix = "layers.0."
+	}
+	g := Geometry{Hidden: geo.Hidden, Heads: geo.Heads, KVHeads: geo.KVHeads, HeadDim: geo.HeadDim, Intermediate: geo.Intermediate,
+		RMSNormEps: geo.RMSNormEps, RopeTheta: geo.RopeTheta, MaxPositions: geo.MaxPositions, Vocab: geo.Vocab, DraftVocab: c.DraftVocab}
+	if g.HeadDim == 0 && g.Heads > 0 {
+		g.HeadDim = g.Hidden / g.Heads
+	}
+	if g.KVHeads == 0 {
+		g.KVHeads = g.Heads
+	}
+	if len(geo.RopeScaling) > 0 && string(geo.RopeScaling) != "null" {
+		var raw map[string]any
+		if err := json.Unmarshal(geo.RopeScaling, &raw); err != nil {
+			return nil, fmt.Errorf("eagle3: %s: rope_scaling: %w", cfgPath, err)
+		}
+		num := func(k string) float64 { f, _ := raw[k].(float64); return f }
+		typ, _ := raw["rope_type"].(string)
+		if typ == "" {
+			typ, _ = raw["type"].(string)
+		}
+		g.RopeScaling = &nn.RopeScaling{Type: typ, Factor: num("factor"), LowFreqFactor: num("low_freq_factor"),
+			HighFreqFactor: num("high_freq_factor"), OriginalMaxPositions: int(num("original_max_position_embeddings"))}
+	}
+	if err := g.Validate(); err != nil {
+		return nil, fmt.Errorf("%w (from %s)", err, cfgPath)
+	}
+	if c.TargetHidden != 0 && c.TargetHidden != g.Hidden {
+		return nil, fmt.Errorf("eagle3: %s: target_hidden_size %d differs from hidden_size %d, which this drafter does not support", cfgPath, c.TargetHidden, g.Hidden)
+	}
+	if len(embed) != g.Vocab*g.Hidden {
+		return nil, fmt.Errorf("eagle3: target embedding has %d values, the draft config wants vocab %d x hidden %d", len(embed), g.Vocab, g.Hidden)
+	}
+	set, err := safetensors.OpenDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("eagle3: loading draft weights: %w", err)
+	}
+	defer set.Close()
+	p := newParams(g)
+	for _, s := range specs(g) {
+		name := s.name
+		if strings.HasPrefix(name, "midlayer.") {
+			name = prefix + strings.TrimPrefix(name, "midlayer.")
+		}
+		info, ok := set.Info(name)
+		if !ok {
+			return nil, fmt.Errorf("eagle3: %s: missing tensor %q", dir, name)
+		}
+		if !equalShape(info.Shape, s.shape) {
+			return nil, fmt.Errorf("eagle3: %s: tensor %q has shape %v, want %v", dir, name, info.Shape, s.shape)
+		}
+		if err := set.Float32Into(name, *s.field(p)); err != nil {
+			return nil, fmt.Errorf("eagle3: %s: %w", dir, err)
+		}
+	}
+	d2t, shape, err := set.Int64("d2t")
+	if err != nil {
+		return nil, fmt.Errorf("eagle3: %s: d2t: %w", dir, err)
+	}
+	if len(shape) != 1 || shape[0] != g.DraftVocab {
+		return nil, fmt.Errorf("eagle3: %s: d2t has shape %v, want [%d]", dir, shape, g.DraftVocab)
+	}
+	voc, err := VocabFromD2T(d2t, g.Vocab)
+	if err != nil {
+		return nil, fmt.Errorf("%w (in %s)", err, dir)
+	}
+	t2d, shape, err := set.Bool("t2d")
+	if err != nil {
+		return nil, fmt.Errorf("eagle3: %s: t2d: %w", dir, err)
+	}
+	if len(shape) != 1 || shape[0] != g.Vocab {
+		return nil, fmt.Errorf("eagle3: %s: t2d has shape %v, want [%d]", dir, shape, g.Vocab)
+	}
+	for j, in := range t2d {
+		if in != voc.T2D[j] {
+			return nil, fmt.Errorf("eagle3: %s: t2d[%d] = %v disagrees with d2t", dir, j, in)
+		}
+	}
+	d, err := NewDraft(g, p, voc, embed, be)
+	if err != nil {
+		return nil, err
+	}
+	d.LayerIDs = c.LayerIDs
+	return d, nil
+}
+
+func equalShape(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// NewDraft wraps parameters (for example a trainer's) as a drafter.
+func NewDraft(g Geometry, p *Params, voc *Vocab, embed []float32, be tensor.Backend) (*Draft, error) {
+	if err := g.Validate(); err != nil {
+		return nil, err
+	}
+	maxPos := max(g.MaxPositions, 1)
+	rope, err := nn.NewRoPE(g.HeadDim, g.RopeTheta, g.RopeScaling, maxPos)
+	if err != nil {
+		return nil, fmt.Errorf("eagle3: draft RoPE: %w", err)
+	}
+	return &Draft{Geometry: g, Vocab: voc, p: p, embed: embed, be: be, rope: rope,
+		a: attnShape{nq: g.Heads, nkv: g.KVHeads, hd: g.HeadDim, scale: float32(1 / math.Sqrt(float64(g.HeadDim)))}}, nil
+}
+
+// Session is one sequence's drafting state: the draft layer's KV cache over
+// the committed context (one entry per position whose target feature has been
+// consumed) and a scratch tree of draft nodes above the last committed
+// position. Node -1 is the root: the last committed position's own output.
+type Session struct {
+	d        *Draft
+	capacity int
+	n        int       // committed positions
+	k, v     []float32 // [capacity, kvDim]
+	root     []float32 // [H] pre-norm output at position n-1
+	rootLg   []float32 // [N] its draft logits
+
+	nodes        []node
+	maxNodes     int
+	nk, nv, nh   []float32 // per node: key, value, pre-norm output
+	nlg          []float32 // per node logits [maxNodes, N]
+	chainScratch []int
+
+	// row scratch, sized for max(maxNodes, chunk) rows
+	rows                                  int
+	g3, h, e, xe, xh, x, q, kk, vv, o, a1 []float32
+	n2, gate, up, out, fn                 []float32
+	pos                                   []int32
+	sc                                    []float32
+}
+
+type node struct {
+	parent int
+	depth  int
+}
+
+// extendChunk bounds the rows Extend processes at once.
+const extendChunk = 64
+
+// NewSession allocates a session for up to capacity committed positions and
+// maxNodes draft nodes (a chain of k steps needs k-1; EAGLE-2's default tree
+// with depth 7 and top-k 10 needs up to 70).
+func (d *Draft) NewSession(capacity, maxNodes int) *Session {
+	g := d.Geometry
+	h, kw, qw, I, N := g.Hidden, g.kvDim(), g.qDim(), g.Intermediate, g.DraftVocab
+	R := max(maxNodes, extendChunk)
+	f := func(n int) []float32 { return make([]float32, n) }
+	return &Session{d: d, capacity: capacity, maxNodes: maxNodes,
+		k: f(capacity * kw), v: f(capacity * kw), root: f(h), rootLg: f(N),
+		nk: f(maxNodes * kw), nv: f(maxNodes * kw), nh: f(maxNodes * h), nlg: f(maxNodes * N),
+		g3: f(R * 3 * h), h: f(R * h), e: f(R * h), xe: f(R * h), xh: f(R * h), x: f(R * 2 * h),
+		q: f(R * qw), kk: f(R * kw), vv: f(R * kw), o: f(R * qw), a1: f(R * h),
+		n2: f(R * h), gate: f(R * I), up: f(R * I), out: f(R * h), fn: f(R * h),
+		pos: make([]int32, R), sc: f(capacity + maxNodes + 1)}
+}
+
+// Len returns the number of committed positions.
+func (s *Session) Len() int { return s.n }
+
+// Truncate drops committed positions beyond n (after a rejected draft) and the
+// draft tree. Extend must follow before drafting again.
+func (s *Session) Truncate(n int) {
+	if n < s.n {
+		s.n = n
+	}
+	s.nodes = s.nodes[:0]
+}
+
+// Extend commits m new positions: feats holds their fused target features
+// (m rows of 3H: the three selected layers concatenated, low to high) and
+// tokens the token FOLLOWING each position (tokens[j] is the token at position
+// Len()+j+1, the last one being the target's newest token). It fills the KV
+// cache and computes the root: the draft's step-0 output at the last position,
+// whose logits predict the token after tokens[m-1]. The tree is cleared.
+func (s *Session) Extend(feats []float32, tokens []int32) error {
+	d, g := s.d, s.d.Geometry
+	h := g.Hidden
+	m := len(tokens)
+	if len(feats) != m*3*h {
+		return fmt.Errorf("eagle3: Extend: %d feature values for %d tokens, want %d", len(feats), m, m*3*h)
+	}
+	if s.n+m > s.capacity {
+		return fmt.Errorf("eagle3: Extend: %d positions exceed the session capacity %d", s.n+m, s.capacity)
+	}
+	if m == 0 {
+		return nil
+	}
+	s.nodes = s.nodes[:0]
+	for c := 0; c < m; c += extendChunk {
+		r := min(extendChunk, m-c)
+		nn.Linear(d.be, s.h, feats[c*3*h:(c+r)*3*h], d.p.FC, nil, r, 3*h, h)
+		for i := 0; i < r; i++ {
+			s.pos[i] = int32(s.n + i)
+		}
+		if err := s.layer(r, tokens[c:c+r], func(i int) []int { return nil }, true); err != nil {
+			return err
+		}
+		s.n += r
+	}
+	copy(s.root, s.out[(m-1-(m-1)/extendChunk*extendChunk)*h:][:h])
+	s.logits(s.rootLg, s.root, 1)
+	return nil
+}
+
+// layer runs the draft layer over s.rows = r rows whose hidden inputs are in
+// s.h, tokens tok and positions s.pos. committed: the rows are new context
+// positions (their keys go to the cache at s.n+i and each attends causally to
+// the cache); otherwise they are tree nodes (keys to the node scratch at
+// len(s.nodes)-r+i) attending to the whole cache plus chain(i), the node
+// indices of their ancestors, and themselves.
+func (s *Session) layer(r int, tok []int32, chain func(i int) []int, committed bool) error {
+	d, g := s.d, s.d.Geometry
+	p, be := d.p, d.be
+	h, qw, kw, I := g.Hidden, g.qDim(), g.kvDim(), g.Intermediate
+	eps := float32(g.RMSNormEps)
+	for i := 0; i < r; i++ {
+		id := tok[i]
+		if id < 0 || int(id) >= g.Vocab {
+			return fmt.Errorf("eagle3: draft token %d is outside the target vocabulary [0, %d)", id, g.Vocab)
+		}
+		copy(s.e[i*h:(i+1)*h], d.embed[int(id)*h:(int(id)+1)*h])
+	}
+	nn.RMSNorm(s.xe, s.e, p.InputNorm, r, h, eps)
+	nn.RMSNorm(s.xh, s.h, p.HiddenNorm, r, h, eps)
+	interleave(s.x, s.xe, s.xh, r, h)
+	nn.Linear(be, s.q, s.x, p.Q, nil, r, 2*h, qw)
+	nn.Linear(be, s.kk, s.x, p.K, nil, r, 2*h, kw)
+	nn.Linear(be, s.vv, s.x, p.V, nil, r, 2*h, kw)
+	d.rope.Forward(s.q, r, g.Heads, s.pos[:r])
+	d.rope.Forward(s.kk, r, g.KVHeads, s.pos[:r])
+	base := len(s.nodes) - r
+	for i := 0; i < r; i++ {
+		if committed {
+			copy(s.k[(s.n+i)*kw:(s.n+i+1)*kw], s.kk[i*kw:(i+1)*kw])
+			copy(s.v[(s.n+i)*kw:(s.n+i+1)*kw], s.vv[i*kw:(i+1)*kw])
+		} else {
+			copy(s.nk[(base+i)*kw:(base+i+1)*kw], s.kk[i*kw:(i+1)*kw])
+			copy(s.nv[(base+i)*kw:(base+i+1)*kw], s.vv[i*kw:(i+1)*kw])
+		}
+	}
+	a := d.a
+	group := a.nq / a.nkv
+	for i := 0; i < r; i++ {
+		ctx := s.n
+		var anc []int
+		if committed {
+			ctx = s.n + i + 1
+		} else {
+			anc = append(chain(i), base+i)
+		}
+		for hh := 0; hh < a.nq; hh++ {
+			gk := hh / group
+			qv := s.q[i*qw+hh*a.hd : i*qw+(hh+1)*a.hd]
+			sc := s.sc[:ctx+len(anc)]
+			mx := float32(math.Inf(-1))
+			for j := 0; j < ctx; j++ {
+				sc[j] = a.scale * dot(qv, s.k[j*kw+gk*a.hd:j*kw+(gk+1)*a.hd])
+				mx = max(mx, sc[j])
+			}
+			for c, nd := range anc {
+				sc[ctx+c] = a.scale * dot(qv, s.nk[nd*kw+gk*a.hd:nd*kw+(gk+1)*a.hd])
+				mx = max(mx, sc[ctx+c])
+			}
+			var sum float32
+			for j, v := range sc {
+				e := float32(math.Exp(float64(v - mx)))
+				sc[j] = e
+				sum += e
+			}
+			o := s.o[i*qw+hh*a.hd : i*qw+(hh+1)*a.hd]
+			clear(o)
+			for j := 0; j < ctx; j++ {
+				axpy(o, sc[j]/sum, s.v[j*kw+gk*a.hd:j*kw+(gk+1)*a.hd])
+			}
+			for c, nd := range anc {
+				axpy(o, sc[ctx+c]/sum, s.nv[nd*kw+gk*a.hd:nd*kw+(gk+1)*a.hd])
+			}
+		}
+	}
+	nn.Linear(be, s.a1, s.o, p.O, nil, r, qw, h)
+	add(s.a1[:r*h], s.h)
+	nn.RMSNorm(s.n2, s.a1, p.PostNorm, r, h, eps)
+	nn.Linear(be, s.gate, s.n2, p.Gate, nil, r, h, I)
+	nn.Linear(be, s.up, s.n2, p.Up, nil, r, h, I)
+	nn.SwiGLU(s.gate[:r*I], s.gate[:r*I], s.up[:r*I])
+	nn.Linear(be, s.out, s.gate, p.Down, nil, r, I, h)
+	add(s.out[:r*h], s.a1)
+	return nil
+}
+
+// logits writes the draft-vocabulary logits of r pre-norm outputs.
+func (s *Session) logits(dst, out []float32, r int) {
+	d, g := s.d, s.d.Geometry
+	nn.RMSNorm(s.fn, out, d.p.Norm, r, g.Hidden, float32(g.RMSNormEps))
+	nn.Linear(d.be, dst, s.fn, d.p.LMHead, nil, r, g.Hidden, g.DraftVocab)
+}
+
+// AddNodes evaluates new tree nodes in one batch: node j continues parents[j]
+// (-1: the root) with target token tokens[j], sits at position Len()-1+depth
+// and attends to the committed context, its ancestors and itself. It returns
+// the new node ids, whose TopK gives the next step's candidates.
+func (s *Session) AddNodes(parents []int, tokens []int32) ([]int, error) {
+	g := s.d.Geometry
+	h := g.Hidden
+	r := len(parents)
+	if len(tokens) != r {
+		return nil, fmt.Errorf("eagle3: AddNodes: %d parents but %d tokens", r, len(tokens))
+	}
+	if s.n == 0 {
+		return nil, fmt.Errorf("eagle3: AddNodes before any Extend")
+	}
+	if len(s.nodes)+r > s.maxNodes {
+		return nil, fmt.Errorf("eagle3: AddNodes: %d nodes exceed the session's %d", len(s.nodes)+r, s.maxNodes)
+	}
+	base := len(s.nodes)
+	for i, par := range parents {
+		if par < -1 || par >= base {
+			return nil, fmt.Errorf("eagle3: AddNodes: parent %d is not an existing node (have %d)", par, base)
+		}
+		depth := 1
+		src := s.root
+		if par >= 0 {
+			depth = s.nodes[par].depth + 1
+			src = s.nh[par*h : (par+1)*h]
+		}
+		copy(s.h[i*h:(i+1)*h], src)
+		s.pos[i] = int32(s.n - 1 + depth)
+		s.nodes = append(s.nodes, node{parent: par, depth: depth})
+	}
+	chain := func(i int) []int {
+		c := s.chainScratch[:0]
+		for a := s.nodes[base+i].parent; a >= 0; a = s.nodes[a].parent {
+			c = append(c, a)
+		}
+		s.chainScratch = c
+		return c
+	}
+	if err := s.layer(r, tokens, chain, false); err != nil {
+		s.nodes = s.nodes[:base]
+		return nil, err
+	}
+	copy(s.nh[base*h:(base+r)*h], s.out[:r*h])
+	s.logits(s.nlg[base*g.DraftVocab:], s.out, r)
+	ids := make([]int, r)
+	for i := range ids {
+		ids[i] = base + i
+	}
+	return ids, nil
+}
+
+// TopK writes the k most likely next tokens after node (-1: the root) as
+// target ids into ids, with their draft log-probabilities into logp, best
+// first (ties to the lower draft index), and returns how many it wrote.
+func (s *Session) TopK(nodeID, k int, ids []int32, logp []float32) int {
+	N := s.d.Geometry.DraftVocab
+	lg := s.rootLg
+	if nodeID >= 0 {
+		lg = s.nlg[nodeID*N : (nodeID+1)*N]
+	}
+	k = min(k, N, len(ids), len(logp))
+	if k <= 0 {
+		return 0
+	}
+	mx := lg[0]
+	for _, v := range lg {
+		mx = max(mx, v)
+	}
+	var z float64
+	for _, v := range lg {
+		z += math.Exp(float64(v - mx))
+	}
+	lz := float64(mx) + math.Log(z)
+	// Partial selection: keep the best k so far in order.
+	cnt := 0
+	idx := s.chainScratch[:0]
+	for v := range lg {
+		x := lg[v]
+		if cnt == k && x <= lg[idx[k-1]] {
+			continue
+		}
+		pos := cnt
+		if cnt < k {
+			idx = append(idx, v)
+			cnt++
+		} else {
+			pos = k - 1
+		}
+		for pos > 0 && lg[idx[pos-1]] < x {
+			idx[pos] = idx[pos-1]
+			pos--
+		}
+		idx[pos] = v
+	}
+	s.chainScratch = idx
+	for i := 0; i < cnt; i++ {
+		ids[i] = s.d.Vocab.IDs[idx[i]]
+		logp[i] = float32(float64(lg[idx[i]]) - lz)
+	}
+	return cnt
+}
+
+// DraftChain greedily drafts k tokens (EAGLE-3 chain drafting) from the root
+// into dst (target ids) and returns it; the tree is cleared first and holds
+// the chain afterwards.
+func (s *Session) DraftChain(k int, dst []int32) ([]int32, error) {
+	s.nodes = s.nodes[:0]
+	dst = dst[:0]
+	var id [1]int32
+	var lp [1]float32
+	cur := -1
+	for step := 0; step < k; step++ {
+		s.TopK(cur, 1, id[:], lp[:])
+		dst = append(dst, id[0])
+		if step == k-1 {
+			break
+		}
+		nodes, err := s.AddNodes([]int{cur}, id[:])
+		if err != nil {
+			return dst, err
+		}
+		cur = nodes[0]
+	}
+	return dst, nil
+}

@@ -1,0 +1,298 @@
+package eagle3
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	"github.com/drafter-ai/drafter/pkg/safetensors"
+	"github.com/drafter-ai/drafter/pkg/tensor"
+)
+
+func TestBuildVocab(t *testing.T) {
+	//            id: 0  1  2  3  4  5  6  7
+	counts := []int64{5, 0, 9, 5, 1, 0, 9, 0}
+	v, err := BuildVocab(counts, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Most frequent: 2 and 6 (9), then 0 and 3 (5, tie broken by lower id: both fit).
+	if want := []int32{0, 2, 3, 6}; !reflect.DeepEqual(v.IDs, want) {
+		t.Fatalf("ids %v, want %v", v.IDs, want)
+	}
+	if want := []int64{0, 1, 1, 3}; !reflect.DeepEqual(v.D2T, want) {
+		t.Fatalf("d2t %v, want %v", v.D2T, want)
+	}
+	for i, id := range v.IDs {
+		if int64(i)+v.D2T[i] != int64(id) || !v.T2D[id] || v.Index[id] != int32(i) {
+			t.Fatalf("mapping of draft %d / target %d inconsistent", i, id)
+		}
+	}
+	if n := countTrue(v.T2D); n != 4 {
+		t.Fatalf("t2d has %d set, want 4", n)
+	}
+	// Tie at the cut: count 5 for ids 0 and 3, only one slot left -> id 0.
+	v, _ = BuildVocab(counts, 3)
+	if want := []int32{0, 2, 6}; !reflect.DeepEqual(v.IDs, want) {
+		t.Fatalf("tie: ids %v, want %v", v.IDs, want)
+	}
+	// Padding: 5 ids seen, 7 wanted -> the two lowest unseen ids (1, 5).
+	v, _ = BuildVocab(counts, 7)
+	if want := []int32{0, 1, 2, 3, 4, 5, 6}; !reflect.DeepEqual(v.IDs, want) || v.Seen != 5 {
+		t.Fatalf("padding: ids %v seen %d, want %v seen 5", v.IDs, v.Seen, want)
+	}
+	// N above V is capped.
+	v, _ = BuildVocab(counts, 100)
+	if len(v.IDs) != 8 {
+		t.Fatalf("capped vocabulary has %d ids, want 8", len(v.IDs))
+	}
+	back, err := VocabFromD2T(v.D2T, 8)
+	if err != nil || !reflect.DeepEqual(back.IDs, v.IDs) {
+		t.Fatalf("VocabFromD2T: %v %v", back, err)
+	}
+	if _, err := VocabFromD2T([]int64{0, -1}, 8); err == nil {
+		t.Fatal("non-ascending d2t accepted")
+	}
+}
+
+func countTrue(b []bool) int {
+	n := 0
+	for _, v := range b {
+		if v {
+			n++
+		}
+	}
+	return n
+}
+
+// TestExportLoadReproducesTrainer exports a (perturbed) draft, reloads it with
+// the inference-only drafter and checks that, fed the same ground-truth tokens,
+// every chain step drafts the trainer's own argmax at every position, in both
+// layouts.
+func TestExportLoadReproducesTrainer(t *testing.T) {
+	g := tinyGeometry()
+	tt := newTinyTarget(21, g)
+	samples := tt.samples(22, 3, 6, 10)
+	const steps = 4
+	n, voc := buildTiny(t, g, tt, samples, steps, false)
+	r := rand.New(rand.NewPCG(9, 9))
+	for i := range n.p.All {
+		n.p.All[i] += float32(0.5 * r.NormFloat64())
+	}
+	n.forward(false)
+	for _, format := range []string{FormatNative, FormatSpeculators} {
+		dir := filepath.Join(t.TempDir(), format)
+		if err := Export(dir, g, n.p, voc, ExportOptions{Format: format, DefaultLayers: true}); err != nil {
+			t.Fatal(err)
+		}
+		d, err := LoadDraft(dir, tt.embed, tensor.CPU())
+		if err != nil {
+			t.Fatal(err)
+		}
+		checked := 0
+		var ids [1]int32
+		var lp [1]float32
+		for si, sp := range n.seqs {
+			s := samples[si]
+			h := g.Hidden
+			for i := 0; i+1 < sp.n; i++ {
+				sess := d.NewSession(16, 8)
+				feats := make([]float32, 0, (i+1)*3*h)
+				for j := 0; j <= i; j++ {
+					for c := 0; c < 3; c++ {
+						feats = append(feats, s.Features[c][j*h:(j+1)*h]...)
+					}
+				}
+				if err := sess.Extend(feats, s.Tokens[1:i+2]); err != nil {
+					t.Fatal(err)
+				}
+				cur := -1
+				for k := 0; k < steps && i+1+k < sp.n; k++ {
+					if k > 0 {
+						nodes, err := sess.AddNodes([]int{cur}, []int32{s.Tokens[i+1+k]})
+						if err != nil {
+							t.Fatal(err)
+						}
+						cur = nodes[0]
+					}
+					sess.TopK(cur, 1, ids[:], lp[:])
+					want := voc.IDs[n.act[k].pred[sp.start+i]]
+					if ids[0] != want {
+						t.Fatalf("%s: sequence %d position %d step %d: drafter says %d, trainer %d", format, si, i, k, ids[0], want)
+					}
+					checked++
+				}
+			}
+		}
+		t.Logf("%s: %d (position, step) argmaxes agree", format, checked)
+	}
+}
+
+func TestExportLayout(t *testing.T) {
+	g := tinyGeometry()
+	tt := newTinyTarget(1, g)
+	counts := make([]int64, g.Vocab)
+	for i := range counts {
+		counts[i] = int64(i % 5)
+	}
+	voc, _ := BuildVocab(counts, g.DraftVocab)
+	p := newParams(g)
+	initParams(p, g, 1, tt.head, voc)
+	dir := t.TempDir()
+	err := Export(dir, g, p, voc, ExportOptions{LayerIDs: []int{2, 4, 9}, Drafter: map[string]any{"method": "eagle3"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := safetensors.OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Close()
+	want := map[string][]int{
+		"fc.weight": {8, 24}, "midlayer.hidden_norm.weight": {8}, "midlayer.input_layernorm.weight": {8},
+		"midlayer.self_attn.q_proj.weight": {8, 16}, "midlayer.self_attn.k_proj.weight": {4, 16},
+		"midlayer.self_attn.v_proj.weight": {4, 16}, "midlayer.self_attn.o_proj.weight": {8, 8},
+		"midlayer.post_attention_layernorm.weight": {8}, "midlayer.mlp.gate_proj.weight": {12, 8},
+		"midlayer.mlp.up_proj.weight": {12, 8}, "midlayer.mlp.down_proj.weight": {8, 12}, "norm.weight": {8},
+		"lm_head.weight": {10, 8}, "d2t": {10}, "t2d": {16},
+	}
+	if len(set.Names()) != len(want) {
+		t.Fatalf("tensors %v, want exactly %d", set.Names(), len(want))
+	}
+	for name, shape := range want {
+		info, ok := set.Info(name)
+		if !ok || !reflect.DeepEqual(info.Shape, shape) {
+			t.Fatalf("%s: %+v, want shape %v", name, info, shape)
+		}
+		wantType := safetensors.F32
+		switch name {
+		case "d2t":
+			wantType = safetensors.I64
+		case "t2d":
+			wantType = safetensors.BOOL
+		}
+		if info.DType != wantType {
+			t.Fatalf("%s has dtype %s, want %s", name, info.DType, wantType)
+		}
+	}
+	var cfg map[string]any
+	b, _ := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(cfg["architectures"], []any{"LlamaForCausalLMEagle3"}) || cfg["tie_word_embeddings"] != false ||
+		cfg["draft_vocab_size"] != 10.0 || cfg["vocab_size"] != 16.0 || cfg["num_hidden_layers"] != 1.0 {
+		t.Fatalf("native config: %v", cfg)
+	}
+	if !reflect.DeepEqual(cfg["eagle_config"], map[string]any{"eagle_aux_hidden_state_layer_ids": []any{1.0, 3.0, 8.0}}) ||
+		!reflect.DeepEqual(cfg["eagle_aux_hidden_state_layer_ids"], []any{2.0, 4.0, 9.0}) {
+		t.Fatalf("layer ids written as %v / %v", cfg["eagle_config"], cfg["eagle_aux_hidden_state_layer_ids"])
+	}
+	if _, err := os.Stat(filepath.Join(dir, "drafter.json")); err != nil {
+		t.Fatal(err)
+	}
+	// Speculators layout with default layers: no ids, norm_before_residual false.
+	dir2 := t.TempDir()
+	if err := Export(dir2, g, p, voc, ExportOptions{Format: FormatSpeculators, DefaultLayers: true, TargetName: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	b, _ = os.ReadFile(filepath.Join(dir2, "config.json"))
+	cfg = nil
+	json.Unmarshal(b, &cfg)
+	if v, ok := cfg["norm_before_residual"]; !ok || v != false {
+		t.Fatalf("speculators config lacks norm_before_residual false: %s", b)
+	}
+	if _, ok := cfg["eagle_aux_hidden_state_layer_ids"]; ok {
+		t.Fatal("default layers written into the speculators config")
+	}
+	if !bytes.Contains(b, []byte(`"speculators_model_type": "eagle3"`)) {
+		t.Fatalf("speculators config: %s", b)
+	}
+	set2, err := safetensors.OpenDir(dir2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set2.Close()
+	if _, ok := set2.Info("layers.0.self_attn.q_proj.weight"); !ok {
+		t.Fatalf("speculators tensors: %v", set2.Names())
+	}
+}
+
+func trainConfig(tt *tinyTarget) Config {
+	return Config{Target: &Target{Geometry: tt.g, Embed: tt.embed, LMHead: tt.head}, DraftVocab: 12, Steps: 3,
+		BatchTokens: 64, MaxLength: 24, Epochs: 6, Patience: -1, Seed: 3, LogEvery: 1,
+		Export: ExportOptions{DefaultLayers: true}}
+}
+
+func TestTrainLearnsAndExports(t *testing.T) {
+	g := tinyGeometry()
+	g.DraftVocab = 0
+	tt := newTinyTarget(31, g)
+	ds := SliceDataset(tt.samples(32, 60, 8, 20))
+	cfg := trainConfig(tt)
+	var evals []EvalMetrics
+	cfg.Progress = func(p Progress) {
+		if p.Eval != nil {
+			evals = append(evals, *p.Eval)
+		}
+	}
+	out := t.TempDir()
+	res, err := Train(context.Background(), cfg, ds, tensor.CPU(), out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, last := evals[0], evals[len(evals)-1]
+	t.Logf("held-out loss %.4f -> %.4f, acc %v -> %v, accept length %.3f", first.Loss, last.Loss, first.Accuracy, last.Accuracy, last.AcceptLen)
+	if !(last.Loss < 0.8*first.Loss) || !(last.Accuracy[0] > first.Accuracy[0]) {
+		t.Fatalf("training did not learn: loss %.4f -> %.4f, step-0 accuracy %.3f -> %.3f", first.Loss, last.Loss, first.Accuracy[0], last.Accuracy[0])
+	}
+	if _, err := LoadDraft(res.ExportDir, tt.embed, tensor.CPU()); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"metrics.jsonl", "checkpoint.safetensors", "eagle3/drafter.json"} {
+		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestResumeBitIdentical interrupts a run in the middle of an epoch, resumes it
+// and compares the exported weights byte for byte with an uninterrupted run.
+func TestResumeBitIdentical(t *testing.T) {
+	g := tinyGeometry()
+	tt := newTinyTarget(41, g)
+	ds := SliceDataset(tt.samples(42, 30, 8, 20))
+	full := t.TempDir()
+	cfg := trainConfig(tt)
+	cfg.Epochs = 3
+	if _, err := Train(context.Background(), cfg, ds, tensor.CPU(), full); err != nil {
+		t.Fatal(err)
+	}
+	part := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	cfg2 := cfg
+	cfg2.Progress = func(p Progress) {
+		if p.Step == 7 && p.Eval == nil {
+			cancel()
+		}
+	}
+	if _, err := Train(ctx, cfg2, ds, tensor.CPU(), part); !errors.Is(err, context.Canceled) {
+		t.Fatalf("interrupted run returned %v", err)
+	}
+	cfg3 := cfg
+	cfg3.Resume = true
+	if _, err := Train(context.Background(), cfg3, ds, tensor.CPU(), part); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := os.ReadFile(filepath.Join(full, "eagle3", "model.safetensors"))
+	b, _ := os.ReadFile(filepath.Join(part, "eagle3", "model.safetensors"))
+	if len(a) == 0 || !bytes.Equal(a, b) {
+		t.Fatal("resumed run's weights differ from the uninterrupted run's")
+	}
+}
