@@ -1,14 +1,14 @@
 package safetensors
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
+	"io"
 	"sort"
+
+	"github.com/drafter-ai/drafter/pkg/atomicfile"
 )
 
 // Tensor is one tensor to write: raw little-endian row-major bytes of the given dtype.
@@ -182,7 +182,7 @@ func WriteFile(path string, tensors []Tensor, metadata map[string]string) error 
 	if err != nil {
 		return fmt.Errorf("safetensors: writing %s: encoding header: %w", path, err)
 	}
-	return writeAtomic(path, func(w *bufio.Writer) error {
+	return atomicfile.Write(path, func(w io.Writer) error {
 		if _, err := w.Write(hdr); err != nil {
 			return err
 		}
@@ -193,46 +193,4 @@ func WriteFile(path string, tensors []Tensor, metadata map[string]string) error 
 		}
 		return nil
 	})
-}
-
-// writeAtomic writes a file through a temporary sibling, fsyncs it, renames it over
-// path and fsyncs the folder. On error the temporary file is removed.
-func writeAtomic(path string, fill func(w *bufio.Writer) error) (err error) {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("safetensors: writing %s: %w", path, err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-			err = fmt.Errorf("safetensors: writing %s: %w", path, err)
-		}
-	}()
-	w := bufio.NewWriterSize(f, 1<<20)
-	if err = fill(w); err != nil {
-		return err
-	}
-	if err = w.Flush(); err != nil {
-		return err
-	}
-	if err = f.Chmod(0o644); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(tmp, path); err != nil {
-		return err
-	}
-	if d, derr := os.Open(dir); derr == nil {
-		d.Sync() // best effort: some filesystems refuse to sync a directory
-		d.Close()
-	}
-	return nil
 }

@@ -1,12 +1,12 @@
 package eagle3
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 
+	"github.com/drafter-ai/drafter/pkg/atomicfile"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
 )
 
@@ -131,11 +131,11 @@ func Export(dir string, g Geometry, p *Params, voc *Vocab, opt ExportOptions) er
 			cfg["eagle_aux_hidden_state_layer_ids"] = opt.LayerIDs
 		}
 	}
-	if err := writeJSON(filepath.Join(dir, "config.json"), cfg); err != nil {
+	if err := atomicfile.WriteJSON(filepath.Join(dir, "config.json"), cfg); err != nil {
 		return err
 	}
 	if opt.Drafter != nil {
-		if err := writeJSON(filepath.Join(dir, "drafter.json"), opt.Drafter); err != nil {
+		if err := atomicfile.WriteJSON(filepath.Join(dir, "drafter.json"), opt.Drafter); err != nil {
 			return err
 		}
 	}
@@ -180,36 +180,4 @@ func shifted(ids []int, d int) []int {
 		out[i] = v + d
 	}
 	return out
-}
-
-// writeJSON writes v as indented JSON atomically (temp file, fsync, rename).
-func writeJSON(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return fmt.Errorf("eagle3: encoding %s: %w", path, err)
-	}
-	return writeFileAtomic(path, append(b, '\n'))
-}
-
-func writeFileAtomic(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("eagle3: writing %s: %w", path, err)
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("eagle3: writing %s: %w", path, err)
-	}
-	return nil
 }

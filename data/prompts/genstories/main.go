@@ -18,6 +18,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/drafter-ai/drafter/pkg/atomicfile"
 )
 
 // Sizes of the two splits.
@@ -181,34 +183,6 @@ func files() (map[string][]byte, error) {
 	return out, nil
 }
 
-// writeAtomic writes data to path through a synced temporary file.
-func writeAtomic(path string, data []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return err
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	if err := os.Chmod(tmp, 0o644); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return os.Rename(tmp, path)
-}
-
 func main() {
 	dir := flag.String("dir", filepath.Join("data", "prompts"), "output directory")
 	flag.Parse()
@@ -218,7 +192,7 @@ func main() {
 		os.Exit(1)
 	}
 	for name, b := range fs {
-		if err := writeAtomic(filepath.Join(*dir, name), b); err != nil {
+		if err := atomicfile.WriteFile(filepath.Join(*dir, name), b); err != nil {
 			fmt.Fprintln(os.Stderr, "genstories:", err)
 			os.Exit(1)
 		}
