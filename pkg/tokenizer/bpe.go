@@ -1,8 +1,10 @@
 package tokenizer
 
 import (
+	"bytes"
 	"fmt"
 	"math/bits"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -77,6 +79,60 @@ type bpeModel struct {
 	unk          int32      // -1 without an unknown token
 	fuseUnk      bool
 	ignoreMerges bool
+	// wordMark, when set, is a marker (SentencePiece's "▁") that no token holds
+	// after another character except the marker itself. No merge can then join
+	// the text before a marker with the marker, so pieces split there encode
+	// independently (and hit the word cache) with exactly the same result.
+	wordMark string
+}
+
+// findWordMark enables wordMark for SentencePiece-style vocabularies.
+func (m *bpeModel) findWordMark() {
+	const mark = "▁"
+	if m.byteLevel {
+		return
+	}
+	if _, ok := m.vocab[mark]; !ok {
+		return
+	}
+	for tok := range m.vocab {
+		for i := 1; i < len(tok); i++ {
+			j := strings.Index(tok[i:], mark)
+			if j < 0 {
+				break
+			}
+			k := i + j
+			if !strings.HasSuffix(tok[:k], mark) {
+				return
+			}
+			i = k
+		}
+	}
+	m.wordMark = mark
+}
+
+// encodePiece encodes one pre-token, cutting it before each word mark that follows
+// another character when that is exact (see wordMark).
+func (m *bpeModel) encodePiece(st *encState, piece []byte, base int32) {
+	if m.wordMark == "" || len(piece) <= len(m.wordMark) {
+		m.encodeWord(st, piece, base)
+		return
+	}
+	mark := m.wordMark
+	start := 0
+	for i := 1; i < len(piece); {
+		j := bytes.Index(piece[i:], unsafeBytes(mark))
+		if j < 0 {
+			break
+		}
+		k := i + j
+		if !bytes.HasSuffix(piece[start:k], unsafeBytes(mark)) {
+			m.encodeWord(st, piece[start:k], base+int32(start))
+			start = k
+		}
+		i = k + len(mark)
+	}
+	m.encodeWord(st, piece[start:], base+int32(start))
 }
 
 func (m *bpeModel) init() {
@@ -142,6 +198,7 @@ func (m *bpeModel) encodeWord(st *encState, word []byte, base int32) {
 		if ok {
 			st.ids = append(st.ids, id)
 			st.spans = append(st.spans, span{base, base + int32(len(word))})
+			m.remember(st, word, base, len(st.ids)-1)
 			return
 		}
 	}
@@ -196,17 +253,25 @@ func (m *bpeModel) encodeWord(st *encState, word []byte, base int32) {
 		}
 		start = end
 	}
-	if len(word) <= wordCacheMaxSize {
-		if len(st.cache) >= wordCacheMax {
-			clear(st.cache)
-		}
-		cw := cachedWord{ids: make([]int32, len(st.ids)-n0), ends: make([]int32, len(st.ids)-n0)}
-		copy(cw.ids, st.ids[n0:])
-		for k := range cw.ends {
-			cw.ends[k] = st.spans[n0+k].b - base
-		}
-		st.cache[string(word)] = cw
+	m.remember(st, word, base, n0)
+}
+
+// remember caches the tokens st.ids[n0:] of word.
+func (m *bpeModel) remember(st *encState, word []byte, base int32, n0 int) {
+	if len(word) > wordCacheMaxSize {
+		return
 	}
+	if len(st.cache) >= wordCacheMax {
+		clear(st.cache)
+	}
+	n := len(st.ids) - n0
+	buf := make([]int32, 2*n)
+	cw := cachedWord{ids: buf[:n:n], ends: buf[n:]}
+	copy(cw.ids, st.ids[n0:])
+	for k := range cw.ends {
+		cw.ends[k] = st.spans[n0+k].b - base
+	}
+	st.cache[string(word)] = cw
 }
 
 func (m *bpeModel) emitUnknown(st *encState, b []byte, at int32) {
@@ -228,10 +293,7 @@ func (m *bpeModel) emitUnknown(st *encState, b []byte, at int32) {
 	}
 	if m.unk < 0 {
 		// No unknown token: the character is dropped, as Hugging Face does.
-		return
-	}
-	if m.fuseUnk && len(st.ids) > 0 && st.ids[len(st.ids)-1] == m.unk && st.spans[len(st.spans)-1].b == at {
-		st.spans[len(st.spans)-1].b = at + int32(len(b))
+		// (Consecutive unknown characters were already fused when fuse_unk.)
 		return
 	}
 	st.ids = append(st.ids, m.unk)

@@ -104,7 +104,7 @@ func (t *Tokenizer) encodeText(st *encState, text string, track bool) {
 				cur, pieces = t.preTok.split(st, cur, pieces, si == 0 && j == 0)
 			}
 			for _, p := range pieces {
-				t.model.encodeWord(st, cur.s[p.a:p.b], p.a)
+				t.model.encodePiece(st, cur.s[p.a:p.b], p.a)
 			}
 			st.pieces = pieces
 			if track {

@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -56,71 +57,75 @@ type splitPreTokenizer struct {
 	invert   bool
 }
 
+// part is a piece of a split and whether it matched the pattern.
+type part struct {
+	span
+	match bool
+}
+
 // splitPieces applies a delimiter behaviour to the matches ms found in piece p
-// (offsets relative to ns), appending the resulting pieces to out.
+// (offsets relative to ns), appending the resulting pieces to out. It follows the
+// tokenizers library: the piece is cut into alternating non-matching and matching
+// parts (flipped by invert), which are then dropped, kept or merged with a
+// neighbour; empty pieces are dropped.
 func splitPieces(p span, ms []span, behavior splitBehavior, invert bool, out []span) []span {
-	// Walk the piece as alternating (range, isMatch) parts.
-	pending := span{-1, -1} // a piece waiting to be merged with the next part
-	emit := func(a, b int32) {
-		if b > a {
-			out = append(out, span{a, b})
-		}
-	}
+	parts := make([]part, 0, 2*len(ms)+1)
 	prev := p.a
-	handle := func(a, b int32, isMatch bool) {
-		if invert {
-			isMatch = !isMatch
-		}
-		switch behavior {
-		case behaviorRemoved:
-			if !isMatch {
-				emit(a, b)
-			}
-		case behaviorIsolated:
-			emit(a, b)
-		case behaviorMergedWithPrevious:
-			if isMatch && len(out) > 0 && out[len(out)-1].b == a && pending.a < 0 {
-				out[len(out)-1].b = b
-			} else {
-				emit(a, b)
-			}
-		case behaviorMergedWithNext:
-			if isMatch {
-				if pending.a >= 0 {
-					emit(pending.a, pending.b)
-				}
-				pending = span{a, b}
-			} else if pending.a >= 0 {
-				emit(pending.a, b)
-				pending = span{-1, -1}
-			} else {
-				emit(a, b)
-			}
-		case behaviorContiguous:
-			if isMatch && len(out) > 0 && out[len(out)-1].b == a && pending.a == 1 {
-				out[len(out)-1].b = b
-			} else {
-				emit(a, b)
-			}
-			if isMatch {
-				pending.a = 1
-			} else {
-				pending.a = -1
-			}
-		}
-	}
 	for _, m := range ms {
 		if m.a > prev {
-			handle(prev, m.a, false)
+			parts = append(parts, part{span{prev, m.a}, invert})
 		}
-		handle(m.a, m.b, true)
+		parts = append(parts, part{m, !invert})
 		prev = m.b
 	}
 	if prev < p.b {
-		handle(prev, p.b, false)
+		parts = append(parts, part{span{prev, p.b}, invert})
 	}
-	if behavior == behaviorMergedWithNext && pending.a >= 0 {
-		emit(pending.a, pending.b)
+	start := len(out)
+	switch behavior {
+	case behaviorRemoved:
+		for _, q := range parts {
+			if !q.match {
+				out = append(out, q.span)
+			}
+		}
+	case behaviorIsolated:
+		for _, q := range parts {
+			out = append(out, q.span)
+		}
+	case behaviorMergedWithPrevious:
+		prevMatch := false
+		for _, q := range parts {
+			if q.match && !prevMatch && len(out) > start {
+				out[len(out)-1].b = q.b
+			} else {
+				out = append(out, q.span)
+			}
+			prevMatch = q.match
+		}
+	case behaviorMergedWithNext:
+		// Walk backwards: a match joins the part after it unless that one matched.
+		nextMatch := false
+		for k := len(parts) - 1; k >= 0; k-- {
+			q := parts[k]
+			if q.match && !nextMatch && len(out) > start {
+				out[len(out)-1].a = q.a
+			} else {
+				out = append(out, q.span)
+			}
+			nextMatch = q.match
+		}
+		slices.Reverse(out[start:])
+	case behaviorContiguous:
+		prevMatch := false
+		for _, q := range parts {
+			if q.match == prevMatch && len(out) > start {
+				out[len(out)-1].b = q.b
+			} else {
+				out = append(out, q.span)
+			}
+			prevMatch = q.match
+		}
 	}
 	return out
 }

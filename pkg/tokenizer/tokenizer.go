@@ -340,6 +340,7 @@ func parse(data []byte) (*Tokenizer, error) {
 	}
 	m.byteLevel = info.byteLevel
 	m.init()
+	m.findWordMark()
 	t.model = m
 	if m.byteLevel {
 		for b := range 256 {

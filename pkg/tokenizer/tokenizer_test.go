@@ -108,3 +108,29 @@ func TestReferenceCases(t *testing.T) {
 		})
 	}
 }
+
+// TestConcurrentEncode encodes from several goroutines at once (run with -race).
+func TestConcurrentEncode(t *testing.T) {
+	tk := tok(t, "qwen3")
+	cs := refCases(t, "qwen3")
+	var wg sync.WaitGroup
+	errs := make(chan string, 8)
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range 50 {
+				c := cs[(g*7+k)%len(cs)]
+				if got := tk.Encode(c.Text, true); !slices.Equal(got, c.IDsWithSpecial) {
+					errs <- c.Text
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for s := range errs {
+		t.Errorf("concurrent encode of %q differs", s)
+	}
+}
