@@ -1,0 +1,163 @@
+package medusa
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+
+	"github.com/drafter-ai/drafter/pkg/safetensors"
+	"github.com/drafter-ai/drafter/pkg/tensor"
+)
+
+func randomHeads(t *testing.T, g Geometry, seed uint64) (*Heads, []float32) {
+	r := rand.New(rand.NewPCG(seed, 5))
+	target := make([]float32, g.Vocab*g.Hidden)
+	randFill(r, target, 0.5)
+	m, err := NewHeads(g, target, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for h := 0; h < g.Heads; h++ {
+		for l := 0; l < g.Layers; l++ {
+			randFill(r, m.W[h][l], 0.3)
+			randFill(r, m.B[h][l], 0.3)
+		}
+		if !g.SharedLMHead {
+			randFill(r, m.LMHead[h], 0.5) // heads differ from each other and from the target
+		}
+	}
+	return m, target
+}
+
+func readConfig(t *testing.T, path string) map[string]any {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestExportRoundTrip writes both layouts, checks key names, shapes, dtypes and
+// config fields against the engines' lists, and re-reads each layout from disk
+// to reproduce the heads' logits exactly (float32 export).
+func TestExportRoundTrip(t *testing.T) {
+	for _, shared := range []bool{false, true} {
+		g := Geometry{Hidden: 8, Vocab: 13, Heads: 3, Layers: 2, SharedLMHead: shared}
+		m, target := randomHeads(t, g, 11)
+		dir := t.TempDir()
+		info := ExportInfo{BaseModel: "org/target", TargetFingerprint: "sha256:abc", DataManifests: map[string]string{"data/manifest.json": "sha256:def"},
+			Args: DefaultConfig(), Metrics: &Metrics{Step: 3, Top1: []float64{0.5, 0.25, 0.1}}}
+		if err := Export(dir, m, info); err != nil {
+			t.Fatal(err)
+		}
+
+		// vLLM keys and config.
+		vs, err := safetensors.Open(filepath.Join(dir, "vllm", "model.safetensors"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string][]int{}
+		for h := 0; h < g.Heads; h++ {
+			for l := 0; l < g.Layers; l++ {
+				want[sprintf("blocks.%d.layers.%d.weight", h, l)] = []int{8, 8}
+				want[sprintf("blocks.%d.layers.%d.bias", h, l)] = []int{8}
+			}
+			if !shared || h == 0 {
+				want[sprintf("lm_heads.%d.weight", h)] = []int{13, 8}
+			}
+		}
+		checkKeys(t, vs, want)
+		vs.Close()
+		vc := readConfig(t, filepath.Join(dir, "vllm", "config.json"))
+		for k, v := range map[string]any{"model_type": "medusa", "architectures": []any{"MedusaModel"}, "hidden_size": 8.0, "vocab_size": 13.0,
+			"num_heads": 3.0, "num_hidden_layers": 2.0, "medusa_fc_bias": true, "original_lm_head": shared, "truncated_vocab_size": 13.0} {
+			if !reflect.DeepEqual(vc[k], v) {
+				t.Errorf("vllm config %s = %v, want %v", k, vc[k], v)
+			}
+		}
+
+		// FasterDecoding keys and config.
+		fs, err := safetensors.Open(filepath.Join(dir, "medusa", "medusa_lm_head.safetensors"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = map[string][]int{}
+		for h := 0; h < g.Heads; h++ {
+			for l := 0; l < g.Layers; l++ {
+				want[sprintf("%d.%d.linear.weight", h, l)] = []int{8, 8}
+				want[sprintf("%d.%d.linear.bias", h, l)] = []int{8}
+			}
+			want[sprintf("%d.%d.weight", h, g.Layers)] = []int{13, 8}
+		}
+		checkKeys(t, fs, want)
+		if shared { // every head carries the target's lm_head
+			got, _, err := fs.Float32("2.2.weight")
+			if err != nil || !reflect.DeepEqual(got, target) {
+				t.Errorf("shared head: FasterDecoding lm_head of head 2 is not the target's (%v)", err)
+			}
+		}
+		fs.Close()
+		fc := readConfig(t, filepath.Join(dir, "medusa", "config.json"))
+		for k, v := range map[string]any{"medusa_num_heads": 3.0, "medusa_num_layers": 2.0, "base_model_name_or_path": "org/target"} {
+			if !reflect.DeepEqual(fc[k], v) {
+				t.Errorf("medusa config %s = %v, want %v", k, fc[k], v)
+			}
+		}
+		pv := readConfig(t, filepath.Join(dir, "drafter.json"))
+		if pv["method"] != "medusa" || pv["target_fingerprint"] != "sha256:abc" || pv["data_manifests"].(map[string]any)["data/manifest.json"] != "sha256:def" ||
+			pv["args"].(map[string]any)["lr"] != DefaultConfig().LR || pv["metrics"] == nil {
+			t.Errorf("drafter.json incomplete: %v", pv)
+		}
+
+		// Logits through each re-read layout equal the originals bitwise.
+		be := tensor.CPU()
+		rows := 5
+		x := make([]float32, rows*g.Hidden)
+		randFill(rand.New(rand.NewPCG(1, 1)), x, 1)
+		for _, sub := range []string{dir, filepath.Join(dir, "vllm"), filepath.Join(dir, "medusa")} {
+			back, err := LoadHeads(sub)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if back.Geometry.Hidden != 8 || back.Vocab != 13 || back.Heads != 3 || back.Layers != 2 {
+				t.Fatalf("%s: geometry %+v", sub, back.Geometry)
+			}
+			ws0, ws1 := m.NewWorkspace(rows, 0), back.NewWorkspace(rows, 0)
+			a, b := make([]float32, rows*g.Vocab), make([]float32, rows*g.Vocab)
+			for h := 0; h < g.Heads; h++ {
+				m.Logits(be, ws0, h, x, rows, a)
+				back.Logits(be, ws1, h, x, rows, b)
+				if !reflect.DeepEqual(a, b) {
+					t.Fatalf("shared=%v %s head %d: logits differ after the round trip", shared, sub, h)
+				}
+			}
+		}
+	}
+}
+
+func checkKeys(t *testing.T, s *safetensors.Set, want map[string][]int) {
+	t.Helper()
+	if len(s.Names()) != len(want) {
+		t.Errorf("%d tensors %v, want %d", len(s.Names()), s.Names(), len(want))
+	}
+	for name, shape := range want {
+		info, ok := s.Info(name)
+		if !ok {
+			t.Errorf("missing tensor %q", name)
+			continue
+		}
+		if !reflect.DeepEqual(info.Shape, shape) || info.DType != safetensors.F32 {
+			t.Errorf("%s: %s %v, want F32 %v", name, info.DType, info.Shape, shape)
+		}
+	}
+}
+
+func sprintf(f string, a ...any) string { return fmt.Sprintf(f, a...) }

@@ -1,0 +1,95 @@
+package medusa
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/drafter-ai/drafter/pkg/tensor"
+)
+
+// TestResumeBitIdentical: a run cut at step k (by MaxSteps, or by cancelling
+// its context) and resumed ends with exactly the weights of an uninterrupted run.
+func TestResumeBitIdentical(t *testing.T) {
+	data, st := synthData(3, 16, 32, 60, 3, 20)
+	target := Target{Vocab: st.V, LMHead: st.LM}
+	cfg := DefaultConfig()
+	cfg.BatchTokens = 128
+	cfg.MaxEpochs = 20
+	cfg.LR = 0.05 // fast enough to overfit 57 samples, so early stopping and the best-weights copy take part
+	cfg.Patience = 2
+	cfg.EvalEvery = 3
+	cfg.LogEvery = 1
+	be := tensor.CPU()
+
+	full, err := Train(context.Background(), cfg, target, data, be, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if full.Steps < 10 {
+		t.Fatalf("uninterrupted run too short to test resuming: %d steps", full.Steps)
+	}
+	t.Logf("uninterrupted: %d steps, %s", full.Steps, full.Stopped)
+	same := func(name string, got *Result) {
+		t.Helper()
+		if got.Steps != full.Steps || got.Stopped != full.Stopped {
+			t.Fatalf("%s: %d steps (%s), uninterrupted %d (%s)", name, got.Steps, got.Stopped, full.Steps, full.Stopped)
+		}
+		a, b := full.Heads.ParamData(), got.Heads.ParamData()
+		for i := range a {
+			if a[i] != b[i] {
+				t.Fatalf("%s: parameter %d = %v, uninterrupted %v", name, i, b[i], a[i])
+			}
+		}
+	}
+
+	// Cut by MaxSteps, then resumed without the limit.
+	dir := t.TempDir()
+	cut := cfg
+	cut.MaxSteps = 50 // after the best evaluation, before early stopping
+	part, err := Train(context.Background(), cut, target, data, be, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if part.Steps != 50 || part.Stopped != "max-steps" {
+		t.Fatalf("cut run: %d steps, %s", part.Steps, part.Stopped)
+	}
+	res := cfg
+	res.Resume = true
+	got, err := Train(context.Background(), res, target, data, be, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	same("max-steps + resume", got)
+
+	// Cancelled from the progress callback at step 5 (mid-epoch), then resumed.
+	dir = t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	cc := cfg
+	cc.Progress = func(p Progress) {
+		if p.Step == 5 {
+			cancel()
+		}
+	}
+	_, err = Train(ctx, cc, target, data, be, dir)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled run returned %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, CheckpointFile)); err != nil {
+		t.Fatalf("no checkpoint after cancellation: %v", err)
+	}
+	got, err = Train(context.Background(), res, target, data, be, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	same("cancel + resume", got)
+
+	// Resuming with different arguments is refused.
+	bad := res
+	bad.LR *= 2
+	if _, err := Train(context.Background(), bad, target, data, be, dir); err == nil {
+		t.Fatal("resume with a different learning rate accepted")
+	}
+}

@@ -1,0 +1,597 @@
+package medusa
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/train/dataset"
+	"github.com/drafter-ai/drafter/train/optim"
+)
+
+// Config holds the training arguments. DefaultConfig gives values that train
+// well without tuning; a zero field is NOT replaced by its default.
+type Config struct {
+	Heads        int     `json:"heads"`          // number of Medusa heads
+	Layers       int     `json:"layers"`         // residual blocks per head
+	SharedLMHead bool    `json:"shared_lm_head"` // use the target's lm_head, frozen
+	Decay        float64 `json:"decay"`          // loss weight of head h is Decay^h (1 = equal)
+
+	LR          float64 `json:"lr"`           // peak learning rate
+	MinLRRatio  float64 `json:"min_lr_ratio"` // cosine floor as a fraction of LR
+	WarmupSteps int     `json:"warmup_steps"` // linear warm-up; -1 means 2% of the scheduled steps
+	WeightDecay float64 `json:"weight_decay"` // AdamW decoupled decay
+	ClipNorm    float64 `json:"clip_norm"`    // global gradient-norm clip; <= 0 disables
+	BatchTokens int     `json:"batch_tokens"` // positions per optimiser step
+
+	MaxEpochs int     `json:"max_epochs"` // epoch cap (the cosine schedule spans it)
+	MaxSteps  int     `json:"max_steps"`  // stop after this many steps in total; 0 = no limit
+	Patience  int     `json:"patience"`   // evaluations without held-out improvement before stopping; 0 = never stop early
+	EvalEvery int     `json:"eval_every"` // steps between evaluations; 0 = once per epoch
+	HeldOut   float64 `json:"held_out"`   // fraction of samples held out for evaluation
+	Seed      uint64  `json:"seed"`
+
+	CheckpointEvery int  `json:"checkpoint_every"` // steps between checkpoints; 0 = at evaluations only
+	Resume          bool `json:"resume"`           // continue from OutDir/checkpoint.safetensors when present
+	LogEvery        int  `json:"log_every"`        // steps between metrics.jsonl training lines
+
+	// Progress, when set, is called after every step (not serialised).
+	Progress func(Progress) `json:"-"`
+}
+
+// DefaultConfig returns the defaults: 4 heads of 1 block, decay 0.8, AdamW at
+// lr 1e-2 (see the package notes on calibration) with 2% warm-up and a cosine
+// down to 10%, clip 1.0, 4096-token batches, up to 100 epochs stopped early
+// after 5 evaluations without held-out improvement, 5% held out.
+func DefaultConfig() Config {
+	return Config{
+		Heads: 4, Layers: 1, Decay: 0.8,
+		LR: 1e-2, MinLRRatio: 0.1, WarmupSteps: -1, ClipNorm: 1, BatchTokens: 4096,
+		MaxEpochs: 100, Patience: 5, HeldOut: 0.05, Seed: 1,
+		LogEvery: 10,
+	}
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Heads < 1:
+		return fmt.Errorf("medusa: heads must be >= 1, got %d", c.Heads)
+	case c.Layers < 0:
+		return fmt.Errorf("medusa: layers must be >= 0, got %d", c.Layers)
+	case !(c.Decay > 0 && c.Decay <= 1):
+		return fmt.Errorf("medusa: decay must lie in (0,1], got %g", c.Decay)
+	case !(c.LR > 0):
+		return fmt.Errorf("medusa: lr must be > 0, got %g", c.LR)
+	case c.MinLRRatio < 0 || c.MinLRRatio > 1:
+		return fmt.Errorf("medusa: min-lr ratio must lie in [0,1], got %g", c.MinLRRatio)
+	case c.BatchTokens < 1:
+		return fmt.Errorf("medusa: batch tokens must be >= 1, got %d", c.BatchTokens)
+	case c.MaxEpochs < 1:
+		return fmt.Errorf("medusa: max epochs must be >= 1, got %d", c.MaxEpochs)
+	case c.HeldOut < 0 || c.HeldOut >= 1:
+		return fmt.Errorf("medusa: held-out fraction must lie in [0,1), got %g", c.HeldOut)
+	case c.Patience < 0 || c.MaxSteps < 0 || c.EvalEvery < 0 || c.CheckpointEvery < 0 || c.LogEvery < 0 || c.WarmupSteps < -1:
+		return fmt.Errorf("medusa: patience, max steps, eval/checkpoint/log intervals and warm-up must not be negative")
+	}
+	return nil
+}
+
+// Target is what training needs from the frozen target model.
+type Target struct {
+	Vocab  int
+	LMHead []float32 // [Vocab, Hidden]: lm_head.weight, or the embedding when tied
+}
+
+// Progress is reported after every optimiser step.
+type Progress struct {
+	Step, TotalSteps int     // TotalSteps is the cap (early stopping may end sooner)
+	Epoch            int     // 0-based
+	Loss             float64 // this step's training loss
+	TokensPerSec     float64 // positions per second, averaged since the run (re)started
+	ETA              time.Duration
+	Eval             *Metrics // set on steps that ran an evaluation
+}
+
+// Metrics is one held-out evaluation.
+type Metrics struct {
+	Step       int       `json:"step"`
+	Epoch      int       `json:"epoch"`
+	Loss       float64   `json:"eval_loss"`      // sum_h w_h * mean CE of head h: the training loss's definition
+	HeadLoss   []float64 `json:"eval_head_loss"` // mean CE per head
+	Top1       []float64 `json:"top1"`           // per head
+	Top5       []float64 `json:"top5"`
+	Acceptance float64   `json:"acceptance"` // 1 + sum_k prod_{j<=k} top1_j: expected tokens per step of a greedy chain
+	Tokens     []int     `json:"tokens"`     // evaluated positions per head
+}
+
+// Result is what Train returns.
+type Result struct {
+	Heads   *Heads   // the best heads (lowest held-out loss), or the last when nothing is held out
+	Best    *Metrics // evaluation of the returned heads (nil without a held-out set)
+	Steps   int      // optimiser steps taken
+	Epochs  int      // epochs started
+	Stopped string   // why training ended: "early-stop", "max-epochs", "max-steps"
+}
+
+// Acceptance returns 1 + sum_k prod_{j<=k} top1[j], the expected number of
+// tokens a greedy chain of these heads yields per target step when head j's
+// top-1 is right with probability top1[j] independently of the others.
+func Acceptance(top1 []float64) float64 {
+	a, p := 1.0, 1.0
+	for _, t := range top1 {
+		p *= t
+		a += p
+	}
+	return a
+}
+
+// sampleOrder returns a permutation of [0,n) for the given stream; each epoch
+// draws its own from (seed, epoch), so a resumed run rebuilds it exactly.
+func sampleOrder(n int, seed, stream uint64) []int {
+	p := rand.New(rand.NewPCG(seed, stream)).Perm(n)
+	return p
+}
+
+const heldOutStream = 0x6d656475 // "medu": the stream of the held-out split
+
+// positions reads samples in order and packs their positions into batches.
+type positions struct {
+	data   dataset.Dataset
+	heads  int
+	hidden int
+	vocab  int
+	order  []int
+	cursor int // next sample in order
+	offset int // next position within it
+	loaded int // order index of the sample in cur, -1 if none
+	cur    dataset.Sample
+}
+
+// useful reports whether some head has a target at position t.
+func useful(s *dataset.Sample, t, heads int) bool {
+	for h := 0; h < heads; h++ {
+		if j := t + h + 2; j < len(s.Tokens) && s.LossMask[j] {
+			return true
+		}
+	}
+	return false
+}
+
+// fill packs up to b capacity positions into b; it returns false at the end of
+// the order.
+func (p *positions) fill(b *Batch, capacity int) (bool, error) {
+	b.Rows = 0
+	H := p.hidden
+	for b.Rows < capacity && p.cursor < len(p.order) {
+		if p.loaded != p.cursor {
+			i := p.order[p.cursor]
+			if err := p.data.Sample(i, &p.cur, true); err != nil {
+				return false, fmt.Errorf("medusa: reading sample %d: %w", i, err)
+			}
+			if err := dataset.Check(i, &p.cur, H, p.vocab); err != nil {
+				return false, err
+			}
+			if len(p.cur.Final) != len(p.cur.Tokens)*H {
+				return false, fmt.Errorf("medusa: sample %d has no final hidden states", i)
+			}
+			p.loaded = p.cursor
+		}
+		s := &p.cur
+		T := len(s.Tokens)
+		for ; p.offset < T && b.Rows < capacity; p.offset++ {
+			t := p.offset
+			if !useful(s, t, p.heads) {
+				continue
+			}
+			r := b.Rows
+			copy(b.X[r*H:(r+1)*H], s.Final[t*H:(t+1)*H])
+			for h := 0; h < p.heads; h++ {
+				tg := int32(-1)
+				if j := t + h + 2; j < T && s.LossMask[j] {
+					tg = s.Tokens[j]
+				}
+				b.Targets[h][r] = tg
+			}
+			b.Rows++
+		}
+		if p.offset >= T {
+			p.cursor++
+			p.offset = 0
+		}
+	}
+	return b.Rows > 0, nil
+}
+
+// countPositions returns the number of positions with at least one target in
+// the listed samples, reading tokens and masks only.
+func countPositions(data dataset.Dataset, idx []int, heads, hidden, vocab int) (int, error) {
+	var s dataset.Sample
+	total := 0
+	for _, i := range idx {
+		if err := data.Sample(i, &s, false); err != nil {
+			return 0, fmt.Errorf("medusa: reading sample %d: %w", i, err)
+		}
+		s.Final = nil
+		if err := dataset.Check(i, &s, hidden, vocab); err != nil {
+			return 0, err
+		}
+		for t := range s.Tokens {
+			if useful(&s, t, heads) {
+				total++
+			}
+		}
+	}
+	return total, nil
+}
+
+// trainExtra is the trainer-specific state saved in checkpoints.
+type trainExtra struct {
+	BestLoss  float64  `json:"best_loss"` // meaningful when HaveBest
+	HaveBest  bool     `json:"have_best"`
+	BadEvals  int      `json:"bad_evals"`
+	BestEval  *Metrics `json:"best_eval,omitempty"`
+	LastEval  int      `json:"last_eval_step"`
+	Completed bool     `json:"completed"`
+}
+
+// CheckpointFile is the name of the training checkpoint inside the output folder.
+const CheckpointFile = "checkpoint.safetensors"
+
+// MetricsFile is the name of the metrics log inside the output folder.
+const MetricsFile = "metrics.jsonl"
+
+// Train trains Medusa heads on data and returns the best heads. It writes
+// metrics.jsonl and periodic checkpoints into outDir (created if needed); the
+// exports are written separately by Export. When ctx is cancelled it writes a
+// checkpoint and returns an error wrapping ctx.Err(); a later call with
+// cfg.Resume continues and ends bit-identical to an uninterrupted run.
+func Train(ctx context.Context, cfg Config, target Target, data dataset.Dataset, be tensor.Backend, outDir string) (*Result, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	H := data.Hidden()
+	g := Geometry{Hidden: H, Vocab: target.Vocab, Heads: cfg.Heads, Layers: cfg.Layers, SharedLMHead: cfg.SharedLMHead}
+	m, err := NewHeads(g, target.LMHead, true)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return nil, fmt.Errorf("medusa: creating output folder: %w", err)
+	}
+	n := data.NumSamples()
+	if n == 0 {
+		return nil, errors.New("medusa: the dataset has no samples")
+	}
+	split := sampleOrder(n, cfg.Seed, heldOutStream)
+	nHeld := int(math.Round(cfg.HeldOut * float64(n)))
+	if cfg.HeldOut > 0 && nHeld == 0 && n >= 2 {
+		nHeld = 1
+	}
+	if nHeld >= n {
+		nHeld = n - 1
+	}
+	heldIdx, trainIdx := split[:nHeld], split[nHeld:]
+	trainPos, err := countPositions(data, trainIdx, cfg.Heads, H, target.Vocab)
+	if err != nil {
+		return nil, err
+	}
+	if trainPos == 0 {
+		return nil, errors.New("medusa: no training position has a response token 2 or more tokens ahead (check the loss masks)")
+	}
+	stepsPerEpoch := (trainPos + cfg.BatchTokens - 1) / cfg.BatchTokens
+	totalSteps := stepsPerEpoch * cfg.MaxEpochs
+	// MaxSteps only truncates: the schedule spans the epoch cap, so a run cut
+	// short and resumed follows the same learning rates as one that was not.
+	warmup := cfg.WarmupSteps
+	if warmup < 0 {
+		warmup = int(math.Ceil(0.02 * float64(totalSteps)))
+	}
+	sched := optim.Schedule{Base: cfg.LR, MinRatio: cfg.MinLRRatio, Warmup: warmup, Total: totalSteps}
+	evalEvery := cfg.EvalEvery
+	if evalEvery == 0 {
+		evalEvery = stepsPerEpoch
+	}
+	ac := optim.DefaultAdamW()
+	ac.WeightDecay = cfg.WeightDecay
+	params := m.Params()
+	opt, err := optim.NewAdamW(params, ac)
+	if err != nil {
+		return nil, err
+	}
+	weights := Weights(cfg.Heads, cfg.Decay)
+	ws := m.NewWorkspace(cfg.BatchTokens, 0)
+	batch := &Batch{X: make([]float32, cfg.BatchTokens*H), Targets: make([][]int32, cfg.Heads)}
+	for h := range batch.Targets {
+		batch.Targets[h] = make([]int32, cfg.BatchTokens)
+	}
+	best := make([]float32, len(m.ParamData()))
+	copy(best, m.ParamData())
+	args, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("medusa: encoding arguments: %w", err)
+	}
+
+	ex := trainExtra{}
+	st := &optim.TrainState{Buffers: []optim.Param{{Name: "best", Data: best}}}
+	ckptPath := filepath.Join(outDir, CheckpointFile)
+	if cfg.Resume {
+		if _, err := os.Stat(ckptPath); err == nil {
+			if err := optim.LoadCheckpoint(ckptPath, opt, st); err != nil {
+				return nil, err
+			}
+			if err := sameArgs(st.Args, cfg); err != nil {
+				return nil, fmt.Errorf("medusa: cannot resume from %s: %w", ckptPath, err)
+			}
+			if err := json.Unmarshal(st.Extra, &ex); err != nil {
+				return nil, fmt.Errorf("medusa: checkpoint %s: decoding trainer state: %w", ckptPath, err)
+			}
+		}
+	}
+	metrics, err := openMetrics(filepath.Join(outDir, MetricsFile), int(opt.StepCount), cfg.Resume)
+	if err != nil {
+		return nil, err
+	}
+	defer metrics.Close()
+
+	save := func() error {
+		st.Args = args
+		var err error
+		if st.Extra, err = json.Marshal(ex); err != nil {
+			return fmt.Errorf("medusa: encoding trainer state: %w", err)
+		}
+		return optim.SaveCheckpoint(ckptPath, opt, st)
+	}
+	eval := func(step, epoch int) (*Metrics, error) {
+		return evaluate(m, be, ws, batch, data, heldIdx, cfg.Heads, H, target.Vocab, weights, step, epoch)
+	}
+
+	res := &Result{Heads: m}
+	step := int(opt.StepCount)
+	start := time.Now()
+	startStep := step
+	tokens := 0
+	finish := func(reason string) (*Result, error) {
+		res.Stopped, res.Steps, res.Epochs = reason, step, st.Epoch+1
+		// The checkpoint keeps the current weights (a max-steps run may be
+		// resumed); the returned heads are the best ones.
+		ex.Completed = reason != "max-steps"
+		if err := save(); err != nil {
+			return nil, err
+		}
+		if nHeld > 0 && ex.HaveBest {
+			copy(m.ParamData(), best)
+			res.Best = ex.BestEval
+		}
+		return res, nil
+	}
+	if ex.Completed {
+		return finish("resumed-complete")
+	}
+	pos := &positions{data: data, heads: cfg.Heads, hidden: H, vocab: target.Vocab, loaded: -1}
+	for ; st.Epoch < cfg.MaxEpochs; st.Epoch, st.Cursor, st.Offset = st.Epoch+1, 0, 0 {
+		order := sampleOrder(len(trainIdx), cfg.Seed, uint64(st.Epoch)+1)
+		for i, o := range order {
+			order[i] = trainIdx[o]
+		}
+		pos.order, pos.cursor, pos.offset, pos.loaded = order, st.Cursor, st.Offset, -1
+		for {
+			if cfg.MaxSteps > 0 && step >= cfg.MaxSteps {
+				return finish("max-steps")
+			}
+			if err := ctx.Err(); err != nil {
+				if serr := save(); serr != nil {
+					return nil, errors.Join(err, serr)
+				}
+				return nil, fmt.Errorf("medusa: training stopped at step %d, checkpoint written to %s (resume to continue): %w", step, ckptPath, err)
+			}
+			ok, err := pos.fill(batch, cfg.BatchTokens)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				break
+			}
+			st.Cursor, st.Offset = pos.cursor, pos.offset
+			m.ZeroGrad()
+			loss := m.TrainStep(be, ws, batch, weights)
+			if math.IsNaN(loss) || math.IsInf(loss, 0) {
+				return nil, fmt.Errorf("medusa: training loss became %v at step %d (lower the learning rate)", loss, step)
+			}
+			norm := optim.ClipGradNorm(params, cfg.ClipNorm)
+			lr := sched.LR(step)
+			opt.Step(lr)
+			step++
+			tokens += batch.Rows
+
+			p := Progress{Step: step, TotalSteps: totalSteps, Epoch: st.Epoch, Loss: loss}
+			if el := time.Since(start).Seconds(); el > 0 {
+				p.TokensPerSec = float64(tokens) / el
+				p.ETA = time.Duration(float64(totalSteps-step) * el / float64(step-startStep) * float64(time.Second))
+			}
+			if cfg.LogEvery > 0 && step%cfg.LogEvery == 0 {
+				if err := metrics.write(map[string]any{"step": step, "epoch": st.Epoch, "loss": loss, "lr": lr, "grad_norm": norm, "tokens_per_sec": p.TokensPerSec}); err != nil {
+					return nil, err
+				}
+			}
+			stop := false
+			if nHeld > 0 && step%evalEvery == 0 {
+				mt, err := eval(step, st.Epoch)
+				if err != nil {
+					return nil, err
+				}
+				p.Eval = mt
+				ex.LastEval = step
+				if !ex.HaveBest || mt.Loss < ex.BestLoss {
+					ex.BestLoss, ex.HaveBest, ex.BadEvals, ex.BestEval = mt.Loss, true, 0, mt
+					copy(best, m.ParamData())
+				} else {
+					ex.BadEvals++
+				}
+				if err := metrics.write(mt); err != nil {
+					return nil, err
+				}
+				stop = cfg.Patience > 0 && ex.BadEvals >= cfg.Patience
+				if cfg.CheckpointEvery == 0 && !stop {
+					if err := save(); err != nil {
+						return nil, err
+					}
+				}
+			}
+			if cfg.CheckpointEvery > 0 && step%cfg.CheckpointEvery == 0 {
+				if err := save(); err != nil {
+					return nil, err
+				}
+			}
+			if cfg.Progress != nil {
+				cfg.Progress(p)
+			}
+			if stop {
+				return finish("early-stop")
+			}
+		}
+	}
+	st.Epoch = cfg.MaxEpochs - 1
+	if nHeld > 0 && ex.LastEval != step {
+		// A final evaluation so the last weights compete for "best".
+		mt, err := eval(step, st.Epoch)
+		if err != nil {
+			return nil, err
+		}
+		if !ex.HaveBest || mt.Loss < ex.BestLoss {
+			ex.BestLoss, ex.HaveBest, ex.BestEval = mt.Loss, true, mt
+			copy(best, m.ParamData())
+		}
+		if err := metrics.write(mt); err != nil {
+			return nil, err
+		}
+	}
+	return finish("max-epochs")
+}
+
+// sameArgs rejects a resume whose training arguments differ from the
+// checkpoint's (resume and the callback aside).
+func sameArgs(saved json.RawMessage, cfg Config) error {
+	var old Config
+	if err := json.Unmarshal(saved, &old); err != nil {
+		return fmt.Errorf("decoding the saved arguments: %w", err)
+	}
+	old.Resume, cfg.Resume = false, false
+	old.MaxSteps, cfg.MaxSteps = 0, 0 // a run may be extended or cut short
+	old.Progress, cfg.Progress = nil, nil
+	a, _ := json.Marshal(old)
+	b, _ := json.Marshal(cfg)
+	if string(a) != string(b) {
+		return fmt.Errorf("the arguments differ from the checkpoint's (saved %s, now %s)", a, b)
+	}
+	return nil
+}
+
+// evaluate runs the heads over every position of the held-out samples.
+func evaluate(m *Heads, be tensor.Backend, ws *Workspace, b *Batch, data dataset.Dataset, idx []int, heads, H, vocab int, w []float64, step, epoch int) (*Metrics, error) {
+	mt := &Metrics{Step: step, Epoch: epoch, HeadLoss: make([]float64, heads), Top1: make([]float64, heads), Top5: make([]float64, heads), Tokens: make([]int, heads)}
+	t1, t5 := make([]int, heads), make([]int, heads)
+	p := &positions{data: data, heads: heads, hidden: H, vocab: vocab, order: idx, loaded: -1}
+	for {
+		ok, err := p.fill(b, ws.MaxRows)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			break
+		}
+		m.Evaluate(be, ws, b)
+		rows, ce, top1, top5 := ws.Stats()
+		for h := 0; h < heads; h++ {
+			mt.Tokens[h] += rows[h]
+			mt.HeadLoss[h] += ce[h]
+			t1[h] += top1[h]
+			t5[h] += top5[h]
+		}
+	}
+	for h := 0; h < heads; h++ {
+		if mt.Tokens[h] > 0 {
+			k := float64(mt.Tokens[h])
+			mt.HeadLoss[h] /= k
+			mt.Top1[h], mt.Top5[h] = float64(t1[h])/k, float64(t5[h])/k
+		}
+		mt.Loss += w[h] * mt.HeadLoss[h]
+	}
+	mt.Acceptance = Acceptance(mt.Top1)
+	return mt, nil
+}
+
+// metricsLog appends one JSON object per line to metrics.jsonl.
+type metricsLog struct {
+	f *os.File
+	w *bufio.Writer
+}
+
+// openMetrics opens the metrics log; on resume it keeps only the lines up to
+// the checkpoint's step, so the log reads as one uninterrupted run.
+func openMetrics(path string, step int, resume bool) (*metricsLog, error) {
+	var keep [][]byte
+	if resume && step > 0 {
+		if old, err := os.ReadFile(path); err == nil {
+			for _, line := range splitLines(old) {
+				var s struct {
+					Step int `json:"step"`
+				}
+				if json.Unmarshal(line, &s) == nil && s.Step <= step {
+					keep = append(keep, line)
+				}
+			}
+		}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("medusa: creating metrics log: %w", err)
+	}
+	l := &metricsLog{f: f, w: bufio.NewWriter(f)}
+	for _, line := range keep {
+		l.w.Write(line)
+		l.w.WriteByte('\n')
+	}
+	return l, l.w.Flush()
+}
+
+func splitLines(b []byte) [][]byte {
+	var out [][]byte
+	for len(b) > 0 {
+		i := 0
+		for i < len(b) && b[i] != '\n' {
+			i++
+		}
+		if i > 0 {
+			out = append(out, b[:i])
+		}
+		if i < len(b) {
+			i++
+		}
+		b = b[i:]
+	}
+	return out
+}
+
+func (l *metricsLog) write(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("medusa: encoding metrics: %w", err)
+	}
+	l.w.Write(b)
+	l.w.WriteByte('\n')
+	if err := l.w.Flush(); err != nil {
+		return fmt.Errorf("medusa: writing %s: %w", l.f.Name(), err)
+	}
+	return nil
+}
+
+// Close closes the log.
+func (l *metricsLog) Close() error { return l.f.Close() }
