@@ -30,6 +30,9 @@ rendering), generate (run the target model).`,
 	root.AddCommand(
 		newInspectCmd(),
 		newTokenizeCmd(),
+		newGenerateCmd(),
+		newDistillCmd(),
+		newCaptureCmd(),
 	)
 	return root
 }

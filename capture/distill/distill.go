@@ -1,0 +1,678 @@
+// Package distill self-distils a target checkpoint: it answers a prompt set
+// with the frozen model at its serving settings and captures, from the very
+// forward passes that generate each token, the hidden states a drafter trains
+// on (Run, `drafter distill`). Capture (`drafter capture`) stores the same
+// shards for responses that already exist, with one teacher-forced prefill per
+// sample.
+//
+// # Output directory
+//
+//	responses.jsonl     one line per sample, in sample order (Response)
+//	manifest.json       the capture manifest (package capture)
+//	shard-NNNNN.arrow   the hidden states, one row per position
+//
+// # Samples and randomness
+//
+// Prompt i (0-based among the valid records of the prompt file) yields
+// samples i*S .. i*S+S-1 for S = --samples-per-prompt; the sample index is the
+// sample_id in the shards and the id in responses.jsonl. Sample j draws its
+// tokens from the random stream (seed, j) and nothing else, so its tokens do
+// not depend on the batch size, on --shard or on restarts. With --shard i/n a
+// run takes the prompts whose index is i modulo n.
+//
+// # Captured positions
+//
+// The states of the prompt come from the prefill pass, the state of each
+// generated token from the decode step that consumed it. The last generated
+// token (the eos, or the last token when the budget ran out) is consumed by no
+// generating pass; it is run once more as a capture-only row (no logits) in
+// the next batched pass, so every stored position has its state and the stop
+// token is in the data, a drafter must learn to predict it.
+//
+// # Determinism and resume
+//
+// A row's floating-point result can depend, in the last bits, on the other
+// rows of its pass (the matrix-multiply kernels block differently for
+// different row counts). So that a restarted run reproduces an uninterrupted
+// one bit for bit, samples are generated in blocks of 64*batch consecutive
+// samples of the run's sample list; each block is scheduled on its own (slots
+// refilled from the block only), so the composition of every pass depends on
+// the block and --batch alone. Resume restarts at the block holding the first
+// sample not yet stored, regenerating (and discarding) the block's already
+// stored samples. Changing --batch is therefore a changed argument. Across
+// different --batch values or --shard splits the tokens are the same and the
+// states agree to rounding, but the bytes can differ.
+//
+// responses.jsonl is appended before each sample goes to the shard writer and
+// fsynced when a shard is finished; on resume (and on an interrupted run) it
+// is truncated to the samples the manifest lists.
+package distill
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+
+	"github.com/drafter-ai/drafter/capture"
+	"github.com/drafter-ai/drafter/data"
+	"github.com/drafter-ai/drafter/pkg/generate"
+	"github.com/drafter-ai/drafter/pkg/model"
+)
+
+// ResponsesName is the responses file inside the output directory.
+const ResponsesName = "responses.jsonl"
+
+// blockPerBatch sets the scheduling block: 64 samples per batch slot.
+const blockPerBatch = 64
+
+// Options configure Run.
+type Options struct {
+	// Prompts is the prompt file (data.ReadPrompts formats); Out the output
+	// directory.
+	Prompts, Out string
+	// SkipInvalid skips malformed records, and prompts that leave no room
+	// to generate, counting them.
+	SkipInvalid bool
+	// Sampling overrides generation_config.json.
+	Sampling generate.Overrides
+	// SamplesPerPrompt is the number of samples per prompt (default 1).
+	SamplesPerPrompt int
+	// Seed keys every sample's random stream.
+	Seed uint64
+	// Batch is the number of sequences decoded together (default 1).
+	Batch int
+	// Layers are the Hugging Face hidden_states indices to store (see
+	// capture.LayerConvention: index L is the last layer's output BEFORE
+	// the final norm); nil means the EAGLE-3 defaults 2, L/2, L-3. The state
+	// after the final norm is always stored as final_norm.
+	Layers []int
+	// DType is the storage type (default float16).
+	DType capture.DType
+	// Shard and NumShards select prompts with index % NumShards == Shard
+	// (NumShards 0 or 1: all).
+	Shard, NumShards int
+	// ShardRows closes a shard once it holds this many rows (0: no row
+	// limit); ShardBytes once it holds this many bytes (0: the capture
+	// default of 1 GiB).
+	ShardRows, ShardBytes int64
+	// Force deletes an existing capture in Out and starts over.
+	Force bool
+	// Progress receives a progress bar and the summary; nil for none.
+	Progress io.Writer
+}
+
+// Response is one line of responses.jsonl.
+type Response struct {
+	// ID is the sample index (the shards' sample_id).
+	ID int64 `json:"id"`
+	// PromptIndex is the prompt's index among the valid records; Sample is
+	// k in 0..samples_per_prompt-1; PromptLine the prompt's line in the file.
+	PromptIndex int `json:"prompt_index"`
+	Sample      int `json:"sample"`
+	PromptLine  int `json:"prompt_line"`
+	// PromptID is the record's own "id", when it has one.
+	PromptID string `json:"prompt_id,omitempty"`
+	// Prompt is a raw-text prompt; Messages a chat prompt followed by the
+	// generated assistant turn (so the file reads back as conversations).
+	Prompt   string    `json:"prompt,omitempty"`
+	Messages []Message `json:"messages,omitempty"`
+	// Response is the generated text (special tokens left out);
+	// ResponseIDs the generated ids, ending with the stop id for "eos".
+	Response    string `json:"response"`
+	ResponseIDs []int  `json:"response_ids"`
+	// FinishReason is "eos" (a stop id was generated) or "length".
+	FinishReason string `json:"finish_reason"`
+}
+
+// Summary reports a run.
+type Summary struct {
+	Out string `json:"out"`
+	// Prompts read, Skipped malformed records, TooLong prompts skipped for
+	// leaving no room to generate.
+	Prompts, Skipped, TooLong int
+	// Samples in this run's share; Resumed of them were already stored.
+	Samples, Resumed int
+	// Generated tokens in this run (including regenerated ones on resume).
+	Generated int64
+	// Seconds of the whole run; CaptureSeconds of them spent copying
+	// states and writing shards.
+	Seconds, CaptureSeconds float64
+	// Manifest is the final manifest.
+	Manifest *capture.Manifest
+	// Settings are the generation settings used.
+	Settings generate.Settings
+}
+
+// TokensPerSecond is generated tokens per second of the run.
+func (s *Summary) TokensPerSecond() float64 {
+	if s.Seconds == 0 {
+		return 0
+	}
+	return float64(s.Generated) / s.Seconds
+}
+
+// CaptureShare is the fraction of the run spent on capture.
+func (s *Summary) CaptureShare() float64 {
+	if s.Seconds == 0 {
+		return 0
+	}
+	return s.CaptureSeconds / s.Seconds
+}
+
+// Message is one chat turn in responses.jsonl, in the OpenAI layout (tool
+// calls and extra fields of the prompt's turns are not repeated here).
+type Message struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+	Name    string `json:"name,omitempty"`
+}
+
+// item is one sample of the run.
+type item struct {
+	id     int64
+	k      int
+	prompt *data.Prompt
+	ids    []int
+	budget int
+}
+
+// Layers resolves the layers to store for a model of L layers: the EAGLE-3
+// defaults when layers is nil (duplicates once), else layers sorted and
+// deduplicated. Every index must be in 0..L.
+func Layers(def [3]int, L int, layers []int) ([]int, error) {
+	if layers == nil {
+		layers = def[:]
+		for _, k := range layers {
+			if k < 1 {
+				return nil, fmt.Errorf("distill: the model has %d layers; the EAGLE-3 default layers %v include index %d (the embedding or below); choose --layers", L, def, k)
+			}
+		}
+	}
+	out := slices.Clone(layers)
+	sort.Ints(out)
+	out = slices.Compact(out)
+	for _, k := range out {
+		if k < 0 || k > L {
+			return nil, fmt.Errorf("distill: layer %d is not a hidden_states index of a %d-layer model (0..%d)", k, L, L)
+		}
+	}
+	return out, nil
+}
+
+// taps maps stored layers to model taps: index L is stored pre-norm
+// (capture's convention), and final_norm (the model's index L) comes last.
+func taps(layers []int, L int) []int {
+	t := make([]int, 0, len(layers)+1)
+	for _, k := range layers {
+		if k == L {
+			t = append(t, model.PreNormLast)
+		} else {
+			t = append(t, k)
+		}
+	}
+	return append(t, L)
+}
+
+// Run distils the prompts of opt.Prompts with t into opt.Out, resuming an
+// interrupted run with the same arguments.
+func Run(ctx context.Context, t *generate.Target, opt Options) (*Summary, error) {
+	start := time.Now()
+	if opt.SamplesPerPrompt == 0 {
+		opt.SamplesPerPrompt = 1
+	}
+	if opt.Batch == 0 {
+		opt.Batch = 1
+	}
+	if opt.DType == "" {
+		opt.DType = capture.Float16
+	}
+	if opt.NumShards == 0 {
+		opt.NumShards = 1
+	}
+	switch {
+	case opt.SamplesPerPrompt < 1:
+		return nil, fmt.Errorf("distill: --samples-per-prompt %d: want at least 1", opt.SamplesPerPrompt)
+	case opt.Batch < 1:
+		return nil, fmt.Errorf("distill: --batch %d: want at least 1", opt.Batch)
+	case opt.Shard < 0 || opt.Shard >= opt.NumShards:
+		return nil, fmt.Errorf("distill: --shard %d/%d: want i/n with 0 <= i < n", opt.Shard, opt.NumShards)
+	case opt.Out == "":
+		return nil, fmt.Errorf("distill: no output directory")
+	}
+	m := t.Model
+	L := m.NumLayers()
+	layers, err := Layers(t.Config.EAGLE3Layers(), L, opt.Layers)
+	if err != nil {
+		return nil, err
+	}
+	st, err := t.Settings(opt.Sampling)
+	if err != nil {
+		return nil, err
+	}
+	prompts, skipped, err := data.ReadPrompts(opt.Prompts, data.ReadOptions{SkipInvalid: opt.SkipInvalid})
+	if err != nil {
+		return nil, fmt.Errorf("distill: %w", err)
+	}
+	if len(prompts) == 0 {
+		return nil, fmt.Errorf("distill: %s holds no prompts", opt.Prompts)
+	}
+	promptHash, err := data.PromptHash(opt.Prompts)
+	if err != nil {
+		return nil, err
+	}
+	sum := &Summary{Out: opt.Out, Prompts: len(prompts), Skipped: skipped, Settings: st}
+	var items []item
+	capacity := 2
+	for i := range prompts {
+		p := &prompts[i]
+		if p.Index%opt.NumShards != opt.Shard {
+			continue
+		}
+		ids, err := t.EncodePrompt(*p)
+		if err == nil {
+			var b int
+			b, err = st.Budget(len(ids), m.MaxPositions())
+			if err == nil {
+				capacity = max(capacity, len(ids)+b)
+				for k := 0; k < opt.SamplesPerPrompt; k++ {
+					items = append(items, item{id: int64(p.Index*opt.SamplesPerPrompt + k), k: k, prompt: p, ids: ids, budget: b})
+				}
+				continue
+			}
+		}
+		if !opt.SkipInvalid || strings.Contains(err.Error(), "no chat template") {
+			return nil, fmt.Errorf("distill: %s:%d: %w (--skip-invalid skips such prompts)", opt.Prompts, p.Line, err)
+		}
+		sum.TooLong++
+	}
+	sum.Samples = len(items)
+
+	layout := capture.Layout{Layers: layers, FinalNorm: true, Hidden: m.HiddenSize(), DType: opt.DType}
+	if err := layout.Validate(); err != nil {
+		return nil, fmt.Errorf("distill: %w", err)
+	}
+	genDesc := map[string]any{
+		"temperature": st.Params.Temperature, "top_p": st.Params.TopP, "top_k": st.Params.TopK, "min_p": st.Params.MinP,
+		"max_new_tokens": st.MaxNewTokens, "max_length": st.MaxLength, "samples_per_prompt": opt.SamplesPerPrompt,
+		"stop_ids": t.Stop, "decoding": st.Params.String(),
+	}
+	args := map[string]string{
+		"command":            "distill",
+		"model_fingerprint":  t.Fingerprint,
+		"tokenizer_hash":     t.TokenizerHash,
+		"chat_template_hash": t.TemplateHash(),
+		"prompt_file_hash":   promptHash,
+		"skip_invalid":       strconv.FormatBool(opt.SkipInvalid),
+		"sampling":           fmt.Sprintf("temperature=%g top_p=%g top_k=%d min_p=%g", st.Params.Temperature, st.Params.TopP, st.Params.TopK, st.Params.MinP),
+		"max_new_tokens":     strconv.Itoa(st.MaxNewTokens),
+		"max_length":         strconv.Itoa(st.MaxLength),
+		"samples_per_prompt": strconv.Itoa(opt.SamplesPerPrompt),
+		"seed":               strconv.FormatUint(opt.Seed, 10),
+		"batch":              strconv.Itoa(opt.Batch),
+		"layers":             fmt.Sprint(layers),
+		"dtype":              string(opt.DType),
+		"shard":              fmt.Sprintf("%d/%d", opt.Shard, opt.NumShards),
+		"shard_rows":         strconv.FormatInt(opt.ShardRows, 10),
+		"shard_bytes":        strconv.FormatInt(opt.ShardBytes, 10),
+	}
+	man := capture.Manifest{
+		ModelFingerprint: t.Fingerprint, Layers: layers, FinalNorm: true, DType: opt.DType, HiddenSize: m.HiddenSize(),
+		TokenizerHash: t.TokenizerHash, ChatTemplateHash: t.TemplateHash(), Generation: genDesc, Seed: int64(opt.Seed),
+		PromptFileHash: promptHash, Args: args,
+	}
+	out, err := openOutput(opt.Out, man, opt.Force)
+	if err != nil {
+		return nil, err
+	}
+	// The stored samples must be a prefix of this run's sample list.
+	done := len(out.done)
+	if done > len(items) {
+		return nil, fmt.Errorf("distill: %s stores %d samples, more than this run's %d", opt.Out, done, len(items))
+	}
+	for i := 0; i < done; i++ {
+		if _, ok := out.done[items[i].id]; !ok {
+			return nil, fmt.Errorf("distill: %s does not store sample %d although it stores %d samples: the samples are not this run's first ones; start over with --force", opt.Out, items[i].id, done)
+		}
+	}
+	sum.Resumed = done
+	// The manifest first, then responses.jsonl: a directory with a manifest
+	// is always resumable.
+	var resp *responses
+	w, err := out.writer(capture.ShardOptions{MaxRows: opt.ShardRows, MaxBytes: opt.ShardBytes,
+		OnShard: func(capture.ShardInfo) error { return resp.sync() }})
+	if err != nil {
+		return nil, fmt.Errorf("distill: %w", err)
+	}
+	resp, err = openResponses(opt.Out, out.manifest.Totals.Samples, out.done, out.fresh)
+	if err != nil {
+		w.Abort()
+		return nil, err
+	}
+	defer resp.close()
+	fail := func(err error) (*Summary, error) {
+		w.Abort()
+		if terr := resp.truncate(w.Manifest().Totals.Samples); terr != nil {
+			return nil, fmt.Errorf("%w (and %v)", err, terr)
+		}
+		if ctx.Err() != nil && err == ctx.Err() {
+			man := w.Manifest()
+			return nil, fmt.Errorf("distill: interrupted: %d of %d samples are stored in %d shards in %s; rerun the same command to resume",
+				man.Totals.Samples, len(items), len(man.Shards), opt.Out)
+		}
+		return nil, err
+	}
+
+	tp := taps(layers, L)
+	eng, err := generate.NewEngine(m, generate.EngineOptions{Params: st.Params, Seed: opt.Seed, Stop: t.Stop,
+		Batch: opt.Batch, Capacity: capacity, Taps: tp})
+	if err != nil {
+		return fail(err)
+	}
+	var bar *progressbar.ProgressBar
+	if opt.Progress != nil {
+		bar = progressbar.NewOptions64(int64(len(items)), progressbar.OptionSetWriter(opt.Progress),
+			progressbar.OptionSetDescription("distill"), progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(true),
+			progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionSetWidth(30), progressbar.OptionShowElapsedTimeOnFinish())
+		bar.Set(done)
+	}
+	var writeTime time.Duration
+	var tok32 []int32
+	var mask []bool
+	block := blockPerBatch * opt.Batch
+	jobs := make([]generate.Job, 0, block)
+	first := len(items) // nothing left to generate when all are stored
+	if done < len(items) {
+		first = done / block * block
+	}
+	for b0 := first; b0 < len(items); b0 += block {
+		b1 := min(b0+block, len(items))
+		jobs = jobs[:0]
+		for _, it := range items[b0:b1] {
+			jobs = append(jobs, generate.Job{Stream: uint64(it.id), Prompt: it.ids, MaxNew: it.budget})
+		}
+		err := eng.Run(ctx, jobs, func(d generate.Done) error {
+			g := b0 + d.Job
+			if g < done {
+				return nil // stored before the restart; regenerated for an identical schedule
+			}
+			it := &items[g]
+			t0 := time.Now()
+			tok32, mask = tok32[:0], mask[:0]
+			for _, id := range it.ids {
+				tok32 = append(tok32, int32(id))
+				mask = append(mask, false)
+			}
+			for _, id := range d.Tokens {
+				tok32 = append(tok32, int32(id))
+				mask = append(mask, true)
+			}
+			if err := resp.add(response(t, it, d)); err != nil {
+				return err
+			}
+			if err := w.Write(capture.Sample{ID: it.id, Tokens: tok32, LossMask: mask, States: d.States}); err != nil {
+				return fmt.Errorf("distill: prompt line %d: %w", it.prompt.Line, err)
+			}
+			writeTime += time.Since(t0)
+			if bar != nil {
+				el := time.Since(start).Seconds()
+				bar.Describe(fmt.Sprintf("distill %.0f tok/s", float64(eng.Stats().Generated)/el))
+				bar.Add(1)
+			}
+			return nil
+		})
+		if err != nil {
+			return fail(err)
+		}
+	}
+	t0 := time.Now()
+	final, err := w.Close()
+	if err != nil {
+		return fail(err)
+	}
+	writeTime += time.Since(t0)
+	if err := resp.close(); err != nil {
+		return nil, err
+	}
+	if bar != nil {
+		bar.Finish()
+		fmt.Fprintln(opt.Progress)
+	}
+	stats := eng.Stats()
+	sum.Manifest = final
+	sum.Generated = stats.Generated
+	sum.Seconds = time.Since(start).Seconds()
+	sum.CaptureSeconds = (writeTime + stats.Copy).Seconds()
+	if opt.Progress != nil {
+		sum.WriteText(opt.Progress)
+	}
+	return sum, nil
+}
+
+// WriteText prints the summary for people.
+func (s *Summary) WriteText(w io.Writer) {
+	m := s.Manifest
+	fmt.Fprintf(w, "distill: %d samples in %s (%d resumed), %d prompts", m.Totals.Samples, s.Out, s.Resumed, s.Prompts)
+	if s.Skipped+s.TooLong > 0 {
+		fmt.Fprintf(w, " (%d malformed and %d too long skipped)", s.Skipped, s.TooLong)
+	}
+	fmt.Fprintf(w, "\n  %d generated tokens in %.1fs: %.0f tokens/s, capture %.1f%% of the time; %s\n",
+		s.Generated, s.Seconds, s.TokensPerSecond(), 100*s.CaptureShare(), s.Settings.Params)
+	fmt.Fprintf(w, "  %d shards, %d rows (%d response tokens), %.1f MiB, %.0f bytes per token, layers %v + final_norm as %s\n",
+		len(m.Shards), m.Totals.Rows, m.Totals.ResponseTokens, float64(m.Totals.Bytes)/(1<<20), m.BytesPerToken, m.Layers, m.DType)
+}
+
+func response(t *generate.Target, it *item, d generate.Done) *Response {
+	p := it.prompt
+	r := &Response{ID: it.id, PromptIndex: p.Index, Sample: it.k, PromptLine: p.Line, PromptID: p.ID,
+		Response: t.Tok.Decode(d.Tokens, true), ResponseIDs: d.Tokens, FinishReason: d.Finish}
+	if p.IsChat() {
+		for _, m := range p.Messages {
+			r.Messages = append(r.Messages, Message{Role: m.Role, Content: m.Content, Name: m.Name})
+		}
+		r.Messages = append(r.Messages, Message{Role: "assistant", Content: r.Response})
+	} else {
+		r.Prompt = p.Text
+	}
+	return r
+}
+
+// output is the capture directory, new or resumed.
+type output struct {
+	dir      string
+	fresh    bool
+	done     map[int64]struct{}
+	manifest *capture.Manifest
+	writer   func(capture.ShardOptions) (*capture.Writer, error)
+}
+
+// openOutput starts a capture in dir, or resumes the one there.
+func openOutput(dir string, man capture.Manifest, force bool) (*output, error) {
+	if force {
+		if err := removeCapture(dir); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, capture.ManifestName)); err == nil {
+		rs, err := capture.OpenForResume(dir, man.Args)
+		if err != nil {
+			return nil, fmt.Errorf("distill: %w (or pass --force to start over)", err)
+		}
+		return &output{dir: dir, done: rs.Done, manifest: rs.Manifest, writer: rs.Writer}, nil
+	} else if !os.IsNotExist(err) {
+		return nil, fmt.Errorf("distill: %w", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, ResponsesName)); err == nil {
+		return nil, fmt.Errorf("distill: %s holds %s but no %s: not a capture this command can resume; pass --force to start over or choose another directory", dir, ResponsesName, capture.ManifestName)
+	}
+	o := &output{dir: dir, fresh: true, done: map[int64]struct{}{}, manifest: &capture.Manifest{}}
+	o.writer = func(opt capture.ShardOptions) (*capture.Writer, error) { return capture.Create(dir, man, opt) }
+	return o, nil
+}
+
+// removeCapture deletes the files a capture consists of (and nothing else).
+func removeCapture(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("distill: --force: %w", err)
+	}
+	for _, e := range entries {
+		n := e.Name()
+		base := strings.TrimSuffix(n, ".tmp")
+		ok := base == capture.ManifestName || base == ResponsesName ||
+			(strings.HasPrefix(base, "shard-") && strings.HasSuffix(base, ".arrow"))
+		if !ok || e.IsDir() {
+			continue
+		}
+		if err := os.Remove(filepath.Join(dir, n)); err != nil {
+			return fmt.Errorf("distill: --force: %w", err)
+		}
+	}
+	return nil
+}
+
+// responses appends lines to responses.jsonl and remembers where each line
+// ends, so that the file can be cut back to the samples the manifest lists.
+// Each line is written (not buffered) before its sample goes to the shard
+// writer, so a process killed at any point leaves at least the lines of the
+// samples the manifest lists; fsync follows each finished shard.
+type responses struct {
+	f    *os.File
+	ends []int64 // ends[i] = offset after line i
+	buf  bytes.Buffer
+	enc  *json.Encoder
+}
+
+// openResponses opens dir/responses.jsonl: empty for a new capture, else cut
+// to its first stored lines, which must be the stored samples in order.
+func openResponses(dir string, stored int64, done map[int64]struct{}, fresh bool) (*responses, error) {
+	path := filepath.Join(dir, ResponsesName)
+	if fresh {
+		f, err := os.Create(path)
+		if err != nil {
+			return nil, fmt.Errorf("distill: %w", err)
+		}
+		return newResponses(f, nil), nil
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("distill: %w", err)
+	}
+	var ends []int64
+	r := bufio.NewReaderSize(f, 1<<20)
+	var off int64
+	for int64(len(ends)) < stored {
+		line, err := r.ReadBytes('\n')
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("distill: reading %s: %w", path, err)
+		}
+		off += int64(len(line))
+		var head struct {
+			ID int64 `json:"id"`
+		}
+		if err := json.Unmarshal(line, &head); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("distill: %s line %d: %w; pass --force to start over", path, len(ends)+1, err)
+		}
+		if _, ok := done[head.ID]; !ok {
+			f.Close()
+			return nil, fmt.Errorf("distill: %s line %d is sample %d, which the shards do not hold; pass --force to start over", path, len(ends)+1, head.ID)
+		}
+		ends = append(ends, off)
+	}
+	if int64(len(ends)) < stored {
+		f.Close()
+		return nil, fmt.Errorf("distill: %s holds %d responses but the shards hold %d samples (a crash before the file reached the disk?); pass --force to start over", path, len(ends), stored)
+	}
+	rs := newResponses(f, ends)
+	if err := rs.truncate(stored); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return rs, nil
+}
+
+func newResponses(f *os.File, ends []int64) *responses {
+	r := &responses{f: f, ends: ends}
+	r.enc = json.NewEncoder(&r.buf)
+	r.enc.SetEscapeHTML(false)
+	return r
+}
+
+// add appends one line (buffered).
+func (r *responses) add(x *Response) error {
+	r.buf.Reset()
+	if err := r.enc.Encode(x); err != nil {
+		return fmt.Errorf("distill: encoding response %d: %w", x.ID, err)
+	}
+	if _, err := r.f.Write(r.buf.Bytes()); err != nil {
+		return fmt.Errorf("distill: writing %s: %w", ResponsesName, err)
+	}
+	var last int64
+	if len(r.ends) > 0 {
+		last = r.ends[len(r.ends)-1]
+	}
+	r.ends = append(r.ends, last+int64(r.buf.Len()))
+	return nil
+}
+
+// sync flushes and fsyncs the file (called once a shard is finished).
+func (r *responses) sync() error {
+	if r.f == nil {
+		return nil
+	}
+	if err := r.f.Sync(); err != nil {
+		return fmt.Errorf("distill: syncing %s: %w", ResponsesName, err)
+	}
+	return nil
+}
+
+// truncate cuts the file to its first n lines, the samples the manifest lists.
+func (r *responses) truncate(n int64) error {
+	if r.f == nil {
+		return nil
+	}
+	var off int64
+	if n > 0 {
+		off = r.ends[n-1]
+	}
+	if err := r.f.Truncate(off); err != nil {
+		return fmt.Errorf("distill: truncating %s: %w", ResponsesName, err)
+	}
+	if _, err := r.f.Seek(off, io.SeekStart); err != nil {
+		return fmt.Errorf("distill: %s: %w", ResponsesName, err)
+	}
+	r.ends = r.ends[:n]
+	return r.f.Sync()
+}
+
+// close syncs and closes the file; it is safe to call twice.
+func (r *responses) close() error {
+	if r.f == nil {
+		return nil
+	}
+	err := r.sync()
+	if cerr := r.f.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("distill: closing %s: %w", ResponsesName, cerr)
+	}
+	r.f = nil
+	return err
+}

@@ -1,0 +1,236 @@
+package distill
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+
+	"github.com/drafter-ai/drafter/capture"
+	"github.com/drafter-ai/drafter/data"
+	"github.com/drafter-ai/drafter/pkg/chat"
+	"github.com/drafter-ai/drafter/pkg/generate"
+	"github.com/drafter-ai/drafter/pkg/model"
+)
+
+// CaptureOptions configure Capture.
+type CaptureOptions struct {
+	// Conversations is the file (data.ReadConversations formats); Out the
+	// output directory.
+	Conversations, Out string
+	// SkipInvalid skips (and counts) malformed records and conversations
+	// longer than the model's context.
+	SkipInvalid bool
+	// Batch is the number of conversations prefilled in one forward pass.
+	Batch int
+	// Layers, DType, ShardRows, ShardBytes, Force and Progress are as for
+	// Options.
+	Layers                []int
+	DType                 capture.DType
+	ShardRows, ShardBytes int64
+	Force                 bool
+	Progress              io.Writer
+}
+
+// Capture stores the hidden states of existing conversations: one
+// teacher-forced prefill per conversation (Batch of them per forward pass),
+// with the loss mask on the assistant turns as the chat template delimits them
+// (end-of-turn markers included), or, for {"prompt", "response"} raw pairs, on
+// the response tokens plus an appended EOS (a raw response carries no end
+// marker, and a drafter must learn where answers end). Sample i is the i-th
+// valid record. Groups of Batch consecutive samples share a pass, so a resumed
+// capture reproduces an uninterrupted one bit for bit.
+func Capture(ctx context.Context, t *generate.Target, opt CaptureOptions) (*Summary, error) {
+	start := time.Now()
+	if opt.Batch == 0 {
+		opt.Batch = 1
+	}
+	if opt.DType == "" {
+		opt.DType = capture.Float16
+	}
+	if opt.Batch < 1 {
+		return nil, fmt.Errorf("capture: --batch %d: want at least 1", opt.Batch)
+	}
+	m := t.Model
+	L := m.NumLayers()
+	layers, err := Layers(t.Config.EAGLE3Layers(), L, opt.Layers)
+	if err != nil {
+		return nil, err
+	}
+	convs, skipped, err := data.ReadConversations(opt.Conversations, data.ReadOptions{SkipInvalid: opt.SkipInvalid})
+	if err != nil {
+		return nil, fmt.Errorf("capture: %w", err)
+	}
+	hash, err := data.PromptHash(opt.Conversations)
+	if err != nil {
+		return nil, err
+	}
+	sum := &Summary{Out: opt.Out, Prompts: len(convs), Skipped: skipped}
+	type sampleIn struct {
+		id   int64
+		ids  []int
+		mask []bool
+	}
+	var items []sampleIn
+	eos := t.Stop[0]
+	for i := range convs {
+		c := &convs[i]
+		ids, mask, err := encodeConversation(t, c, eos)
+		if err == nil && len(ids) > m.MaxPositions() {
+			err = fmt.Errorf("%d tokens exceed the model's context of %d", len(ids), m.MaxPositions())
+		}
+		if err != nil {
+			if !opt.SkipInvalid {
+				return nil, fmt.Errorf("capture: %s:%d: %w (--skip-invalid skips such records)", opt.Conversations, c.Line, err)
+			}
+			sum.TooLong++
+			continue
+		}
+		items = append(items, sampleIn{id: int64(c.Index), ids: ids, mask: mask})
+	}
+	if len(items) == 0 {
+		return nil, fmt.Errorf("capture: %s holds no usable conversations", opt.Conversations)
+	}
+	sum.Samples = len(items)
+	capacity := 1
+	for _, it := range items {
+		capacity = max(capacity, len(it.ids))
+	}
+	args := map[string]string{
+		"command": "capture", "model_fingerprint": t.Fingerprint, "tokenizer_hash": t.TokenizerHash,
+		"chat_template_hash": t.TemplateHash(), "prompt_file_hash": hash, "skip_invalid": strconv.FormatBool(opt.SkipInvalid),
+		"batch": strconv.Itoa(opt.Batch), "layers": fmt.Sprint(layers), "dtype": string(opt.DType),
+		"shard_rows": strconv.FormatInt(opt.ShardRows, 10), "shard_bytes": strconv.FormatInt(opt.ShardBytes, 10),
+	}
+	man := capture.Manifest{ModelFingerprint: t.Fingerprint, Layers: layers, FinalNorm: true, DType: opt.DType,
+		HiddenSize: m.HiddenSize(), TokenizerHash: t.TokenizerHash, ChatTemplateHash: t.TemplateHash(),
+		Generation: map[string]any{"teacher_forced": true, "raw_pair_eos": eos}, PromptFileHash: hash, Args: args}
+	out, err := openOutput(opt.Out, man, opt.Force)
+	if err != nil {
+		return nil, err
+	}
+	done := len(out.done)
+	for i := 0; i < done; i++ {
+		if i >= len(items) || !has(out.done, items[i].id) {
+			return nil, fmt.Errorf("capture: %s stores samples that are not this run's first %d; start over with --force", opt.Out, done)
+		}
+	}
+	sum.Resumed = done
+	w, err := out.writer(capture.ShardOptions{MaxRows: opt.ShardRows, MaxBytes: opt.ShardBytes})
+	if err != nil {
+		return nil, fmt.Errorf("capture: %w", err)
+	}
+	var bar *progressbar.ProgressBar
+	if opt.Progress != nil {
+		bar = progressbar.NewOptions64(int64(len(items)), progressbar.OptionSetWriter(opt.Progress),
+			progressbar.OptionSetDescription("capture"), progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(true),
+			progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionSetWidth(30))
+		bar.Set(done)
+	}
+	tp := taps(layers, L)
+	fopt := model.Options{Taps: tp}
+	var seqs []*model.Sequence
+	var batch []model.Input
+	var tok32 []int32
+	states := make([][]float32, len(tp))
+	var fwd time.Duration
+	fail := func(err error) (*Summary, error) {
+		w.Abort()
+		if ctx.Err() != nil && err == ctx.Err() {
+			mm := w.Manifest()
+			return nil, fmt.Errorf("capture: interrupted: %d of %d samples are stored in %d shards in %s; rerun the same command to resume",
+				mm.Totals.Samples, len(items), len(mm.Shards), opt.Out)
+		}
+		return nil, err
+	}
+	for g0 := done / opt.Batch * opt.Batch; g0 < len(items) && done < len(items); g0 += opt.Batch {
+		if err := ctx.Err(); err != nil {
+			return fail(err)
+		}
+		group := items[g0:min(g0+opt.Batch, len(items))]
+		batch = batch[:0]
+		for i, it := range group {
+			if i == len(seqs) {
+				s, err := m.NewSequence(capacity)
+				if err != nil {
+					return fail(err)
+				}
+				seqs = append(seqs, s)
+			}
+			seqs[i].Reset()
+			batch = append(batch, model.Input{Seq: seqs[i], Tokens: it.ids, Logits: model.LogitsNone})
+		}
+		t0 := time.Now()
+		res, err := m.Forward(batch, fopt)
+		fwd += time.Since(t0)
+		if err != nil {
+			return fail(fmt.Errorf("capture: %w", err))
+		}
+		for b, it := range group {
+			if g0+b < done {
+				continue // stored before the restart
+			}
+			for c := range tp {
+				states[c] = res.HiddenOf(c, b)
+			}
+			tok32 = tok32[:0]
+			for _, id := range it.ids {
+				tok32 = append(tok32, int32(id))
+			}
+			if err := w.Write(capture.Sample{ID: it.id, Tokens: tok32, LossMask: it.mask, States: states}); err != nil {
+				return fail(fmt.Errorf("capture: %s record %d: %w", opt.Conversations, it.id+1, err))
+			}
+			if bar != nil {
+				bar.Add(1)
+			}
+		}
+	}
+	final, err := w.Close()
+	if err != nil {
+		return fail(err)
+	}
+	if bar != nil {
+		bar.Finish()
+		fmt.Fprintln(opt.Progress)
+	}
+	sum.Manifest = final
+	sum.Seconds = time.Since(start).Seconds()
+	sum.CaptureSeconds = sum.Seconds - fwd.Seconds()
+	if opt.Progress != nil {
+		fmt.Fprintf(opt.Progress, "capture: %d samples in %s (%d resumed), %d rows (%d loss-masked), %d shards, %.0f bytes per token, %.1fs\n",
+			final.Totals.Samples, opt.Out, done, final.Totals.Rows, final.Totals.ResponseTokens, len(final.Shards), final.BytesPerToken, sum.Seconds)
+	}
+	return sum, nil
+}
+
+func has(m map[int64]struct{}, k int64) bool {
+	_, ok := m[k]
+	return ok
+}
+
+// encodeConversation returns the model input of a conversation and its loss
+// mask: assistant spans for chat (tokenized without special tokens: the
+// template writes BOS), the response plus an appended eos for a raw pair
+// (tokenized with the post-processor, as a raw prompt is).
+func encodeConversation(t *generate.Target, c *data.Conversation, eos int) ([]int, []bool, error) {
+	if c.IsChat() && t.Template == nil {
+		return nil, nil, data.ErrNoChatTemplate
+	}
+	text, spans, err := data.RenderConversation(*c, t.Template, chat.Options{})
+	if err != nil {
+		return nil, nil, err
+	}
+	ids, offsets := t.Tok.EncodeOffsets(text, !c.IsChat())
+	mask := chat.TokenMask(nil, offsets, spans)
+	if !c.IsChat() {
+		ids = append(ids, eos)
+		mask = append(mask, true)
+	}
+	if chat.CountMasked(mask) == 0 {
+		return nil, nil, fmt.Errorf("no assistant or response tokens to train on")
+	}
+	return ids, mask, nil
+}
