@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/drafter-ai/drafter/pkg/atomicfile"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
 )
 
@@ -119,7 +120,7 @@ func Export(dir string, m *Heads, info ExportInfo) error {
 	if err := safetensors.WriteFile(filepath.Join(dir, VLLMDir, VLLMWeights), vt, map[string]string{"format": "pt"}); err != nil {
 		return fmt.Errorf("medusa: export: %w", err)
 	}
-	if err := writeJSON(filepath.Join(dir, VLLMDir, ConfigFile), vcfg); err != nil {
+	if err := atomicfile.WriteJSON(filepath.Join(dir, VLLMDir, ConfigFile), vcfg); err != nil {
 		return err
 	}
 
@@ -143,7 +144,7 @@ func Export(dir string, m *Heads, info ExportInfo) error {
 	if err := safetensors.WriteFile(filepath.Join(dir, MedusaDir, MedusaWeights), ft, map[string]string{"format": "pt"}); err != nil {
 		return fmt.Errorf("medusa: export: %w", err)
 	}
-	if err := writeJSON(filepath.Join(dir, MedusaDir, ConfigFile), fcfg); err != nil {
+	if err := atomicfile.WriteJSON(filepath.Join(dir, MedusaDir, ConfigFile), fcfg); err != nil {
 		return err
 	}
 
@@ -151,7 +152,7 @@ func Export(dir string, m *Heads, info ExportInfo) error {
 	if manifests == nil {
 		manifests = map[string]string{}
 	}
-	return writeJSON(filepath.Join(dir, ProvenanceFile), provenance{
+	return atomicfile.WriteJSON(filepath.Join(dir, ProvenanceFile), provenance{
 		Method: "medusa", Format: []string{VLLMDir, MedusaDir},
 		Heads: m.Heads, Layers: m.Layers, Hidden: H, Vocab: V, SharedLMHead: m.SharedLMHead, DType: dt,
 		BaseModel: info.BaseModel, TargetFingerprint: info.TargetFingerprint, DataManifests: manifests,
@@ -167,39 +168,6 @@ func torchDType(d safetensors.DType) string {
 		return "float16"
 	}
 	return "float32"
-}
-
-// writeJSON writes v indented to path atomically (temporary file, fsync, rename).
-func writeJSON(path string, v any) (err error) {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return fmt.Errorf("medusa: encoding %s: %w", path, err)
-	}
-	b = append(b, '\n')
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("medusa: writing %s: %w", path, err)
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-			err = fmt.Errorf("medusa: writing %s: %w", path, err)
-		}
-	}()
-	if _, err = f.Write(b); err != nil {
-		return err
-	}
-	if err = f.Chmod(0o644); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
 }
 
 // LoadHeads reads heads exported by Export. dir may be the export folder (the
