@@ -33,6 +33,7 @@ rendering), generate (run the target model).`,
 		newGenerateCmd(),
 		newDistillCmd(),
 		newCaptureCmd(),
+		newTrainCmd(),
 	)
 	return root
 }

@@ -1,0 +1,56 @@
+package run
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/drafter-ai/drafter/capture"
+	"github.com/drafter-ai/drafter/capture/distill"
+	"github.com/drafter-ai/drafter/pkg/generate"
+)
+
+// TestOnDistilledData trains both methods on a capture made by the real
+// producer, capture/distill (default layers: the EAGLE-3 ones plus
+// final_norm), so the manifest fingerprint and columns it writes are the ones
+// Run checks.
+func TestOnDistilledData(t *testing.T) {
+	tg, err := generate.Load(modelDir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tg.Close()
+	tmp := t.TempDir()
+	var b strings.Builder
+	for _, p := range []string{"Once upon a time", "Lily saw a dog", "The sun was hot", "One day", "The little bird", "Max had a red car",
+		"It was a cold night", "The cat and the dog", "A boy named Tim", "Mom said"} {
+		j, _ := json.Marshal(map[string]string{"prompt": p})
+		b.Write(j)
+		b.WriteByte('\n')
+	}
+	prompts := filepath.Join(tmp, "prompts.jsonl")
+	if err := os.WriteFile(prompts, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n := 32
+	dir := filepath.Join(tmp, "cap")
+	if _, err := distill.Run(context.Background(), tg, distill.Options{Prompts: prompts, Out: dir, SamplesPerPrompt: 2, Seed: 3, Batch: 4,
+		Sampling: generate.Overrides{MaxNewTokens: &n}, DType: capture.Float16}); err != nil {
+		t.Fatal(err)
+	}
+	fp := fingerprint(t)
+	for _, m := range []string{MethodMedusa, MethodEAGLE3} {
+		out := filepath.Join(tmp, "out-"+m)
+		res, err := Run(context.Background(), Options{Method: m, Model: modelDir, Data: []string{dir}, Out: out, Medusa: smallMedusa(), EAGLE3: smallEAGLE3()})
+		if err != nil {
+			t.Fatalf("%s: %v", m, err)
+		}
+		if res.Steps == 0 {
+			t.Errorf("%s: no steps", m)
+		}
+		checkProvenance(t, out, m, fp, dir)
+	}
+}

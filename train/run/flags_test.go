@@ -1,0 +1,100 @@
+package run
+
+import (
+	"errors"
+	"io"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/drafter-ai/drafter/train/eagle3"
+	"github.com/drafter-ai/drafter/train/medusa"
+)
+
+func TestFlagsDefaults(t *testing.T) {
+	// Field values of flags not given are ignored: the trainer defaults apply.
+	f := Flags{Method: MethodMedusa, Heads: 9, LR: 5, Patience: 77, Given: map[string]string{}}
+	o, err := f.Options(io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(o.Medusa, medusa.DefaultConfig()) {
+		t.Errorf("medusa config without flags = %+v, want DefaultConfig %+v", o.Medusa, medusa.DefaultConfig())
+	}
+	if o.Progress == nil {
+		t.Error("progress writer dropped without --quiet")
+	}
+	f = Flags{Method: MethodEAGLE3, TTTSteps: 3, LR: 5, Quiet: true, Given: map[string]string{"quiet": "true"}}
+	o, err = f.Options(io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(o.EAGLE3, eagle3.Config{}) || o.Layers != nil || o.Format != "" || o.Progress != nil {
+		t.Errorf("eagle3 options without flags = %+v, want the zero config (trainer defaults) and no progress", o)
+	}
+}
+
+func TestFlagsMapping(t *testing.T) {
+	given := func(names ...string) map[string]string {
+		m := map[string]string{}
+		for _, n := range names {
+			m[n] = "x"
+		}
+		return m
+	}
+	f := Flags{Method: MethodMedusa, Heads: 3, Layers: "2", SharedLMHead: true, HeadDecay: 1, LR: 3e-3, WeightDecay: 0.1, Warmup: "17",
+		Epochs: 9, MaxSteps: 50, Patience: 0, BatchTokens: 512, ValFraction: 0.1, EvalEvery: 25, CheckpointEvery: 10, Seed: 0, DType: "bf16",
+		Given: given("heads", "layers", "shared-lm-head", "head-decay", "lr", "weight-decay", "warmup", "epochs", "max-steps", "patience",
+			"batch-tokens", "val-fraction", "eval-every", "checkpoint-every", "seed", "dtype")}
+	o, err := f.Options(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := medusa.DefaultConfig()
+	want.Heads, want.Layers, want.SharedLMHead, want.Decay, want.LR, want.WeightDecay, want.WarmupSteps = 3, 2, true, 1, 3e-3, 0.1, 17
+	want.MaxEpochs, want.MaxSteps, want.Patience, want.BatchTokens, want.HeldOut, want.EvalEvery, want.CheckpointEvery, want.Seed = 9, 50, 0, 512, 0.1, 25, 10, 0
+	if !reflect.DeepEqual(o.Medusa, want) || o.DType != "BF16" {
+		t.Errorf("medusa config = %+v dtype %s, want %+v BF16", o.Medusa, o.DType, want)
+	}
+
+	f = Flags{Method: MethodEAGLE3, Layers: "1, 3,4", TTTSteps: 3, TTTDecay: 0.5, DraftVocab: 100, MaxLength: 64, Format: "speculators",
+		LR: 1e-3, Warmup: "0.05", ClipNorm: 0, Patience: 0, Epochs: 5, ValFraction: 0.2, Seed: 4,
+		Given: given("layers", "ttt-steps", "ttt-decay", "draft-vocab", "max-length", "format", "lr", "warmup", "clip-norm", "patience", "epochs", "val-fraction", "seed")}
+	o, err = f.Options(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	we := eagle3.Config{Steps: 3, StepDecay: 0.5, DraftVocab: 100, MaxLength: 64, LR: 1e-3, WarmupFrac: 0.05, ClipNorm: -1, Patience: -1, Epochs: 5, EvalFraction: 0.2, Seed: 4}
+	if !reflect.DeepEqual(o.EAGLE3, we) || !reflect.DeepEqual(o.Layers, []int{1, 3, 4}) || o.Format != "speculators" {
+		t.Errorf("eagle3 options = %+v layers %v format %q, want %+v [1 3 4] speculators (0 for clip/patience means disabled: -1)", o.EAGLE3, o.Layers, o.Format, we)
+	}
+}
+
+func TestFlagsRefused(t *testing.T) {
+	cases := []struct {
+		f    Flags
+		want string
+	}{
+		{Flags{Method: "hydra"}, "--method"},
+		{Flags{Method: MethodMedusa, Given: map[string]string{"ttt-steps": "3"}}, "--ttt-steps is an EAGLE-3 setting"},
+		{Flags{Method: MethodMedusa, Given: map[string]string{"format": "native"}}, "--format is an EAGLE-3 setting"},
+		{Flags{Method: MethodEAGLE3, Given: map[string]string{"heads": "3"}}, "--heads is a Medusa setting"},
+		{Flags{Method: MethodEAGLE3, Given: map[string]string{"eval-every": "3"}}, "--eval-every is a Medusa setting"},
+		{Flags{Method: MethodMedusa, Layers: "1,2,3", Given: map[string]string{"layers": ""}}, "residual blocks per head"},
+		{Flags{Method: MethodEAGLE3, Layers: "2,3", Given: map[string]string{"layers": ""}}, "got 2"},
+		{Flags{Method: MethodEAGLE3, Layers: "a,b,c", Given: map[string]string{"layers": ""}}, "hidden_states indices"},
+		{Flags{Method: MethodMedusa, Warmup: "0.02", Given: map[string]string{"warmup": ""}}, "optimiser steps"},
+		{Flags{Method: MethodEAGLE3, Warmup: "100", Given: map[string]string{"warmup": ""}}, "fraction"},
+		{Flags{Method: MethodEAGLE3, Warmup: "0", Given: map[string]string{"warmup": ""}}, "fraction"},
+		{Flags{Method: MethodEAGLE3, ValFraction: 0, Given: map[string]string{"val-fraction": ""}}, "(0,1)"},
+		{Flags{Method: MethodEAGLE3, Format: "gguf", Given: map[string]string{"format": ""}}, "--format"},
+		{Flags{Method: MethodMedusa, DType: "int8", Given: map[string]string{"dtype": ""}}, "--dtype"},
+	}
+	for _, c := range cases {
+		_, err := c.f.Options(nil)
+		var fe *FlagError
+		if !errors.As(err, &fe) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: err = %v, want a FlagError mentioning %q", c.f, err, c.want)
+		}
+	}
+}

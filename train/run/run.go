@@ -1,0 +1,438 @@
+package run
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/drafter-ai/drafter/capture"
+	"github.com/drafter-ai/drafter/pkg/safetensors"
+	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/train/eagle3"
+	"github.com/drafter-ai/drafter/train/medusa"
+)
+
+// Methods.
+const (
+	MethodMedusa = "medusa"
+	MethodEAGLE3 = "eagle3"
+)
+
+// Files Run writes into the output folder besides the trainers' own.
+const (
+	// ArgsFile records the settings a resume must repeat; it is written before
+	// training starts.
+	ArgsFile = "train_args.json"
+	// ProvenanceFile is drafter.json.
+	ProvenanceFile = "drafter.json"
+	// CheckpointFile is the trainers' resumable state.
+	CheckpointFile = "checkpoint.safetensors"
+)
+
+// Options is one `drafter train` run.
+type Options struct {
+	// Method is MethodMedusa or MethodEAGLE3.
+	Method string
+	// Model is the target checkpoint folder; Data the capture directories made
+	// from it; Out the output folder (created if needed).
+	Model string
+	Data  []string
+	Out   string
+	// Medusa is the Medusa trainer's configuration (start from
+	// medusa.DefaultConfig); Resume and Progress are set by Run.
+	Medusa medusa.Config
+	// DType is the Medusa export dtype: "F32" (default), "BF16" or "F16".
+	DType string
+	// EAGLE3 is the EAGLE-3 trainer's configuration (zero values take the
+	// trainer's defaults); Target, Export, Drafter, Resume and Progress are set
+	// by Run.
+	EAGLE3 eagle3.Config
+	// Layers overrides the EAGLE-3 feature layers (3 Hugging Face hidden_states
+	// indices); nil uses the target's defaults (2, L/2, L-3).
+	Layers []int
+	// Format is the EAGLE-3 export layout: eagle3.FormatNative (default) or
+	// eagle3.FormatSpeculators.
+	Format string
+	// Resume continues the run whose checkpoint is in Out. Without it, an Out
+	// holding a checkpoint is refused.
+	Resume bool
+	// VerifyData recomputes every shard's SHA-256 against its manifest first.
+	VerifyData bool
+	// Progress receives the progress bar and evaluation lines; nil is quiet.
+	Progress io.Writer
+	// Args are the command-line arguments as given (flag name to value), for
+	// drafter.json.
+	Args map[string]string
+	// Backend runs the matrix products; nil means tensor.CPU().
+	Backend tensor.Backend
+}
+
+// Result is what Run did.
+type Result struct {
+	Method string
+	// Out is the output folder; Exports the export folders written in it.
+	Out     string
+	Exports []string
+	// Steps are the optimiser steps taken in total (including before a resume).
+	Steps int
+	// Provenance is what drafter.json holds.
+	Provenance map[string]any
+	// Medusa or EAGLE3 is the trainer's own result.
+	Medusa *medusa.Result
+	EAGLE3 *eagle3.Result
+}
+
+// Run trains the drafter opt describes; see the package documentation.
+func Run(ctx context.Context, opt Options) (*Result, error) {
+	if opt.Method != MethodMedusa && opt.Method != MethodEAGLE3 {
+		return nil, fmt.Errorf("train: --method must be %s or %s, got %q", MethodMedusa, MethodEAGLE3, opt.Method)
+	}
+	if opt.Model == "" || opt.Out == "" {
+		return nil, errors.New("train: --model and --out are required")
+	}
+	be := opt.Backend
+	if be == nil {
+		be = tensor.CPU()
+	}
+	ckpt := filepath.Join(opt.Out, CheckpointFile)
+	if _, err := os.Stat(ckpt); err == nil && !opt.Resume {
+		return nil, fmt.Errorf("train: %s already holds a training run (%s): pass --resume to continue it, or choose another --out", opt.Out, CheckpointFile)
+	}
+
+	tg, err := OpenTarget(opt.Model, opt.Method == MethodEAGLE3)
+	if err != nil {
+		return nil, err
+	}
+	need := Needs{Method: opt.Method, FinalNorm: true}
+	var layers [3]int
+	var defaultLayers bool
+	if opt.Method == MethodEAGLE3 {
+		if layers, defaultLayers, err = tg.FeatureLayers(opt.Layers); err != nil {
+			return nil, err
+		}
+		need.Layers, need.LayersFromFlag = layers[:], opt.Layers != nil
+	} else if opt.Layers != nil {
+		return nil, errors.New("train: feature layers are an EAGLE-3 setting; Medusa reads the final-norm state only")
+	}
+	dirs, err := CheckData(opt.Data, tg.Fingerprint, tg.Config.HiddenSize, need)
+	if err != nil {
+		return nil, err
+	}
+	if opt.VerifyData {
+		for _, d := range dirs {
+			if err := capture.Verify(d.Dir); err != nil {
+				return nil, fmt.Errorf("train: verifying capture %s: %w", d.Dir, err)
+			}
+		}
+	}
+	ds, err := capture.OpenDataset(opt.Data...)
+	if err != nil {
+		return nil, err
+	}
+	defer ds.Close()
+
+	set, err := newSettings(opt, tg, dirs, layers)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(opt.Out, 0o755); err != nil {
+		return nil, fmt.Errorf("train: creating --out: %w", err)
+	}
+	if err := checkResume(opt, set); err != nil {
+		return nil, err
+	}
+	if err := writeJSONAtomic(filepath.Join(opt.Out, ArgsFile), set); err != nil {
+		return nil, err
+	}
+
+	manifests := make(map[string]string, len(dirs))
+	for _, d := range dirs {
+		manifests[filepath.Join(d.Dir, capture.ManifestName)] = d.ManifestSHA256
+	}
+	args := map[string]any{
+		"command":  opt.Args,
+		"model":    opt.Model,
+		"data":     opt.Data,
+		"out":      opt.Out,
+		"settings": set,
+	}
+	rep := newReporter(opt.Progress)
+	defer rep.finish()
+	res := &Result{Method: opt.Method, Out: opt.Out}
+
+	switch opt.Method {
+	case MethodMedusa:
+		data, err := NewMedusaData(ds)
+		if err != nil {
+			return nil, err
+		}
+		cfg := opt.Medusa
+		cfg.Resume, cfg.Progress = opt.Resume, rep.medusa
+		mr, err := medusa.Train(ctx, cfg, medusa.Target{Vocab: tg.Config.VocabSize, LMHead: tg.LMHead}, data, be, opt.Out)
+		if err != nil {
+			return nil, interrupted(ctx, opt, err)
+		}
+		rep.finish()
+		info := medusa.ExportInfo{BaseModel: tg.Name(), TargetFingerprint: tg.Fingerprint, DataManifests: manifests,
+			Args: args, Metrics: mr.Best, DType: safetensors.DType(strings.ToUpper(opt.DType))}
+		if err := medusa.Export(opt.Out, mr.Heads, info); err != nil {
+			return nil, err
+		}
+		res.Medusa, res.Steps = mr, mr.Steps
+		res.Exports = []string{filepath.Join(opt.Out, medusa.VLLMDir), filepath.Join(opt.Out, medusa.MedusaDir)}
+		res.Provenance, err = readJSONMap(filepath.Join(opt.Out, medusa.ProvenanceFile))
+		if err != nil {
+			return nil, err
+		}
+		rep.line(fmt.Sprintf("trained %d steps (%s); exports in %s", mr.Steps, mr.Stopped, strings.Join(res.Exports, ", ")))
+
+	case MethodEAGLE3:
+		data, err := NewEAGLE3Data(ds, layers)
+		if err != nil {
+			return nil, err
+		}
+		et, err := tg.EAGLE3Target()
+		if err != nil {
+			return nil, err
+		}
+		cfg := opt.EAGLE3
+		cfg.Target, cfg.Resume, cfg.Progress = et, opt.Resume, rep.eagle3
+		cfg.Export = eagle3.ExportOptions{Format: opt.Format, LayerIDs: layers[:], DefaultLayers: defaultLayers,
+			TargetName: tg.Name(), TargetArchitectures: tg.Config.Architectures}
+		cfg.Drafter = map[string]any{"target_fingerprint": tg.Fingerprint, "data_manifests": manifests, "args": args,
+			"feature_layers": layers[:], "default_feature_layers": defaultLayers}
+		er, err := eagle3.Train(ctx, cfg, data, be, opt.Out)
+		if err != nil {
+			return nil, interrupted(ctx, opt, err)
+		}
+		rep.finish()
+		res.EAGLE3, res.Steps = er, er.Steps
+		res.Exports = []string{er.ExportDir}
+		// drafter.json at the top of the output folder, as for Medusa: the
+		// export's own copy plus where the export is.
+		prov, err := readJSONMap(filepath.Join(er.ExportDir, ProvenanceFile))
+		if err != nil {
+			return nil, err
+		}
+		format := opt.Format
+		if format == "" {
+			format = eagle3.FormatNative
+		}
+		prov["formats"] = []string{filepath.Base(er.ExportDir)}
+		prov["format"] = format
+		if err := writeJSONAtomic(filepath.Join(opt.Out, ProvenanceFile), prov); err != nil {
+			return nil, err
+		}
+		res.Provenance = prov
+		rep.line(fmt.Sprintf("trained %d steps over %d epochs; export in %s (%s layout)", er.Steps, er.Epochs, er.ExportDir, format))
+	}
+	return res, nil
+}
+
+// interrupted turns a trainer error after cancellation into one that says how
+// to continue.
+func interrupted(ctx context.Context, opt Options, err error) error {
+	if ctx.Err() == nil || !errors.Is(err, ctx.Err()) {
+		return err
+	}
+	return fmt.Errorf("train: interrupted; the checkpoint in %s keeps the progress: run the same command with --resume to continue (%w)", opt.Out, err)
+}
+
+// settings are the result-affecting choices of a run: a resume must repeat
+// them. Data directories are compared by manifest hash, in order (a capture
+// may move; its content and the sample numbering may not change).
+type settings struct {
+	Method            string         `json:"method"`
+	TargetFingerprint string         `json:"target_fingerprint"`
+	Data              []DataDir      `json:"data"`
+	FeatureLayers     []int          `json:"feature_layers,omitempty"`
+	Trainer           map[string]any `json:"trainer"`
+}
+
+// notCompared reports the trainer settings a resume may change: they do not
+// alter the trained weights (max_steps only cuts a run short; the trainers keep
+// the schedule of the epoch cap).
+func notCompared(key string) bool {
+	switch key {
+	case "resume", "max_steps", "checkpoint_every", "log_every":
+		return true
+	}
+	return false
+}
+
+func newSettings(opt Options, tg *Target, dirs []DataDir, layers [3]int) (*settings, error) {
+	s := &settings{Method: opt.Method, TargetFingerprint: tg.Fingerprint, Data: dirs}
+	var v any
+	switch opt.Method {
+	case MethodMedusa:
+		v = opt.Medusa
+	case MethodEAGLE3:
+		s.FeatureLayers = layers[:]
+		c := opt.EAGLE3
+		v = eagle3Settings{DraftVocab: c.DraftVocab, Steps: c.Steps, StepDecay: c.StepDecay, LR: c.LR, WarmupFrac: c.WarmupFrac,
+			MinLRRatio: c.MinLRRatio, ClipNorm: c.ClipNorm, WeightDecay: c.WeightDecay, Beta2: c.Beta2, BatchTokens: c.BatchTokens,
+			MaxLength: c.MaxLength, Epochs: c.Epochs, Patience: c.Patience, EvalFraction: c.EvalFraction, Seed: c.Seed,
+			CheckpointEvery: c.CheckpointEvery, LogEvery: c.LogEvery}
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("train: encoding the trainer settings: %w", err)
+	}
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	if err := d.Decode(&s.Trainer); err != nil {
+		return nil, fmt.Errorf("train: decoding the trainer settings: %w", err)
+	}
+	return s, nil
+}
+
+// eagle3Settings are eagle3.Config's scalar fields (0 = the trainer's default).
+type eagle3Settings struct {
+	DraftVocab      int     `json:"draft_vocab"`
+	Steps           int     `json:"ttt_steps"`
+	StepDecay       float64 `json:"step_decay"`
+	LR              float64 `json:"lr"`
+	WarmupFrac      float64 `json:"warmup_frac"`
+	MinLRRatio      float64 `json:"min_lr_ratio"`
+	ClipNorm        float64 `json:"clip_norm"`
+	WeightDecay     float64 `json:"weight_decay"`
+	Beta2           float64 `json:"beta2"`
+	BatchTokens     int     `json:"batch_tokens"`
+	MaxLength       int     `json:"max_length"`
+	Epochs          int     `json:"epochs"`
+	Patience        int     `json:"patience"`
+	EvalFraction    float64 `json:"eval_fraction"`
+	Seed            uint64  `json:"seed"`
+	CheckpointEvery int     `json:"checkpoint_every"`
+	LogEvery        int     `json:"log_every"`
+}
+
+// checkResume refuses a resume whose settings differ from the first run's,
+// listing every difference.
+func checkResume(opt Options, now *settings) error {
+	if !opt.Resume {
+		return nil
+	}
+	path := filepath.Join(opt.Out, ArgsFile)
+	raw, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		if _, err := os.Stat(filepath.Join(opt.Out, CheckpointFile)); err == nil {
+			return fmt.Errorf("train: cannot resume: %s has a checkpoint but no %s recording the run's settings", opt.Out, ArgsFile)
+		}
+		return nil // nothing to resume: a fresh run
+	}
+	if err != nil {
+		return fmt.Errorf("train: cannot resume: %w", err)
+	}
+	var old settings
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.UseNumber()
+	if err := d.Decode(&old); err != nil {
+		return fmt.Errorf("train: cannot resume: %s: %w", path, err)
+	}
+	diffs := diffSettings(&old, now)
+	if len(diffs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("train: cannot resume the run in %s with different settings (a resumed run must end exactly as an uninterrupted one):\n  %s\nrepeat the first run's arguments, or train into another --out",
+		opt.Out, strings.Join(diffs, "\n  "))
+}
+
+func diffSettings(old, now *settings) []string {
+	var diffs []string
+	add := func(what string, a, b any) {
+		ja, _ := json.Marshal(a)
+		jb, _ := json.Marshal(b)
+		if !bytes.Equal(ja, jb) {
+			diffs = append(diffs, fmt.Sprintf("%s: was %s, now %s", what, ja, jb))
+		}
+	}
+	add("method", old.Method, now.Method)
+	add("target fingerprint (--model)", old.TargetFingerprint, now.TargetFingerprint)
+	hashes := func(ds []DataDir) []string {
+		h := make([]string, len(ds))
+		for i, d := range ds {
+			h[i] = d.Dir + " (manifest sha256 " + d.ManifestSHA256 + ")"
+		}
+		return h
+	}
+	oh, nh := hashes(old.Data), hashes(now.Data)
+	same := len(old.Data) == len(now.Data)
+	for i := 0; same && i < len(old.Data); i++ {
+		same = old.Data[i].ManifestSHA256 == now.Data[i].ManifestSHA256
+	}
+	if !same {
+		diffs = append(diffs, fmt.Sprintf("--data: was %s, now %s", strings.Join(oh, ", "), strings.Join(nh, ", ")))
+	}
+	add("feature layers (--layers)", old.FeatureLayers, now.FeatureLayers)
+	keys := map[string]bool{}
+	for k := range old.Trainer {
+		keys[k] = true
+	}
+	for k := range now.Trainer {
+		keys[k] = true
+	}
+	sorted := make([]string, 0, len(keys))
+	for k := range keys {
+		if !notCompared(k) {
+			sorted = append(sorted, k)
+		}
+	}
+	sort.Strings(sorted)
+	for _, k := range sorted {
+		add(k, old.Trainer[k], now.Trainer[k])
+	}
+	return diffs
+}
+
+// writeJSONAtomic writes v indented to path through a temporary file in the
+// same folder, fsynced and renamed.
+func writeJSONAtomic(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("train: encoding %s: %w", path, err)
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
+	tmp := f.Name()
+	_, err = f.Write(append(b, '\n'))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("train: writing %s: %w", path, err)
+	}
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+func readJSONMap(path string) (map[string]any, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("train: %w", err)
+	}
+	m := map[string]any{}
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("train: %s: %w", path, err)
+	}
+	return m, nil
+}

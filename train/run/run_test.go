@@ -1,0 +1,593 @@
+package run
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/drafter-ai/drafter/capture"
+	"github.com/drafter-ai/drafter/pkg/checkpoint"
+	"github.com/drafter-ai/drafter/pkg/model"
+	"github.com/drafter-ai/drafter/pkg/safetensors"
+	"github.com/drafter-ai/drafter/train/dataset"
+	"github.com/drafter-ai/drafter/train/eagle3"
+	"github.com/drafter-ai/drafter/train/medusa"
+)
+
+// modelDir is the bundled stories260k checkpoint (5 layers, hidden 64, vocab
+// 512, tied embeddings), from train/run.
+const modelDir = "../../models/stories260k"
+
+func fingerprint(t *testing.T) string {
+	t.Helper()
+	ck, err := checkpoint.Open(modelDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	fp, err := ck.Fingerprint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fp
+}
+
+// captured is one self-distilled sequence with the target's states at every
+// position, by Hugging Face hidden_states index (model.Options.Taps numbering:
+// index L is the state after the final norm).
+type captured struct {
+	tokens []int32
+	mask   []bool
+	states map[int][]float32
+}
+
+// distil runs stories260k: n prompts of BOS plus 2..4 random tokens, 24 greedy
+// tokens each (the response), then a teacher-forced pass over the whole
+// sequence recording hidden_states 1..L.
+func distil(t *testing.T, n int) []captured {
+	t.Helper()
+	m, err := model.Load(modelDir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	L := m.NumLayers()
+	taps := make([]int, L)
+	for i := range taps {
+		taps[i] = i + 1
+	}
+	rng := rand.New(rand.NewPCG(7, 7))
+	out := make([]captured, n)
+	for s := range out {
+		prompt := []int{1}
+		for j := 0; j < 2+s%3; j++ {
+			prompt = append(prompt, 3+rng.IntN(m.VocabSize()-3))
+		}
+		const gen = 24
+		seq, err := m.NewSequence(len(prompt) + gen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		toks := append([]int(nil), prompt...)
+		next := prompt
+		for g := 0; g < gen; g++ {
+			res, err := m.Forward([]model.Input{{Seq: seq, Tokens: next, Logits: model.LogitsLast}}, model.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			lg := res.LogitsOf(0)
+			best := 0
+			for v := range lg {
+				if lg[v] > lg[best] {
+					best = v
+				}
+			}
+			toks = append(toks, best)
+			next = []int{best}
+		}
+		full, err := m.NewSequence(len(toks))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := m.Forward([]model.Input{{Seq: full, Tokens: toks, Logits: model.LogitsNone}}, model.Options{Taps: taps})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := captured{states: map[int][]float32{}}
+		for i, id := range toks {
+			c.tokens = append(c.tokens, int32(id))
+			c.mask = append(c.mask, i >= len(prompt))
+		}
+		for ti, k := range taps {
+			c.states[k] = append([]float32(nil), res.HiddenOf(ti, 0)...)
+		}
+		out[s] = c
+	}
+	return out
+}
+
+// writeCapture stores samples in dir with the capture writer: hidden_<k> for
+// each of layers and final_norm when final, under fingerprint fp. Small shards
+// make the reader cross shard boundaries.
+func writeCapture(t *testing.T, dir, fp string, samples []captured, layers []int, final bool) {
+	t.Helper()
+	man := capture.Manifest{ModelFingerprint: fp, Layers: layers, FinalNorm: final, HiddenSize: 64, DType: capture.Float16,
+		Seed: 7, Args: map[string]string{"layers": joinInts(layers)}}
+	w, err := capture.Create(dir, man, capture.ShardOptions{MaxRows: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range samples {
+		var st [][]float32
+		for _, k := range layers {
+			st = append(st, c.states[k])
+		}
+		if final {
+			st = append(st, c.states[5])
+		}
+		if err := w.Write(capture.Sample{ID: int64(i), Tokens: c.tokens, LossMask: c.mask, States: st}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func smallMedusa() medusa.Config {
+	c := medusa.DefaultConfig()
+	c.Heads, c.MaxEpochs, c.BatchTokens, c.HeldOut, c.LogEvery = 2, 3, 128, 0.2, 1
+	return c
+}
+
+func smallEAGLE3() eagle3.Config {
+	return eagle3.Config{DraftVocab: 96, Steps: 2, BatchTokens: 256, MaxLength: 64, Epochs: 2, EvalFraction: 0.2, LogEvery: 1}
+}
+
+func sha(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+func readProv(t *testing.T, path string) map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]any{}
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// checkProvenance checks drafter.json against the target and the manifests on
+// disk.
+func checkProvenance(t *testing.T, out, method, fp string, dirs ...string) {
+	t.Helper()
+	p := readProv(t, filepath.Join(out, ProvenanceFile))
+	if p["method"] != method {
+		t.Errorf("drafter.json method = %v, want %s", p["method"], method)
+	}
+	if p["target_fingerprint"] != fp {
+		t.Errorf("drafter.json target_fingerprint = %v, want %s", p["target_fingerprint"], fp)
+	}
+	man, _ := p["data_manifests"].(map[string]any)
+	if len(man) != len(dirs) {
+		t.Errorf("drafter.json data_manifests = %v, want %d entries", man, len(dirs))
+	}
+	for _, d := range dirs {
+		mp := filepath.Join(d, capture.ManifestName)
+		if got, want := man[mp], sha(t, mp); got != want {
+			t.Errorf("drafter.json data_manifests[%s] = %v, want sha256 %s", mp, got, want)
+		}
+	}
+	args, _ := p["args"].(map[string]any)
+	if args == nil || args["settings"] == nil || args["model"] != modelDir {
+		t.Errorf("drafter.json args = %v, want the settings and the model", p["args"])
+	}
+}
+
+func TestMedusaEndToEnd(t *testing.T) {
+	fp := fingerprint(t)
+	samples := distil(t, 20)
+	tmp := t.TempDir()
+	d1, d2 := filepath.Join(tmp, "cap1"), filepath.Join(tmp, "cap2")
+	writeCapture(t, d1, fp, samples[:12], []int{2}, true)
+	writeCapture(t, d2, fp, samples[12:], []int{2}, true)
+	out := filepath.Join(tmp, "out")
+	var bar bytes.Buffer
+	res, err := Run(context.Background(), Options{Method: MethodMedusa, Model: modelDir, Data: []string{d1, d2}, Out: out,
+		Medusa: smallMedusa(), Progress: &bar, Args: map[string]string{"method": "medusa"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Steps == 0 || res.Medusa.Best == nil {
+		t.Fatalf("result %+v: no steps or no held-out evaluation", res)
+	}
+	for _, f := range []string{"vllm/config.json", "vllm/model.safetensors", "medusa/config.json", "medusa/medusa_lm_head.safetensors",
+		"metrics.jsonl", CheckpointFile, ArgsFile, ProvenanceFile} {
+		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
+			t.Errorf("missing output: %v", err)
+		}
+	}
+	checkProvenance(t, out, "medusa", fp, d1, d2)
+	if s := bar.String(); !strings.Contains(s, "loss") || !strings.Contains(s, "tok/s") || !strings.Contains(s, "eval step") {
+		t.Errorf("progress output lacks loss, tok/s or eval lines: %q", s)
+	}
+	// The export reloads and is the returned (best) heads.
+	h, err := medusa.LoadHeads(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Heads != 2 || h.Hidden != 64 || h.Vocab != 512 {
+		t.Errorf("reloaded geometry %+v", h.Geometry)
+	}
+	for i, w := range res.Medusa.Heads.W[1][0] {
+		if h.W[1][0][i] != w {
+			t.Fatalf("reloaded head 1 weight %d = %v, trained %v", i, h.W[1][0][i], w)
+		}
+	}
+	// A second run into the same folder without --resume is refused.
+	_, err = Run(context.Background(), Options{Method: MethodMedusa, Model: modelDir, Data: []string{d1}, Out: out, Medusa: smallMedusa()})
+	if err == nil || !strings.Contains(err.Error(), "--resume") {
+		t.Errorf("training into a used --out: err = %v, want a refusal mentioning --resume", err)
+	}
+}
+
+func TestEAGLE3EndToEnd(t *testing.T) {
+	fp := fingerprint(t)
+	samples := distil(t, 16)
+	tmp := t.TempDir()
+	dir := filepath.Join(tmp, "cap")
+	writeCapture(t, dir, fp, samples, []int{1, 2, 3}, true)
+
+	// Default feature layers (2, 2, 2 for 5 layers), native layout.
+	out := filepath.Join(tmp, "out")
+	var bar bytes.Buffer
+	res, err := Run(context.Background(), Options{Method: MethodEAGLE3, Model: modelDir, Data: []string{dir}, Out: out, EAGLE3: smallEAGLE3(), Progress: &bar})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Steps == 0 {
+		t.Fatal("no steps taken")
+	}
+	for _, f := range []string{"eagle3/config.json", "eagle3/model.safetensors", "eagle3/drafter.json", "metrics.jsonl", CheckpointFile, ProvenanceFile} {
+		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
+			t.Errorf("missing output: %v", err)
+		}
+	}
+	checkProvenance(t, out, "eagle3", fp, dir)
+	cfg := readProv(t, filepath.Join(out, "eagle3", "config.json"))
+	if _, ok := cfg["eagle_aux_hidden_state_layer_ids"]; ok {
+		t.Errorf("default feature layers written into config.json: %v", cfg["eagle_aux_hidden_state_layer_ids"])
+	}
+	if !strings.Contains(bar.String(), "eval epoch") {
+		t.Errorf("progress output lacks evaluation lines: %q", bar.String())
+	}
+	st, err := safetensors.Open(filepath.Join(out, "eagle3", "model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, shape, err := st.Int64("d2t"); err != nil || shape[0] != 96 {
+		t.Errorf("d2t: shape %v, err %v; want [96]", shape, err)
+	}
+
+	// --layers 1,2,3 and the speculators layout: the ids are written.
+	out2 := filepath.Join(tmp, "out2")
+	if _, err := Run(context.Background(), Options{Method: MethodEAGLE3, Model: modelDir, Data: []string{dir}, Out: out2,
+		EAGLE3: smallEAGLE3(), Layers: []int{1, 2, 3}, Format: eagle3.FormatSpeculators}); err != nil {
+		t.Fatal(err)
+	}
+	cfg = readProv(t, filepath.Join(out2, "eagle3", "config.json"))
+	ids, _ := json.Marshal(cfg["eagle_aux_hidden_state_layer_ids"])
+	if string(ids) != "[1,2,3]" {
+		t.Errorf("speculators config eagle_aux_hidden_state_layer_ids = %s, want [1,2,3]", ids)
+	}
+	if p := readProv(t, filepath.Join(out2, ProvenanceFile)); p["format"] != "speculators" {
+		t.Errorf("drafter.json format = %v", p["format"])
+	}
+}
+
+func TestFingerprintMismatchRefused(t *testing.T) {
+	fp := fingerprint(t)
+	samples := distil(t, 3)
+	tmp := t.TempDir()
+	good, bad := filepath.Join(tmp, "good"), filepath.Join(tmp, "bad")
+	other := strings.Repeat("ab", 32)
+	writeCapture(t, good, fp, samples, []int{2}, true)
+	writeCapture(t, bad, other, samples, []int{2}, true)
+	for _, m := range []string{MethodMedusa, MethodEAGLE3} {
+		_, err := Run(context.Background(), Options{Method: m, Model: modelDir, Data: []string{good, bad}, Out: filepath.Join(tmp, "out-"+m),
+			Medusa: smallMedusa(), EAGLE3: smallEAGLE3()})
+		if err == nil {
+			t.Fatalf("%s: data from another model accepted", m)
+		}
+		for _, want := range []string{bad, fp, other, "another model"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: error %q does not mention %q", m, err, want)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(tmp, "out-"+m, ArgsFile)); err == nil {
+			t.Errorf("%s: refused run still wrote %s", m, ArgsFile)
+		}
+	}
+}
+
+func TestMissingColumnsRefused(t *testing.T) {
+	fp := fingerprint(t)
+	samples := distil(t, 3)
+	tmp := t.TempDir()
+	noFinal, low := filepath.Join(tmp, "nofinal"), filepath.Join(tmp, "low")
+	writeCapture(t, noFinal, fp, samples, []int{2}, false)
+	writeCapture(t, low, fp, samples, []int{1, 3}, true)
+	cases := []struct {
+		name   string
+		opt    Options
+		wants  []string
+		reject []string
+	}{
+		{"medusa without final_norm", Options{Method: MethodMedusa, Data: []string{noFinal}, Medusa: smallMedusa()},
+			[]string{noFinal, "final_norm", "medusa", "hidden_2"}, nil},
+		{"eagle3 without final_norm", Options{Method: MethodEAGLE3, Data: []string{noFinal}, EAGLE3: smallEAGLE3()},
+			[]string{noFinal, "final_norm", "eagle3"}, nil},
+		{"eagle3 default layers not captured", Options{Method: MethodEAGLE3, Data: []string{low}, EAGLE3: smallEAGLE3()},
+			[]string{low, "hidden_2", "index 2", "--layers 1,3", "default"}, nil},
+		{"eagle3 --layers not captured", Options{Method: MethodEAGLE3, Data: []string{low}, EAGLE3: smallEAGLE3(), Layers: []int{1, 3, 4}},
+			[]string{low, "hidden_4", "index 4", "high", "--layers 1,3,4", "--layers 1,3 "}, nil},
+		{"eagle3 layer out of range", Options{Method: MethodEAGLE3, Data: []string{low}, EAGLE3: smallEAGLE3(), Layers: []int{0, 1, 3}},
+			[]string{"index 0", "[1, 5]"}, nil},
+	}
+	for _, c := range cases {
+		c.opt.Model, c.opt.Out = modelDir, filepath.Join(tmp, "out")
+		_, err := Run(context.Background(), c.opt)
+		if err == nil {
+			t.Errorf("%s: accepted", c.name)
+			continue
+		}
+		for _, w := range c.wants {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: error %q does not mention %q", c.name, err, w)
+			}
+		}
+	}
+	// The --layers override naming captured indices is accepted by the check.
+	if _, err := CheckData([]string{low}, fp, 64, Needs{Method: "eagle3", FinalNorm: true, Layers: []int{1, 3, 3}, LayersFromFlag: true}); err != nil {
+		t.Errorf("captured layers refused: %v", err)
+	}
+}
+
+// TestResume interrupts a run before its first step, resumes it and compares
+// the exports with an uninterrupted run's, byte for byte; then a resume with a
+// changed learning rate is refused with the difference named.
+func TestResume(t *testing.T) {
+	fp := fingerprint(t)
+	samples := distil(t, 12)
+	tmp := t.TempDir()
+	dir := filepath.Join(tmp, "cap")
+	writeCapture(t, dir, fp, samples, []int{2}, true)
+	for _, m := range []string{MethodMedusa, MethodEAGLE3} {
+		t.Run(m, func(t *testing.T) {
+			opt := func(out string) Options {
+				return Options{Method: m, Model: modelDir, Data: []string{dir}, Out: filepath.Join(tmp, m+out), Medusa: smallMedusa(), EAGLE3: smallEAGLE3()}
+			}
+			whole := opt("-whole")
+			if _, err := Run(context.Background(), whole); err != nil {
+				t.Fatal(err)
+			}
+			part := opt("-part")
+			// Cancel at the first held-out evaluation: the trainer stops at its
+			// next step with a checkpoint.
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			part.Progress = &cancelOn{text: "eval ", cancel: cancel}
+			_, err := Run(ctx, part)
+			if err == nil || !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "--resume") {
+				t.Fatalf("cancelled run: err = %v, want context.Canceled and a --resume hint", err)
+			}
+			if _, err := os.Stat(filepath.Join(part.Out, CheckpointFile)); err != nil {
+				t.Fatalf("cancelled run left no checkpoint: %v", err)
+			}
+			part.Progress = nil
+			changed := part
+			changed.Resume = true
+			changed.Medusa.LR *= 2
+			changed.EAGLE3.LR = 5e-3
+			if _, err := Run(context.Background(), changed); err == nil || !strings.Contains(err.Error(), "lr: was") {
+				t.Fatalf("resume with another lr: err = %v, want a refusal naming lr", err)
+			}
+			part.Resume = true
+			if _, err := Run(context.Background(), part); err != nil {
+				t.Fatal(err)
+			}
+			files := []string{"vllm/model.safetensors", "medusa/medusa_lm_head.safetensors"}
+			if m == MethodEAGLE3 {
+				files = []string{"eagle3/model.safetensors"}
+			}
+			for _, f := range files {
+				if a, b := sha(t, filepath.Join(whole.Out, f)), sha(t, filepath.Join(part.Out, f)); a != b {
+					t.Errorf("%s differs between the uninterrupted and the resumed run", f)
+				}
+			}
+		})
+	}
+}
+
+// TestAdapters checks both dataset adapters against the capture reader and
+// that reading a sample into warm buffers allocates nothing.
+func TestAdapters(t *testing.T) {
+	fp := fingerprint(t)
+	samples := distil(t, 4)
+	dir := filepath.Join(t.TempDir(), "cap")
+	writeCapture(t, dir, fp, samples, []int{1, 2, 3}, true)
+	ds, err := capture.OpenDataset(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ds.Close()
+	md, err := NewMedusaData(ds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ed, err := NewEAGLE3Data(ds, [3]int{3, 1, 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fin, _ := ds.ColumnIndex("final_norm")
+	h1, _ := ds.ColumnIndex("hidden_1")
+	h3, _ := ds.ColumnIndex("hidden_3")
+	var ms dataset.Sample
+	for i := 0; i < ds.NumSamples(); i++ {
+		if err := md.Sample(i, &ms, true); err != nil {
+			t.Fatal(err)
+		}
+		if err := dataset.Check(i, &ms, 64, 512); err != nil {
+			t.Fatal(err)
+		}
+		want := ds.State(i, fin, nil)
+		if !equalF(ms.Final, want) || !equalI(ms.Tokens, samples[i].tokens) {
+			t.Fatalf("medusa sample %d differs from the capture", i)
+		}
+		es, err := ed.Sample(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !equalF(es.Features[0], ds.State(i, h3, nil)) || !equalF(es.Features[1], ds.State(i, h1, nil)) ||
+			!equalF(es.Features[2], es.Features[0]) || !equalF(es.Final, want) {
+			t.Fatalf("eagle3 sample %d differs from the capture", i)
+		}
+		if &es.Features[2][0] != &es.Features[0][0] {
+			t.Errorf("repeated feature layer converted twice instead of shared")
+		}
+	}
+	if _, err := ed.Sample(ds.NumSamples()); err == nil {
+		t.Error("out-of-range sample accepted")
+	}
+	big := 0 // the longest sample first, so the buffers have room for all
+	for i := 0; i < ds.NumSamples(); i++ {
+		if ds.SampleLen(i) > ds.SampleLen(big) {
+			big = i
+		}
+	}
+	md.Sample(big, &ms, true)
+	ed.Sample(big)
+	allocs := testing.AllocsPerRun(20, func() {
+		for i := 0; i < ds.NumSamples(); i++ {
+			md.Sample(i, &ms, true)
+			ed.Sample(i)
+		}
+	})
+	// The same reads straight from the capture reader (which may allocate
+	// per call for its parallel conversion): the adapters must add nothing.
+	var tok []int32
+	var mask []bool
+	var st [3][]float32
+	direct := testing.AllocsPerRun(20, func() {
+		for i := 0; i < ds.NumSamples(); i++ {
+			for k := 0; k < 2; k++ {
+				tok = ds.Tokens(i, tok)
+				mask = ds.LossMask(i, mask)
+			}
+			st[0] = ds.State(i, fin, st[0])
+			st[0] = ds.State(i, fin, st[0])
+			st[1] = ds.State(i, h3, st[1])
+			st[2] = ds.State(i, h1, st[2])
+		}
+	})
+	if allocs > direct {
+		t.Errorf("reading samples through the adapters allocates %v times per pass, the capture reads alone %v", allocs, direct)
+	}
+}
+
+// cancelOn is a progress writer that cancels once text has been written.
+type cancelOn struct {
+	text   string
+	cancel context.CancelFunc
+	seen   bytes.Buffer
+}
+
+func (c *cancelOn) Write(p []byte) (int, error) {
+	c.seen.Write(p)
+	if strings.Contains(c.seen.String(), c.text) {
+		c.cancel()
+	}
+	return len(p), nil
+}
+
+// TestCancelBeforeFirstStep stops a Medusa run before it trains anything: the
+// checkpoint is still written and a resume completes the run.
+func TestCancelBeforeFirstStep(t *testing.T) {
+	fp := fingerprint(t)
+	dir := filepath.Join(t.TempDir(), "cap")
+	writeCapture(t, dir, fp, distil(t, 6), []int{2}, true)
+	o := Options{Method: MethodMedusa, Model: modelDir, Data: []string{dir}, Out: filepath.Join(t.TempDir(), "out"), Medusa: smallMedusa()}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := Run(ctx, o); !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	o.Resume = true
+	if r, err := Run(context.Background(), o); err != nil || r.Steps == 0 {
+		t.Fatalf("resume: %v, %+v", err, r)
+	}
+}
+
+func equalF(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func equalI(a, b []int32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// TestVerifyData corrupts one byte of a shard: the default open (schema and
+// row counts only) does not read it, --verify-data refuses it by name.
+func TestVerifyData(t *testing.T) {
+	fp := fingerprint(t)
+	dir := filepath.Join(t.TempDir(), "cap")
+	writeCapture(t, dir, fp, distil(t, 4), []int{2}, true)
+	shard := filepath.Join(dir, capture.ShardFileName(0))
+	b, err := os.ReadFile(shard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0x40 // inside the state data
+	if err := os.WriteFile(shard, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := Options{Method: MethodMedusa, Model: modelDir, Data: []string{dir}, Out: filepath.Join(t.TempDir(), "out"), Medusa: smallMedusa(), VerifyData: true}
+	if _, err := Run(context.Background(), o); err == nil || !strings.Contains(err.Error(), capture.ShardFileName(0)) {
+		t.Errorf("corrupt shard with VerifyData: err = %v, want an error naming %s", err, capture.ShardFileName(0))
+	}
+}
