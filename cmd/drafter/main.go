@@ -42,17 +42,24 @@ func main() {
 	root := newRootCmd()
 	err := root.ExecuteContext(ctx)
 	if err == nil {
-		os.Exit(exitOK)
+		return
 	}
 	fmt.Fprintln(os.Stderr, "drafter:", err)
+	os.Exit(exitCode(err))
+}
+
+// exitCode maps an error returned by a command to the process exit status.
+func exitCode(err error) int {
 	var ge *gateError
 	var ue *usageError
 	switch {
+	case err == nil:
+		return exitOK
 	case errors.As(err, &ge):
-		os.Exit(exitGateHit)
+		return exitGateHit
 	case errors.As(err, &ue), strings.HasPrefix(err.Error(), "required flag"), strings.HasPrefix(err.Error(), "unknown command"):
-		os.Exit(exitUsage)
+		return exitUsage
 	default:
-		os.Exit(exitError)
+		return exitError
 	}
 }

@@ -34,6 +34,7 @@ rendering), generate (run the target model).`,
 		newDistillCmd(),
 		newCaptureCmd(),
 		newTrainCmd(),
+		newEvalCmd(),
 	)
 	return root
 }

@@ -1,0 +1,378 @@
+package eval
+
+import (
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/drafter-ai/drafter/pkg/model"
+	"github.com/drafter-ai/drafter/pkg/spec"
+	"github.com/drafter-ai/drafter/train/eagle3"
+	"github.com/drafter-ai/drafter/train/medusa"
+)
+
+// Drafter is a loaded drafter, ready to run against one target model.
+type Drafter struct {
+	// Info describes where the drafter came from.
+	Info   *DrafterInfo
+	medusa *medusa.Heads
+	eagle  *eagle3.Draft
+}
+
+// LoadDrafter loads the drafter info describes for target m, checking that its
+// geometry matches the target's.
+func LoadDrafter(info *DrafterInfo, m *model.Model) (*Drafter, error) {
+	switch info.Kind {
+	case KindMedusa:
+		h, err := medusa.LoadHeads(info.Dir)
+		if err != nil {
+			return nil, fmt.Errorf("eval: loading Medusa heads: %w", err)
+		}
+		d, err := NewMedusaDrafter(h, m)
+		if err != nil {
+			return nil, fmt.Errorf("%w (heads from %s)", err, info.Dir)
+		}
+		d.Info = info
+		return d, nil
+	case KindEagle3:
+		dr, err := eagle3.LoadDraft(info.Dir, m.Embed, m.Backend())
+		if err != nil {
+			return nil, fmt.Errorf("eval: loading the EAGLE-3 draft: %w", err)
+		}
+		d, err := NewEagleDrafter(dr, m)
+		if err != nil {
+			return nil, fmt.Errorf("%w (draft from %s)", err, info.Dir)
+		}
+		d.Info = info
+		return d, nil
+	}
+	return nil, fmt.Errorf("eval: unknown drafter kind %q in %s", info.Kind, info.Dir)
+}
+
+// NewMedusaDrafter wraps Medusa heads held in memory (for example a trainer's)
+// as a drafter for m.
+func NewMedusaDrafter(h *medusa.Heads, m *model.Model) (*Drafter, error) {
+	if h.Hidden != m.HiddenSize() || h.Vocab != m.VocabSize() {
+		return nil, fmt.Errorf("eval: Medusa heads of hidden size %d and vocabulary %d do not fit the target (hidden %d, vocabulary %d)",
+			h.Hidden, h.Vocab, m.HiddenSize(), m.VocabSize())
+	}
+	return &Drafter{Info: &DrafterInfo{Kind: KindMedusa}, medusa: h}, nil
+}
+
+// NewEagleDrafter wraps an EAGLE-3 draft held in memory as a drafter for m.
+func NewEagleDrafter(d *eagle3.Draft, m *model.Model) (*Drafter, error) {
+	g := d.Geometry
+	if g.Hidden != m.HiddenSize() || g.Vocab != m.VocabSize() {
+		return nil, fmt.Errorf("eval: EAGLE-3 draft of hidden size %d and vocabulary %d does not fit the target (hidden %d, vocabulary %d)",
+			g.Hidden, g.Vocab, m.HiddenSize(), m.VocabSize())
+	}
+	L := m.NumLayers()
+	ids := d.LayerIDs
+	if ids == nil {
+		ids = defaultEagleLayers(L)
+	}
+	if len(ids) != 3 {
+		return nil, fmt.Errorf("eval: EAGLE-3 draft fuses %d target layers %v; want 3", len(ids), ids)
+	}
+	for _, id := range ids {
+		if id < 0 || id > L {
+			return nil, fmt.Errorf("eval: EAGLE-3 feature layer %d is outside the target's hidden_states indices 0..%d", id, L)
+		}
+	}
+	return &Drafter{Info: &DrafterInfo{Kind: KindEagle3}, eagle: d}, nil
+}
+
+// medusaProposer drafts with Medusa heads on the target's final post-norm
+// state of the newest committed position.
+type medusaProposer struct {
+	m      *model.Model
+	h      *medusa.Heads
+	ws     *medusa.Workspace
+	static *spec.StaticTree
+	widths []int // candidates needed per head: the tree's widths, at least hitK
+	hitK   int
+	heads  int // heads the tree uses
+	tapIdx []int
+
+	x      []float32 // [H] state the heads read
+	logits []float32 // [V]
+	topk   [][]int   // per head, best first
+	// This prompt's predictions, scored when it ends: step s predicted after
+	// output index roots[s], head h's top hitK in guesses[(s*heads+h)*hitK:].
+	roots   []int
+	guesses []int
+	hits    []HeadHits
+}
+
+func newMedusaProposer(m *model.Model, h *medusa.Heads, cfg Config) (*medusaProposer, error) {
+	choices := cfg.Tree
+	if cfg.Mode == ModeChain {
+		choices = chainChoices(cfg.Depth)
+	}
+	st, err := spec.CompileChoices(choices)
+	if err != nil {
+		return nil, fmt.Errorf("eval: tree: %w", err)
+	}
+	p := &medusaProposer{m: m, h: h, ws: h.NewWorkspace(1, 1), static: st, hitK: cfg.HitK, heads: h.Heads,
+		tapIdx: []int{m.NumLayers()},
+		x:      make([]float32, h.Hidden), logits: make([]float32, h.Vocab)}
+	tw := st.Widths()
+	p.widths = make([]int, h.Heads)
+	p.topk = make([][]int, h.Heads)
+	p.hitK = min(cfg.HitK, h.Vocab)
+	for hd := range h.Heads {
+		w := p.hitK
+		if hd < len(tw) {
+			w = max(w, tw[hd])
+		}
+		p.widths[hd] = min(w, h.Vocab)
+		p.topk[hd] = make([]int, 0, p.widths[hd])
+	}
+	p.hits = make([]HeadHits, h.Heads)
+	for hd := range p.hits {
+		p.hits[hd] = HeadHits{Head: hd, K: p.hitK}
+	}
+	return p, nil
+}
+
+func (p *medusaProposer) taps() []int   { return p.tapIdx }
+func (p *medusaProposer) maxNodes() int { return p.static.Len() }
+
+// predict runs every head on p.x and records the candidates for root.
+func (p *medusaProposer) predict(root int) {
+	p.roots = append(p.roots, root)
+	for hd := range p.heads {
+		p.h.Logits(p.m.Backend(), p.ws, hd, p.x, 1, p.logits)
+		p.topk[hd] = topK(p.logits, p.widths[hd], p.topk[hd][:0])
+		p.guesses = append(p.guesses, p.topk[hd][:p.hitK]...)
+	}
+}
+
+func (p *medusaProposer) start(prompt []int, first int, res *model.Result) error {
+	hid := res.HiddenOf(0, 0)
+	H := p.h.Hidden
+	copy(p.x, hid[(len(prompt)-1)*H:len(prompt)*H])
+	p.roots, p.guesses = p.roots[:0], p.guesses[:0]
+	p.predict(0)
+	return nil
+}
+
+func (p *medusaProposer) propose(t *spec.Tree, root int) error {
+	if n := len(p.roots); n == 0 || p.roots[n-1] != root {
+		return fmt.Errorf("eval: Medusa heads have no prediction after output token %d", root)
+	}
+	return p.static.Build(t, p.topk)
+}
+
+func (p *medusaProposer) accept(rows []int, res *model.Result, tokens []int) error {
+	hid := res.HiddenOf(0, 0)
+	H := p.h.Hidden
+	last := rows[len(rows)-1]
+	copy(p.x, hid[last*H:(last+1)*H])
+	// The step appended tokens after the old root: the newest is
+	// len(tokens) places further in the output.
+	p.predict(p.roots[len(p.roots)-1] + len(tokens))
+	return nil
+}
+
+// finish scores every recorded prediction against the generated tokens: head
+// h's guess after output index r is right when it equals out[r+h+1].
+func (p *medusaProposer) finish(out []int) {
+	for s, root := range p.roots {
+		for hd := range p.heads {
+			j := root + hd + 1
+			if j >= len(out) {
+				break
+			}
+			hh := &p.hits[hd]
+			hh.Count++
+			top := p.guesses[(s*p.heads+hd)*p.hitK : (s*p.heads+hd+1)*p.hitK]
+			for rank, tok := range top {
+				if tok == out[j] {
+					if rank == 0 {
+						hh.Top1++
+					}
+					hh.TopK++
+					break
+				}
+			}
+		}
+	}
+	p.roots, p.guesses = p.roots[:0], p.guesses[:0]
+}
+
+// eagleProposer drafts with an EAGLE-3 draft layer fed by the target's three
+// feature layers.
+type eagleProposer struct {
+	m       *model.Model
+	d       *eagle3.Draft
+	s       *eagle3.Session
+	tapIdx  []int  // distinct tap indices requested from the target
+	slot    [3]int // feature c is tap slot[c] (layers may repeat on small targets)
+	chain   bool
+	depth   int
+	builder *spec.DynamicBuilder
+	topK    int
+	nodes   int
+
+	feats   []float32 // [rows, 3H]
+	tok32   []int32
+	ids     []int32
+	logp    []float32
+	sessOf  []int // candidate index -> session node id
+	parents []int
+	ftoks   []int32
+	chainB  []int32
+}
+
+func newEagleProposer(m *model.Model, d *eagle3.Draft, cfg Config, capacity int) (*eagleProposer, error) {
+	ids := d.LayerIDs
+	if ids == nil {
+		ids = defaultEagleLayers(m.NumLayers())
+	}
+	p := &eagleProposer{m: m, d: d, chain: cfg.Mode == ModeChain, depth: cfg.Depth}
+	for c, id := range ids {
+		j := slices.Index(p.tapIdx, id)
+		if j < 0 {
+			j = len(p.tapIdx)
+			p.tapIdx = append(p.tapIdx, id)
+		}
+		p.slot[c] = j
+	}
+	sessNodes := max(cfg.Depth-1, 1)
+	if p.chain {
+		p.nodes = cfg.Depth
+	} else {
+		dp := spec.DynamicParams{Depth: cfg.Depth, TopK: cfg.TopK, TotalTokens: cfg.TotalTokens}
+		b, err := spec.NewDynamicBuilder(dp)
+		if err != nil {
+			return nil, fmt.Errorf("eval: %w", err)
+		}
+		p.builder, p.topK = b, cfg.TopK
+		p.nodes = cfg.TotalTokens - 1
+		sessNodes = max(cfg.Depth*cfg.TopK, 1)
+		p.ids = make([]int32, cfg.TopK)
+		p.logp = make([]float32, cfg.TopK)
+	}
+	p.s = d.NewSession(capacity, sessNodes)
+	return p, nil
+}
+
+func (p *eagleProposer) taps() []int   { return p.tapIdx }
+func (p *eagleProposer) maxNodes() int { return p.nodes }
+
+// fuse gathers the three tapped layers of the given rows of res into p.feats
+// as [len(rows), 3H], low layer first.
+func (p *eagleProposer) fuse(res *model.Result, rows []int) []float32 {
+	H := p.m.HiddenSize()
+	need := len(rows) * 3 * H
+	if cap(p.feats) < need {
+		p.feats = make([]float32, need)
+	}
+	f := p.feats[:need]
+	for t := range 3 {
+		hid := res.HiddenOf(p.slot[t], 0)
+		for j, r := range rows {
+			copy(f[(j*3+t)*H:(j*3+t+1)*H], hid[r*H:(r+1)*H])
+		}
+	}
+	return f
+}
+
+func (p *eagleProposer) start(prompt []int, first int, res *model.Result) error {
+	n := len(prompt)
+	p.s.Truncate(0)
+	rows := p.parents[:0]
+	for i := range n {
+		rows = append(rows, i)
+	}
+	p.parents = rows
+	p.tok32 = p.tok32[:0]
+	for _, t := range prompt[1:] {
+		p.tok32 = append(p.tok32, int32(t))
+	}
+	p.tok32 = append(p.tok32, int32(first))
+	return p.s.Extend(p.fuse(res, rows), p.tok32)
+}
+
+func (p *eagleProposer) accept(rows []int, res *model.Result, tokens []int) error {
+	p.tok32 = p.tok32[:0]
+	for _, t := range tokens {
+		p.tok32 = append(p.tok32, int32(t))
+	}
+	return p.s.Extend(p.fuse(res, rows), p.tok32)
+}
+
+func (p *eagleProposer) propose(t *spec.Tree, root int) error {
+	t.Reset()
+	if p.chain {
+		c, err := p.s.DraftChain(p.depth, p.chainB[:0])
+		p.chainB = c
+		if err != nil {
+			return err
+		}
+		parent := spec.Root
+		for _, tok := range c {
+			if parent, err = t.Add(int(tok), parent, 0, 0); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	p.sessOf = p.sessOf[:0]
+	return p.builder.Build(t, p)
+}
+
+// Expand implements spec.Expander: it evaluates the frontier nodes in the
+// draft session in one batch (the root needs none) and writes each one's top-k
+// continuations.
+func (p *eagleProposer) Expand(cands *spec.Tree, frontier []int, k int, tokens []int, logps []float64) error {
+	if len(frontier) == 1 && frontier[0] == spec.Root {
+		return p.topInto(-1, k, tokens, logps)
+	}
+	p.parents, p.ftoks = p.parents[:0], p.ftoks[:0]
+	for _, f := range frontier {
+		nd := cands.Node(f)
+		par := -1
+		if nd.Parent != spec.Root {
+			par = p.sessOf[nd.Parent]
+			if par < 0 {
+				return fmt.Errorf("eval: EAGLE-2 candidate %d expands before its parent %d was drafted", f, nd.Parent)
+			}
+		}
+		p.parents = append(p.parents, par)
+		p.ftoks = append(p.ftoks, int32(nd.Token))
+	}
+	ids, err := p.s.AddNodes(p.parents, p.ftoks)
+	if err != nil {
+		return err
+	}
+	for len(p.sessOf) < cands.Len() {
+		p.sessOf = append(p.sessOf, -1)
+	}
+	for j, f := range frontier {
+		p.sessOf[f] = ids[j]
+		if err := p.topInto(ids[j], k, tokens[j*k:(j+1)*k], logps[j*k:(j+1)*k]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// topInto writes node's top-k continuations, padding with -Inf when the draft
+// vocabulary is smaller than k.
+func (p *eagleProposer) topInto(node, k int, tokens []int, logps []float64) error {
+	n := p.s.TopK(node, k, p.ids[:k], p.logp[:k])
+	for i := range k {
+		if i < n {
+			tokens[i] = int(p.ids[i])
+			logps[i] = min(float64(p.logp[i]), 0)
+		} else {
+			tokens[i] = 0
+			logps[i] = math.Inf(-1)
+		}
+	}
+	return nil
+}
+
+func (p *eagleProposer) finish([]int) {}

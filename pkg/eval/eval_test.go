@@ -1,0 +1,156 @@
+package eval
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/drafter-ai/drafter/pkg/sample"
+	"github.com/drafter-ai/drafter/pkg/spec"
+)
+
+// shapes lists every draft shape eval runs for a drafter kind.
+func shapes(kind Kind) map[string]Config {
+	if kind == KindMedusa {
+		return map[string]Config{
+			"chain":          {Mode: ModeChain},
+			"chain-2":        {Mode: ModeChain, Depth: 2},
+			"default-tree":   {Mode: ModeTree},
+			"custom-tree":    {Mode: ModeTree, Tree: spec.Choices{{0}, {1}, {2}, {0, 0}, {0, 1}, {1, 0}, {0, 0, 0}, {0, 0, 0, 0}}},
+			"wide-flat-tree": {Mode: ModeTree, Tree: spec.Choices{{0}, {1}, {2}, {3}, {4}, {5}}},
+		}
+	}
+	return map[string]Config{
+		"chain-1":     {Mode: ModeChain, Depth: 1},
+		"chain-4":     {Mode: ModeChain},
+		"chain-7":     {Mode: ModeChain, Depth: 7},
+		"tree":        {Mode: ModeTree},
+		"tree-narrow": {Mode: ModeTree, Depth: 3, TopK: 2, TotalTokens: 6},
+		"tree-wide":   {Mode: ModeTree, Depth: 2, TopK: 10, TotalTokens: 40},
+	}
+}
+
+// TestLosslessRandomDrafters: at temperature 0 the speculative output equals
+// plain greedy decoding for drafters with random weights, in every shape.
+func TestLosslessRandomDrafters(t *testing.T) {
+	m := loadTarget(t)
+	ps := testPrompts(t, evalPrompts, 6)
+	drafters := map[string]*Drafter{
+		"medusa":           randomMedusa(t, m, 4, 1),
+		"eagle3":           randomEagle(t, m, 200, 2),
+		"eagle3-fullvocab": randomEagle(t, m, m.VocabSize(), 3),
+	}
+	for name, d := range drafters {
+		for shape, cfg := range shapes(d.Info.Kind) {
+			t.Run(name+"/"+shape, func(t *testing.T) {
+				cfg.MaxNewTokens = 40
+				cfg.EOS = []int{eosID}
+				rep, err := Run(context.Background(), m, d, ps, cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := rep.CheckLossless(); err != nil {
+					t.Fatal(err)
+				}
+				if !rep.Lossless.Checked || rep.Lossless.Prompts != len(ps) {
+					t.Fatalf("lossless check covered %d of %d prompts (checked %v)", rep.Lossless.Prompts, len(ps), rep.Lossless.Checked)
+				}
+				if rep.Speculative.Tokens != rep.Baseline.Tokens {
+					t.Fatalf("speculative run made %d tokens, baseline %d", rep.Speculative.Tokens, rep.Baseline.Tokens)
+				}
+				t.Logf("τ %.3f over %d steps, hist %v", rep.MeanAcceptLength, rep.Stats.Steps, rep.AcceptLengthHist)
+			})
+		}
+	}
+}
+
+// TestTrainedDrafters: drafters trained for a few seconds on self-distilled
+// stories accept several tokens per forward, still losslessly, loaded from
+// their exports the way the command loads them.
+func TestTrainedDrafters(t *testing.T) {
+	tr := trainedDrafters(t)
+	m := loadTarget(t)
+	ps := testPrompts(t, evalPrompts, 10)
+	for _, dir := range []string{tr.medusaDir, tr.eagleDir} {
+		info, err := Detect(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := CheckFingerprint(info, modelDir, tr.fp); err != nil {
+			t.Fatal(err)
+		}
+		d, err := LoadDrafter(info, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for shape, cfg := range map[string]Config{"chain": {Mode: ModeChain}, "tree": {Mode: ModeTree}} {
+			t.Run(string(info.Kind)+"/"+shape, func(t *testing.T) {
+				cfg.MaxNewTokens = 64
+				cfg.EOS = []int{eosID}
+				rep, err := Run(context.Background(), m, d, ps, cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := rep.CheckLossless(); err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("τ %.3f, hist %v, by depth %.3f, heads %+v, speed-up %.2f (drafter %.0f%%)", rep.MeanAcceptLength, rep.AcceptLengthHist, rep.AcceptRateByDepth, rep.HeadHits, rep.SpeedUp, 100*rep.DrafterShare)
+				if !(rep.MeanAcceptLength > 1.3) {
+					t.Fatalf("a trained drafter accepts %.3f tokens per forward; want > 1.3 (random drafters: about 1.0)", rep.MeanAcceptLength)
+				}
+			})
+		}
+	}
+}
+
+// TestTypicalAcceptance runs Medusa's typical acceptance, which the report
+// must mark lossy and exempt from the token-for-token comparison.
+func TestTypicalAcceptance(t *testing.T) {
+	m := loadTarget(t)
+	ps := testPrompts(t, evalPrompts, 3)
+	cfg := Config{Mode: ModeTree, MaxNewTokens: 24, Sampling: sample.Params{Temperature: 0.7},
+		Typical: &spec.TypicalParams{Epsilon: 0.09, Alpha: 0.3}}
+	rep, err := Run(context.Background(), m, randomMedusa(t, m, 3, 2), ps, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Lossy || rep.Acceptance != "typical" || rep.Lossless.Checked {
+		t.Fatalf("typical acceptance reported as acceptance %q, lossy %v, checked %v", rep.Acceptance, rep.Lossy, rep.Lossless.Checked)
+	}
+	var buf bytes.Buffer
+	rep.WriteText(&buf)
+	if !strings.Contains(buf.String(), "LOSSY") {
+		t.Fatalf("the table does not flag lossy acceptance:\n%s", buf.String())
+	}
+}
+
+// TestLosslessReporting checks the comparison that makes eval fail.
+func TestLosslessReporting(t *testing.T) {
+	cases := []struct {
+		a, b []int
+		want int
+	}{
+		{[]int{1, 2, 3}, []int{1, 2, 3}, -1},
+		{[]int{1, 2, 3}, []int{1, 5, 3}, 1},
+		{[]int{1, 2}, []int{1, 2, 3}, 2},
+		{[]int{1, 2, 3}, []int{1}, 1},
+		{nil, nil, -1},
+	}
+	for _, c := range cases {
+		if got := firstMismatch(c.a, c.b); got != c.want {
+			t.Errorf("firstMismatch(%v, %v) = %d, want %d", c.a, c.b, got, c.want)
+		}
+	}
+	rep := &Report{Lossless: Lossless{Checked: true, Prompts: 4, Mismatches: []Mismatch{{Prompt: 2, ID: "line 3", Index: 7, Baseline: 10, Speculative: 11, Margin: 0.5}}}}
+	err := rep.CheckLossless()
+	var le *LosslessError
+	if !errors.As(err, &le) || !strings.Contains(err.Error(), "1 of 4 prompts") || !strings.Contains(err.Error(), "token 7") {
+		t.Fatalf("CheckLossless: %v", err)
+	}
+	rep.Lossless.Mismatches = nil
+	if err := rep.CheckLossless(); err != nil {
+		t.Fatal(err)
+	}
+}

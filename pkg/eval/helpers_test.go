@@ -1,0 +1,302 @@
+package eval
+
+import (
+	"context"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/drafter-ai/drafter/pkg/generate"
+	"github.com/drafter-ai/drafter/pkg/model"
+	"github.com/drafter-ai/drafter/pkg/nn"
+	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/train/dataset"
+	"github.com/drafter-ai/drafter/train/eagle3"
+	"github.com/drafter-ai/drafter/train/medusa"
+)
+
+const (
+	modelDir    = "../../models/stories260k"
+	evalPrompts = "../../data/prompts/stories-eval.jsonl"
+	trainPrompt = "../../data/prompts/stories-train.jsonl"
+	eosID       = 2
+
+	// Training budget of the test drafters: small, but enough for
+	// multi-token acceptance.
+	trainSamples = 60
+	medusaEpochs = 10
+	eagleEpochs  = 8
+)
+
+func loadTarget(t testing.TB) *model.Model {
+	return loadGen(t).Model
+}
+
+func loadGen(t testing.TB) *generate.Target {
+	t.Helper()
+	g, err := generate.Load(modelDir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	return g
+}
+
+func testPrompts(t testing.TB, path string, n int) []Prompt {
+	t.Helper()
+	ps, err := LoadPrompts(loadGen(t), path, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ps
+}
+
+// randomMedusa returns heads with random residual blocks and lm_heads near
+// the target's: a drafter whose guesses are mostly wrong but sometimes right.
+func randomMedusa(t testing.TB, m *model.Model, heads int, seed uint64) *Drafter {
+	t.Helper()
+	g := medusa.Geometry{Hidden: m.HiddenSize(), Vocab: m.VocabSize(), Heads: heads, Layers: 1}
+	h, err := medusa.NewHeads(g, m.LMHead, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(seed, 1))
+	for hd := range heads {
+		for l := range g.Layers {
+			for i := range h.W[hd][l] {
+				h.W[hd][l][i] = float32(r.NormFloat64() * 0.3)
+			}
+			for i := range h.B[hd][l] {
+				h.B[hd][l][i] = float32(r.NormFloat64() * 0.3)
+			}
+		}
+		for i := range h.LMHead[hd] {
+			h.LMHead[hd][i] += float32(r.NormFloat64() * 0.05)
+		}
+	}
+	d, err := NewMedusaDrafter(h, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// eagleGeometry is the draft geometry for target m with a draft vocabulary n.
+func eagleGeometry(m *model.Model, n int) eagle3.Geometry {
+	c := m.Config
+	g := eagle3.Geometry{Hidden: c.HiddenSize, Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim,
+		Intermediate: c.IntermediateSize, RMSNormEps: c.RMSNormEps, RopeTheta: c.RopeTheta,
+		MaxPositions: c.MaxPositions, Vocab: c.VocabSize, DraftVocab: n}
+	if s := c.RopeScaling; s != nil {
+		g.RopeScaling = &nn.RopeScaling{Type: s.Type, Factor: s.Factor, LowFreqFactor: s.LowFreqFactor,
+			HighFreqFactor: s.HighFreqFactor, OriginalMaxPositions: s.OriginalMaxPositions}
+	}
+	return g
+}
+
+// randomEagle returns an EAGLE-3 draft with random weights over a random
+// draft vocabulary of n ids (n < V exercises the d2t mapping).
+func randomEagle(t testing.TB, m *model.Model, n int, seed uint64) *Drafter {
+	t.Helper()
+	g, p, voc := randomEagleParams(t, m, n, seed)
+	dr, err := eagle3.NewDraft(g, p, voc, m.Embed, m.Backend())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := NewEagleDrafter(dr, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func randomEagleParams(t testing.TB, m *model.Model, n int, seed uint64) (eagle3.Geometry, *eagle3.Params, *eagle3.Vocab) {
+	t.Helper()
+	g := eagleGeometry(m, n)
+	r := rand.New(rand.NewPCG(seed, 2))
+	H, qw, kw, I := g.Hidden, g.Heads*g.HeadDim, g.KVHeads*g.HeadDim, g.Intermediate
+	rnd := func(size int, mean, std float64) []float32 {
+		x := make([]float32, size)
+		for i := range x {
+			x[i] = float32(mean + std*r.NormFloat64())
+		}
+		return x
+	}
+	p := &eagle3.Params{FC: rnd(H*3*H, 0, 0.1), HiddenNorm: rnd(H, 1, 0.1), InputNorm: rnd(H, 1, 0.1),
+		Q: rnd(qw*2*H, 0, 0.1), K: rnd(kw*2*H, 0, 0.1), V: rnd(kw*2*H, 0, 0.1), O: rnd(H*qw, 0, 0.1),
+		PostNorm: rnd(H, 1, 0.1), Gate: rnd(I*H, 0, 0.1), Up: rnd(I*H, 0, 0.1), Down: rnd(H*I, 0, 0.1),
+		Norm: rnd(H, 1, 0.1), LMHead: rnd(n*H, 0, 0.5)}
+	counts := make([]int64, g.Vocab)
+	for i := range counts {
+		counts[i] = int64(r.IntN(100))
+	}
+	voc, err := eagle3.BuildVocab(counts, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, p, voc
+}
+
+// greedyContinue appends up to n greedy target tokens to prompt (stopping
+// after EOS).
+func greedyContinue(t testing.TB, m *model.Model, prompt []int, n int) []int {
+	t.Helper()
+	seq, err := m.NewSequence(len(prompt) + n + 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := append([]int(nil), prompt...)
+	in := []model.Input{{Seq: seq, Tokens: prompt, Logits: model.LogitsLast}}
+	for range n {
+		res, err := m.Forward(in, model.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lg := res.LogitsOf(0)
+		best := 0
+		for i, v := range lg {
+			if v > lg[best] {
+				best = i
+			}
+		}
+		out = append(out, best)
+		if best == eosID {
+			break
+		}
+		in[0].Tokens = out[len(out)-1:]
+	}
+	return out
+}
+
+// trained holds drafters trained once for the whole test binary on greedy
+// stories260k continuations of the training prompts, exported to disk the
+// way the train command writes them.
+type trained struct {
+	dir       string // train output root: medusa/ (Medusa Export) and eagle/ (EAGLE-3 Train)
+	medusaDir string
+	eagleDir  string
+	fp        string
+	err       error
+}
+
+var (
+	trainOnce sync.Once
+	trainRes  trained
+)
+
+// trainedDrafters trains Medusa heads and an EAGLE-3 layer on self-distilled
+// data captured here (a few seconds on stories260k).
+func trainedDrafters(t *testing.T) *trained {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("trains two drafters (seconds)")
+	}
+	trainOnce.Do(func() { trainRes = trainDrafters(t) })
+	if trainRes.err != nil {
+		t.Fatal(trainRes.err)
+	}
+	return &trainRes
+}
+
+func trainDrafters(t *testing.T) (tr trained) {
+	gt, err := generate.Load(modelDir, nil)
+	if err != nil {
+		tr.err = err
+		return
+	}
+	defer gt.Close()
+	m := gt.Model
+	tr.fp = gt.Fingerprint
+	start := time.Now()
+	ps, err := LoadPrompts(gt, trainPrompt, trainSamples)
+	if err != nil {
+		tr.err = err
+		return
+	}
+	L, H := m.NumLayers(), m.HiddenSize()
+	layers := defaultEagleLayers(L)
+	taps := []int{L}
+	var slot [3]int
+	for c, id := range layers {
+		slot[c] = slices.Index(taps, id)
+		if slot[c] < 0 {
+			slot[c] = len(taps)
+			taps = append(taps, id)
+		}
+	}
+	mem := &dataset.Memory{H: H}
+	var es eagle3.SliceDataset
+	for _, p := range ps {
+		seq := greedyContinue(t, m, p.Tokens, 64)
+		s, err := m.NewSequence(len(seq))
+		if err != nil {
+			tr.err = err
+			return
+		}
+		res, err := m.Forward([]model.Input{{Seq: s, Tokens: seq, Logits: model.LogitsNone}}, model.Options{Taps: taps})
+		if err != nil {
+			tr.err = err
+			return
+		}
+		toks := make([]int32, len(seq))
+		mask := make([]bool, len(seq))
+		for i, id := range seq {
+			toks[i] = int32(id)
+			mask[i] = i >= len(p.Tokens)
+		}
+		final := append([]float32(nil), res.HiddenOf(0, 0)...)
+		mem.Samples = append(mem.Samples, dataset.Sample{Tokens: toks, LossMask: mask, Final: final})
+		es = append(es, &eagle3.Sample{Tokens: toks, LossMask: mask, Final: final,
+			Features: [3][]float32{append([]float32(nil), res.HiddenOf(slot[0], 0)...), append([]float32(nil), res.HiddenOf(slot[1], 0)...), append([]float32(nil), res.HiddenOf(slot[2], 0)...)}})
+	}
+	root, err := os.MkdirTemp("", "drafter-eval-test-")
+	if err != nil {
+		tr.err = err
+		return
+	}
+	tr.dir = root
+	be := tensor.CPU()
+
+	t.Logf("captured %d samples in %v", len(ps), time.Since(start))
+	start = time.Now()
+	mcfg := medusa.DefaultConfig()
+	mcfg.BatchTokens = 512
+	mcfg.MaxEpochs = medusaEpochs
+	mres, err := medusa.Train(context.Background(), mcfg, medusa.Target{Vocab: m.VocabSize(), LMHead: m.LMHead}, mem, be, filepath.Join(root, "medusa-work"))
+	if err != nil {
+		tr.err = err
+		return
+	}
+	tr.medusaDir = filepath.Join(root, "medusa-out")
+	if tr.err = medusa.Export(tr.medusaDir, mres.Heads, medusa.ExportInfo{BaseModel: modelDir, TargetFingerprint: tr.fp, Metrics: mres.Best}); tr.err != nil {
+		return
+	}
+
+	t.Logf("trained Medusa heads in %v: %+v", time.Since(start), mres.Best)
+	start = time.Now()
+	g := eagleGeometry(m, 0)
+	ecfg := eagle3.Config{Target: &eagle3.Target{Geometry: g, Embed: m.Embed, LMHead: m.LMHead}, DraftVocab: 256,
+		BatchTokens: 512, Epochs: eagleEpochs, Seed: 1,
+		Export:  eagle3.ExportOptions{DefaultLayers: true},
+		Drafter: map[string]any{"target_fingerprint": tr.fp}}
+	tr.eagleDir = filepath.Join(root, "eagle-out")
+	eres, err := eagle3.Train(context.Background(), ecfg, es, be, tr.eagleDir)
+	if err != nil {
+		tr.err = err
+		return
+	}
+	t.Logf("trained the EAGLE-3 layer in %v: %+v", time.Since(start), eres.Best)
+	return tr
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if trainRes.dir != "" {
+		os.RemoveAll(trainRes.dir)
+	}
+	os.Exit(code)
+}
