@@ -1,6 +1,10 @@
 package model
 
-import "math"
+import (
+	"math"
+
+	"github.com/drafter-ai/drafter/pkg/tensor"
+)
 
 // Attention over the cache. Each input's new rows attend to its committed
 // prefix and to the new rows the causal or tree mask allows. Inputs with many
@@ -16,7 +20,7 @@ const blasMinRows = 8
 // only multiplies against the keys its last row can see.
 const blasBlock = 64
 
-// softmaxJob describes the rows of one score block for softmaxRows.
+// softmaxJob describes one score block of the BLAS attention path.
 type softmaxJob struct {
 	s       []float32 // [rows, ld] scores
 	ld      int
@@ -47,7 +51,12 @@ func (m *Model) attend(li int) {
 	if len(s.items) == 0 {
 		return
 	}
-	workers := m.workers.size
+	// Below a few tens of thousands of multiply-adds a second thread costs
+	// more than it saves.
+	workers := 1
+	if work >= 1<<15 {
+		workers = min(tensor.Workers(), len(s.items))
+	}
 	if len(s.scores) < workers {
 		s.scores = make([][]float32, workers)
 	}
@@ -56,13 +65,7 @@ func (m *Model) attend(li int) {
 			s.scores[w] = make([]float32, maxCtx+256)
 		}
 	}
-	// Below a few tens of thousands of multiply-adds a second thread costs
-	// more than it saves.
-	minChunk := len(s.items)
-	if work >= 1<<15 {
-		minChunk = 1
-	}
-	m.workers.run(len(s.items), minChunk, s.attnFn)
+	tensor.ParallelChunks(len(s.items), workers, s.attnFn)
 }
 
 // attendItems computes the (input, head) items [lo, hi) directly.
@@ -108,19 +111,45 @@ func (m *Model) attendItems(worker, lo, hi int) {
 	}
 }
 
-// attendBLAS computes one input's attention with the backend, head by head.
+// attendBLAS computes one input's attention with the backend, the heads split
+// across the workers: each worker runs whole heads, Q·K^T, softmax and P·V,
+// in its own score buffer, so that the backend's calls run side by side.
 func (m *Model) attendBLAS(li int, in *seqIn) {
 	s := &m.s
-	hd, qd, kv := m.hd, m.qDim, m.kvDim
-	rep := m.nHeads / m.nKV
 	ctx := in.n + in.t
 	block := in.t // a tree attends in one block, masked
 	if !in.tree {
 		block = blasBlock
 	}
-	s.big = grow(s.big, block*ctx)
+	workers := 1
+	if m.split {
+		workers = min(tensor.Workers(), m.nHeads)
+	}
+	if len(s.bigs) < workers {
+		s.bigs = append(s.bigs, make([][]float32, workers-len(s.bigs))...)
+	}
+	for w := 0; w < workers; w++ {
+		s.bigs[w] = grow(s.bigs[w], min(block, in.t)*ctx)
+	}
+	s.blasIn, s.layer = in, li
+	tensor.ParallelChunks(m.nHeads, workers, s.headFn)
+	s.blasIn = nil
+}
+
+// attendHeads computes heads [lo, hi) of s.blasIn at layer s.layer.
+func (m *Model) attendHeads(worker, lo, hi int) {
+	s := &m.s
+	in := s.blasIn
+	li := s.layer
+	hd, qd, kv := m.hd, m.qDim, m.kvDim
+	rep := m.nHeads / m.nKV
+	ctx := in.n + in.t
+	block := in.t
+	if !in.tree {
+		block = blasBlock
+	}
 	kc, vc := in.seq.k[li], in.seq.v[li]
-	for h := 0; h < m.nHeads; h++ {
+	for h := lo; h < hi; h++ {
 		g := h / rep
 		for i0 := 0; i0 < in.t; i0 += block {
 			bt := min(block, in.t-i0)
@@ -130,26 +159,28 @@ func (m *Model) attendBLAS(li int, in *seqIn) {
 			if !in.tree {
 				width = in.n + i0 + bt
 			}
-			sc := s.big[:bt*width]
+			sc := s.bigs[worker][:bt*width]
 			row := in.row0 + i0
 			m.be.Sgemm(false, true, bt, width, hd, m.scale, s.q[row*qd+h*hd:], qd, kc[g*hd:], kv, 0, sc, width)
-			s.sm = softmaxJob{s: sc, ld: width, visible: in.n + i0 + 1, tree: in.tree, t: in.t, n: in.n}
+			j := softmaxJob{s: sc, ld: width, visible: in.n + i0 + 1, tree: in.tree, t: in.t, n: in.n}
 			if in.tree {
-				s.sm.mask = s.mask[in.mask : in.mask+in.t*in.t]
+				j.mask = s.mask[in.mask : in.mask+in.t*in.t]
 			}
-			minChunk := bt
-			if bt*width >= 1<<14 {
-				minChunk = 1
+			if !m.split && bt*width >= 1<<14 {
+				// The heads run one after another (the backend threads each
+				// call itself): spread the softmax over the workers instead.
+				s.sm = j
+				tensor.ParallelChunks(bt, tensor.Workers(), s.smFn)
+			} else {
+				j.rows(0, bt)
 			}
-			m.workers.run(bt, minChunk, s.smFn)
 			m.be.Sgemm(false, false, bt, hd, width, 1, sc, width, vc[g*hd:], kv, 0, s.att[row*qd+h*hd:], qd)
 		}
 	}
 }
 
-// softmaxRows masks and normalises rows [lo, hi) of the current score block.
-func (m *Model) softmaxRows(_, lo, hi int) {
-	j := &m.s.sm
+// rows masks and normalises rows [lo, hi) of the score block.
+func (j *softmaxJob) rows(lo, hi int) {
 	negInf := float32(math.Inf(-1))
 	for i := lo; i < hi; i++ {
 		r := j.s[i*j.ld : (i+1)*j.ld]
@@ -168,3 +199,6 @@ func (m *Model) softmaxRows(_, lo, hi int) {
 		softmaxRow(r)
 	}
 }
+
+// softmaxChunk runs s.sm.rows over rows [lo, hi), for ParallelChunks.
+func (m *Model) softmaxChunk(_, lo, hi int) { m.s.sm.rows(lo, hi) }

@@ -111,12 +111,16 @@ type scratch struct {
 	mask        []bool      // tree ancestor masks, [t, t] per tree input
 	depth       []int32     // depth of each tree node, per input (reused)
 	scores      [][]float32 // per worker scratch for small-row attention
-	big         []float32   // [t, ctx] scores for the BLAS attention path
-	items       []int32     // (input, head) work items of the small-row attention path
-	layer       int         // layer being computed, read by attnFn
-	attnFn      func(worker, lo, hi int)
+	bigs        [][]float32 // per worker [block, ctx] scores for the BLAS attention path
+	blasIn      *seqIn      // input whose heads attendHeads computes
+	headFn      func(worker, lo, hi int)
+	sm          softmaxJob // the block softmaxChunk normalises
 	smFn        func(worker, lo, hi int)
-	sm          softmaxJob
+	items       []int32 // (input, head) work items of the small-row attention path
+	layer       int     // layer being computed, read by attnFn
+	attnFn      func(worker, lo, hi int)
+	mm          mmJob
+	mmFn        func(worker, lo, hi int)
 	epoch       uint64
 }
 
@@ -298,7 +302,7 @@ func (m *Model) Forward(batch []Input, opt Options) (*Result, error) {
 		m.rmsNorm(s.lx, s.lx, m.Norm, nl, m.h)
 	}
 	if nl > 0 {
-		tensor.MatMulT(m.be, s.logits, s.lx, m.LMHead, nl, m.vocab, m.h)
+		m.matmul(s.logits, s.lx, m.LMHead, nl, m.vocab, m.h, false)
 	}
 
 	// Commit chains; leave trees pending.
@@ -403,7 +407,7 @@ func (a *Attention) forward(m *Model, li, rows int) {
 	if a.qkv != nil {
 		qd, kd := m.qDim, m.kvDim
 		w := qd + 2*kd
-		tensor.MatMulT(m.be, s.fused, s.xn, a.qkv, rows, w, m.h)
+		m.matmul(s.fused, s.xn, a.qkv, rows, w, m.h, false)
 		for r := 0; r < rows; r++ {
 			f := s.fused[r*w : (r+1)*w]
 			copy(s.q[r*qd:(r+1)*qd], f[:qd])
@@ -416,9 +420,9 @@ func (a *Attention) forward(m *Model, li, rows int) {
 			addBias(s.v[:rows*kd], a.V.B)
 		}
 	} else {
-		a.Q.Forward(m.be, s.q, s.xn, rows, false)
-		a.K.Forward(m.be, s.k, s.xn, rows, false)
-		a.V.Forward(m.be, s.v, s.xn, rows, false)
+		m.linear(&a.Q, s.q, s.xn, rows, false)
+		m.linear(&a.K, s.k, s.xn, rows, false)
+		m.linear(&a.V, s.v, s.xn, rows, false)
 	}
 	if a.QNorm != nil { // Qwen3: RMSNorm over each head, before RoPE
 		m.rmsNorm(s.q, s.q, a.QNorm, rows*m.nHeads, m.hd)
@@ -433,7 +437,7 @@ func (a *Attention) forward(m *Model, li, rows int) {
 		copy(in.seq.v[li][dst:dst+in.t*kv], s.v[in.row0*kv:(in.row0+in.t)*kv])
 	}
 	m.attend(li)
-	a.O.Forward(m.be, s.x, s.att, rows, true)
+	m.linear(&a.O, s.x, s.att, rows, true)
 }
 
 // forward computes x += Down(silu(Gate(xn)) * Up(xn)).
@@ -441,18 +445,18 @@ func (f *MLP) forward(m *Model, rows int) {
 	s := &m.s
 	if f.gateUp != nil {
 		I := m.inter
-		tensor.MatMulT(m.be, s.fused, s.xn, f.gateUp, rows, 2*I, m.h)
+		m.matmul(s.fused, s.xn, f.gateUp, rows, 2*I, m.h, false)
 		g, gu := s.gate, s.fused
 		if rows*I < 1<<15 {
 			swigluRows(g, gu, 0, rows, I)
 		} else {
 			tensor.Parallel(rows, (1<<13)/I+1, func(lo, hi int) { swigluRows(g, gu, lo, hi, I) })
 		}
-		f.Down.Forward(m.be, s.x, s.gate, rows, true)
+		m.linear(&f.Down, s.x, s.gate, rows, true)
 		return
 	}
-	f.Gate.Forward(m.be, s.gate, s.xn, rows, false)
-	f.Up.Forward(m.be, s.up, s.xn, rows, false)
+	m.linear(&f.Gate, s.gate, s.xn, rows, false)
+	m.linear(&f.Up, s.up, s.xn, rows, false)
 	n := rows * m.inter
 	if n < 1<<15 {
 		swiglu(s.gate[:n], s.gate[:n], s.up[:n])
@@ -460,5 +464,5 @@ func (f *MLP) forward(m *Model, rows int) {
 		g, u := s.gate, s.up
 		tensor.Parallel(n, 1<<13, func(lo, hi int) { swiglu(g[lo:hi], g[lo:hi], u[lo:hi]) })
 	}
-	f.Down.Forward(m.be, s.x, s.gate, rows, true)
+	m.linear(&f.Down, s.x, s.gate, rows, true)
 }

@@ -29,11 +29,50 @@ func rmsNormRows(out, x, w []float32, lo, hi, n int, eps float32) {
 }
 
 // swiglu computes out = silu(gate) * up element-wise; out may alias gate.
+// silu(g) = g / (1 + expf(-g)), with expf's body written out in the loop so
+// that the processor overlaps consecutive elements; the arithmetic is expf's,
+// step for step, so the results are the same as calling it.
 func swiglu(out, gate, up []float32) {
 	up = up[:len(gate)]
 	out = out[:len(gate)]
 	for i, g := range gate {
-		out[i] = g / (1 + expf(-g)) * up[i]
+		x := -g
+		var e float32
+		switch {
+		case !(x > -87.33654):
+			e = 0
+			if x != x {
+				e = x
+			}
+		case x > 88.72283:
+			e = float32(math.Inf(1))
+		default:
+			t := x * 1.44269504088896341
+			if t < 0 {
+				t -= 0.5
+			} else {
+				t += 0.5
+			}
+			ki := int32(t)
+			k := float32(ki)
+			r := x - k*0.693359375
+			r -= k * -2.12194440e-4
+			p := float32(1.9875691500e-4)
+			p = p*r + 1.3981999507e-3
+			p = p*r + 8.3334519073e-3
+			p = p*r + 4.1665795894e-2
+			p = p*r + 1.6666665459e-1
+			p = p*r + 5.0000001201e-1
+			y := p*r*r + r + 1
+			if ki < -126 {
+				e = y * math.Float32frombits(uint32(ki+126+127)<<23) * math.Float32frombits(1<<23)
+			} else if ki > 127 {
+				e = y * math.Float32frombits(uint32(ki-1+127)<<23) * 2
+			} else {
+				e = y * math.Float32frombits(uint32(ki+127)<<23)
+			}
+		}
+		out[i] = g / (1 + e) * up[i]
 	}
 }
 
@@ -122,6 +161,9 @@ func expf(x float32) float32 {
 	y := p*r*r + r + 1
 	if ki < -126 { // subnormal result: scale in two steps
 		return y * math.Float32frombits(uint32(ki+126+127)<<23) * math.Float32frombits(1<<23)
+	}
+	if ki > 127 { // x in (88.38, 88.72]: 2^128 is not a float32, scale in two steps
+		return y * math.Float32frombits(uint32(ki-1+127)<<23) * 2
 	}
 	return y * math.Float32frombits(uint32(ki+127)<<23)
 }

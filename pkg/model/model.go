@@ -22,7 +22,6 @@ package model
 
 import (
 	"fmt"
-	"runtime"
 
 	"github.com/drafter-ai/drafter/pkg/checkpoint"
 	"github.com/drafter-ai/drafter/pkg/nn"
@@ -83,22 +82,23 @@ type Model struct {
 	Norm   []float32 // model.norm.weight [H]
 	LMHead []float32 // lm_head.weight [V, H]; the same slice as Embed when tied
 
-	be      tensor.Backend
-	rope    *nn.RoPE
-	eps     float32
-	h       int // hidden size
-	hd      int // head dimension
-	nHeads  int
-	nKV     int
-	qDim    int // nHeads*hd
-	kvDim   int // nKV*hd
-	inter   int // intermediate size
-	vocab   int
-	maxPos  int // max_position_embeddings (and sliding window, when smaller)
-	scale   float32
-	workers *pool
-	s       scratch
-	res     Result
+	be     tensor.Backend
+	rope   *nn.RoPE
+	eps    float32
+	h      int // hidden size
+	hd     int // head dimension
+	nHeads int
+	nKV    int
+	qDim   int // nHeads*hd
+	kvDim  int // nKV*hd
+	inter  int // intermediate size
+	vocab  int
+	maxPos int // max_position_embeddings (and sliding window, when smaller)
+	scale  float32
+	goBLAS bool // be is tensor's pure-Go backend (gonum); see matmulChunk
+	split  bool // products and attention heads are split over goroutines; see splits
+	s      scratch
+	res    Result
 }
 
 // Backend returns the backend the model runs its matrix multiplies on.
@@ -118,14 +118,10 @@ func (m *Model) VocabSize() int { return m.vocab }
 // model's max_position_embeddings, or its sliding window when that is smaller.
 func (m *Model) MaxPositions() int { return m.maxPos }
 
-// Close stops the model's worker goroutines. The model must not be used after.
-func (m *Model) Close() error {
-	if m.workers != nil {
-		m.workers.close()
-		m.workers = nil
-	}
-	return nil
-}
+// Close releases the model. It holds no goroutines or files (its workers are
+// tensor.Parallel's shared ones), so Close only exists for symmetry with other
+// resources and always returns nil; the model must not be used after.
+func (m *Model) Close() error { return nil }
 
 // newModel validates cfg and sets up everything but the weights.
 func newModel(cfg *checkpoint.Config, be tensor.Backend) (*Model, error) {
@@ -216,9 +212,11 @@ func newModel(cfg *checkpoint.Config, be tensor.Backend) (*Model, error) {
 		inter: cfg.IntermediateSize, vocab: cfg.VocabSize, maxPos: maxPos,
 	}
 	m.scale = float32(1 / sqrt64(float64(m.hd)))
-	m.workers = newPool(runtime.GOMAXPROCS(0))
 	m.s.attnFn = m.attendItems
-	m.s.smFn = m.softmaxRows
-	runtime.AddCleanup(m, func(p *pool) { p.close() }, m.workers)
+	m.s.headFn = m.attendHeads
+	m.s.smFn = m.softmaxChunk
+	m.s.mmFn = m.matmulChunk
+	m.goBLAS = be.Name() == "go"
+	m.split = splits(be)
 	return m, nil
 }

@@ -1,0 +1,104 @@
+package model
+
+import "github.com/drafter-ai/drafter/pkg/tensor"
+
+// The model's matrix multiplies are split over the output features across
+// tensor's shared workers: each worker multiplies the input by its own block of
+// weight rows, with a single backend call. Every output element is one inner
+// product over the same inputs whichever block computes it, so the split does
+// not change what is computed. It gives a single-row (decode) product, which a
+// single-threaded BLAS or the pure-Go backend runs on one core, the memory
+// bandwidth of both, and keeps the threading in one place (Go's scheduler)
+// instead of two.
+//
+// A backend that threads each call itself (OpenBLAS with several threads) must
+// not be called from two goroutines at once: its calls then queue behind each
+// other's helper threads, which spin meanwhile (a decode step measured 6-8x the
+// CPU time of a single-threaded BLAS split here). The model splits only on a
+// backend known to run a call on one thread: the pure-Go one, whose products
+// it keeps small enough to stay serial, and any backend with a Threads method
+// (see threaded) that reports 1.
+
+// threaded is implemented by backends that say how many threads one call
+// uses; the model splits its products across goroutines when it is 1.
+type threaded interface{ Threads() int }
+
+// splits reports whether the model should split products over the workers on be.
+func splits(be tensor.Backend) bool {
+	if t, ok := be.(threaded); ok {
+		return t.Threads() == 1
+	}
+	return be.Name() == "go"
+}
+
+// mmBlock is the number of output features in a unit of the split; blocks stay
+// aligned to the BLAS kernels' register tiles.
+const mmBlock = 64
+
+// mmMinWork is the number of multiply-adds below which a product runs on the
+// calling goroutine (a hand-off costs a few microseconds).
+const mmMinWork = 1 << 17
+
+// mmJob is the product being split, read by matmulChunk.
+type mmJob struct {
+	out, x, w []float32
+	rows, n   int
+	k         int
+	beta      float32
+}
+
+// matmul computes out[rows, n] = x[rows, k]·w[n, k]^T, or adds it to out when
+// acc is true.
+func (m *Model) matmul(out, x, w []float32, rows, n, k int, acc bool) {
+	if rows == 0 || n == 0 {
+		return
+	}
+	var beta float32
+	if acc {
+		beta = 1
+	}
+	units := (n + mmBlock - 1) / mmBlock
+	chunks := tensor.Workers()
+	if !m.split || rows*n*k < mmMinWork || (m.goBLAS && rows > 3*gonumBlock) {
+		// Small, or large enough for gonum's own goroutines on every piece.
+		chunks = 1
+	}
+	s := &m.s
+	s.mm = mmJob{out: out, x: x, w: w, rows: rows, n: n, k: k, beta: beta}
+	tensor.ParallelChunks(units, chunks, s.mmFn)
+	s.mm = mmJob{}
+}
+
+// matmulChunk computes the output features of blocks [lo, hi) of m.s.mm.
+func (m *Model) matmulChunk(_, lo, hi int) {
+	j := &m.s.mm
+	lo *= mmBlock
+	hi = min(hi*mmBlock, j.n)
+	if j.rows == 1 {
+		m.be.Sgemv(false, hi-lo, j.k, 1, j.w[lo*j.k:hi*j.k], j.k, j.x[:j.k], j.beta, j.out[lo:hi])
+		return
+	}
+	step := hi - lo
+	if m.goBLAS && j.rows <= 3*gonumBlock {
+		step = gonumBlock * (3 / ((j.rows + gonumBlock - 1) / gonumBlock))
+	}
+	for p := lo; p < hi; p += step {
+		q := min(p+step, hi)
+		m.be.Sgemm(false, true, j.rows, q-p, j.k, 1, j.x[:j.rows*j.k], j.k, j.w[p*j.k:q*j.k], j.k, j.beta, j.out[p:(j.rows-1)*j.n+q], j.n)
+	}
+}
+
+// gonumBlock is the tile of gonum's Sgemm, which starts goroutines (and
+// allocates) for a product of four tiles or more. On the pure-Go backend the
+// model hands it pieces of at most three tiles, so that small batches stay
+// allocation-free and the split above is the only parallelism, and leaves
+// products of more than 3·gonumBlock rows to gonum's own goroutines.
+const gonumBlock = 64
+
+// linear runs l on rows of x into out (acc adds to out), splitting the product.
+func (m *Model) linear(l *Linear, out, x []float32, rows int, acc bool) {
+	m.matmul(out, x, l.W, rows, l.Out, l.In, acc)
+	if l.B != nil {
+		addBias(out[:rows*l.Out], l.B)
+	}
+}
