@@ -7,14 +7,23 @@ import (
 )
 
 // Attention over the cache. Each input's new rows attend to its committed
-// prefix and to the new rows the causal or tree mask allows. Inputs with many
-// rows (prefill, large trees) go through the backend as two matrix multiplies
-// per head, S = Q·K^T and O = softmax(S)·V; inputs with few rows (decode) are
-// computed directly, parallel over (input, head) pairs.
+// prefix and to the new rows the causal or tree mask allows. A single new row
+// (decode) is computed directly, parallel over (input, head) pairs. Several
+// rows (a speculative chain or tree, a short chunk) go through the backend per
+// KV group: the queries of every row and of every head sharing the group's
+// keys are packed into one matrix, so that one S = Q·K^T and one
+// O = softmax(S)·V serve them all and each key is read once per group, not
+// once per row and head. Long chains (prefill) go through the backend per head
+// in row blocks that only multiply against the keys the block can see.
 
 // blasMinRows is the number of new rows from which an input's attention uses
 // the backend's matrix multiplies.
-const blasMinRows = 8
+const blasMinRows = 2
+
+// groupMaxRows is the number of new rows from which a chain (not a tree) is
+// computed per head in causal row blocks instead of per KV group over its
+// whole width.
+const groupMaxRows = blasBlock
 
 // blasBlock is the row block of a chain's causal attention: a block of rows
 // only multiplies against the keys its last row can see.
@@ -34,11 +43,22 @@ type softmaxJob struct {
 func (m *Model) attend(li int) {
 	s := &m.s
 	s.items = s.items[:0]
+	s.gitems = s.gitems[:0]
 	maxCtx, work := 0, 0
+	gmax, gctx, gwork := 0, 0, 0
 	for b := range s.ins {
 		in := &s.ins[b]
-		if in.t >= blasMinRows {
+		if in.t >= groupMaxRows && !in.tree {
 			m.attendBLAS(li, in)
+			continue
+		}
+		if in.t >= blasMinRows {
+			for g := 0; g < m.nKV; g++ {
+				s.gitems = append(s.gitems, int32(b*m.nKV+g))
+			}
+			gmax = max(gmax, in.t*(m.nHeads/m.nKV))
+			gctx = max(gctx, in.n+in.t)
+			gwork += in.t * (in.n + in.t) * m.hd * m.nHeads
 			continue
 		}
 
@@ -47,6 +67,9 @@ func (m *Model) attend(li int) {
 		}
 		maxCtx = max(maxCtx, in.n+in.t)
 		work += in.t * (in.n + in.t) * m.hd * m.nHeads
+	}
+	if len(s.gitems) > 0 {
+		m.attendGroupItems(gmax, gctx, gwork)
 	}
 	if len(s.items) == 0 {
 		return
@@ -202,3 +225,76 @@ func (j *softmaxJob) rows(lo, hi int) {
 
 // softmaxChunk runs s.sm.rows over rows [lo, hi), for ParallelChunks.
 func (m *Model) softmaxChunk(_, lo, hi int) { m.s.sm.rows(lo, hi) }
+
+// attendGroupItems computes the (input, KV group) items of s.gitems through
+// the backend: rows is the most packed query rows of an item (new rows times
+// heads per group), ctx the widest score row, work the multiply-adds.
+func (m *Model) attendGroupItems(rows, ctx, work int) {
+	s := &m.s
+	workers := 1
+	if m.split && work >= 1<<15 {
+		workers = min(tensor.Workers(), len(s.gitems))
+	}
+	if len(s.gbufs) < workers {
+		s.gbufs = append(s.gbufs, make([]groupBuf, workers-len(s.gbufs))...)
+	}
+	for w := 0; w < workers; w++ {
+		gb := &s.gbufs[w]
+		gb.q = grow(gb.q, rows*m.hd)
+		gb.o = grow(gb.o, rows*m.hd)
+		gb.s = grow(gb.s, rows*ctx)
+	}
+	tensor.ParallelChunks(len(s.gitems), workers, s.groupFn)
+}
+
+// groupBuf is one worker's scratch for attendGroups.
+type groupBuf struct {
+	q, o []float32 // [rows, hd] packed queries and outputs of one KV group
+	s    []float32 // [rows, ctx] scores
+}
+
+// attendGroups computes the (input, KV group) items [lo, hi) of s.gitems at
+// layer s.layer: packed row i*rep+j is head g*rep+j of new row i.
+func (m *Model) attendGroups(worker, lo, hi int) {
+	s := &m.s
+	li := s.layer
+	hd, qd, kv := m.hd, m.qDim, m.kvDim
+	rep := m.nHeads / m.nKV
+	gb := &s.gbufs[worker]
+	negInf := float32(math.Inf(-1))
+	for _, it := range s.gitems[lo:hi] {
+		in := &s.ins[int(it)/m.nKV]
+		g := int(it) % m.nKV
+		R := in.t * rep
+		width := in.n + in.t
+		qp, op, sc := gb.q[:R*hd], gb.o[:R*hd], gb.s[:R*width]
+		for i := 0; i < in.t; i++ {
+			src := s.q[(in.row0+i)*qd+g*rep*hd:]
+			copy(qp[i*rep*hd:(i+1)*rep*hd], src[:rep*hd])
+		}
+		m.be.Sgemm(false, true, R, width, hd, m.scale, qp, hd, in.seq.k[li][g*hd:], kv, 0, sc, width)
+		for r := 0; r < R; r++ {
+			i := r / rep
+			row := sc[r*width : (r+1)*width]
+			if !in.tree {
+				vis := in.n + i + 1
+				softmaxRow(row[:vis])
+				clear(row[vis:])
+				continue
+			}
+			mk := s.mask[in.mask+i*in.t : in.mask+(i+1)*in.t]
+			tail := row[in.n:]
+			for c, ok := range mk {
+				if !ok {
+					tail[c] = negInf
+				}
+			}
+			softmaxRow(row)
+		}
+		m.be.Sgemm(false, false, R, hd, width, 1, sc, width, in.seq.v[li][g*hd:], kv, 0, op, hd)
+		for i := 0; i < in.t; i++ {
+			dst := s.att[(in.row0+i)*qd+g*rep*hd:]
+			copy(dst[:rep*hd], op[i*rep*hd:(i+1)*rep*hd])
+		}
+	}
+}

@@ -176,3 +176,44 @@ func BenchmarkDecode(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkTreeVerify measures one speculative verification pass on
+// stories260k after a 100-token context: a tree of t nodes (a chain when every
+// parent is the previous node) with logits for every node and the final
+// hidden state tapped, dropped again with an empty Commit. cpu-us/pass is the
+// figure to compare against t=1, a plain decode step.
+func BenchmarkTreeVerify(b *testing.B) {
+	m := loadModel(b, "stories260k")
+	const ctx = 100
+	for _, t := range []int{1, 5, 8, 34, 60} {
+		b.Run(fmt.Sprintf("nodes=%d", t), func(b *testing.B) {
+			seq := mustSeq(b, m, ctx+t+1)
+			p := make([]int, ctx)
+			for i := range p {
+				p[i] = (i*17 + 1) % m.VocabSize()
+			}
+			if _, err := m.Forward([]Input{{Seq: seq, Tokens: p}}, Options{}); err != nil {
+				b.Fatal(err)
+			}
+			toks := make([]int, t)
+			parents := make([]int, t)
+			for i := range toks {
+				toks[i] = (i*7 + 3) % m.VocabSize()
+				parents[i] = (i+1)/3 - 1 // a bushy tree: three children per node
+			}
+			in := []Input{{Seq: seq, Tokens: toks, Parents: parents, Logits: LogitsAll}}
+			opt := Options{Taps: []int{m.NumLayers()}}
+			b.ResetTimer()
+			c0 := processCPU()
+			for i := 0; i < b.N; i++ {
+				if _, err := m.Forward(in, opt); err != nil {
+					b.Fatal(err)
+				}
+				if err := seq.Commit(nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric((processCPU()-c0)*1e6/float64(b.N), "cpu-us/pass")
+		})
+	}
+}

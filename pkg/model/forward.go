@@ -117,7 +117,10 @@ type scratch struct {
 	sm          softmaxJob // the block softmaxChunk normalises
 	smFn        func(worker, lo, hi int)
 	items       []int32 // (input, head) work items of the small-row attention path
-	layer       int     // layer being computed, read by attnFn
+	gitems      []int32 // (input, KV group) work items of the grouped attention path
+	gbufs       []groupBuf
+	groupFn     func(worker, lo, hi int)
+	layer       int // layer being computed, read by attnFn
 	attnFn      func(worker, lo, hi int)
 	mm          mmJob
 	mmFn        func(worker, lo, hi int)
@@ -378,6 +381,7 @@ func (m *Model) ensure(rows, lrows, taps, maskLen, inputs int) {
 	}
 	if need := inputs * m.nHeads; cap(s.items) < need {
 		s.items = make([]int32, 0, need)
+		s.gitems = make([]int32, 0, need)
 	}
 }
 
@@ -465,4 +469,20 @@ func (f *MLP) forward(m *Model, rows int) {
 		tensor.Parallel(n, 1<<13, func(lo, hi int) { swiglu(g[lo:hi], g[lo:hi], u[lo:hi]) })
 	}
 	m.linear(&f.Down, s.x, s.gate, rows, true)
+}
+
+// LogitsFromHidden computes into dst [rows, V] the logits of rows final
+// post-norm hidden states (tap index NumLayers(), [rows, H]) with the same
+// output-layer product Forward uses for that many logits rows: a pass that
+// taps hidden_states[L] and asks for no logits (LogitsNone) can compute the
+// logits of only the rows it turns out to need, for example the rows greedy
+// verification reads. One row at a time gives what a one-token decode step
+// gives for the same hidden state, bit for bit.
+func (m *Model) LogitsFromHidden(dst, hidden []float32, rows int) error {
+	if rows < 0 || len(hidden) < rows*m.h || len(dst) < rows*m.vocab {
+		return fmt.Errorf("model: logits from hidden states: %d rows need %d hidden values and %d outputs; got %d and %d",
+			rows, rows*m.h, rows*m.vocab, len(hidden), len(dst))
+	}
+	m.matmul(dst, hidden, m.LMHead, rows, m.vocab, m.h, false)
+	return nil
 }

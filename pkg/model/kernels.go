@@ -32,7 +32,22 @@ func rmsNormRows(out, x, w []float32, lo, hi, n int, eps float32) {
 // silu(g) = g / (1 + expf(-g)), with expf's body written out in the loop so
 // that the processor overlaps consecutive elements; the arithmetic is expf's,
 // step for step, so the results are the same as calling it.
+//
+// Where the processor has vector instructions (swigluVec), they compute the
+// same values eight at a time, leaving blocks with edge cases to this loop.
 func swiglu(out, gate, up []float32) {
+	up = up[:len(gate)]
+	out = out[:len(gate)]
+	for done := 0; done < len(gate); {
+		done += swigluVec(out[done:], gate[done:], up[done:])
+		end := min(done+8, len(gate)) // a block the vector body left, or the tail
+		swigluScalar(out[done:end], gate[done:end], up[done:end])
+		done = end
+	}
+}
+
+// swigluScalar is swiglu's scalar loop.
+func swigluScalar(out, gate, up []float32) {
 	up = up[:len(gate)]
 	out = out[:len(gate)]
 	for i, g := range gate {
@@ -174,23 +189,31 @@ func softmaxRow(x []float32) {
 		return
 	}
 	mx := x[0]
-	for _, v := range x {
+	done := 0
+	if mx == mx { // a NaN first element stays the maximum, as in the loop below
+		done, mx = maxVec(x, mx)
+	}
+	for _, v := range x[done:] {
 		if v > mx {
 			mx = v
 		}
 	}
 	inv := 1 / expShift(x, mx)
-	for i := range x {
-		x[i] *= inv
+	done = scaleVec(x, inv)
+	for i := range x[done:] {
+		x[done+i] *= inv
 	}
 }
 
 // expShift replaces x[i] with exp(x[i]-shift) for x[i]-shift <= 0 and returns
 // their sum. It is expf inlined into the loop, so that the processor overlaps
-// consecutive elements; inputs below -87.3 (and -Inf) give 0.
+// consecutive elements; inputs below -87.3 (and -Inf) give 0. Where the
+// processor has vector instructions (expShiftVec), they compute the same
+// values eight at a time; only the order of the sum's additions differs.
 func expShift(x []float32, shift float32) float32 {
-	var sum float32
-	for i, v := range x {
+	done, sum := expShiftVec(x, shift)
+	for i, v := range x[done:] {
+		i += done
 		v -= shift
 		if !(v > -87.33654) {
 			x[i] = 0

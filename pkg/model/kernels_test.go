@@ -50,3 +50,71 @@ func TestExpfRange(t *testing.T) {
 		}
 	}
 }
+
+// TestExpShiftVectorMatchesScalar checks expShift (with its vector body where
+// the processor has one) against the scalar expf on every element, over
+// lengths that leave every tail, including -Inf, NaN, underflowing and zero
+// inputs; every value must be identical and the sum within float32 rounding
+// of a float64 sum.
+func TestExpShiftVectorMatchesScalar(t *testing.T) {
+	for n := 0; n <= 41; n++ {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = -float32((i*37)%101) * 0.9
+		}
+		if n > 3 {
+			x[1] = float32(math.Inf(-1))
+			x[2] = float32(math.NaN())
+			x[3] = -87.3
+		}
+		shift := float32(0.25)
+		y := append([]float32(nil), x...)
+		sum := expShift(y, shift)
+		var want float64
+		for i, v := range x {
+			e := expf(v - shift)
+			if v != v {
+				e = 0 // expShift maps NaN to 0, where expf keeps it
+			}
+			if math.Float32bits(y[i]) != math.Float32bits(e) {
+				t.Fatalf("n=%d: element %d: exp(%v) = %v, scalar expf %v", n, i, v-shift, y[i], e)
+			}
+			want += float64(e)
+		}
+		if d := math.Abs(float64(sum) - want); d > 1e-6*want+1e-30 {
+			t.Fatalf("n=%d: sum %v, want %v", n, sum, want)
+		}
+	}
+}
+
+// TestSoftmaxRowVector checks softmaxRow (vector bodies included) against a
+// float64 softmax over every length up to 41, with -Inf entries.
+func TestSoftmaxRowVector(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for n := 1; n <= 41; n++ {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(r.NormFloat64() * 4)
+			if i%5 == 3 {
+				x[i] = float32(math.Inf(-1))
+			}
+		}
+		x[r.IntN(n)] = 9 // the maximum sits anywhere, tails included
+		mx := math.Inf(-1)
+		for _, v := range x {
+			mx = math.Max(mx, float64(v))
+		}
+		var z float64
+		for _, v := range x {
+			z += math.Exp(float64(v) - mx)
+		}
+		y := append([]float32(nil), x...)
+		softmaxRow(y)
+		for i, v := range x {
+			want := math.Exp(float64(v)-mx) / z
+			if d := math.Abs(float64(y[i]) - want); d > 1e-6 {
+				t.Fatalf("n=%d: softmax[%d] = %v, want %v", n, i, y[i], want)
+			}
+		}
+	}
+}

@@ -214,6 +214,7 @@ func newModel(cfg *checkpoint.Config, be tensor.Backend) (*Model, error) {
 	m.scale = float32(1 / sqrt64(float64(m.hd)))
 	m.s.attnFn = m.attendItems
 	m.s.headFn = m.attendHeads
+	m.s.groupFn = m.attendGroups
 	m.s.smFn = m.softmaxChunk
 	m.s.mmFn = m.matmulChunk
 	m.goBLAS = be.Name() == "go"

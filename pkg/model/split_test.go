@@ -90,3 +90,60 @@ func mallocsPerRun(runs int, f func()) float64 {
 	runtime.ReadMemStats(&after)
 	return float64((after.Mallocs - before.Mallocs) / uint64(runs)) // whole allocations per run, as AllocsPerRun
 }
+
+// TestLogitsFromHidden checks that logits computed from the tapped final
+// hidden states of a tree pass equal the logits Forward computes for the same
+// rows: bit for bit one row at a time against a one-row pass, and within
+// float32 rounding for all rows at once against LogitsAll.
+func TestLogitsFromHidden(t *testing.T) {
+	m := loadModel(t, "stories260k")
+	L, V, H := m.NumLayers(), m.VocabSize(), m.HiddenSize()
+	prompt := []int{1, 403, 407, 261, 378, 350, 300, 45}
+	toks := []int{100, 101, 102, 103, 104}
+	parents := []int{-1, 0, 0, 1, -1}
+	seq := mustSeq(t, m, 32)
+	if _, err := m.Forward([]Input{{Seq: seq, Tokens: prompt}}, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := m.Forward([]Input{{Seq: seq, Tokens: toks, Parents: parents, Logits: LogitsAll}}, Options{Taps: []int{L}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := append([]float32(nil), res.LogitsOf(0)...)
+	hid := append([]float32(nil), res.HiddenOf(0, 0)...)
+	got := make([]float32, len(toks)*V)
+	if err := m.LogitsFromHidden(got, hid, len(toks)); err != nil {
+		t.Fatal(err)
+	}
+	if d := maxDiff(got, all); d > 1e-5 {
+		t.Fatalf("all rows: differ from Forward's logits by %g", d)
+	}
+	// Row 3 (node 3, path 0-1-3) against decoding that path one token at a time.
+	if err := seq.Commit(nil); err != nil {
+		t.Fatal(err)
+	}
+	var one []float32
+	for _, tok := range []int{100, 101, 103} {
+		r, err := m.Forward([]Input{{Seq: seq, Tokens: []int{tok}}}, Options{Taps: []int{L}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		one = append(one[:0], r.LogitsOf(0)...)
+		h := append([]float32(nil), r.HiddenOf(0, 0)...)
+		row := make([]float32, V)
+		if err := m.LogitsFromHidden(row, h, 1); err != nil {
+			t.Fatal(err)
+		}
+		for i := range row {
+			if row[i] != one[i] {
+				t.Fatalf("token %d: logit %d from the hidden state %v, decode step %v", tok, i, row[i], one[i])
+			}
+		}
+	}
+	if d := maxDiff(one, all[3*V:4*V]); d > 1e-4 {
+		t.Fatalf("tree node 3 and the decoded path differ by %g", d)
+	}
+	if err := m.LogitsFromHidden(got, hid[:H], 2); err == nil {
+		t.Fatal("short hidden states accepted")
+	}
+}

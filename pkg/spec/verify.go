@@ -62,6 +62,8 @@ type Verifier struct {
 	vocab  int
 	p, q   []float32
 	rowArg []int // per row: argmax, or -1 when not computed
+	flat   flatRows
+	lazy   rowCheck
 	ok     []bool
 	score  []float64
 }
@@ -90,6 +92,11 @@ func (v *Verifier) checkRows(t *Tree, logits, draft []float32) error {
 	if draft != nil && len(draft) != want {
 		return fmt.Errorf("spec: draft probabilities of length %d for a tree of %d nodes: want %d ((nodes+1) rows of %d)", len(draft), t.Len(), want, v.vocab)
 	}
+	return v.checkTokens(t)
+}
+
+// checkTokens checks that every drafted token is inside the vocabulary.
+func (v *Verifier) checkTokens(t *Tree) error {
 	for i, n := range t.nodes {
 		if n.Token >= v.vocab {
 			return fmt.Errorf("spec: node %d token %d outside the vocabulary of %d", i, n.Token, v.vocab)
@@ -109,6 +116,59 @@ func (v *Verifier) Verify(t *Tree, logits []float32, rng *sample.RNG, res *Resul
 	return v.Sample(t, logits, nil, rng, res)
 }
 
+// Rows yields the target's logits rows of one verification on demand, in the
+// layout of the package documentation: row 0 for the root, row i+1 for node
+// i, each Vocab() values. A target that computes logits only for the rows a
+// verification reads (greedy verification reads the root's and the accepted
+// nodes', sampling those along its walk) saves the output layer on the rest.
+type Rows interface {
+	// Row returns row r. The slice must stay valid until the verification
+	// returns.
+	Row(r int) ([]float32, error)
+}
+
+// VerifyRows is Verify with the logits rows read from rows on demand; each
+// row is asked for at most once per call. Its outcome is Verify's on the same
+// rows.
+func (v *Verifier) VerifyRows(t *Tree, rows Rows, rng *sample.RNG, res *Result) error {
+	if err := v.checkTokens(t); err != nil {
+		return err
+	}
+	v.lazy = rowCheck{src: rows, vocab: v.vocab}
+	defer func() { v.lazy.src = nil }()
+	if v.s.Params().Greedy() {
+		return v.greedy(t, &v.lazy, res)
+	}
+	return v.sample(t, &v.lazy, nil, rng, res)
+}
+
+// flatRows serves rows from one [(n+1)·V] slice.
+type flatRows struct {
+	logits []float32
+	vocab  int
+}
+
+func (f *flatRows) Row(r int) ([]float32, error) {
+	return f.logits[r*f.vocab : (r+1)*f.vocab], nil
+}
+
+// rowCheck checks the length of every row a Rows source returns.
+type rowCheck struct {
+	src   Rows
+	vocab int
+}
+
+func (c *rowCheck) Row(r int) ([]float32, error) {
+	row, err := c.src.Row(r)
+	if err != nil {
+		return nil, fmt.Errorf("spec: target logits row %d: %w", r, err)
+	}
+	if len(row) != c.vocab {
+		return nil, fmt.Errorf("spec: target logits row %d has %d values: want %d (the vocabulary size)", r, len(row), c.vocab)
+	}
+	return row, nil
+}
+
 // Greedy accepts the longest path whose every token is the target's argmax
 // (lowest id on ties) at its parent's position, then appends the target's
 // argmax at the last accepted position. Among equally long paths (possible
@@ -118,6 +178,13 @@ func (v *Verifier) Greedy(t *Tree, logits []float32, res *Result) error {
 	if err := v.checkRows(t, logits, nil); err != nil {
 		return err
 	}
+	v.flat = flatRows{logits: logits, vocab: v.vocab}
+	defer func() { v.flat.logits = nil }()
+	return v.greedy(t, &v.flat, res)
+}
+
+// greedy is Greedy over rows read on demand.
+func (v *Verifier) greedy(t *Tree, rows Rows, res *Result) error {
 	res.reset()
 	n := t.Len()
 	v.grow(n)
@@ -126,7 +193,11 @@ func (v *Verifier) Greedy(t *Tree, logits []float32, res *Result) error {
 	}
 	argmax := func(r int) (int, error) {
 		if v.rowArg[r] < 0 {
-			a, err := sample.Argmax(v.row(logits, r))
+			row, err := rows.Row(r)
+			if err != nil {
+				return -1, err
+			}
+			a, err := sample.Argmax(row)
 			if err != nil {
 				return -1, fmt.Errorf("spec: target logits row %d: %w", r, err)
 			}
@@ -213,12 +284,23 @@ func (v *Verifier) Sample(t *Tree, logits, draft []float32, rng *sample.RNG, res
 	if err := v.checkRows(t, logits, draft); err != nil {
 		return err
 	}
+	v.flat = flatRows{logits: logits, vocab: v.vocab}
+	defer func() { v.flat.logits = nil }()
+	return v.sample(t, &v.flat, draft, rng, res)
+}
+
+// sample is Sample over rows read on demand.
+func (v *Verifier) sample(t *Tree, rows Rows, draft []float32, rng *sample.RNG, res *Result) error {
 	res.reset()
 	p, q := v.p, v.q
 	cur := Root
 	for {
 		r := cur + 1
-		if err := v.s.Probs(v.row(logits, r), p); err != nil {
+		row, err := rows.Row(r)
+		if err != nil {
+			return err
+		}
+		if err := v.s.Probs(row, p); err != nil {
 			return fmt.Errorf("spec: target logits row %d: %w", r, err)
 		}
 		pmass := sum64(p)

@@ -674,3 +674,65 @@ func TestSampledDraftErrors(t *testing.T) {
 		t.Error("NaN logits accepted")
 	}
 }
+
+// countingRows serves the rows of a flat logits slice and records which rows
+// were asked for.
+type countingRows struct {
+	logits []float32
+	asked  []int
+}
+
+func (c *countingRows) Row(r int) ([]float32, error) {
+	c.asked = append(c.asked, r)
+	return c.logits[r*V : (r+1)*V], nil
+}
+
+// TestVerifyRowsMatchesVerify: verification with rows read on demand commits
+// what verification over all rows does, greedy and sampled (same random
+// stream), asks for each row at most once, and greedy asks only for the
+// root's row and the rows of accepted nodes.
+func TestVerifyRowsMatchesVerify(t *testing.T) {
+	for _, p := range []sample.Params{{}, {Temperature: 1}, {Temperature: 0.7, TopK: 5}} {
+		e := newEnv(t, p, 7)
+		b, err := NewDynamicBuilder(DynamicParams{Depth: 4, TopK: 3, TotalTokens: 12})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.builder = b
+		var want Result
+		for trial := range 200 {
+			ctx := []int{trial % V, (trial * 7) % V}
+			if err := e.builder.Build(&e.tree, &draftExpander{ctx: ctx, toy: e.toy}); err != nil {
+				t.Fatal(err)
+			}
+			e.fillRows(ctx, false)
+			seed := uint64(trial)
+			e.vrng.Reset(seed, 1)
+			if err := e.ver.Verify(&e.tree, e.logits, e.vrng, &want); err != nil {
+				t.Fatal(err)
+			}
+			want.Path, want.Tokens = slices.Clone(want.Path), slices.Clone(want.Tokens)
+			rows := &countingRows{logits: e.logits}
+			e.vrng.Reset(seed, 1)
+			if err := e.ver.VerifyRows(&e.tree, rows, e.vrng, &e.res); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(e.res.Path, want.Path) || !slices.Equal(e.res.Tokens, want.Tokens) || e.res.Reached != want.Reached {
+				t.Fatalf("%v trial %d: VerifyRows %+v, Verify %+v", p, trial, e.res, want)
+			}
+			seen := map[int]bool{}
+			for _, r := range rows.asked {
+				if seen[r] {
+					t.Fatalf("%v trial %d: row %d asked for twice (%v)", p, trial, r, rows.asked)
+				}
+				seen[r] = true
+				if p.Greedy() && r != 0 && !slices.Contains(want.Path, r-1) {
+					t.Fatalf("greedy trial %d: row %d read, but node %d was not accepted (path %v)", trial, r, r-1, want.Path)
+				}
+			}
+			if len(rows.asked) > len(want.Path)+1 {
+				t.Fatalf("%v trial %d: %d rows read for a path of %d", p, trial, len(rows.asked), len(want.Path))
+			}
+		}
+	}
+}

@@ -1,0 +1,67 @@
+//go:build !purego
+
+package model
+
+import "golang.org/x/sys/cpu"
+
+// expShiftAVX2 is expShift's loop over n elements (a positive multiple of 8),
+// eight at a time with the same operations in the same order per element (no
+// fused multiply-adds), so every exp value equals the scalar loop's. The
+// lanes' partial sums are added to sums.
+//
+//go:noescape
+func expShiftAVX2(x *float32, n int, shift float32, sums *[8]float32)
+
+// expShiftVec runs the vector body over the longest multiple-of-8 prefix of x
+// when the processor has AVX2, and returns its length and sum.
+func expShiftVec(x []float32, shift float32) (int, float32) {
+	n := len(x) &^ 7
+	if n == 0 || !cpu.X86.HasAVX2 {
+		return 0, 0
+	}
+	var sums [8]float32
+	expShiftAVX2(&x[0], n, shift, &sums)
+	return n, ((sums[0] + sums[1]) + (sums[2] + sums[3])) + ((sums[4] + sums[5]) + (sums[6] + sums[7]))
+}
+
+//go:noescape
+func maxAVX2(x *float32, n int, init float32) float32
+
+//go:noescape
+func scaleAVX2(x *float32, n int, s float32)
+
+// maxVec returns the largest non-NaN element among the longest multiple-of-8
+// prefix of x and init, and the prefix length (0 without AVX2).
+func maxVec(x []float32, init float32) (int, float32) {
+	n := len(x) &^ 7
+	if n == 0 || !cpu.X86.HasAVX2 {
+		return 0, init
+	}
+	return n, maxAVX2(&x[0], n, init)
+}
+
+// scaleVec multiplies the longest multiple-of-8 prefix of x by s and returns
+// its length (0 without AVX2).
+func scaleVec(x []float32, s float32) int {
+	n := len(x) &^ 7
+	if n == 0 || !cpu.X86.HasAVX2 {
+		return 0
+	}
+	scaleAVX2(&x[0], n, s)
+	return n
+}
+
+//go:noescape
+func swigluAVX2(out, gate, up *float32, n int) int
+
+// swigluVec runs swiglu's vector body over x's longest multiple-of-8 prefix
+// and returns how many elements it wrote: fewer when a block of eight holds a
+// value whose exponential needs the scalar loop's edge cases.
+func swigluVec(out, gate, up []float32) int {
+	n := len(gate) &^ 7
+	if n == 0 || !cpu.X86.HasAVX2 {
+		return 0
+	}
+	_, _ = out[n-1], up[n-1]
+	return swigluAVX2(&out[0], &gate[0], &up[0], n)
+}

@@ -1,0 +1,182 @@
+//go:build !purego
+
+#include "textflag.h"
+
+// Constants of expShift, each broadcast to 8 float32 (or int32) lanes.
+#define VEC8(name, bits) \
+	DATA name<>+0(SB)/4, $bits; DATA name<>+4(SB)/4, $bits; \
+	DATA name<>+8(SB)/4, $bits; DATA name<>+12(SB)/4, $bits; \
+	DATA name<>+16(SB)/4, $bits; DATA name<>+20(SB)/4, $bits; \
+	DATA name<>+24(SB)/4, $bits; DATA name<>+28(SB)/4, $bits; \
+	GLOBL name<>(SB), RODATA|NOPTR, $32
+
+VEC8(expLo, 0xc2aeac4f)    // -87.33654
+VEC8(expLog2e, 0x3fb8aa3b) // 1.44269504088896341
+VEC8(expHalf, 0x3f000000)  // 0.5
+VEC8(expLn2Hi, 0x3f318000) // 0.693359375
+VEC8(expLn2Lo, 0xb95e8083) // -2.12194440e-4
+VEC8(expP0, 0x39506967)    // 1.9875691500e-4
+VEC8(expP1, 0x3ab743ce)    // 1.3981999507e-3
+VEC8(expP2, 0x3c088908)    // 8.3334519073e-3
+VEC8(expP3, 0x3d2aa9c1)    // 4.1665795894e-2
+VEC8(expP4, 0x3e2aaaaa)    // 1.6666665459e-1
+VEC8(expP5, 0x3f000000)    // 5.0000001201e-1
+VEC8(expOne, 0x3f800000)   // 1
+VEC8(expBias, 0x0000007f)  // 127
+
+// func expShiftAVX2(x *float32, n int, shift float32, sums *[8]float32)
+// n is a positive multiple of 8. The lanes' partial sums are added to sums.
+TEXT ·expShiftAVX2(SB), NOSPLIT, $0-32
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	MOVQ sums+24(FP), DI
+	VBROADCASTSS shift+16(FP), Y15
+	VMOVUPS (DI), Y6
+
+loop:
+	VMOVUPS (SI), Y0
+	VSUBPS Y15, Y0, Y0                 // v = x - shift
+	VCMPPS $0x1e, expLo<>(SB), Y0, Y3 // keep = v > -87.33654 (false for NaN)
+	VMULPS expLog2e<>(SB), Y0, Y1
+	VSUBPS expHalf<>(SB), Y1, Y1       // t = v*log2e - 0.5
+	VCVTTPS2DQ Y1, Y1                  // ki = int32(t)
+	VCVTDQ2PS Y1, Y2                   // k = float32(ki)
+	VMULPS expLn2Hi<>(SB), Y2, Y4
+	VSUBPS Y4, Y0, Y4                  // r = v - k*ln2hi
+	VMULPS expLn2Lo<>(SB), Y2, Y5
+	VSUBPS Y5, Y4, Y4                  // r -= k*ln2lo
+	VMOVUPS expP0<>(SB), Y5
+	VMULPS Y4, Y5, Y5
+	VADDPS expP1<>(SB), Y5, Y5
+	VMULPS Y4, Y5, Y5
+	VADDPS expP2<>(SB), Y5, Y5
+	VMULPS Y4, Y5, Y5
+	VADDPS expP3<>(SB), Y5, Y5
+	VMULPS Y4, Y5, Y5
+	VADDPS expP4<>(SB), Y5, Y5
+	VMULPS Y4, Y5, Y5
+	VADDPS expP5<>(SB), Y5, Y5         // p
+	VMULPS Y4, Y5, Y5
+	VMULPS Y4, Y5, Y5                  // p*r*r
+	VADDPS Y4, Y5, Y5                  // + r
+	VADDPS expOne<>(SB), Y5, Y5        // + 1
+	VPADDD expBias<>(SB), Y1, Y1
+	VPSLLD $23, Y1, Y1                 // 2^ki as float bits
+	VMULPS Y1, Y5, Y5                  // y
+	VANDPS Y3, Y5, Y5                  // 0 where v <= -87.33654
+	VMOVUPS Y5, (SI)
+	VADDPS Y5, Y6, Y6
+	ADDQ $32, SI
+	SUBQ $8, CX
+	JNZ loop
+
+	VMOVUPS Y6, (DI)
+	VZEROUPPER
+	RET
+
+// func maxAVX2(x *float32, n int, init float32) float32
+// n is a positive multiple of 8. NaN elements are skipped, as in softmaxRow.
+TEXT ·maxAVX2(SB), NOSPLIT, $0-28
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	VBROADCASTSS init+16(FP), Y6
+
+maxloop:
+	VMOVUPS (SI), Y0
+	VMAXPS Y6, Y0, Y6 // x > acc ? x : acc (acc for NaN x)
+	ADDQ $32, SI
+	SUBQ $8, CX
+	JNZ maxloop
+
+	VEXTRACTF128 $1, Y6, X1
+	VMAXPS X1, X6, X6
+	VPERMILPS $0x4e, X6, X1
+	VMAXPS X1, X6, X6
+	VPERMILPS $0xb1, X6, X1
+	VMAXPS X1, X6, X6
+	VMOVSS X6, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func scaleAVX2(x *float32, n int, s float32)
+// x[i] *= s for i < n, a positive multiple of 8.
+TEXT ·scaleAVX2(SB), NOSPLIT, $0-20
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	VBROADCASTSS s+16(FP), Y6
+
+scaleloop:
+	VMULPS (SI), Y6, Y0
+	VMOVUPS Y0, (SI)
+	ADDQ $32, SI
+	SUBQ $8, CX
+	JNZ scaleloop
+
+	VZEROUPPER
+	RET
+
+VEC8(sgHi, 0x42b0999a)   // 88.3: above it expf's scaling needs two steps
+VEC8(sgSign, 0x80000000) // sign bit
+
+// func swigluAVX2(out, gate, up *float32, n int) int
+// out[i] = gate[i] / (1 + expf(-gate[i])) * up[i], eight at a time with
+// swiglu's operations in its order, for i < n (a positive multiple of 8). It
+// stops before the first block of eight holding a -gate outside
+// (-87.33654, 88.3] (or NaN), whose edge cases the scalar loop handles, and
+// returns how many elements it wrote.
+TEXT ·swigluAVX2(SB), NOSPLIT, $0-40
+	MOVQ out+0(FP), DI
+	MOVQ gate+8(FP), SI
+	MOVQ up+16(FP), DX
+	MOVQ n+24(FP), CX
+	XORQ AX, AX
+
+sgloop:
+	VMOVUPS (SI)(AX*4), Y7              // g
+	VXORPS sgSign<>(SB), Y7, Y0         // x = -g
+	VCMPPS $0x1e, expLo<>(SB), Y0, Y3   // x > -87.33654
+	VCMPPS $0x1d, sgHi<>(SB), Y0, Y8    // x >= 88.3 (NLT_UQ: also NaN)
+	VANDNPS Y3, Y8, Y3                  // ordinary lanes
+	VMOVMSKPS Y3, BX
+	CMPL BX, $0xff
+	JNE sgdone
+	VMULPS expLog2e<>(SB), Y0, Y1       // t = x*log2e
+	VANDPS sgSign<>(SB), Y1, Y2
+	VORPS expHalf<>(SB), Y2, Y2         // ±0.5 with t's sign
+	VADDPS Y2, Y1, Y1
+	VCVTTPS2DQ Y1, Y1                   // ki
+	VCVTDQ2PS Y1, Y2                    // k
+	VMULPS expLn2Hi<>(SB), Y2, Y4
+	VSUBPS Y4, Y0, Y4                   // r = x - k*ln2hi
+	VMULPS expLn2Lo<>(SB), Y2, Y5
+	VSUBPS Y5, Y4, Y4                   // r -= k*ln2lo
+	VMOVUPS expP0<>(SB), Y5
+	VMULPS Y4, Y5, Y5
+	VADDPS expP1<>(SB), Y5, Y5
+	VMULPS Y4, Y5, Y5
+	VADDPS expP2<>(SB), Y5, Y5
+	VMULPS Y4, Y5, Y5
+	VADDPS expP3<>(SB), Y5, Y5
+	VMULPS Y4, Y5, Y5
+	VADDPS expP4<>(SB), Y5, Y5
+	VMULPS Y4, Y5, Y5
+	VADDPS expP5<>(SB), Y5, Y5
+	VMULPS Y4, Y5, Y5
+	VMULPS Y4, Y5, Y5
+	VADDPS Y4, Y5, Y5
+	VADDPS expOne<>(SB), Y5, Y5
+	VPADDD expBias<>(SB), Y1, Y1
+	VPSLLD $23, Y1, Y1
+	VMULPS Y1, Y5, Y5                   // e = expf(x)
+	VADDPS expOne<>(SB), Y5, Y5         // 1 + e
+	VDIVPS Y5, Y7, Y7                   // g / (1 + e)
+	VMULPS (DX)(AX*4), Y7, Y7           // * up
+	VMOVUPS Y7, (DI)(AX*4)
+	ADDQ $8, AX
+	CMPQ AX, CX
+	JLT sgloop
+
+sgdone:
+	MOVQ AX, ret+32(FP)
+	VZEROUPPER
+	RET
