@@ -141,18 +141,6 @@ func firstUnstorable(src []float32, dtype DType) int {
 	return -1
 }
 
-// decodeStates converts stored little-endian values of dtype in src to float32 in dst
-// (len(dst) elements are read from src).
-func decodeStates(dst []float32, src []byte, dtype DType) {
-	tensor.Parallel(len(dst), convertChunk, func(lo, hi int) {
-		if dtype == Float16 {
-			decodeF16(dst[lo:hi], src[2*lo:2*hi])
-		} else {
-			decodeF32(dst[lo:hi], src[4*lo:4*hi])
-		}
-	})
-}
-
 func decodeF16(dst []float32, src []byte) {
 	src = src[:2*len(dst)]
 	for i := range dst {

@@ -4,10 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
+
+	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
 // shard is one memory-mapped shard file with its record batches decoded (zero-copy).
@@ -171,6 +174,53 @@ type Dataset struct {
 	samples []sampleRef
 	tokens  int64
 	resp    int64
+	// decoders holds *decoder values, one per concurrent large State call.
+	decoders sync.Pool
+}
+
+// decoder converts one range of stored state values to float32 over the cores.
+// Its chunk method value is bound once, when the decoder is made, so handing it
+// to tensor.Parallel costs no closure allocation per read; decoders are pooled
+// per Dataset, so concurrent readers each use their own.
+type decoder struct {
+	dst   []float32
+	src   []byte
+	dtype DType
+	chunk func(lo, hi int)
+}
+
+func newDecoder() any {
+	d := &decoder{}
+	d.chunk = d.run
+	return d
+}
+
+func (d *decoder) run(lo, hi int) { decodeRange(d.dst[lo:hi], d.src, lo, d.dtype) }
+
+// decodeRange converts len(dst) stored little-endian values of dtype, starting
+// at element lo of src, to float32 in dst.
+func decodeRange(dst []float32, src []byte, lo int, dtype DType) {
+	if dtype == Float16 {
+		decodeF16(dst, src[2*lo:2*(lo+len(dst))])
+	} else {
+		decodeF32(dst, src[4*lo:4*(lo+len(dst))])
+	}
+}
+
+// decode converts the stored values src of dtype into dst (len(dst) elements).
+// A state smaller than two conversion chunks, which tensor.Parallel would run
+// on one core anyway, is converted in place; a larger one is split over the
+// cores through a pooled decoder. Neither path allocates.
+func (ds *Dataset) decode(dst []float32, src []byte, dtype DType) {
+	if len(dst) < 2*convertChunk {
+		decodeRange(dst, src, 0, dtype)
+		return
+	}
+	d := ds.decoders.Get().(*decoder)
+	d.dst, d.src, d.dtype = dst, src, dtype
+	tensor.Parallel(len(dst), convertChunk, d.chunk)
+	d.dst, d.src = nil, nil
+	ds.decoders.Put(d)
 }
 
 // OpenDataset opens complete captures for reading; see OpenDatasetWith.
@@ -187,6 +237,7 @@ func OpenDatasetWith(opt DatasetOptions, dirs ...string) (*Dataset, error) {
 		return nil, errors.New("capture: no capture directory given")
 	}
 	ds := &Dataset{}
+	ds.decoders.New = newDecoder
 	if err := ds.open(opt, dirs); err != nil {
 		ds.Close()
 		return nil, err
@@ -362,6 +413,7 @@ func (ds *Dataset) State(i, col int, dst []float32) []float32 {
 
 // StateRows is State restricted to positions [lo, hi) of sample i; it returns
 // dst[:(hi-lo)*H]. It panics when the range is outside the sample, like slicing.
+// It allocates nothing when dst has room.
 func (ds *Dataset) StateRows(i, col, lo, hi int, dst []float32) []float32 {
 	s := ds.samples[i]
 	if lo < 0 || hi < lo || hi > int(s.n) {
@@ -371,7 +423,7 @@ func (ds *Dataset) StateRows(i, col, lo, hi int, dst []float32) []float32 {
 	es := s.b.dtype.Size()
 	dst = growT(dst[:0], (hi-lo)*H)
 	first := (int(s.row) + lo) * H * es
-	decodeStates(dst, s.b.states[col][first:first+(hi-lo)*H*es], s.b.dtype)
+	ds.decode(dst, s.b.states[col][first:first+(hi-lo)*H*es], s.b.dtype)
 	return dst
 }
 

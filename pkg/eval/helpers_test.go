@@ -229,7 +229,6 @@ func trainDrafters(t *testing.T) (tr trained) {
 		}
 	}
 	mem := &dataset.Memory{H: H}
-	var es eagle3.SliceDataset
 	for _, p := range ps {
 		seq := greedyContinue(t, m, p.Tokens, 64)
 		s, err := m.NewSequence(len(seq))
@@ -249,8 +248,7 @@ func trainDrafters(t *testing.T) (tr trained) {
 			mask[i] = i >= len(p.Tokens)
 		}
 		final := append([]float32(nil), res.HiddenOf(0, 0)...)
-		mem.Samples = append(mem.Samples, dataset.Sample{Tokens: toks, LossMask: mask, Final: final})
-		es = append(es, &eagle3.Sample{Tokens: toks, LossMask: mask, Final: final,
+		mem.Samples = append(mem.Samples, dataset.Sample{Tokens: toks, LossMask: mask, Final: final,
 			Features: [3][]float32{append([]float32(nil), res.HiddenOf(slot[0], 0)...), append([]float32(nil), res.HiddenOf(slot[1], 0)...), append([]float32(nil), res.HiddenOf(slot[2], 0)...)}})
 	}
 	root, err := os.MkdirTemp("", "drafter-eval-test-")
@@ -279,12 +277,13 @@ func trainDrafters(t *testing.T) (tr trained) {
 	t.Logf("trained Medusa heads in %v: %+v", time.Since(start), mres.Best)
 	start = time.Now()
 	g := eagleGeometry(m, 0)
-	ecfg := eagle3.Config{Target: &eagle3.Target{Geometry: g, Embed: m.Embed, LMHead: m.LMHead}, DraftVocab: 256,
-		BatchTokens: 512, Epochs: eagleEpochs, Seed: 1,
-		Export:  eagle3.ExportOptions{DefaultLayers: true},
-		Drafter: map[string]any{"target_fingerprint": tr.fp}}
+	ecfg := eagle3.DefaultConfig() // a zero field is not replaced by its default
+	ecfg.Target = &eagle3.Target{Geometry: g, Embed: m.Embed, LMHead: m.LMHead}
+	ecfg.DraftVocab, ecfg.BatchTokens, ecfg.MaxLength, ecfg.Epochs, ecfg.Seed = 256, 512, 512, eagleEpochs, 1
+	ecfg.Export = eagle3.ExportOptions{DefaultLayers: true}
+	ecfg.Provenance = eagle3.Provenance{TargetFingerprint: tr.fp}
 	tr.eagleDir = filepath.Join(root, "eagle-out")
-	eres, err := eagle3.Train(context.Background(), ecfg, es, be, tr.eagleDir)
+	eres, err := eagle3.Train(context.Background(), ecfg, mem, be, tr.eagleDir)
 	if err != nil {
 		tr.err = err
 		return

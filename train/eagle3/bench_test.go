@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/train/dataset"
 )
 
 // BenchmarkTrainStep measures one TTT training step (7 steps unrolled, 1024
@@ -26,9 +27,9 @@ func BenchmarkTrainStep(b *testing.B) {
 		return x
 	}
 	embed, head := rnd(g.Vocab*g.Hidden, 0.02), rnd(g.Vocab*g.Hidden, 0.02)
-	var samples []*Sample
+	var samples []*dataset.Sample
 	for s := 0; s < seqs; s++ {
-		smp := &Sample{Tokens: make([]int32, seqLen), LossMask: make([]bool, seqLen), Final: rnd(seqLen*g.Hidden, 1)}
+		smp := &dataset.Sample{Tokens: make([]int32, seqLen), LossMask: make([]bool, seqLen), Final: rnd(seqLen*g.Hidden, 1)}
 		for c := range smp.Features {
 			smp.Features[c] = rnd(seqLen*g.Hidden, 1)
 		}

@@ -145,7 +145,7 @@ func TestExportLayout(t *testing.T) {
 	p := newParams(g)
 	initParams(p, g, 1, tt.head, voc)
 	dir := t.TempDir()
-	err := Export(dir, g, p, voc, ExportOptions{LayerIDs: []int{2, 4, 9}, Drafter: map[string]any{"method": "eagle3"}})
+	err := Export(dir, g, p, voc, ExportOptions{LayerIDs: []int{2, 4, 9}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,8 +194,8 @@ func TestExportLayout(t *testing.T) {
 		!reflect.DeepEqual(cfg["eagle_aux_hidden_state_layer_ids"], []any{2.0, 4.0, 9.0}) {
 		t.Fatalf("layer ids written as %v / %v", cfg["eagle_config"], cfg["eagle_aux_hidden_state_layer_ids"])
 	}
-	if _, err := os.Stat(filepath.Join(dir, "drafter.json")); err != nil {
-		t.Fatal(err)
+	if _, err := os.Stat(filepath.Join(dir, "drafter.json")); err == nil {
+		t.Fatal("Export wrote drafter.json into the export folder; Train writes it at the top of its output folder")
 	}
 	// Speculators layout with default layers: no ids, norm_before_residual false.
 	dir2 := t.TempDir()
@@ -225,16 +225,18 @@ func TestExportLayout(t *testing.T) {
 }
 
 func trainConfig(tt *tinyTarget) Config {
-	return Config{Target: &Target{Geometry: tt.g, Embed: tt.embed, LMHead: tt.head}, DraftVocab: 12, Steps: 3,
-		BatchTokens: 64, MaxLength: 24, Epochs: 6, Patience: -1, Seed: 3, LogEvery: 1,
-		Export: ExportOptions{DefaultLayers: true}}
+	c := DefaultConfig()
+	c.Target = &Target{Geometry: tt.g, Embed: tt.embed, LMHead: tt.head}
+	c.DraftVocab, c.Steps, c.BatchTokens, c.MaxLength, c.Epochs, c.Patience, c.Seed, c.LogEvery = 12, 3, 64, 24, 6, 0, 3, 1
+	c.Export = ExportOptions{DefaultLayers: true}
+	return c
 }
 
 func TestTrainLearnsAndExports(t *testing.T) {
 	g := tinyGeometry()
 	g.DraftVocab = 0
 	tt := newTinyTarget(31, g)
-	ds := SliceDataset(tt.samples(32, 60, 8, 20))
+	ds := memory(g.Hidden, tt.samples(32, 60, 8, 20))
 	cfg := trainConfig(tt)
 	var evals []EvalMetrics
 	cfg.Progress = func(p Progress) {
@@ -255,7 +257,7 @@ func TestTrainLearnsAndExports(t *testing.T) {
 	if _, err := LoadDraft(res.ExportDir, tt.embed, tensor.CPU()); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"metrics.jsonl", "checkpoint.safetensors", "eagle3/drafter.json"} {
+	for _, f := range []string{MetricsFile, CheckpointFile, ProvenanceFile, "eagle3/config.json", "eagle3/model.safetensors"} {
 		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
 			t.Fatal(err)
 		}
@@ -267,7 +269,7 @@ func TestTrainLearnsAndExports(t *testing.T) {
 func TestResumeBitIdentical(t *testing.T) {
 	g := tinyGeometry()
 	tt := newTinyTarget(41, g)
-	ds := SliceDataset(tt.samples(42, 30, 8, 20))
+	ds := memory(g.Hidden, tt.samples(42, 30, 8, 20))
 	full := t.TempDir()
 	cfg := trainConfig(tt)
 	cfg.Epochs = 3
@@ -290,9 +292,142 @@ func TestResumeBitIdentical(t *testing.T) {
 	if _, err := Train(context.Background(), cfg3, ds, tensor.CPU(), part); err != nil {
 		t.Fatal(err)
 	}
-	a, _ := os.ReadFile(filepath.Join(full, "eagle3", "model.safetensors"))
-	b, _ := os.ReadFile(filepath.Join(part, "eagle3", "model.safetensors"))
-	if len(a) == 0 || !bytes.Equal(a, b) {
+	sameRun(t, full, part)
+}
+
+// metricsWithoutTimings reads metrics.jsonl with the wall-clock fields removed.
+func metricsWithoutTimings(t *testing.T, path string) []map[string]any {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []map[string]any
+	for _, line := range bytes.Split(bytes.TrimSpace(raw), []byte{'\n'}) {
+		m := map[string]any{}
+		if err := json.Unmarshal(line, &m); err != nil {
+			t.Fatalf("%s: %v in %q", path, err, line)
+		}
+		for _, k := range []string{"elapsed_s", "tokens_per_s", "gflops"} {
+			delete(m, k)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// sameRun checks that two output folders hold byte-identical exports and the
+// same metrics log (timings aside).
+func sameRun(t *testing.T, a, b string) {
+	t.Helper()
+	wa, _ := os.ReadFile(filepath.Join(a, ExportDir, "model.safetensors"))
+	wb, _ := os.ReadFile(filepath.Join(b, ExportDir, "model.safetensors"))
+	if len(wa) == 0 || !bytes.Equal(wa, wb) {
 		t.Fatal("resumed run's weights differ from the uninterrupted run's")
+	}
+	ma, mb := metricsWithoutTimings(t, filepath.Join(a, MetricsFile)), metricsWithoutTimings(t, filepath.Join(b, MetricsFile))
+	if !reflect.DeepEqual(ma, mb) {
+		t.Fatalf("metrics.jsonl differs:\nuninterrupted %v\nresumed       %v", ma, mb)
+	}
+}
+
+// TestResumeBeforeFirstEvaluation cancels during the first epoch, before any
+// held-out evaluation (no best loss yet), and also writes a checkpoint every
+// update from the first one; the resumed run must end byte-identical to an
+// uninterrupted one, metrics.jsonl included.
+func TestResumeBeforeFirstEvaluation(t *testing.T) {
+	g := tinyGeometry()
+	tt := newTinyTarget(43, g)
+	ds := memory(g.Hidden, tt.samples(44, 30, 8, 20))
+	cfg := trainConfig(tt)
+	cfg.Epochs = 2
+	full := t.TempDir()
+	if _, err := Train(context.Background(), cfg, ds, tensor.CPU(), full); err != nil {
+		t.Fatal(err)
+	}
+	part := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	cfg2 := cfg
+	cfg2.CheckpointEvery = 1
+	evals := 0
+	cfg2.Progress = func(p Progress) {
+		if p.Eval != nil {
+			evals++
+		}
+		if p.Step == 2 {
+			cancel()
+		}
+	}
+	if _, err := Train(ctx, cfg2, ds, tensor.CPU(), part); !errors.Is(err, context.Canceled) {
+		t.Fatalf("interrupted run returned %v", err)
+	}
+	if evals != 0 {
+		t.Fatalf("%d evaluations ran before the cancellation; the test needs none", evals)
+	}
+	cfg3 := cfg
+	cfg3.Resume = true
+	if _, err := Train(context.Background(), cfg3, ds, tensor.CPU(), part); err != nil {
+		t.Fatal(err)
+	}
+	sameRun(t, full, part)
+}
+
+// TestMaxStepsEvalEveryAndNoWarmup cuts a run short with MaxSteps, then
+// resumes it to the end; evaluations run every EvalEvery updates, and with
+// warm-up off the first update already uses the peak learning rate.
+func TestMaxStepsEvalEveryAndNoWarmup(t *testing.T) {
+	g := tinyGeometry()
+	tt := newTinyTarget(45, g)
+	ds := memory(g.Hidden, tt.samples(46, 30, 8, 20))
+	cfg := trainConfig(tt)
+	cfg.Epochs, cfg.EvalEvery, cfg.WarmupFrac = 2, 4, 0
+	var evalSteps []int
+	var firstLR float64
+	cfg.Progress = func(p Progress) {
+		if p.Eval != nil {
+			evalSteps = append(evalSteps, p.Step)
+		} else if p.Step == 1 {
+			firstLR = p.LR
+		}
+	}
+	full := t.TempDir()
+	res, err := Train(context.Background(), cfg, ds, tensor.CPU(), full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if firstLR != cfg.LR {
+		t.Fatalf("first update's learning rate %g, want the peak %g with warm-up off", firstLR, cfg.LR)
+	}
+	for i, s := range evalSteps[:len(evalSteps)-1] {
+		if s != 4*(i+1) {
+			t.Fatalf("evaluations at steps %v, want every 4 (and one at the end)", evalSteps)
+		}
+	}
+	if last := evalSteps[len(evalSteps)-1]; last != res.Steps || res.Stopped != "max-epochs" {
+		t.Fatalf("last evaluation at step %d of %d, stopped by %q", last, res.Steps, res.Stopped)
+	}
+	cfg.Progress = nil
+	part := t.TempDir()
+	cut := cfg
+	cut.MaxSteps = 6
+	r1, err := Train(context.Background(), cut, ds, tensor.CPU(), part)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r1.Steps != 6 || r1.Stopped != "max-steps" || r1.Best == nil || r1.Best.Step != 4 {
+		t.Fatalf("cut run: %d steps, stopped by %q, best %+v", r1.Steps, r1.Stopped, r1.Best)
+	}
+	cfg.Resume = true
+	if _, err := Train(context.Background(), cfg, ds, tensor.CPU(), part); err != nil {
+		t.Fatal(err)
+	}
+	sameRun(t, full, part)
+	var prov map[string]any
+	b, _ := os.ReadFile(filepath.Join(part, ProvenanceFile))
+	if err := json.Unmarshal(b, &prov); err != nil {
+		t.Fatal(err)
+	}
+	if m, ok := prov["metrics"].(map[string]any); !ok || m["accept_length"] == nil || prov["method"] != "eagle3" || prov["format"] != FormatNative {
+		t.Fatalf("drafter.json: %s", b)
 	}
 }

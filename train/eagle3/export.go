@@ -37,15 +37,12 @@ type ExportOptions struct {
 	// SpeculativeTokens is the proposal length written in the speculators
 	// layout (default 3, the speculators TTT length).
 	SpeculativeTokens int
-	// Drafter, when not nil, is written as drafter.json (method, target
-	// fingerprint, data manifest, arguments, final metrics).
-	Drafter any
 }
 
 // Export writes the draft into dir: config.json and model.safetensors (float32
 // weights, d2t int64 offsets, t2d bool; no embedding: the engines use the
-// target's), plus drafter.json when opt.Drafter is set. Files are written
-// atomically.
+// target's). Files are written atomically. (Train writes drafter.json beside
+// the export folder, at the top of its output folder.)
 //
 // Layer ids when they are not the defaults, per engine convention:
 //   - native layout: "eagle_config": {"eagle_aux_hidden_state_layer_ids": ids-1}
@@ -131,15 +128,7 @@ func Export(dir string, g Geometry, p *Params, voc *Vocab, opt ExportOptions) er
 			cfg["eagle_aux_hidden_state_layer_ids"] = opt.LayerIDs
 		}
 	}
-	if err := atomicfile.WriteJSON(filepath.Join(dir, "config.json"), cfg); err != nil {
-		return err
-	}
-	if opt.Drafter != nil {
-		if err := atomicfile.WriteJSON(filepath.Join(dir, "drafter.json"), opt.Drafter); err != nil {
-			return err
-		}
-	}
-	return nil
+	return atomicfile.WriteJSON(filepath.Join(dir, "config.json"), cfg)
 }
 
 // llamaConfig is the Llama geometry block shared by both layouts.

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/train/dataset"
 )
 
 // This file holds an independent float64 implementation of the unrolled draft
@@ -74,7 +75,7 @@ func refRope(x []float64, heads, hd int, pos int, theta float64) {
 }
 
 // refLoss computes the TTT loss of samples (whole sequences) in float64.
-func refLoss(g Geometry, steps int, decay float64, P refParams, embed, head []float64, voc *Vocab, samples []*Sample) float64 {
+func refLoss(g Geometry, steps int, decay float64, P refParams, embed, head []float64, voc *Vocab, samples []*dataset.Sample) float64 {
 	H, nq, nkv, hd, I, N, V := g.Hidden, g.Heads, g.KVHeads, g.HeadDim, g.Intermediate, g.DraftVocab, g.Vocab
 	eps := g.RMSNormEps
 	type rowState struct {
@@ -266,13 +267,13 @@ func newTinyTarget(seed uint64, g Geometry) *tinyTarget {
 	return t
 }
 
-func (t *tinyTarget) samples(seed uint64, count, minLen, maxLen int) []*Sample {
+func (t *tinyTarget) samples(seed uint64, count, minLen, maxLen int) []*dataset.Sample {
 	r := rand.New(rand.NewPCG(seed, 2))
 	H := t.g.Hidden
-	var out []*Sample
+	var out []*dataset.Sample
 	for s := 0; s < count; s++ {
 		n := minLen + r.IntN(maxLen-minLen+1)
-		smp := &Sample{Tokens: make([]int32, n), LossMask: make([]bool, n), Final: make([]float32, n*H)}
+		smp := &dataset.Sample{Tokens: make([]int32, n), LossMask: make([]bool, n), Final: make([]float32, n*H)}
 		for c := range smp.Features {
 			smp.Features[c] = make([]float32, n*H)
 		}
@@ -310,9 +311,9 @@ func tinyGeometry() Geometry {
 }
 
 // buildTiny makes a net over the given samples, with initialised parameters.
-func buildTiny(t *testing.T, g Geometry, tt *tinyTarget, samples []*Sample, steps int, withGrad bool) (*net, *Vocab) {
+func buildTiny(t *testing.T, g Geometry, tt *tinyTarget, samples []*dataset.Sample, steps int, withGrad bool) (*net, *Vocab) {
 	t.Helper()
-	counts, err := CountResponseTokens(SliceDataset(samples), g.Vocab)
+	counts, err := CountResponseTokens(memory(g.Hidden, samples), g.Vocab)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -395,4 +396,13 @@ func TestGradientCheck(t *testing.T) {
 		}
 	}
 	t.Logf("loss %.7g (ref %.7g); worst relative gradient error %.3g over %d parameters", loss, ref, worst, len(n.p.All))
+}
+
+// memory wraps test samples as an in-memory dataset.
+func memory(h int, samples []*dataset.Sample) *dataset.Memory {
+	m := &dataset.Memory{H: h}
+	for _, s := range samples {
+		m.Samples = append(m.Samples, *s)
+	}
+	return m
 }

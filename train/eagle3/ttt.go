@@ -6,37 +6,8 @@ import (
 
 	"github.com/drafter-ai/drafter/pkg/nn"
 	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/train/dataset"
 )
-
-// Sample is one captured training sequence.
-//
-// Features[c] holds T*H values: the target's residual stream at the c-th
-// selected layer (by default Hugging Face hidden_states indices 2, L/2 and L-3,
-// low to high) for each of the T tokens. Final holds the target's last-layer
-// state AFTER its final norm (T*H), from which the target distribution is
-// recomputed with the frozen target lm_head. LossMask marks response tokens.
-type Sample struct {
-	Tokens   []int32
-	LossMask []bool
-	Features [3][]float32
-	Final    []float32
-}
-
-// Dataset gives random access to samples. The sample returned by Sample(i)
-// needs to stay valid only until the next call, so readers may reuse buffers.
-type Dataset interface {
-	Len() int
-	Sample(i int) (*Sample, error)
-}
-
-// SliceDataset is an in-memory Dataset.
-type SliceDataset []*Sample
-
-// Len returns the number of samples.
-func (d SliceDataset) Len() int { return len(d) }
-
-// Sample returns sample i.
-func (d SliceDataset) Sample(i int) (*Sample, error) { return d[i], nil }
 
 // Target is what the trainer needs of the frozen target model: its geometry
 // (Hidden, heads, ... of the draft layer; DraftVocab is filled in by the
@@ -181,7 +152,7 @@ func newNet(g Geometry, steps int, decay float64, be tensor.Backend, p *Params, 
 // argmax over its full vocabulary is in the draft vocabulary. Each step's loss
 // is the mean over its kept rows, weighted by decay^k; the batch loss is the
 // sum over steps.
-func (t *net) load(samples []*Sample) error {
+func (t *net) load(samples []*dataset.Sample) error {
 	t.begin()
 	for _, s := range samples {
 		if err := t.add(s); err != nil {
@@ -203,7 +174,7 @@ func (t *net) fits(n int) bool { return t.rows+min(n, t.maxLen) <= t.maxRow }
 
 // add copies one sample (truncated to maxLen) into the batch, so the caller may
 // reuse the sample's buffers afterwards.
-func (t *net) add(s *Sample) error {
+func (t *net) add(s *dataset.Sample) error {
 	h := t.g.Hidden
 	si := len(t.seqs)
 	r := t.rows

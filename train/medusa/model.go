@@ -149,7 +149,8 @@ type Workspace struct {
 	dx, dz         []float32   // [MaxRows, H]
 	logits         []float32   // [Chunk, V]: logits, then in place their gradient
 	targets        []int32     // [MaxRows] compacted targets of the current head
-	rowLoss        []float64   // [Chunk] per-row cross-entropy
+	rowW           []float32   // [Chunk] the current head's loss weight per row
+	rowLoss        []float64   // [Chunk] per-row cross-entropy (evaluation)
 	rank           []int32     // [Chunk] per-row rank of the target (evaluation)
 	// statistics of the last pass, per head
 	headLoss           []float64
@@ -178,6 +179,7 @@ func (m *Heads) NewWorkspace(maxRows, chunk int) *Workspace {
 	ws.dz = make([]float32, maxRows*H)
 	ws.logits = make([]float32, chunk*m.Vocab)
 	ws.targets = make([]int32, maxRows)
+	ws.rowW = make([]float32, chunk)
 	ws.rowLoss = make([]float64, chunk)
 	ws.rank = make([]int32, chunk)
 	ws.headLoss = make([]float64, m.Heads)
@@ -320,25 +322,27 @@ func (m *Heads) pass(be tensor.Backend, ws *Workspace, b *Batch, w []float64, tr
 			x := xL[c0*H : (c0+c)*H]
 			tensor.MatMulT(be, logits, x, lm, c, V, H)
 			tg := ws.targets[c0 : c0+c]
-			rl := ws.rowLoss[:c]
 			if !train {
-				softmaxCEEval(logits, c, V, tg, rl, ws.rank[:c])
+				rl, rank := ws.rowLoss[:c], ws.rank[:c]
+				nn.CrossEntropyEval(logits, c, V, tg, rl, rank)
 				for i, l := range rl {
 					ws.headLoss[h] += l
-					if ws.rank[i] == 0 {
+					if rank[i] == 0 {
 						ws.headTop1[h]++
 					}
-					if ws.rank[i] < 5 {
+					if rank[i] < 5 {
 						ws.headTop5[h]++
 					}
 				}
 				continue
 			}
 			// Fused softmax-CE: the logits buffer becomes d(loss)/d(logits).
-			softmaxCE(logits, c, V, tg, rowW, rl)
-			for _, l := range rl {
-				ws.headLoss[h] += l
+			// Every row weighs rowW; the unweighted sum is the head's loss.
+			rw := ws.rowW[:c]
+			for i := range rw {
+				rw[i] = rowW
 			}
+			ws.headLoss[h] += nn.CrossEntropy(logits, c, V, tg, rw, logits) / float64(rowW)
 			var glm []float32
 			if !m.SharedLMHead {
 				glm = m.GLMHead[h]

@@ -1,7 +1,6 @@
 package medusa
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -173,14 +172,11 @@ func (p *positions) fill(b *Batch, capacity int) (bool, error) {
 	for b.Rows < capacity && p.cursor < len(p.order) {
 		if p.loaded != p.cursor {
 			i := p.order[p.cursor]
-			if err := p.data.Sample(i, &p.cur, true); err != nil {
+			if err := p.data.Sample(i, &p.cur, dataset.Final); err != nil {
 				return false, fmt.Errorf("medusa: reading sample %d: %w", i, err)
 			}
-			if err := dataset.Check(i, &p.cur, H, p.vocab); err != nil {
-				return false, err
-			}
-			if len(p.cur.Final) != len(p.cur.Tokens)*H {
-				return false, fmt.Errorf("medusa: sample %d has no final hidden states", i)
+			if err := dataset.Check(i, &p.cur, dataset.Final, H, p.vocab); err != nil {
+				return false, fmt.Errorf("medusa: %w", err)
 			}
 			p.loaded = p.cursor
 		}
@@ -216,12 +212,11 @@ func countPositions(data dataset.Dataset, idx []int, heads, hidden, vocab int) (
 	var s dataset.Sample
 	total := 0
 	for _, i := range idx {
-		if err := data.Sample(i, &s, false); err != nil {
+		if err := data.Sample(i, &s, dataset.TokensOnly); err != nil {
 			return 0, fmt.Errorf("medusa: reading sample %d: %w", i, err)
 		}
-		s.Final = nil
-		if err := dataset.Check(i, &s, hidden, vocab); err != nil {
-			return 0, err
+		if err := dataset.Check(i, &s, dataset.TokensOnly, hidden, vocab); err != nil {
+			return 0, fmt.Errorf("medusa: %w", err)
 		}
 		for t := range s.Tokens {
 			if useful(&s, t, heads) {
@@ -335,9 +330,9 @@ func Train(ctx context.Context, cfg Config, target Target, data dataset.Dataset,
 			}
 		}
 	}
-	metrics, err := openMetrics(filepath.Join(outDir, MetricsFile), int(opt.StepCount), cfg.Resume)
+	metrics, err := optim.OpenMetrics(filepath.Join(outDir, MetricsFile), int(opt.StepCount), cfg.Resume)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("medusa: %w", err)
 	}
 	defer metrics.Close()
 
@@ -417,7 +412,7 @@ func Train(ctx context.Context, cfg Config, target Target, data dataset.Dataset,
 				p.ETA = time.Duration(float64(totalSteps-step) * el / float64(step-startStep) * float64(time.Second))
 			}
 			if cfg.LogEvery > 0 && step%cfg.LogEvery == 0 {
-				if err := metrics.write(map[string]any{"step": step, "epoch": st.Epoch, "loss": loss, "lr": lr, "grad_norm": norm, "tokens_per_sec": p.TokensPerSec}); err != nil {
+				if err := metricsWrite(metrics, map[string]any{"step": step, "epoch": st.Epoch, "loss": loss, "lr": lr, "grad_norm": norm, "tokens_per_sec": p.TokensPerSec}); err != nil {
 					return nil, err
 				}
 			}
@@ -435,7 +430,7 @@ func Train(ctx context.Context, cfg Config, target Target, data dataset.Dataset,
 				} else {
 					ex.BadEvals++
 				}
-				if err := metrics.write(mt); err != nil {
+				if err := metricsWrite(metrics, mt); err != nil {
 					return nil, err
 				}
 				stop = cfg.Patience > 0 && ex.BadEvals >= cfg.Patience
@@ -469,22 +464,34 @@ func Train(ctx context.Context, cfg Config, target Target, data dataset.Dataset,
 			ex.BestLoss, ex.HaveBest, ex.BestEval = mt.Loss, true, mt
 			copy(best, m.ParamData())
 		}
-		if err := metrics.write(mt); err != nil {
+		if err := metricsWrite(metrics, mt); err != nil {
 			return nil, err
 		}
 	}
 	return finish("max-epochs")
 }
 
+// metricsWrite appends v to the metrics log.
+func metricsWrite(l *optim.MetricsLog, v any) error {
+	if err := l.Write(v); err != nil {
+		return fmt.Errorf("medusa: %w", err)
+	}
+	return nil
+}
+
 // sameArgs rejects a resume whose training arguments differ from the
-// checkpoint's (resume and the callback aside).
+// checkpoint's. Resume, the step cap (a run may be extended or cut short), the
+// checkpoint and log intervals and the callback may change: they do not alter
+// the trained weights.
 func sameArgs(saved json.RawMessage, cfg Config) error {
 	var old Config
 	if err := json.Unmarshal(saved, &old); err != nil {
 		return fmt.Errorf("decoding the saved arguments: %w", err)
 	}
 	old.Resume, cfg.Resume = false, false
-	old.MaxSteps, cfg.MaxSteps = 0, 0 // a run may be extended or cut short
+	old.MaxSteps, cfg.MaxSteps = 0, 0
+	old.CheckpointEvery, cfg.CheckpointEvery = 0, 0
+	old.LogEvery, cfg.LogEvery = 0, 0
 	old.Progress, cfg.Progress = nil, nil
 	a, _ := json.Marshal(old)
 	b, _ := json.Marshal(cfg)
@@ -527,71 +534,3 @@ func evaluate(m *Heads, be tensor.Backend, ws *Workspace, b *Batch, data dataset
 	mt.Acceptance = Acceptance(mt.Top1)
 	return mt, nil
 }
-
-// metricsLog appends one JSON object per line to metrics.jsonl.
-type metricsLog struct {
-	f *os.File
-	w *bufio.Writer
-}
-
-// openMetrics opens the metrics log; on resume it keeps only the lines up to
-// the checkpoint's step, so the log reads as one uninterrupted run.
-func openMetrics(path string, step int, resume bool) (*metricsLog, error) {
-	var keep [][]byte
-	if resume && step > 0 {
-		if old, err := os.ReadFile(path); err == nil {
-			for _, line := range splitLines(old) {
-				var s struct {
-					Step int `json:"step"`
-				}
-				if json.Unmarshal(line, &s) == nil && s.Step <= step {
-					keep = append(keep, line)
-				}
-			}
-		}
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, fmt.Errorf("medusa: creating metrics log: %w", err)
-	}
-	l := &metricsLog{f: f, w: bufio.NewWriter(f)}
-	for _, line := range keep {
-		l.w.Write(line)
-		l.w.WriteByte('\n')
-	}
-	return l, l.w.Flush()
-}
-
-func splitLines(b []byte) [][]byte {
-	var out [][]byte
-	for len(b) > 0 {
-		i := 0
-		for i < len(b) && b[i] != '\n' {
-			i++
-		}
-		if i > 0 {
-			out = append(out, b[:i])
-		}
-		if i < len(b) {
-			i++
-		}
-		b = b[i:]
-	}
-	return out
-}
-
-func (l *metricsLog) write(v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Errorf("medusa: encoding metrics: %w", err)
-	}
-	l.w.Write(b)
-	l.w.WriteByte('\n')
-	if err := l.w.Flush(); err != nil {
-		return fmt.Errorf("medusa: writing %s: %w", l.f.Name(), err)
-	}
-	return nil
-}
-
-// Close closes the log.
-func (l *metricsLog) Close() error { return l.f.Close() }

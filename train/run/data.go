@@ -11,7 +11,6 @@ import (
 
 	"github.com/drafter-ai/drafter/capture"
 	"github.com/drafter-ai/drafter/train/dataset"
-	"github.com/drafter-ai/drafter/train/eagle3"
 )
 
 // DataDir is one capture directory as checked by CheckData.
@@ -125,69 +124,36 @@ func uniq(v []int) []int {
 	return out
 }
 
-// MedusaData adapts a capture.Dataset to train/dataset.Dataset: tokens, loss
-// mask and the final_norm state. It keeps no per-sample state of its own, so it
+// CaptureData adapts a capture.Dataset to train/dataset.Dataset for both
+// trainers: tokens, loss mask, the final_norm state and, when built with
+// feature layers, the three EAGLE-3 features. It keeps no per-call state, so it
 // is safe for concurrent use as capture.Dataset is; each call fills the
-// caller's buffers, reallocating only when they are too small.
-type MedusaData struct {
-	ds    *capture.Dataset
-	final int
+// caller's buffers, reallocating only when they are too small. A feature layer
+// repeated in the fusion (small models: 2, 2, 2) is converted once and copied.
+type CaptureData struct {
+	ds       *capture.Dataset
+	final    int
+	features bool
+	cols     [3]int
+	alias    [3]int // alias[c] < c: feature c is the same column as feature alias[c]
 }
 
-// NewMedusaData wraps ds, which must hold the final_norm column.
-func NewMedusaData(ds *capture.Dataset) (*MedusaData, error) {
-	col, err := ds.ColumnIndex(capture.ColFinalNorm)
-	if err != nil {
-		return nil, fmt.Errorf("train: medusa reads the %s column: %w", capture.ColFinalNorm, err)
-	}
-	return &MedusaData{ds: ds, final: col}, nil
-}
-
-// NumSamples returns the number of samples over all capture directories.
-func (d *MedusaData) NumSamples() int { return d.ds.NumSamples() }
-
-// Hidden returns the hidden size H.
-func (d *MedusaData) Hidden() int { return d.ds.HiddenSize() }
-
-// Sample fills dst with sample i, reusing its slices. Without withStates,
-// dst.Final is set to nil (its buffer is dropped from dst, as the dataset
-// interface allows).
-func (d *MedusaData) Sample(i int, dst *dataset.Sample, withStates bool) error {
-	if i < 0 || i >= d.ds.NumSamples() {
-		return fmt.Errorf("train: sample %d out of range [0,%d)", i, d.ds.NumSamples())
-	}
-	dst.Tokens = d.ds.Tokens(i, dst.Tokens)
-	dst.LossMask = d.ds.LossMask(i, dst.LossMask)
-	if withStates {
-		dst.Final = d.ds.State(i, d.final, dst.Final)
-	} else {
-		dst.Final = nil
-	}
-	return nil
-}
-
-// EAGLE3Data adapts a capture.Dataset to eagle3.Dataset: tokens, loss mask,
-// the three fused feature layers and the final_norm state. It owns one sample
-// buffer, reused by every call (the eagle3.Dataset contract), so it is not safe
-// for concurrent use. A feature layer repeated in the fusion (small models:
-// 2, 2, 2) is converted once and shared.
-type EAGLE3Data struct {
-	ds    *capture.Dataset
-	cols  [3]int
-	alias [3]int // alias[c] < c: feature c is feature alias[c]
-	final int
-	s     eagle3.Sample
-	buf   [3][]float32
-}
-
-// NewEAGLE3Data wraps ds, which must hold hidden_<k> for each of layers and
-// final_norm.
-func NewEAGLE3Data(ds *capture.Dataset, layers [3]int) (*EAGLE3Data, error) {
-	d := &EAGLE3Data{ds: ds}
+// NewCaptureData wraps ds, which must hold the final_norm column and, when
+// layers is not nil, hidden_<k> for each of its 3 Hugging Face hidden_states
+// indices (low, mid, high).
+func NewCaptureData(ds *capture.Dataset, layers []int) (*CaptureData, error) {
+	d := &CaptureData{ds: ds}
 	var err error
 	if d.final, err = ds.ColumnIndex(capture.ColFinalNorm); err != nil {
-		return nil, fmt.Errorf("train: eagle3 reads the %s column: %w", capture.ColFinalNorm, err)
+		return nil, fmt.Errorf("train: the trainers read the %s column: %w", capture.ColFinalNorm, err)
 	}
+	if layers == nil {
+		return d, nil
+	}
+	if len(layers) != 3 {
+		return nil, fmt.Errorf("train: %d feature layers given, EAGLE-3 fuses 3 (low, mid, high)", len(layers))
+	}
+	d.features = true
 	for c, k := range layers {
 		if d.cols[c], err = ds.ColumnIndex(capture.ColumnName(k)); err != nil {
 			return nil, fmt.Errorf("train: eagle3 %s feature layer (hidden_states index %d): %w", featureName(c), k, err)
@@ -203,26 +169,37 @@ func NewEAGLE3Data(ds *capture.Dataset, layers [3]int) (*EAGLE3Data, error) {
 	return d, nil
 }
 
-// Len returns the number of samples over all capture directories.
-func (d *EAGLE3Data) Len() int { return d.ds.NumSamples() }
+// NumSamples returns the number of samples over all capture directories.
+func (d *CaptureData) NumSamples() int { return d.ds.NumSamples() }
 
-// Sample reads sample i into the adapter's buffer and returns it; it stays
-// valid until the next call.
-func (d *EAGLE3Data) Sample(i int) (*eagle3.Sample, error) {
+// Hidden returns the hidden size H.
+func (d *CaptureData) Hidden() int { return d.ds.HiddenSize() }
+
+// Sample fills dst with sample i: tokens and loss mask, plus the states what
+// asks for (the others resliced to length 0, their buffers kept).
+func (d *CaptureData) Sample(i int, dst *dataset.Sample, what dataset.Fields) error {
 	if i < 0 || i >= d.ds.NumSamples() {
-		return nil, fmt.Errorf("train: sample %d out of range [0,%d)", i, d.ds.NumSamples())
+		return fmt.Errorf("train: sample %d out of range [0,%d)", i, d.ds.NumSamples())
 	}
-	s := &d.s
-	s.Tokens = d.ds.Tokens(i, s.Tokens)
-	s.LossMask = d.ds.LossMask(i, s.LossMask)
-	s.Final = d.ds.State(i, d.final, s.Final)
-	for c := range d.cols {
-		if a := d.alias[c]; a != c {
-			s.Features[c] = s.Features[a]
-			continue
+	if what.Has(dataset.Features) && !d.features {
+		return fmt.Errorf("train: sample %d: feature layers requested from a capture adapter built without them", i)
+	}
+	dst.Tokens = d.ds.Tokens(i, dst.Tokens)
+	dst.LossMask = d.ds.LossMask(i, dst.LossMask)
+	dst.Final = dst.Final[:0]
+	if what.Has(dataset.Final) {
+		dst.Final = d.ds.State(i, d.final, dst.Final)
+	}
+	for c := range dst.Features {
+		f := dst.Features[c][:0]
+		if what.Has(dataset.Features) {
+			if a := d.alias[c]; a != c {
+				f = append(f, dst.Features[a]...)
+			} else {
+				f = d.ds.State(i, d.cols[c], f)
+			}
 		}
-		d.buf[c] = d.ds.State(i, d.cols[c], d.buf[c])
-		s.Features[c] = d.buf[c]
+		dst.Features[c] = f
 	}
-	return s, nil
+	return nil
 }

@@ -6,7 +6,7 @@
 // frozen output layer, its embedding for EAGLE-3), checks every capture
 // directory against it before reading a single shard (the manifest's model
 // fingerprint must equal the target's; the columns the method reads must have
-// been captured), adapts capture.Dataset to the trainer's dataset interface
+// been captured), adapts capture.Dataset to the trainers' one dataset interface
 // without per-sample allocation, trains with a progress bar, and writes the
 // exports plus drafter.json into the output folder:
 //

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/spf13/pflag"
+
 	"github.com/drafter-ai/drafter/train/eagle3"
 	"github.com/drafter-ai/drafter/train/medusa"
 )
@@ -24,8 +26,6 @@ type Flags struct {
 	Heads        int
 	SharedLMHead bool
 	HeadDecay    float64
-	MaxSteps     int
-	EvalEvery    int
 	DType        string
 	// EAGLE-3 only.
 	TTTSteps   int
@@ -34,6 +34,7 @@ type Flags struct {
 	MaxLength  int
 	Format     string
 	// Both.
+	MaxSteps, EvalEvery                   int
 	LR, MinLRRatio, WeightDecay, ClipNorm float64
 	// Warmup is Medusa's warm-up in steps or EAGLE-3's warm-up fraction.
 	Warmup                                                   string
@@ -55,7 +56,7 @@ func flagErr(format string, a ...any) error { return &FlagError{Msg: fmt.Sprintf
 
 // MedusaFlags lists the flags that apply to --method medusa only.
 func MedusaFlags() []string {
-	return []string{"heads", "shared-lm-head", "head-decay", "max-steps", "eval-every", "dtype"}
+	return []string{"heads", "shared-lm-head", "head-decay", "dtype"}
 }
 
 // EAGLE3Flags lists the flags that apply to --method eagle3 only.
@@ -133,7 +134,7 @@ func (f *Flags) Options(progress io.Writer) (Options, error) {
 				return o, flagErr("--%s is a Medusa setting; it does not apply to --method eagle3", n)
 			}
 		}
-		var c eagle3.Config // zero values take the trainer's defaults
+		c := eagle3.DefaultConfig()
 		if given("layers") {
 			parts := strings.Split(f.Layers, ",")
 			o.Layers = make([]int, len(parts))
@@ -160,10 +161,6 @@ func (f *Flags) Options(progress io.Writer) (Options, error) {
 			return o, flagErr("--draft-vocab must be >= 1, got %d", f.DraftVocab)
 		}
 		setInt(given, "draft-vocab", &c.DraftVocab, f.DraftVocab)
-		if given("max-length") && f.MaxLength < 3 {
-			return o, flagErr("--max-length must be >= 3 (a sample needs 3 tokens to train a step), got %d", f.MaxLength)
-		}
-		setInt(given, "max-length", &c.MaxLength, f.MaxLength)
 		if given("format") {
 			if f.Format != eagle3.FormatNative && f.Format != eagle3.FormatSpeculators {
 				return o, flagErr("--format must be %s or %s, got %q", eagle3.FormatNative, eagle3.FormatSpeculators, f.Format)
@@ -174,18 +171,19 @@ func (f *Flags) Options(progress io.Writer) (Options, error) {
 			return o, flagErr("--lr must be > 0, got %g", f.LR)
 		}
 		setFloat(given, "lr", &c.LR, f.LR)
-		setFloat(given, "min-lr-ratio", &c.MinLRRatio, f.MinLRRatio)
-		setFloat(given, "weight-decay", &c.WeightDecay, f.WeightDecay)
-		if given("clip-norm") {
-			c.ClipNorm = f.ClipNorm
-			if f.ClipNorm <= 0 {
-				c.ClipNorm = -1 // the trainer's "disabled" (0 would mean its default)
-			}
+		if given("min-lr-ratio") && !(f.MinLRRatio >= 0 && f.MinLRRatio <= 1) {
+			return o, flagErr("--min-lr-ratio must lie in [0,1], got %g", f.MinLRRatio)
 		}
+		setFloat(given, "min-lr-ratio", &c.MinLRRatio, f.MinLRRatio)
+		if given("weight-decay") && f.WeightDecay < 0 {
+			return o, flagErr("--weight-decay must not be negative, got %g", f.WeightDecay)
+		}
+		setFloat(given, "weight-decay", &c.WeightDecay, f.WeightDecay)
+		setFloat(given, "clip-norm", &c.ClipNorm, f.ClipNorm) // <= 0 disables
 		if given("warmup") {
 			v, err := strconv.ParseFloat(strings.TrimSpace(f.Warmup), 64)
-			if err != nil || !(v > 0 && v < 1) {
-				return o, flagErr("--warmup for eagle3 is the warm-up fraction of all updates, in (0,1) (default 0.015), got %q", f.Warmup)
+			if err != nil || !(v >= 0 && v < 1) {
+				return o, flagErr("--warmup for eagle3 is the warm-up fraction of all updates, in [0,1) (0 turns it off; default %g), got %q", c.WarmupFrac, f.Warmup)
 			}
 			c.WarmupFrac = v
 		}
@@ -193,16 +191,33 @@ func (f *Flags) Options(progress io.Writer) (Options, error) {
 			return o, flagErr("--batch-tokens must be >= 3, got %d", f.BatchTokens)
 		}
 		setInt(given, "batch-tokens", &c.BatchTokens, f.BatchTokens)
+		if given("max-length") {
+			if f.MaxLength < 3 {
+				return o, flagErr("--max-length must be >= 3 (a sample needs 3 tokens to train a step), got %d", f.MaxLength)
+			}
+			if f.MaxLength > c.BatchTokens {
+				return o, flagErr("--max-length %d exceeds --batch-tokens %d: a batch must hold one whole sample", f.MaxLength, c.BatchTokens)
+			}
+			c.MaxLength = f.MaxLength
+		} else {
+			c.MaxLength = min(c.MaxLength, c.BatchTokens)
+		}
 		if given("epochs") && f.Epochs < 1 {
 			return o, flagErr("--epochs must be >= 1, got %d", f.Epochs)
 		}
 		setInt(given, "epochs", &c.Epochs, f.Epochs)
-		if given("patience") {
-			c.Patience = f.Patience
-			if f.Patience <= 0 {
-				c.Patience = -1 // never stop early (0 would mean the trainer's default)
-			}
+		if given("max-steps") && f.MaxSteps < 0 {
+			return o, flagErr("--max-steps must be >= 0, got %d", f.MaxSteps)
 		}
+		setInt(given, "max-steps", &c.MaxSteps, f.MaxSteps)
+		if given("patience") && f.Patience < 0 {
+			return o, flagErr("--patience must be >= 0 (0 never stops early), got %d", f.Patience)
+		}
+		setInt(given, "patience", &c.Patience, f.Patience)
+		if given("eval-every") && f.EvalEvery < 0 {
+			return o, flagErr("--eval-every must be >= 0, got %d", f.EvalEvery)
+		}
+		setInt(given, "eval-every", &c.EvalEvery, f.EvalEvery)
 		if given("val-fraction") && !(f.ValFraction > 0 && f.ValFraction < 1) {
 			return o, flagErr("--val-fraction for eagle3 must lie in (0,1): the trainer keeps the best weights by held-out loss, got %g", f.ValFraction)
 		}
@@ -211,8 +226,8 @@ func (f *Flags) Options(progress io.Writer) (Options, error) {
 			return o, flagErr("--checkpoint-every must be >= 0, got %d", f.CheckpointEvery)
 		}
 		setInt(given, "checkpoint-every", &c.CheckpointEvery, f.CheckpointEvery)
-		if given("log-every") && f.LogEvery < 1 {
-			return o, flagErr("--log-every must be >= 1, got %d", f.LogEvery)
+		if given("log-every") && f.LogEvery < 0 {
+			return o, flagErr("--log-every must be >= 0, got %d", f.LogEvery)
 		}
 		setInt(given, "log-every", &c.LogEvery, f.LogEvery)
 		if given("seed") {
@@ -236,4 +251,61 @@ func setFloat(given func(string) bool, name string, dst *float64, v float64) {
 	if given(name) {
 		*dst = v
 	}
+}
+
+// Register defines drafter train's flags on fs, bound to f's fields, with help
+// texts that quote each method's trainer defaults (medusa.DefaultConfig and
+// eagle3.DefaultConfig), so the help cannot drift from the code. Flags shared
+// by both methods but defaulting differently show no pflag default of their
+// own: a flag left out keeps the chosen method's default (see Options).
+func (f *Flags) Register(fs *pflag.FlagSet) {
+	m, e := medusa.DefaultConfig(), eagle3.DefaultConfig()
+	both := func(mv, ev any) string {
+		if fmt.Sprint(mv) == fmt.Sprint(ev) {
+			return fmt.Sprintf("(default %v)", mv)
+		}
+		return fmt.Sprintf("(default: medusa %v, eagle3 %v)", mv, ev)
+	}
+	fs.StringVar(&f.Method, "method", "", "medusa or eagle3")
+	fs.StringVar(&f.Model, "model", "", "the target checkpoint folder the data was captured from")
+	fs.StringSliceVar(&f.Data, "data", nil, "capture directories made by drafter distill (comma-separated or repeated)")
+	fs.StringVar(&f.Out, "out", "", "output folder: exports, drafter.json, metrics.jsonl, checkpoint")
+
+	fs.StringVar(&f.Layers, "layers", "", fmt.Sprintf("medusa: residual blocks per head (default %d); eagle3: the 3 feature layers as Hugging Face hidden_states indices low,mid,high (default 2,L/2,L-3; must have been captured)", m.Layers))
+	fs.IntVar(&f.Heads, "heads", m.Heads, "medusa: number of heads (head h predicts the token at t+h+2)")
+	fs.BoolVar(&f.SharedLMHead, "shared-lm-head", m.SharedLMHead, "medusa: keep the target's lm_head for every head, frozen (a much smaller export)")
+	fs.Float64Var(&f.HeadDecay, "head-decay", m.Decay, "medusa: loss weight of head h is decay^h (1 = equal weights)")
+	fs.StringVar(&f.DType, "dtype", "f32", "medusa: dtype of the exported weights: f32, bf16 or f16")
+
+	fs.IntVar(&f.TTTSteps, "ttt-steps", e.Steps, "eagle3: training-time-test unroll length")
+	fs.Float64Var(&f.TTTDecay, "ttt-decay", e.StepDecay, "eagle3: loss weight of unrolled step k is decay^k")
+	fs.IntVar(&f.DraftVocab, "draft-vocab", e.DraftVocab, "eagle3: draft vocabulary size N (the N most frequent response tokens; capped at the target's vocabulary)")
+	fs.IntVar(&f.MaxLength, "max-length", 0, fmt.Sprintf("eagle3: truncate samples to this many tokens (default min(%d, --batch-tokens))", e.MaxLength))
+	fs.StringVar(&f.Format, "format", eagle3.FormatNative, "eagle3: export layout: native (EAGLE/SpecForge/SGLang, also loaded by vLLM) or speculators")
+
+	fs.Float64Var(&f.LR, "lr", 0, "peak learning rate "+both(m.LR, e.LR))
+	fs.Float64Var(&f.MinLRRatio, "min-lr-ratio", 0, "floor of the cosine decay as a fraction of --lr "+both(m.MinLRRatio, e.MinLRRatio))
+	fs.Float64Var(&f.WeightDecay, "weight-decay", 0, "AdamW decoupled weight decay "+both(m.WeightDecay, e.WeightDecay))
+	fs.Float64Var(&f.ClipNorm, "clip-norm", 0, "global gradient-norm clip, 0 disables "+both(m.ClipNorm, e.ClipNorm))
+	fs.StringVar(&f.Warmup, "warmup", "", fmt.Sprintf("linear warm-up, 0 disables: medusa in optimiser steps (default %s), eagle3 as a fraction of all updates (default %g)", medusaWarmup(m), e.WarmupFrac))
+	fs.IntVar(&f.Epochs, "epochs", 0, "epoch cap; training stops earlier when the held-out loss stops improving "+both(m.MaxEpochs, e.Epochs))
+	fs.IntVar(&f.MaxSteps, "max-steps", 0, "stop after this many optimiser steps in total, 0 = no limit (the schedule still spans --epochs) "+both(m.MaxSteps, e.MaxSteps))
+	fs.IntVar(&f.Patience, "patience", 0, "evaluations without held-out improvement before stopping, 0 = never stop early "+both(m.Patience, e.Patience))
+	fs.IntVar(&f.EvalEvery, "eval-every", 0, "optimiser steps between held-out evaluations, 0 = once per epoch "+both(m.EvalEvery, e.EvalEvery))
+	fs.IntVar(&f.BatchTokens, "batch-tokens", 0, "tokens per optimiser step "+both(m.BatchTokens, e.BatchTokens))
+	fs.Float64Var(&f.ValFraction, "val-fraction", 0, "fraction of the samples held out for evaluation "+both(m.HeldOut, e.EvalFraction))
+	fs.IntVar(&f.CheckpointEvery, "checkpoint-every", 0, "optimiser steps between checkpoints, 0 = at evaluations only "+both(m.CheckpointEvery, e.CheckpointEvery))
+	fs.IntVar(&f.LogEvery, "log-every", 0, "optimiser steps between training lines in metrics.jsonl, 0 = none "+both(m.LogEvery, e.LogEvery))
+	fs.Uint64Var(&f.Seed, "seed", 0, "seed of the held-out split, the sample order and the initialisation "+both(m.Seed, e.Seed))
+	fs.BoolVar(&f.Resume, "resume", false, "continue the run whose checkpoint is in --out (same arguments required)")
+	fs.BoolVar(&f.VerifyData, "verify-data", false, "recompute every shard's SHA-256 against its manifest before training")
+	fs.BoolVarP(&f.Quiet, "quiet", "q", false, "no progress bar or evaluation lines on stderr")
+}
+
+// medusaWarmup describes Medusa's default warm-up.
+func medusaWarmup(c medusa.Config) string {
+	if c.WarmupSteps < 0 {
+		return "2% of the scheduled steps"
+	}
+	return fmt.Sprint(c.WarmupSteps)
 }

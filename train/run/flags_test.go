@@ -2,10 +2,13 @@ package run
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/spf13/pflag"
 
 	"github.com/drafter-ai/drafter/train/eagle3"
 	"github.com/drafter-ai/drafter/train/medusa"
@@ -29,8 +32,13 @@ func TestFlagsDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(o.EAGLE3, eagle3.Config{}) || o.Layers != nil || o.Format != "" || o.Progress != nil {
-		t.Errorf("eagle3 options without flags = %+v, want the zero config (trainer defaults) and no progress", o)
+	if !reflect.DeepEqual(o.EAGLE3, eagle3.DefaultConfig()) || o.Layers != nil || o.Format != "" || o.Progress != nil {
+		t.Errorf("eagle3 options without flags = %+v, want DefaultConfig %+v and no progress", o, eagle3.DefaultConfig())
+	}
+	// --batch-tokens alone brings the default --max-length down to it.
+	f = Flags{Method: MethodEAGLE3, BatchTokens: 512, Given: map[string]string{"batch-tokens": "512"}}
+	if o, err = f.Options(nil); err != nil || o.EAGLE3.MaxLength != 512 || o.EAGLE3.BatchTokens != 512 {
+		t.Errorf("--batch-tokens 512: max length %d, batch %d, err %v; want 512, 512", o.EAGLE3.MaxLength, o.EAGLE3.BatchTokens, err)
 	}
 }
 
@@ -58,15 +66,18 @@ func TestFlagsMapping(t *testing.T) {
 	}
 
 	f = Flags{Method: MethodEAGLE3, Layers: "1, 3,4", TTTSteps: 3, TTTDecay: 0.5, DraftVocab: 100, MaxLength: 64, Format: "speculators",
-		LR: 1e-3, Warmup: "0.05", ClipNorm: 0, Patience: 0, Epochs: 5, ValFraction: 0.2, Seed: 4,
-		Given: given("layers", "ttt-steps", "ttt-decay", "draft-vocab", "max-length", "format", "lr", "warmup", "clip-norm", "patience", "epochs", "val-fraction", "seed")}
+		LR: 1e-3, Warmup: "0", ClipNorm: 0, Patience: 0, Epochs: 5, MaxSteps: 40, EvalEvery: 7, ValFraction: 0.2, Seed: 4,
+		Given: given("layers", "ttt-steps", "ttt-decay", "draft-vocab", "max-length", "format", "lr", "warmup", "clip-norm", "patience", "epochs",
+			"max-steps", "eval-every", "val-fraction", "seed")}
 	o, err = f.Options(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	we := eagle3.Config{Steps: 3, StepDecay: 0.5, DraftVocab: 100, MaxLength: 64, LR: 1e-3, WarmupFrac: 0.05, ClipNorm: -1, Patience: -1, Epochs: 5, EvalFraction: 0.2, Seed: 4}
+	we := eagle3.DefaultConfig()
+	we.Steps, we.StepDecay, we.DraftVocab, we.MaxLength, we.LR, we.WarmupFrac, we.ClipNorm, we.Patience = 3, 0.5, 100, 64, 1e-3, 0, 0, 0
+	we.Epochs, we.MaxSteps, we.EvalEvery, we.EvalFraction, we.Seed = 5, 40, 7, 0.2, 4
 	if !reflect.DeepEqual(o.EAGLE3, we) || !reflect.DeepEqual(o.Layers, []int{1, 3, 4}) || o.Format != "speculators" {
-		t.Errorf("eagle3 options = %+v layers %v format %q, want %+v [1 3 4] speculators (0 for clip/patience means disabled: -1)", o.EAGLE3, o.Layers, o.Format, we)
+		t.Errorf("eagle3 options = %+v layers %v format %q, want %+v [1 3 4] speculators", o.EAGLE3, o.Layers, o.Format, we)
 	}
 }
 
@@ -79,13 +90,14 @@ func TestFlagsRefused(t *testing.T) {
 		{Flags{Method: MethodMedusa, Given: map[string]string{"ttt-steps": "3"}}, "--ttt-steps is an EAGLE-3 setting"},
 		{Flags{Method: MethodMedusa, Given: map[string]string{"format": "native"}}, "--format is an EAGLE-3 setting"},
 		{Flags{Method: MethodEAGLE3, Given: map[string]string{"heads": "3"}}, "--heads is a Medusa setting"},
-		{Flags{Method: MethodEAGLE3, Given: map[string]string{"eval-every": "3"}}, "--eval-every is a Medusa setting"},
+		{Flags{Method: MethodEAGLE3, Given: map[string]string{"dtype": "bf16"}}, "--dtype is a Medusa setting"},
+		{Flags{Method: MethodEAGLE3, MaxLength: 4096, Given: map[string]string{"max-length": ""}}, "exceeds --batch-tokens"},
 		{Flags{Method: MethodMedusa, Layers: "1,2,3", Given: map[string]string{"layers": ""}}, "residual blocks per head"},
 		{Flags{Method: MethodEAGLE3, Layers: "2,3", Given: map[string]string{"layers": ""}}, "got 2"},
 		{Flags{Method: MethodEAGLE3, Layers: "a,b,c", Given: map[string]string{"layers": ""}}, "hidden_states indices"},
 		{Flags{Method: MethodMedusa, Warmup: "0.02", Given: map[string]string{"warmup": ""}}, "optimiser steps"},
 		{Flags{Method: MethodEAGLE3, Warmup: "100", Given: map[string]string{"warmup": ""}}, "fraction"},
-		{Flags{Method: MethodEAGLE3, Warmup: "0", Given: map[string]string{"warmup": ""}}, "fraction"},
+		{Flags{Method: MethodEAGLE3, Warmup: "-0.1", Given: map[string]string{"warmup": ""}}, "fraction"},
 		{Flags{Method: MethodEAGLE3, ValFraction: 0, Given: map[string]string{"val-fraction": ""}}, "(0,1)"},
 		{Flags{Method: MethodEAGLE3, Format: "gguf", Given: map[string]string{"format": ""}}, "--format"},
 		{Flags{Method: MethodMedusa, DType: "int8", Given: map[string]string{"dtype": ""}}, "--dtype"},
@@ -96,5 +108,43 @@ func TestFlagsRefused(t *testing.T) {
 		if !errors.As(err, &fe) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: err = %v, want a FlagError mentioning %q", c.f, err, c.want)
 		}
+	}
+}
+
+// TestRegisterQuotesTrainerDefaults parses a command line through Register and
+// checks that the help texts quote the trainers' own defaults.
+func TestRegisterQuotesTrainerDefaults(t *testing.T) {
+	var f Flags
+	fs := pflag.NewFlagSet("train", pflag.ContinueOnError)
+	f.Register(fs)
+	if err := fs.Parse([]string{"--method", "eagle3", "--model", "m", "--data", "a,b", "--out", "o", "--eval-every", "5", "--warmup", "0"}); err != nil {
+		t.Fatal(err)
+	}
+	f.Given = map[string]string{}
+	fs.Visit(func(fl *pflag.Flag) { f.Given[fl.Name] = fl.Value.String() })
+	o, err := f.Options(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := eagle3.DefaultConfig()
+	want.EvalEvery, want.WarmupFrac = 5, 0
+	if !reflect.DeepEqual(o.EAGLE3, want) || !reflect.DeepEqual(o.Data, []string{"a", "b"}) {
+		t.Errorf("parsed options %+v, want %+v", o.EAGLE3, want)
+	}
+	m, e := medusa.DefaultConfig(), eagle3.DefaultConfig()
+	for name, text := range map[string]string{
+		"lr":         fmt.Sprintf("medusa %v, eagle3 %v", m.LR, e.LR),
+		"epochs":     fmt.Sprintf("medusa %v, eagle3 %v", m.MaxEpochs, e.Epochs),
+		"patience":   fmt.Sprintf("medusa %v, eagle3 %v", m.Patience, e.Patience),
+		"clip-norm":  fmt.Sprintf("medusa %v, eagle3 %v", m.ClipNorm, e.ClipNorm),
+		"warmup":     fmt.Sprintf("(default %g)", e.WarmupFrac),
+		"max-length": fmt.Sprintf("min(%d,", e.MaxLength),
+	} {
+		if u := fs.Lookup(name).Usage; !strings.Contains(u, text) {
+			t.Errorf("--%s help %q does not quote %q", name, u, text)
+		}
+	}
+	if d := fs.Lookup("ttt-steps").DefValue; d != fmt.Sprint(e.Steps) {
+		t.Errorf("--ttt-steps default %s, want %d", d, e.Steps)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/drafter-ai/drafter/capture"
+	"github.com/drafter-ai/drafter/pkg/atomicfile"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 	"github.com/drafter-ai/drafter/train/eagle3"
@@ -50,9 +51,9 @@ type Options struct {
 	Medusa medusa.Config
 	// DType is the Medusa export dtype: "F32" (default), "BF16" or "F16".
 	DType string
-	// EAGLE3 is the EAGLE-3 trainer's configuration (zero values take the
-	// trainer's defaults); Target, Export, Drafter, Resume and Progress are set
-	// by Run.
+	// EAGLE3 is the EAGLE-3 trainer's configuration (start from
+	// eagle3.DefaultConfig); Target, Export, Provenance, Resume and Progress
+	// are set by Run.
 	EAGLE3 eagle3.Config
 	// Layers overrides the EAGLE-3 feature layers (3 Hugging Face hidden_states
 	// indices); nil uses the target's defaults (2, L/2, L-3).
@@ -148,8 +149,8 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	if err := checkResume(opt, set); err != nil {
 		return nil, err
 	}
-	if err := writeJSONAtomic(filepath.Join(opt.Out, ArgsFile), set); err != nil {
-		return nil, err
+	if err := atomicfile.WriteJSON(filepath.Join(opt.Out, ArgsFile), set); err != nil {
+		return nil, fmt.Errorf("train: %w", err)
 	}
 
 	manifests := make(map[string]string, len(dirs))
@@ -167,12 +168,16 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	defer rep.finish()
 	res := &Result{Method: opt.Method, Out: opt.Out}
 
+	var featureLayers []int
+	if opt.Method == MethodEAGLE3 {
+		featureLayers = layers[:]
+	}
+	data, err := NewCaptureData(ds, featureLayers)
+	if err != nil {
+		return nil, err
+	}
 	switch opt.Method {
 	case MethodMedusa:
-		data, err := NewMedusaData(ds)
-		if err != nil {
-			return nil, err
-		}
 		cfg := opt.Medusa
 		cfg.Resume, cfg.Progress = opt.Resume, rep.medusa
 		mr, err := medusa.Train(ctx, cfg, medusa.Target{Vocab: tg.Config.VocabSize, LMHead: tg.LMHead}, data, be, opt.Out)
@@ -187,17 +192,9 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		}
 		res.Medusa, res.Steps = mr, mr.Steps
 		res.Exports = []string{filepath.Join(opt.Out, medusa.VLLMDir), filepath.Join(opt.Out, medusa.MedusaDir)}
-		res.Provenance, err = readJSONMap(filepath.Join(opt.Out, medusa.ProvenanceFile))
-		if err != nil {
-			return nil, err
-		}
 		rep.line(fmt.Sprintf("trained %d steps (%s); exports in %s", mr.Steps, mr.Stopped, strings.Join(res.Exports, ", ")))
 
 	case MethodEAGLE3:
-		data, err := NewEAGLE3Data(ds, layers)
-		if err != nil {
-			return nil, err
-		}
 		et, err := tg.EAGLE3Target()
 		if err != nil {
 			return nil, err
@@ -206,8 +203,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		cfg.Target, cfg.Resume, cfg.Progress = et, opt.Resume, rep.eagle3
 		cfg.Export = eagle3.ExportOptions{Format: opt.Format, LayerIDs: layers[:], DefaultLayers: defaultLayers,
 			TargetName: tg.Name(), TargetArchitectures: tg.Config.Architectures}
-		cfg.Drafter = map[string]any{"target_fingerprint": tg.Fingerprint, "data_manifests": manifests, "args": args,
-			"feature_layers": layers[:], "default_feature_layers": defaultLayers}
+		cfg.Provenance = eagle3.Provenance{BaseModel: tg.Name(), TargetFingerprint: tg.Fingerprint, DataManifests: manifests, Args: args}
 		er, err := eagle3.Train(ctx, cfg, data, be, opt.Out)
 		if err != nil {
 			return nil, interrupted(ctx, opt, err)
@@ -215,23 +211,12 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		rep.finish()
 		res.EAGLE3, res.Steps = er, er.Steps
 		res.Exports = []string{er.ExportDir}
-		// drafter.json at the top of the output folder, as for Medusa: the
-		// export's own copy plus where the export is.
-		prov, err := readJSONMap(filepath.Join(er.ExportDir, ProvenanceFile))
-		if err != nil {
-			return nil, err
-		}
-		format := opt.Format
-		if format == "" {
-			format = eagle3.FormatNative
-		}
-		prov["formats"] = []string{filepath.Base(er.ExportDir)}
-		prov["format"] = format
-		if err := writeJSONAtomic(filepath.Join(opt.Out, ProvenanceFile), prov); err != nil {
-			return nil, err
-		}
-		res.Provenance = prov
-		rep.line(fmt.Sprintf("trained %d steps over %d epochs; export in %s (%s layout)", er.Steps, er.Epochs, er.ExportDir, format))
+		rep.line(fmt.Sprintf("trained %d steps over %d epochs (%s); export in %s", er.Steps, er.Epochs, er.Stopped, er.ExportDir))
+	}
+	// Both trainers write drafter.json at the top of the output folder.
+	res.Provenance, err = readJSONMap(filepath.Join(opt.Out, ProvenanceFile))
+	if err != nil {
+		return nil, err
 	}
 	return res, nil
 }
@@ -275,11 +260,7 @@ func newSettings(opt Options, tg *Target, dirs []DataDir, layers [3]int) (*setti
 		v = opt.Medusa
 	case MethodEAGLE3:
 		s.FeatureLayers = layers[:]
-		c := opt.EAGLE3
-		v = eagle3Settings{DraftVocab: c.DraftVocab, Steps: c.Steps, StepDecay: c.StepDecay, LR: c.LR, WarmupFrac: c.WarmupFrac,
-			MinLRRatio: c.MinLRRatio, ClipNorm: c.ClipNorm, WeightDecay: c.WeightDecay, Beta2: c.Beta2, BatchTokens: c.BatchTokens,
-			MaxLength: c.MaxLength, Epochs: c.Epochs, Patience: c.Patience, EvalFraction: c.EvalFraction, Seed: c.Seed,
-			CheckpointEvery: c.CheckpointEvery, LogEvery: c.LogEvery}
+		v = opt.EAGLE3
 	}
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -291,27 +272,6 @@ func newSettings(opt Options, tg *Target, dirs []DataDir, layers [3]int) (*setti
 		return nil, fmt.Errorf("train: decoding the trainer settings: %w", err)
 	}
 	return s, nil
-}
-
-// eagle3Settings are eagle3.Config's scalar fields (0 = the trainer's default).
-type eagle3Settings struct {
-	DraftVocab      int     `json:"draft_vocab"`
-	Steps           int     `json:"ttt_steps"`
-	StepDecay       float64 `json:"step_decay"`
-	LR              float64 `json:"lr"`
-	WarmupFrac      float64 `json:"warmup_frac"`
-	MinLRRatio      float64 `json:"min_lr_ratio"`
-	ClipNorm        float64 `json:"clip_norm"`
-	WeightDecay     float64 `json:"weight_decay"`
-	Beta2           float64 `json:"beta2"`
-	BatchTokens     int     `json:"batch_tokens"`
-	MaxLength       int     `json:"max_length"`
-	Epochs          int     `json:"epochs"`
-	Patience        int     `json:"patience"`
-	EvalFraction    float64 `json:"eval_fraction"`
-	Seed            uint64  `json:"seed"`
-	CheckpointEvery int     `json:"checkpoint_every"`
-	LogEvery        int     `json:"log_every"`
 }
 
 // checkResume refuses a resume whose settings differ from the first run's,
@@ -390,39 +350,6 @@ func diffSettings(old, now *settings) []string {
 		add(k, old.Trainer[k], now.Trainer[k])
 	}
 	return diffs
-}
-
-// writeJSONAtomic writes v indented to path through a temporary file in the
-// same folder, fsynced and renamed.
-func writeJSONAtomic(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return fmt.Errorf("train: encoding %s: %w", path, err)
-	}
-	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("train: %w", err)
-	}
-	tmp := f.Name()
-	_, err = f.Write(append(b, '\n'))
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("train: writing %s: %w", path, err)
-	}
-	if d, err := os.Open(filepath.Dir(path)); err == nil {
-		d.Sync()
-		d.Close()
-	}
-	return nil
 }
 
 func readJSONMap(path string) (map[string]any, error) {

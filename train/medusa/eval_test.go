@@ -9,22 +9,6 @@ import (
 	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
-func TestExpfAccuracy(t *testing.T) {
-	worst := 0.0
-	for i := 0; i <= 2_000_000; i++ {
-		x := float32(-86 * float64(i) / 2_000_000)
-		want := math.Exp(float64(x))
-		rel := math.Abs(float64(expf(x))-want) / want
-		worst = math.Max(worst, rel)
-	}
-	if worst > 3e-7 { // float32 epsilon is 1.19e-7: about two ulps
-		t.Fatalf("expf worst relative error %g", worst)
-	}
-	if expf(-87) != 0 || expf(0) != 1 {
-		t.Fatalf("expf(-87)=%g expf(0)=%g", expf(-87), expf(0))
-	}
-}
-
 // TestEvaluateAgainstReference checks Evaluate's per-head loss sums and
 // top-1/top-5 counts against a float64 forward with a full sort.
 func TestEvaluateAgainstReference(t *testing.T) {
@@ -93,10 +77,63 @@ func TestAcceptance(t *testing.T) {
 	}
 }
 
+// serialBackend is a plain triple-loop tensor.Backend that allocates nothing,
+// so that an allocation count sees the trainer's own allocations only (the
+// pure-Go sgemm launches work per row block, which scales with the rows).
+type serialBackend struct{}
+
+func (serialBackend) Name() string { return "serial" }
+
+func (serialBackend) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	for i := 0; i < m; i++ {
+		for j := 0; j < n; j++ {
+			var s float32
+			for p := 0; p < k; p++ {
+				av, bv := a[i*lda+p], b[p*ldb+j]
+				if transA {
+					av = a[p*lda+i]
+				}
+				if transB {
+					bv = b[j*ldb+p]
+				}
+				s += av * bv
+			}
+			if beta == 0 {
+				c[i*ldc+j] = alpha * s
+			} else {
+				c[i*ldc+j] = alpha*s + beta*c[i*ldc+j]
+			}
+		}
+	}
+}
+
+func (serialBackend) Sgemv(trans bool, m, n int, alpha float32, a []float32, lda int, x []float32, beta float32, y []float32) {
+	rows, cols := m, n
+	if trans {
+		rows, cols = n, m
+	}
+	for i := 0; i < rows; i++ {
+		var s float32
+		for j := 0; j < cols; j++ {
+			av := a[i*lda+j]
+			if trans {
+				av = a[j*lda+i]
+			}
+			s += av * x[j]
+		}
+		if beta == 0 {
+			y[i] = alpha * s
+		} else {
+			y[i] = alpha*s + beta*y[i]
+		}
+	}
+}
+
 // TestTrainStepAllocations: a training step allocates nothing per token; the
-// only allocations are the goroutine launches of its parallel loops (one per
-// logits chunk and per block, per head), so at a fixed chunk size doubling the
-// rows doubles at most the chunk count.
+// only allocations are the closures of its parallel loops (one per logits
+// chunk and per block, per head), so at a fixed chunk count 4x the rows
+// allocate no more. The matrix products run on serialBackend, which allocates
+// nothing, so the count is the trainer's own whatever BLAS is installed.
 func TestTrainStepAllocations(t *testing.T) {
 	g := Geometry{Hidden: 16, Vocab: 50, Heads: 3, Layers: 1}
 	m, _ := randomHeads(t, g, 2)
@@ -109,12 +146,12 @@ func TestTrainStepAllocations(t *testing.T) {
 			b.Targets = append(b.Targets, make([]int32, rows))
 		}
 		w := Weights(g.Heads, 0.8)
-		return testing.AllocsPerRun(5, func() { m2.TrainStep(tensor.CPU(), ws, b, w) })
+		return testing.AllocsPerRun(2, func() { m2.TrainStep(serialBackend{}, ws, b, w) })
 	}
 	// Same number of parallel loops (one chunk per head), 4x the rows.
-	small, large := count(2048, 2048), count(8192, 8192)
+	small, large := count(512, 512), count(2048, 2048)
 	if large != small || large > 64 {
-		t.Fatalf("allocations per step: %v at 2048 rows, %v at 8192 rows", small, large)
+		t.Fatalf("allocations per step: %v at 512 rows, %v at 2048 rows", small, large)
 	}
-	t.Logf("allocations per step: %v (2048 rows), %v (8192 rows)", small, large)
+	t.Logf("allocations per step: %v (512 rows), %v (2048 rows)", small, large)
 }
