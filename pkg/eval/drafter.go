@@ -7,6 +7,7 @@ import (
 
 	"github.com/drafter-ai/drafter/pkg/model"
 	"github.com/drafter-ai/drafter/pkg/spec"
+	"github.com/drafter-ai/drafter/pkg/tensor"
 	"github.com/drafter-ai/drafter/train/eagle3"
 	"github.com/drafter-ai/drafter/train/medusa"
 )
@@ -87,7 +88,6 @@ func NewEagleDrafter(d *eagle3.Draft, m *model.Model) (*Drafter, error) {
 type medusaProposer struct {
 	m      *model.Model
 	h      *medusa.Heads
-	ws     *medusa.Workspace
 	static *spec.StaticTree
 	widths []int // candidates needed per head: the tree's widths, at least hitK
 	hitK   int
@@ -95,7 +95,10 @@ type medusaProposer struct {
 	tapIdx []int
 
 	x      []float32 // [H] state the heads read
-	logits []float32 // [V]
+	xs     []float32 // [heads, H] each head's residual stream
+	z      []float32 // [H] a block's pre-activation
+	logits []float32 // [heads, V]
+	shared bool      // every head uses the same lm_head slice
 	topk   [][]int   // per head, best first
 	// This prompt's predictions, scored when it ends: step s predicted after
 	// output index roots[s], head h's top hitK in guesses[(s*heads+h)*hitK:].
@@ -113,9 +116,18 @@ func newMedusaProposer(m *model.Model, h *medusa.Heads, cfg Config) (*medusaProp
 	if err != nil {
 		return nil, fmt.Errorf("eval: tree: %w", err)
 	}
-	p := &medusaProposer{m: m, h: h, ws: h.NewWorkspace(1, 1), static: st, hitK: cfg.HitK, heads: h.Heads,
+	p := &medusaProposer{m: m, h: h, static: st, hitK: cfg.HitK, heads: h.Heads,
 		tapIdx: []int{m.NumLayers()},
-		x:      make([]float32, h.Hidden), logits: make([]float32, h.Vocab)}
+		x:      make([]float32, h.Hidden), xs: make([]float32, h.Heads*h.Hidden), z: make([]float32, h.Hidden),
+		logits: make([]float32, h.Heads*h.Vocab), shared: true}
+	for hd := range h.Heads {
+		if len(h.LMHead[hd]) != h.Vocab*h.Hidden || &h.LMHead[hd][0] != &h.LMHead[0][0] {
+			p.shared = false
+		}
+		if len(h.W[hd]) != h.Layers || len(h.B[hd]) != h.Layers {
+			return nil, fmt.Errorf("eval: Medusa head %d has %d weight and %d bias blocks, want %d", hd, len(h.W[hd]), len(h.B[hd]), h.Layers)
+		}
+	}
 	tw := st.Widths()
 	p.widths = make([]int, h.Heads)
 	p.topk = make([][]int, h.Heads)
@@ -138,12 +150,39 @@ func newMedusaProposer(m *model.Model, h *medusa.Heads, cfg Config) (*medusaProp
 func (p *medusaProposer) taps() []int   { return p.tapIdx }
 func (p *medusaProposer) maxNodes() int { return p.static.Len() }
 
-// predict runs every head on p.x and records the candidates for root.
+// predict runs every head on p.x and records the candidates for root. It
+// computes what medusa.Heads.Logits computes, with the same kernels in the
+// same order, on the calling goroutine and without allocating: each head's
+// residual blocks, then the output products, one batched product over all
+// heads when they share the target's lm_head.
 func (p *medusaProposer) predict(root int) {
 	p.roots = append(p.roots, root)
+	H, V := p.h.Hidden, p.h.Vocab
+	be := p.m.Backend()
 	for hd := range p.heads {
-		p.h.Logits(p.m.Backend(), p.ws, hd, p.x, 1, p.logits)
-		p.topk[hd] = topK(p.logits, p.widths[hd], p.topk[hd][:0])
+		xh := p.xs[hd*H : (hd+1)*H]
+		copy(xh, p.x)
+		for l := 0; l < p.h.Layers; l++ {
+			tensor.MatMulT(be, p.z, xh, p.h.W[hd][l], 1, H, H)
+			if b := p.h.B[hd][l]; b != nil {
+				for i, v := range b[:H] {
+					p.z[i] += v
+				}
+			}
+			for i, v := range p.z {
+				xh[i] += v / (1 + float32(math.Exp(float64(-v))))
+			}
+		}
+	}
+	if p.shared {
+		tensor.MatMulT(be, p.logits[:p.heads*V], p.xs[:p.heads*H], p.h.LMHead[0], p.heads, V, H)
+	} else {
+		for hd := range p.heads {
+			tensor.MatMulT(be, p.logits[hd*V:(hd+1)*V], p.xs[hd*H:(hd+1)*H], p.h.LMHead[hd], 1, V, H)
+		}
+	}
+	for hd := range p.heads {
+		p.topk[hd] = topK(p.logits[hd*V:(hd+1)*V], p.widths[hd], p.topk[hd][:0])
 		p.guesses = append(p.guesses, p.topk[hd][:p.hitK]...)
 	}
 }

@@ -255,6 +255,10 @@ type runner struct {
 	rng     *sample.RNG
 	eos     []bool
 	taps    []int
+	// finalTap is the index in taps of the final post-norm state, which
+	// lazy turns into the logits rows verification reads.
+	finalTap int
+	lazy     lazyRows
 
 	tree    spec.Tree
 	vres    spec.Result
@@ -308,7 +312,15 @@ func newRunner(m *model.Model, d *Drafter, cfg Config, prompts []Prompt) (*runne
 	if err != nil {
 		return nil, err
 	}
-	r.taps = r.prop.taps()
+	// Verification taps the final post-norm state too, so that greedy and
+	// sampled verification compute logits only for the rows they read.
+	r.taps = slices.Clone(r.prop.taps())
+	r.finalTap = slices.Index(r.taps, m.NumLayers())
+	if r.finalTap < 0 {
+		r.finalTap = len(r.taps)
+		r.taps = append(r.taps, m.NumLayers())
+	}
+	r.lazy = lazyRows{m: m, buf: make([]float32, (r.prop.maxNodes()+1)*m.VocabSize()), v: m.VocabSize(), h: m.HiddenSize()}
 	capacity := longest + cfg.MaxNewTokens + r.prop.maxNodes() + 2
 	if capacity > m.MaxPositions() {
 		return nil, fmt.Errorf("eval: the longest prompt (%d tokens) plus %d new tokens and a %d-node draft need %d positions; the model attends over %d",
@@ -483,16 +495,23 @@ func (r *runner) speculate(ctx context.Context, prompt []int, stream uint64, st 
 			r.tokens = append(r.tokens, nd.Token)
 			r.parents = append(r.parents, nd.Parent+1) // Root (-1) maps to the root row 0
 		}
-		in[0] = model.Input{Seq: r.seq, Tokens: r.tokens, Parents: r.parents, Logits: model.LogitsAll}
+		// Typical acceptance reads every row; greedy and sampled
+		// verification read a few, computed on demand from the final state.
+		rows := model.LogitsNone
+		if r.cfg.Typical != nil {
+			rows = model.LogitsAll
+		}
+		in[0] = model.Input{Seq: r.seq, Tokens: r.tokens, Parents: r.parents, Logits: rows}
 		res, err := r.m.Forward(in, opt)
 		if err != nil {
 			return 0, fmt.Errorf("verification pass: %w", err)
 		}
-		lg := res.LogitsOf(0)
 		if r.cfg.Typical != nil {
-			err = r.ver.Typical(&r.tree, lg, *r.cfg.Typical, r.rng, &r.vres)
+			err = r.ver.Typical(&r.tree, res.LogitsOf(0), *r.cfg.Typical, r.rng, &r.vres)
 		} else {
-			err = r.ver.Verify(&r.tree, lg, r.rng, &r.vres)
+			r.lazy.hidden = res.HiddenOf(r.finalTap, 0)
+			err = r.ver.VerifyRows(&r.tree, &r.lazy, r.rng, &r.vres)
+			r.lazy.hidden = nil
 		}
 		if err != nil {
 			return 0, fmt.Errorf("verification: %w", err)
@@ -562,3 +581,25 @@ func topK(x []float32, k int, idx []int) []int {
 // defaultEagleLayers are the HF hidden_states indices EAGLE-3 fuses by
 // default: 2, L/2 and L-3.
 func defaultEagleLayers(L int) []int { return []int{2, L / 2, L - 3} }
+
+// lazyRows computes the target's logits rows of a verification pass from its
+// final post-norm states, only for the rows the verifier reads (one row at a
+// time: the output-layer product of a one-token decode step).
+type lazyRows struct {
+	m      *model.Model
+	hidden []float32 // [rows, H] final states of the pass
+	buf    []float32 // [maxNodes+1, V]
+	v, h   int
+}
+
+// Row implements spec.Rows.
+func (l *lazyRows) Row(r int) ([]float32, error) {
+	if r < 0 || (r+1)*l.h > len(l.hidden) {
+		return nil, fmt.Errorf("eval: logits row %d of a %d-row verification pass", r, len(l.hidden)/l.h)
+	}
+	out := l.buf[r*l.v : (r+1)*l.v]
+	if err := l.m.LogitsFromHidden(out, l.hidden[r*l.h:(r+1)*l.h], 1); err != nil {
+		return nil, err
+	}
+	return out, nil
+}

@@ -9,11 +9,13 @@ import (
 // Attention over the cache. Each input's new rows attend to its committed
 // prefix and to the new rows the causal or tree mask allows. A single new row
 // (decode) is computed directly, parallel over (input, head) pairs. Several
-// rows (a speculative chain or tree, a short chunk) go through the backend per
-// KV group: the queries of every row and of every head sharing the group's
-// keys are packed into one matrix, so that one S = Q·K^T and one
-// O = softmax(S)·V serve them all and each key is read once per group, not
-// once per row and head. Long chains (prefill) go through the backend per head
+// rows (a speculative chain or tree, a short chunk) are computed per KV group:
+// the queries of every row and of every head sharing the group's keys are
+// packed into one matrix. Both paths compute a row's scores from the cache's
+// transposed keys (q·K^T as a weighted sum of K^T's rows, eight keys per
+// vector operation) and its softmax(S)·V, both with tensor.WeightedSum over
+// the keys the row sees, in the same order, so a row scores the same alone
+// as in a chain. Long chains (prefill) go through the backend per head
 // in row blocks that only multiply against the keys the block can see.
 
 // blasMinRows is the number of new rows from which an input's attention uses
@@ -103,8 +105,9 @@ func (m *Model) attendItems(worker, lo, hi int) {
 		in := &s.ins[int(it)/m.nHeads]
 		h := int(it) % m.nHeads
 		g := h / rep
-		kc := in.seq.k[li][g*hd:]
+		kt := in.seq.kt[li][g*hd*in.seq.cap:]
 		vc := in.seq.v[li][g*hd:]
+		c0 := in.seq.cap
 		for i := 0; i < in.t; i++ {
 			row := in.row0 + i
 			q := s.q[row*qd+h*hd : row*qd+h*hd+hd]
@@ -116,20 +119,16 @@ func (m *Model) attendItems(worker, lo, hi int) {
 				mask = s.mask[in.mask+i*in.t : in.mask+i*in.t+in.t]
 			}
 			sc := s.scores[worker][:ctx]
+			tensor.WeightedSum(sc, q, kt[:(hd-1)*c0+ctx], c0, hd, ctx, false)
 			for j := range sc {
 				if mask != nil && j >= in.n && !mask[j-in.n] {
 					sc[j] = negInf
 					continue
 				}
-				sc[j] = dot(q, kc[j*kv:]) * scale
+				sc[j] *= scale
 			}
 			softmaxRow(sc)
-			clear(out)
-			for j, p := range sc {
-				if p != 0 {
-					axpy(out, p, vc[j*kv:])
-				}
-			}
+			tensor.WeightedSum(out, sc, vc[:(ctx-1)*kv+hd], kv, ctx, hd, false)
 		}
 	}
 }
@@ -226,13 +225,13 @@ func (j *softmaxJob) rows(lo, hi int) {
 // softmaxChunk runs s.sm.rows over rows [lo, hi), for ParallelChunks.
 func (m *Model) softmaxChunk(_, lo, hi int) { m.s.sm.rows(lo, hi) }
 
-// attendGroupItems computes the (input, KV group) items of s.gitems through
-// the backend: rows is the most packed query rows of an item (new rows times
+// attendGroupItems computes the (input, KV group) items of s.gitems with
+// tensor's small-product kernels: rows is the most packed query rows of an item (new rows times
 // heads per group), ctx the widest score row, work the multiply-adds.
 func (m *Model) attendGroupItems(rows, ctx, work int) {
 	s := &m.s
 	workers := 1
-	if m.split && work >= 1<<15 {
+	if work >= groupSplitWork {
 		workers = min(tensor.Workers(), len(s.gitems))
 	}
 	if len(s.gbufs) < workers {
@@ -246,6 +245,10 @@ func (m *Model) attendGroupItems(rows, ctx, work int) {
 	}
 	tensor.ParallelChunks(len(s.gitems), workers, s.groupFn)
 }
+
+// groupSplitWork is the multiply-adds from which the grouped attention of a
+// pass is split over the workers (its kernels run in Go, on any backend).
+const groupSplitWork = 1 << 18
 
 // groupBuf is one worker's scratch for attendGroups.
 type groupBuf struct {
@@ -272,29 +275,43 @@ func (m *Model) attendGroups(worker, lo, hi int) {
 			src := s.q[(in.row0+i)*qd+g*rep*hd:]
 			copy(qp[i*rep*hd:(i+1)*rep*hd], src[:rep*hd])
 		}
-		m.be.Sgemm(false, true, R, width, hd, m.scale, qp, hd, in.seq.k[li][g*hd:], kv, 0, sc, width)
+		c0 := in.seq.cap
+		kt := in.seq.kt[li][g*hd*c0 : (g*hd+hd-1)*c0+width]
+		vc := in.seq.v[li][g*hd : (width-1)*kv+g*hd+hd]
 		for r := 0; r < R; r++ {
 			i := r / rep
 			row := sc[r*width : (r+1)*width]
+			vis := width
 			if !in.tree {
-				vis := in.n + i + 1
+				vis = in.n + i + 1
+			}
+			tensor.WeightedSum(row[:vis], qp[r*hd:(r+1)*hd], kt, c0, hd, vis, false)
+			if !in.tree {
+				scaleRow(row[:vis], m.scale)
 				softmaxRow(row[:vis])
-				clear(row[vis:])
-				continue
-			}
-			mk := s.mask[in.mask+i*in.t : in.mask+(i+1)*in.t]
-			tail := row[in.n:]
-			for c, ok := range mk {
-				if !ok {
-					tail[c] = negInf
+			} else {
+				scaleRow(row, m.scale)
+				mk := s.mask[in.mask+i*in.t : in.mask+(i+1)*in.t]
+				tail := row[in.n:]
+				for c, ok := range mk {
+					if !ok {
+						tail[c] = negInf
+					}
 				}
+				softmaxRow(row)
 			}
-			softmaxRow(row)
+			tensor.WeightedSum(op[r*hd:(r+1)*hd], row[:vis], vc, kv, vis, hd, false)
 		}
-		m.be.Sgemm(false, false, R, hd, width, 1, sc, width, in.seq.v[li][g*hd:], kv, 0, op, hd)
 		for i := 0; i < in.t; i++ {
 			dst := s.att[(in.row0+i)*qd+g*rep*hd:]
 			copy(dst[:rep*hd], op[i*rep*hd:(i+1)*rep*hd])
 		}
+	}
+}
+
+// scaleRow multiplies x by s, eight at a time where the processor allows.
+func scaleRow(x []float32, s float32) {
+	for i := scaleVec(x, s); i < len(x); i++ {
+		x[i] *= s
 	}
 }

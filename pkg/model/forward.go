@@ -439,6 +439,12 @@ func (a *Attention) forward(m *Model, li, rows int) {
 		dst := in.n * kv
 		copy(in.seq.k[li][dst:dst+in.t*kv], s.k[in.row0*kv:(in.row0+in.t)*kv])
 		copy(in.seq.v[li][dst:dst+in.t*kv], s.v[in.row0*kv:(in.row0+in.t)*kv])
+		kt, c0 := in.seq.kt[li], in.seq.cap
+		for i := 0; i < in.t; i++ {
+			for c, x := range s.k[(in.row0+i)*kv : (in.row0+i+1)*kv] {
+				kt[c*c0+in.n+i] = x
+			}
+		}
 	}
 	m.attend(li)
 	m.linear(&a.O, s.x, s.att, rows, true)

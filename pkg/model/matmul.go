@@ -2,6 +2,12 @@ package model
 
 import "github.com/drafter-ai/drafter/pkg/tensor"
 
+// Products of at most smallRows rows (decode steps, drafts and their
+// verification) run through tensor.DotRows on every backend: it beats a BLAS
+// call at these sizes, and computes each row the same way whatever the
+// number of rows, so that verifying a draft scores each row exactly as a
+// one-token decode step would. Larger products go to the backend.
+//
 // The model's matrix multiplies are split over the output features across
 // tensor's shared workers: each worker multiplies the input by its own block of
 // weight rows, with a single backend call. Every output element is one inner
@@ -39,6 +45,16 @@ const mmBlock = 64
 // calling goroutine (a hand-off costs a few microseconds).
 const mmMinWork = 1 << 17
 
+// smallRows is the most rows a product sends to tensor.DotRows: beyond
+// tensor.SmallRows, since the model's products (a few hundred features) stay
+// cheaper there than in a BLAS call up to a few dozen rows (BenchmarkSmall:
+// 33 rows faster, 64 rows slower), and a draft tree's verification then
+// scores each node exactly as a decode step would.
+const smallRows = 48
+
+// smallMinWork is mmMinWork for products that go through tensor.DotRows.
+const smallMinWork = 1 << 19
+
 // mmJob is the product being split, read by matmulChunk.
 type mmJob struct {
 	out, x, w []float32
@@ -59,7 +75,17 @@ func (m *Model) matmul(out, x, w []float32, rows, n, k int, acc bool) {
 	}
 	units := (n + mmBlock - 1) / mmBlock
 	chunks := tensor.Workers()
-	if !m.split || rows*n*k < mmMinWork || (m.goBLAS && rows > 3*gonumBlock) {
+	small := rows <= smallRows
+	if small {
+		// tensor.DotRows runs in Go on the calling goroutine: always safe
+		// to split, and a row's result does not depend on the split. A
+		// short pass (a decode step, a draft's verification) splits only
+		// its largest products: a hand-off to the other core costs
+		// microseconds, more on a loaded machine.
+		if rows*n*k < smallMinWork {
+			chunks = 1
+		}
+	} else if !m.split || rows*n*k < mmMinWork || (m.goBLAS && rows > 3*gonumBlock) {
 		// Small, or large enough for gonum's own goroutines on every piece.
 		chunks = 1
 	}
@@ -74,6 +100,10 @@ func (m *Model) matmulChunk(_, lo, hi int) {
 	j := &m.s.mm
 	lo *= mmBlock
 	hi = min(hi*mmBlock, j.n)
+	if j.rows <= smallRows {
+		tensor.DotRows(j.out[lo:], j.n, j.x[:j.rows*j.k], j.k, j.w[lo*j.k:hi*j.k], j.k, j.rows, hi-lo, j.k, j.beta != 0)
+		return
+	}
 	if j.rows == 1 {
 		m.be.Sgemv(false, hi-lo, j.k, 1, j.w[lo*j.k:hi*j.k], j.k, j.x[:j.k], j.beta, j.out[lo:hi])
 		return

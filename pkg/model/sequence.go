@@ -11,6 +11,7 @@ import "fmt"
 type Sequence struct {
 	m       *Model
 	k, v    [][]float32 // per layer [cap, kvDim]
+	kt      [][]float32 // per layer [kvDim, cap]: k transposed, for the scores of short passes
 	n       int         // committed length
 	cap     int
 	pending []int32 // parents of the uncommitted tree nodes written at rows n..n+len(pending)
@@ -27,12 +28,13 @@ func (m *Model) NewSequence(capacity int) (*Sequence, error) {
 		return nil, fmt.Errorf("model: sequence capacity %d exceeds the model's context length %d (max_position_embeddings or sliding_window in config.json)", capacity, m.maxPos)
 	}
 	L := len(m.Layers)
-	block := make([]float32, 2*L*capacity*m.kvDim)
-	s := &Sequence{m: m, k: make([][]float32, L), v: make([][]float32, L), cap: capacity}
+	block := make([]float32, 3*L*capacity*m.kvDim)
+	s := &Sequence{m: m, k: make([][]float32, L), v: make([][]float32, L), kt: make([][]float32, L), cap: capacity}
 	per := capacity * m.kvDim
 	for l := 0; l < L; l++ {
-		s.k[l] = block[2*l*per : (2*l+1)*per : (2*l+1)*per]
-		s.v[l] = block[(2*l+1)*per : (2*l+2)*per : (2*l+2)*per]
+		s.k[l] = block[3*l*per : (3*l+1)*per : (3*l+1)*per]
+		s.v[l] = block[(3*l+1)*per : (3*l+2)*per : (3*l+2)*per]
+		s.kt[l] = block[(3*l+2)*per : (3*l+3)*per : (3*l+3)*per]
 	}
 	return s, nil
 }
@@ -90,6 +92,10 @@ func (s *Sequence) Commit(accepted []int) error {
 		for l := range s.k {
 			copy(s.k[l][dst:dst+kv], s.k[l][src:src+kv])
 			copy(s.v[l][dst:dst+kv], s.v[l][src:src+kv])
+			kt := s.kt[l]
+			for c := 0; c < kv; c++ {
+				kt[c*s.cap+s.n+j] = kt[c*s.cap+s.n+a]
+			}
 		}
 	}
 	s.n += len(accepted)

@@ -22,8 +22,15 @@ type Backend interface {
 }
 
 // MatMulT computes out[m,n] = x[m,k] * w[n,k]^T, the layout of a Hugging Face
-// Linear weight ([out_features, in_features]). It uses Sgemv for a single row.
+// Linear weight ([out_features, in_features]). Products of at most SmallRows
+// rows run through DotRows (split over the workers when large), so that a
+// row's result does not depend on how many rows share the call; larger ones
+// through the backend's Sgemm.
 func MatMulT(be Backend, out, x, w []float32, m, n, k int) {
+	if m <= SmallRows {
+		matMulTSmall(out, x, w, m, n, k, false)
+		return
+	}
 	if m == 1 {
 		be.Sgemv(false, n, k, 1, w, k, x, 0, out)
 		return
@@ -33,6 +40,10 @@ func MatMulT(be Backend, out, x, w []float32, m, n, k int) {
 
 // MatMulTAcc is MatMulT that adds into out instead of overwriting it.
 func MatMulTAcc(be Backend, out, x, w []float32, m, n, k int) {
+	if m <= SmallRows {
+		matMulTSmall(out, x, w, m, n, k, true)
+		return
+	}
 	if m == 1 {
 		be.Sgemv(false, n, k, 1, w, k, x, 1, out)
 		return

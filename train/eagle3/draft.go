@@ -198,6 +198,7 @@ type Session struct {
 	capacity int
 	n        int       // committed positions
 	k, v     []float32 // [capacity, kvDim]
+	vt       []float32 // [kvDim, capacity]: v transposed, for the attention's P·V
 	root     []float32 // [H] pre-norm output at position n-1
 	rootLg   []float32 // [N] its draft logits
 
@@ -206,6 +207,8 @@ type Session struct {
 	nk, nv, nh   []float32 // per node: key, value, pre-norm output
 	nlg          []float32 // per node logits [maxNodes, N]
 	chainScratch []int
+	ancScratch   []int
+	idScratch    []int
 
 	// row scratch, sized for max(maxNodes, chunk) rows
 	rows                                  int
@@ -232,12 +235,12 @@ func (d *Draft) NewSession(capacity, maxNodes int) *Session {
 	R := max(maxNodes, extendChunk)
 	f := func(n int) []float32 { return make([]float32, n) }
 	return &Session{d: d, capacity: capacity, maxNodes: maxNodes,
-		k: f(capacity * kw), v: f(capacity * kw), root: f(h), rootLg: f(N),
+		k: f(capacity * kw), v: f(capacity * kw), vt: f(kw * capacity), root: f(h), rootLg: f(N),
 		nk: f(maxNodes * kw), nv: f(maxNodes * kw), nh: f(maxNodes * h), nlg: f(maxNodes * N),
 		g3: f(R * 3 * h), h: f(R * h), e: f(R * h), xe: f(R * h), xh: f(R * h), x: f(R * 2 * h),
 		q: f(R * qw), kk: f(R * kw), vv: f(R * kw), o: f(R * qw), a1: f(R * h),
 		n2: f(R * h), gate: f(R * I), up: f(R * I), out: f(R * h), fn: f(R * h),
-		pos: make([]int32, R), sc: f(capacity + maxNodes + 1)}
+		pos: make([]int32, R), sc: f((g.Heads / g.KVHeads) * (capacity + maxNodes + 1))}
 }
 
 // Len returns the number of committed positions.
@@ -278,7 +281,7 @@ func (s *Session) Extend(feats []float32, tokens []int32) error {
 		for i := 0; i < r; i++ {
 			s.pos[i] = int32(s.n + i)
 		}
-		if err := s.layer(r, tokens[c:c+r], func(i int) []int { return nil }, true); err != nil {
+		if err := s.layer(r, tokens[c:c+r], true); err != nil {
 			return err
 		}
 		s.n += r
@@ -288,13 +291,15 @@ func (s *Session) Extend(feats []float32, tokens []int32) error {
 	return nil
 }
 
-// layer runs the draft layer over s.rows = r rows whose hidden inputs are in
-// s.h, tokens tok and positions s.pos. committed: the rows are new context
+// layer runs the draft layer over r rows whose hidden inputs are in s.h,
+// tokens tok and positions s.pos. committed: the rows are new context
 // positions (their keys go to the cache at s.n+i and each attends causally to
-// the cache); otherwise they are tree nodes (keys to the node scratch at
-// len(s.nodes)-r+i) attending to the whole cache plus chain(i), the node
-// indices of their ancestors, and themselves.
-func (s *Session) layer(r int, tok []int32, chain func(i int) []int, committed bool) error {
+// the cache); otherwise they are the last r tree nodes (keys to the node
+// scratch at len(s.nodes)-r+i) attending to the whole cache, their ancestors
+// and themselves. It allocates nothing: every product is one batched call
+// over the r rows, and the element-wise steps are loops over the session's
+// scratch.
+func (s *Session) layer(r int, tok []int32, committed bool) error {
 	d, g := s.d, s.d.Geometry
 	p, be := d.p, d.be
 	h, qw, kw, I := g.Hidden, g.qDim(), g.kvDim(), g.Intermediate
@@ -306,85 +311,179 @@ func (s *Session) layer(r int, tok []int32, chain func(i int) []int, committed b
 		}
 		copy(s.e[i*h:(i+1)*h], d.embed[int(id)*h:(int(id)+1)*h])
 	}
-	nn.RMSNorm(s.xe, s.e, p.InputNorm, r, h, eps)
-	nn.RMSNorm(s.xh, s.h, p.HiddenNorm, r, h, eps)
-	interleave(s.x, s.xe, s.xh, r, h)
-	nn.Linear(be, s.q, s.x, p.Q, nil, r, 2*h, qw)
-	nn.Linear(be, s.kk, s.x, p.K, nil, r, 2*h, kw)
-	nn.Linear(be, s.vv, s.x, p.V, nil, r, 2*h, kw)
+	// Both norms write straight into the interleaved [embedding | hidden]
+	// rows the attention projections read.
+	for i := 0; i < r; i++ {
+		sessRMSNormRow(s.x[2*i*h:(2*i+1)*h], s.e[i*h:(i+1)*h], p.InputNorm, eps)
+		sessRMSNormRow(s.x[(2*i+1)*h:(2*i+2)*h], s.h[i*h:(i+1)*h], p.HiddenNorm, eps)
+	}
+	x := s.x[:r*2*h]
+	tensor.MatMulT(be, s.q[:r*qw], x, p.Q[:qw*2*h], r, qw, 2*h)
+	tensor.MatMulT(be, s.kk[:r*kw], x, p.K[:kw*2*h], r, kw, 2*h)
+	tensor.MatMulT(be, s.vv[:r*kw], x, p.V[:kw*2*h], r, kw, 2*h)
 	d.rope.Forward(s.q, r, g.Heads, s.pos[:r])
 	d.rope.Forward(s.kk, r, g.KVHeads, s.pos[:r])
 	base := len(s.nodes) - r
-	for i := 0; i < r; i++ {
-		if committed {
-			copy(s.k[(s.n+i)*kw:(s.n+i+1)*kw], s.kk[i*kw:(i+1)*kw])
-			copy(s.v[(s.n+i)*kw:(s.n+i+1)*kw], s.vv[i*kw:(i+1)*kw])
-		} else {
-			copy(s.nk[(base+i)*kw:(base+i+1)*kw], s.kk[i*kw:(i+1)*kw])
-			copy(s.nv[(base+i)*kw:(base+i+1)*kw], s.vv[i*kw:(i+1)*kw])
+	if committed {
+		copy(s.k[s.n*kw:(s.n+r)*kw], s.kk[:r*kw])
+		copy(s.v[s.n*kw:(s.n+r)*kw], s.vv[:r*kw])
+		for i := 0; i < r; i++ {
+			for c, x := range s.vv[i*kw : (i+1)*kw] {
+				s.vt[c*s.capacity+s.n+i] = x
+			}
 		}
+	} else {
+		copy(s.nk[base*kw:(base+r)*kw], s.kk[:r*kw])
+		copy(s.nv[base*kw:(base+r)*kw], s.vv[:r*kw])
 	}
-	a := d.a
-	group := a.nq / a.nkv
 	for i := 0; i < r; i++ {
 		ctx := s.n
-		var anc []int
+		anc := s.ancScratch[:0]
 		if committed {
 			ctx = s.n + i + 1
 		} else {
-			anc = append(chain(i), base+i)
+			for a := s.nodes[base+i].parent; a >= 0; a = s.nodes[a].parent {
+				anc = append(anc, a)
+			}
+			anc = append(anc, base+i)
 		}
-		for hh := 0; hh < a.nq; hh++ {
-			gk := hh / group
+		s.ancScratch = anc
+		s.attendRow(i, ctx, anc)
+	}
+	tensor.MatMulT(be, s.a1[:r*h], s.o[:r*qw], p.O[:h*qw], r, h, qw)
+	add(s.a1[:r*h], s.h)
+	for i := 0; i < r; i++ {
+		sessRMSNormRow(s.n2[i*h:(i+1)*h], s.a1[i*h:(i+1)*h], p.PostNorm, eps)
+	}
+	n2 := s.n2[:r*h]
+	tensor.MatMulT(be, s.gate[:r*I], n2, p.Gate[:I*h], r, I, h)
+	tensor.MatMulT(be, s.up[:r*I], n2, p.Up[:I*h], r, I, h)
+	sessSwiGLU(s.gate[:r*I], s.up[:r*I])
+	tensor.MatMulT(be, s.out[:r*h], s.gate[:r*I], p.Down[:h*I], r, h, I)
+	add(s.out[:r*h], s.a1)
+	return nil
+}
+
+// attendRow computes the attention output s.o of row i over the first ctx
+// cache positions and then the tree nodes anc (in that order), one KV group
+// at a time: one strided product gives the scores of all the group's heads
+// against the cache, a float32 softmax per head, and one product with the
+// transposed cached values their outputs.
+func (s *Session) attendRow(i, ctx int, anc []int) {
+	a := s.d.a
+	qw, kw := s.d.Geometry.qDim(), s.d.Geometry.kvDim()
+	group := a.nq / a.nkv
+	w := ctx + len(anc)
+	for gk := 0; gk < a.nkv; gk++ {
+		off := gk * a.hd
+		q0 := i*qw + gk*group*a.hd
+		sg := s.sc[:group*w]
+		if ctx > 0 {
+			tensor.DotRows(sg, w, s.q[q0:q0+group*a.hd], a.hd, s.k[off:(ctx-1)*kw+off+a.hd], kw, group, ctx, a.hd, false)
+		}
+		for j := 0; j < group; j++ {
+			hh := gk*group + j
 			qv := s.q[i*qw+hh*a.hd : i*qw+(hh+1)*a.hd]
-			sc := s.sc[:ctx+len(anc)]
+			sc := sg[j*w : (j+1)*w]
 			mx := float32(math.Inf(-1))
-			for j := 0; j < ctx; j++ {
-				sc[j] = a.scale * dot(qv, s.k[j*kw+gk*a.hd:j*kw+(gk+1)*a.hd])
-				mx = max(mx, sc[j])
+			for c := 0; c < ctx; c++ {
+				v := a.scale * sc[c]
+				sc[c] = v
+				mx = max(mx, v)
 			}
 			for c, nd := range anc {
-				sc[ctx+c] = a.scale * dot(qv, s.nk[nd*kw+gk*a.hd:nd*kw+(gk+1)*a.hd])
-				mx = max(mx, sc[ctx+c])
+				v := a.scale * dot(qv, s.nk[nd*kw+off:nd*kw+off+a.hd])
+				sc[ctx+c] = v
+				mx = max(mx, v)
 			}
-			var sum float32
-			for j, v := range sc {
-				e := float32(math.Exp(float64(v - mx)))
-				sc[j] = e
-				sum += e
+			inv := 1 / tensor.ExpShift(sc, mx)
+			for c := range sc {
+				sc[c] *= inv
 			}
-			o := s.o[i*qw+hh*a.hd : i*qw+(hh+1)*a.hd]
+		}
+		// P·V over the cache through the transposed values, then the
+		// ancestors' values.
+		o := s.o[q0 : q0+group*a.hd]
+		if ctx > 0 {
+			tensor.DotRows(o, a.hd, sg, w, s.vt[off*s.capacity:(off+a.hd-1)*s.capacity+ctx], s.capacity, group, a.hd, ctx, false)
+		} else {
 			clear(o)
-			for j := 0; j < ctx; j++ {
-				axpy(o, sc[j]/sum, s.v[j*kw+gk*a.hd:j*kw+(gk+1)*a.hd])
-			}
+		}
+		for j := 0; j < group; j++ {
+			oj := o[j*a.hd : (j+1)*a.hd]
 			for c, nd := range anc {
-				axpy(o, sc[ctx+c]/sum, s.nv[nd*kw+gk*a.hd:nd*kw+(gk+1)*a.hd])
+				axpy(oj, sg[j*w+ctx+c], s.nv[nd*kw+off:nd*kw+off+a.hd])
 			}
 		}
 	}
-	nn.Linear(be, s.a1, s.o, p.O, nil, r, qw, h)
-	add(s.a1[:r*h], s.h)
-	nn.RMSNorm(s.n2, s.a1, p.PostNorm, r, h, eps)
-	nn.Linear(be, s.gate, s.n2, p.Gate, nil, r, h, I)
-	nn.Linear(be, s.up, s.n2, p.Up, nil, r, h, I)
-	nn.SwiGLU(s.gate[:r*I], s.gate[:r*I], s.up[:r*I])
-	nn.Linear(be, s.out, s.gate, p.Down, nil, r, I, h)
-	add(s.out[:r*h], s.a1)
-	return nil
+}
+
+// sessRMSNormRow is nn.RMSNorm on one row (the same arithmetic: the mean square
+// summed in float64), without its hand-off to the workers.
+func sessRMSNormRow(out, x, w []float32, eps float32) {
+	var ss float64
+	for _, v := range x {
+		ss += float64(v) * float64(v)
+	}
+	rs := float32(1 / math.Sqrt(ss/float64(len(x))+float64(eps)))
+	w = w[:len(x)]
+	out = out[:len(x)]
+	for i, v := range x {
+		out[i] = v * rs * w[i]
+	}
+}
+
+// sessSwiGLU computes silu(gate)*up into gate, as nn.SwiGLU does but with
+// the float32 exponential: gate/(1+e^-gate)*up.
+func sessSwiGLU(gate, up []float32) {
+	up = up[:len(gate)]
+	for i, g := range gate {
+		gate[i] = g / (1 + sessExpf(-g)) * up[i]
+	}
+}
+
+// sessExpf is e^x in float32 for the draft's SiLU: a range
+// reduction by ln 2 and a degree-5 polynomial, within a few ulp of math.Exp;
+// arguments near or past float32's underflow or overflow (and NaN) go to
+// math.Exp.
+func sessExpf(x float32) float32 {
+	if !(x > -87.33654) || x > 88.3 {
+		return float32(math.Exp(float64(x)))
+	}
+	t := x * 1.44269504088896341
+	if t < 0 {
+		t -= 0.5
+	} else {
+		t += 0.5
+	}
+	k := float32(int32(t))
+	r := x - k*0.693359375
+	r -= k * -2.12194440e-4
+	q := float32(1.9875691500e-4)
+	q = q*r + 1.3981999507e-3
+	q = q*r + 8.3334519073e-3
+	q = q*r + 4.1665795894e-2
+	q = q*r + 1.6666665459e-1
+	q = q*r + 5.0000001201e-1
+	y := q*r*r + r + 1
+	return y * math.Float32frombits(uint32(int32(k)+127)<<23)
 }
 
 // logits writes the draft-vocabulary logits of r pre-norm outputs.
 func (s *Session) logits(dst, out []float32, r int) {
 	d, g := s.d, s.d.Geometry
-	nn.RMSNorm(s.fn, out, d.p.Norm, r, g.Hidden, float32(g.RMSNormEps))
+	h := g.Hidden
+	for i := 0; i < r; i++ {
+		sessRMSNormRow(s.fn[i*h:(i+1)*h], out[i*h:(i+1)*h], d.p.Norm, float32(g.RMSNormEps))
+	}
 	nn.Linear(d.be, dst, s.fn, d.p.LMHead, nil, r, g.Hidden, g.DraftVocab)
 }
 
 // AddNodes evaluates new tree nodes in one batch: node j continues parents[j]
 // (-1: the root) with target token tokens[j], sits at position Len()-1+depth
 // and attends to the committed context, its ancestors and itself. It returns
-// the new node ids, whose TopK gives the next step's candidates.
+// the new node ids, whose TopK gives the next step's candidates, in a slice
+// the session reuses: it is valid until the next AddNodes.
 func (s *Session) AddNodes(parents []int, tokens []int32) ([]int, error) {
 	g := s.d.Geometry
 	h := g.Hidden
@@ -413,24 +512,17 @@ func (s *Session) AddNodes(parents []int, tokens []int32) ([]int, error) {
 		s.pos[i] = int32(s.n - 1 + depth)
 		s.nodes = append(s.nodes, node{parent: par, depth: depth})
 	}
-	chain := func(i int) []int {
-		c := s.chainScratch[:0]
-		for a := s.nodes[base+i].parent; a >= 0; a = s.nodes[a].parent {
-			c = append(c, a)
-		}
-		s.chainScratch = c
-		return c
-	}
-	if err := s.layer(r, tokens, chain, false); err != nil {
+	if err := s.layer(r, tokens, false); err != nil {
 		s.nodes = s.nodes[:base]
 		return nil, err
 	}
 	copy(s.nh[base*h:(base+r)*h], s.out[:r*h])
 	s.logits(s.nlg[base*g.DraftVocab:], s.out, r)
-	ids := make([]int, r)
-	for i := range ids {
-		ids[i] = base + i
+	ids := s.idScratch[:0]
+	for i := range r {
+		ids = append(ids, base+i)
 	}
+	s.idScratch = ids
 	return ids, nil
 }
 
@@ -492,10 +584,9 @@ func (s *Session) DraftChain(k int, dst []int32) ([]int32, error) {
 	s.nodes = s.nodes[:0]
 	dst = dst[:0]
 	var id [1]int32
-	var lp [1]float32
 	cur := -1
 	for step := 0; step < k; step++ {
-		s.TopK(cur, 1, id[:], lp[:])
+		id[0] = s.best(cur)
 		dst = append(dst, id[0])
 		if step == k-1 {
 			break
@@ -507,4 +598,21 @@ func (s *Session) DraftChain(k int, dst []int32) ([]int32, error) {
 		cur = nodes[0]
 	}
 	return dst, nil
+}
+
+// best returns TopK(nodeID, 1)'s token without its log-probability: the
+// target id of the first largest draft logit after node (-1: the root).
+func (s *Session) best(nodeID int) int32 {
+	N := s.d.Geometry.DraftVocab
+	lg := s.rootLg
+	if nodeID >= 0 {
+		lg = s.nlg[nodeID*N : (nodeID+1)*N]
+	}
+	b := 0
+	for v, x := range lg {
+		if x > lg[b] {
+			b = v
+		}
+	}
+	return s.d.Vocab.IDs[b]
 }

@@ -1,0 +1,80 @@
+//go:build !purego
+
+package kernel
+
+import "golang.org/x/sys/cpu"
+
+// dotRows3AVX2 is the AVX2/FMA body of dotRows (see small_amd64.s).
+//
+//go:noescape
+func dotRows3AVX2(x0, x1, x2, w, out *float32, ldo, n4, k, rows, acc, ldw int)
+
+// dotRowsVec computes the columns [0, n&^3) of dotRows with AVX2 and FMA,
+// when the processor has them, and returns how many columns it computed.
+func dotRowsVec(out []float32, ldo int, x []float32, ldx int, w []float32, ldw int, m, n, k int, acc bool) int {
+	n4 := n &^ 3
+	if n4 == 0 || k == 0 || !cpu.X86.HasAVX2 || !cpu.X86.HasFMA {
+		return 0
+	}
+	a := 0
+	if acc {
+		a = 1
+	}
+	// Column blocks of at most ~16 KiB of weights stay in the L1 cache while
+	// every group of three rows reads them.
+	nb := max(4, (4096/ldw)&^3)
+	for c0 := 0; c0 < n4; c0 += nb {
+		c1 := min(c0+nb, n4)
+		for i := 0; i < m; i += 3 {
+			r := min(3, m-i)
+			x0 := &x[i*ldx]
+			x1, x2 := x0, x0
+			if r > 1 {
+				x1 = &x[(i+1)*ldx]
+			}
+			if r > 2 {
+				x2 = &x[(i+2)*ldx]
+			}
+			dotRows3AVX2(x0, x1, x2, &w[c0*ldw], &out[i*ldo+c0], ldo, c1-c0, k, r, a, ldw)
+		}
+	}
+	return n4
+}
+
+// wsumAVX2 is the AVX2/FMA body of WeightedSum (see dot_amd64.s).
+//
+//go:noescape
+func wsumAVX2(out, p, v *float32, ldv, n, k8, acc int)
+
+// wsumVec computes the columns [0, k&^7) of WeightedSum with AVX2 and FMA,
+// when the processor has them, and returns how many columns it computed.
+func wsumVec(out, p, v []float32, ldv, n, k int, acc bool) int {
+	k8 := k &^ 7
+	if k8 == 0 || n == 0 || !cpu.X86.HasAVX2 || !cpu.X86.HasFMA {
+		return 0
+	}
+	a := 0
+	if acc {
+		a = 1
+	}
+	wsumAVX2(&out[0], &p[0], &v[0], ldv, n, k8, a)
+	return k8
+}
+
+// expShiftAVX2 is the vector body of ExpShift over n elements (a positive
+// multiple of 8); the lanes' partial sums are added to sums.
+//
+//go:noescape
+func expShiftAVX2(x *float32, n int, shift float32, sums *[8]float32)
+
+// expShiftVec runs the vector body of ExpShift over the longest multiple-of-8
+// prefix of x when the processor has AVX2, and returns its length and sum.
+func expShiftVec(x []float32, shift float32) (int, float32) {
+	n := len(x) &^ 7
+	if n == 0 || !cpu.X86.HasAVX2 {
+		return 0, 0
+	}
+	var sums [8]float32
+	expShiftAVX2(&x[0], n, shift, &sums)
+	return n, ((sums[0] + sums[1]) + (sums[2] + sums[3])) + ((sums[4] + sums[5]) + (sums[6] + sums[7]))
+}

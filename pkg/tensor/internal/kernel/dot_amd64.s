@@ -1,0 +1,404 @@
+//go:build !purego
+
+#include "textflag.h"
+
+// maskTab is eight all-ones lanes then eight zero lanes: the 32 bytes at
+// offset 4*(8-t) select the first t lanes of a masked load.
+DATA maskTab<>+0(SB)/4, $0xffffffff
+DATA maskTab<>+4(SB)/4, $0xffffffff
+DATA maskTab<>+8(SB)/4, $0xffffffff
+DATA maskTab<>+12(SB)/4, $0xffffffff
+DATA maskTab<>+16(SB)/4, $0xffffffff
+DATA maskTab<>+20(SB)/4, $0xffffffff
+DATA maskTab<>+24(SB)/4, $0xffffffff
+DATA maskTab<>+28(SB)/4, $0xffffffff
+DATA maskTab<>+32(SB)/4, $0
+DATA maskTab<>+36(SB)/4, $0
+DATA maskTab<>+40(SB)/4, $0
+DATA maskTab<>+44(SB)/4, $0
+DATA maskTab<>+48(SB)/4, $0
+DATA maskTab<>+52(SB)/4, $0
+DATA maskTab<>+56(SB)/4, $0
+DATA maskTab<>+60(SB)/4, $0
+GLOBL maskTab<>(SB), RODATA|NOPTR, $64
+
+// REDUCE4 sums each of the accumulators a0..a3 (8 lanes each) into one lane
+// of X12, as ((l0+l1)+(l2+l3)) + ((l4+l5)+(l6+l7)), the order dotRowsGo uses.
+#define REDUCE4(a0, a1, a2, a3) \
+	VHADDPS a1, a0, Y12 \
+	VHADDPS a3, a2, Y13 \
+	VHADDPS Y13, Y12, Y12 \
+	VEXTRACTF128 $1, Y12, X13 \
+	VADDPS X13, X12, X12
+
+// func dotRows3AVX2(x0, x1, x2, w, out *float32, ldo, n4, k, rows, acc, ldw int)
+//
+// For r = rows (1..3) rows x0, x1, x2 of k floats each (a missing row repeats
+// x0) and n4 (a positive multiple of 4) weight rows w[j*ldw : j*ldw+k], it sets
+// out[i*ldo + j] to the inner product of row i with weight row j, or adds it
+// there when acc is not 0. Four weight rows at a time are multiplied by all
+// three rows, eight lanes of k at a time with fused multiply-adds, the k%8
+// tail through masked loads; each element's order of operations depends only
+// on k, never on rows or on where the element sits.
+TEXT ·dotRows3AVX2(SB), NOSPLIT, $0-88
+	MOVQ ldw+80(FP), R12
+	SHLQ $2, R12           // bytes per weight row
+	LEAQ (R12)(R12*2), R13 // three rows
+	MOVQ w+24(FP), R9      // first weight row of the block
+	MOVQ out+32(FP), R14
+	MOVQ ldo+40(FP), R15
+	SHLQ $2, R15           // bytes per output row
+	MOVQ n4+48(FP), BX
+	MOVQ k+56(FP), AX
+	ANDQ $7, AX
+	NEGQ AX
+	LEAQ maskTab<>(SB), R11
+	LEAQ 32(R11)(AX*4), R11 // mask of the k%8 tail lanes
+
+col:
+	MOVQ x0+0(FP), SI
+	MOVQ x1+8(FP), DI
+	MOVQ x2+16(FP), R8
+	MOVQ R9, DX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	MOVQ k+56(FP), CX
+	SHRQ $3, CX
+	MOVQ rows+64(FP), AX
+	CMPQ AX, $2
+	JLT one
+	JEQ two
+	TESTQ CX, CX
+	JZ tail
+
+kloop:
+	VMOVUPS (SI), Y12
+	VMOVUPS (DI), Y13
+	VMOVUPS (R8), Y14
+	VMOVUPS (DX), Y15
+	VFMADD231PS Y15, Y12, Y0
+	VFMADD231PS Y15, Y13, Y4
+	VFMADD231PS Y15, Y14, Y8
+	VMOVUPS (DX)(R12*1), Y15
+	VFMADD231PS Y15, Y12, Y1
+	VFMADD231PS Y15, Y13, Y5
+	VFMADD231PS Y15, Y14, Y9
+	VMOVUPS (DX)(R12*2), Y15
+	VFMADD231PS Y15, Y12, Y2
+	VFMADD231PS Y15, Y13, Y6
+	VFMADD231PS Y15, Y14, Y10
+	VMOVUPS (DX)(R13*1), Y15
+	VFMADD231PS Y15, Y12, Y3
+	VFMADD231PS Y15, Y13, Y7
+	VFMADD231PS Y15, Y14, Y11
+	ADDQ $32, SI
+	ADDQ $32, DI
+	ADDQ $32, R8
+	ADDQ $32, DX
+	DECQ CX
+	JNZ kloop
+
+tail:
+	MOVQ k+56(FP), AX
+	TESTQ $7, AX
+	JZ reduce
+	VMOVUPS (R11), Y15
+	VMASKMOVPS (SI), Y15, Y12
+	VMASKMOVPS (DI), Y15, Y13
+	VMASKMOVPS (DX), Y15, Y14
+	VFMADD231PS Y14, Y12, Y0
+	VFMADD231PS Y14, Y13, Y4
+	VMASKMOVPS (DX)(R12*1), Y15, Y14
+	VFMADD231PS Y14, Y12, Y1
+	VFMADD231PS Y14, Y13, Y5
+	VMASKMOVPS (DX)(R12*2), Y15, Y14
+	VFMADD231PS Y14, Y12, Y2
+	VFMADD231PS Y14, Y13, Y6
+	VMASKMOVPS (DX)(R13*1), Y15, Y14
+	VFMADD231PS Y14, Y12, Y3
+	VFMADD231PS Y14, Y13, Y7
+	VMASKMOVPS (R8), Y15, Y12
+	VMASKMOVPS (DX), Y15, Y14
+	VFMADD231PS Y14, Y12, Y8
+	VMASKMOVPS (DX)(R12*1), Y15, Y14
+	VFMADD231PS Y14, Y12, Y9
+	VMASKMOVPS (DX)(R12*2), Y15, Y14
+	VFMADD231PS Y14, Y12, Y10
+	VMASKMOVPS (DX)(R13*1), Y15, Y14
+	VFMADD231PS Y14, Y12, Y11
+
+	JMP reduce
+
+// Two rows: accumulators Y0-Y3 and Y4-Y7.
+two:
+	TESTQ CX, CX
+	JZ tail2
+
+kloop2:
+	VMOVUPS (SI), Y12
+	VMOVUPS (DI), Y13
+	VMOVUPS (DX), Y15
+	VFMADD231PS Y15, Y12, Y0
+	VFMADD231PS Y15, Y13, Y4
+	VMOVUPS (DX)(R12*1), Y14
+	VFMADD231PS Y14, Y12, Y1
+	VFMADD231PS Y14, Y13, Y5
+	VMOVUPS (DX)(R12*2), Y15
+	VFMADD231PS Y15, Y12, Y2
+	VFMADD231PS Y15, Y13, Y6
+	VMOVUPS (DX)(R13*1), Y14
+	VFMADD231PS Y14, Y12, Y3
+	VFMADD231PS Y14, Y13, Y7
+	ADDQ $32, SI
+	ADDQ $32, DI
+	ADDQ $32, DX
+	DECQ CX
+	JNZ kloop2
+
+tail2:
+	MOVQ k+56(FP), AX
+	TESTQ $7, AX
+	JZ reduce
+	VMOVUPS (R11), Y15
+	VMASKMOVPS (SI), Y15, Y12
+	VMASKMOVPS (DI), Y15, Y13
+	VMASKMOVPS (DX), Y15, Y14
+	VFMADD231PS Y14, Y12, Y0
+	VFMADD231PS Y14, Y13, Y4
+	VMASKMOVPS (DX)(R12*1), Y15, Y14
+	VFMADD231PS Y14, Y12, Y1
+	VFMADD231PS Y14, Y13, Y5
+	VMASKMOVPS (DX)(R12*2), Y15, Y14
+	VFMADD231PS Y14, Y12, Y2
+	VFMADD231PS Y14, Y13, Y6
+	VMASKMOVPS (DX)(R13*1), Y15, Y14
+	VFMADD231PS Y14, Y12, Y3
+	VFMADD231PS Y14, Y13, Y7
+	JMP reduce
+
+// One row: accumulators Y0-Y3.
+one:
+	TESTQ CX, CX
+	JZ tail1
+
+kloop1:
+	VMOVUPS (SI), Y12
+	VMOVUPS (DX), Y13
+	VFMADD231PS Y13, Y12, Y0
+	VMOVUPS (DX)(R12*1), Y14
+	VFMADD231PS Y14, Y12, Y1
+	VMOVUPS (DX)(R12*2), Y15
+	VFMADD231PS Y15, Y12, Y2
+	VMOVUPS (DX)(R13*1), Y13
+	VFMADD231PS Y13, Y12, Y3
+	ADDQ $32, SI
+	ADDQ $32, DX
+	DECQ CX
+	JNZ kloop1
+
+tail1:
+	MOVQ k+56(FP), AX
+	TESTQ $7, AX
+	JZ reduce
+	VMOVUPS (R11), Y15
+	VMASKMOVPS (SI), Y15, Y12
+	VMASKMOVPS (DX), Y15, Y14
+	VFMADD231PS Y14, Y12, Y0
+	VMASKMOVPS (DX)(R12*1), Y15, Y14
+	VFMADD231PS Y14, Y12, Y1
+	VMASKMOVPS (DX)(R12*2), Y15, Y14
+	VFMADD231PS Y14, Y12, Y2
+	VMASKMOVPS (DX)(R13*1), Y15, Y14
+	VFMADD231PS Y14, Y12, Y3
+
+reduce:
+	MOVQ acc+72(FP), AX
+	MOVQ rows+64(FP), CX
+	REDUCE4(Y0, Y1, Y2, Y3)
+	TESTQ AX, AX
+	JZ store0
+	VADDPS (R14), X12, X12
+
+store0:
+	VMOVUPS X12, (R14)
+	CMPQ CX, $2
+	JLT next
+	REDUCE4(Y4, Y5, Y6, Y7)
+	TESTQ AX, AX
+	JZ store1
+	VADDPS (R14)(R15*1), X12, X12
+
+store1:
+	VMOVUPS X12, (R14)(R15*1)
+	CMPQ CX, $3
+	JLT next
+	REDUCE4(Y8, Y9, Y10, Y11)
+	TESTQ AX, AX
+	JZ store2
+	VADDPS (R14)(R15*2), X12, X12
+
+store2:
+	VMOVUPS X12, (R14)(R15*2)
+
+next:
+	ADDQ $16, R14
+	LEAQ (R9)(R12*4), R9
+	SUBQ $4, BX
+	JNZ col
+	VZEROUPPER
+	RET
+
+// func wsumAVX2(out, p, v *float32, ldv, n, k8, acc int)
+//
+// out[d] = sum over j < n of p[j]*v[j*ldv+d] for d < k8 (a positive multiple
+// of 8), or that plus out[d] when acc is not 0: eight columns at a time, key j
+// accumulated with a fused multiply-add into partial sum j%4, the four sums
+// then added as (s0+s1)+(s2+s3). Each element's operations depend only on n
+// and the j%4 pattern, so keys with p[j] = 0 past the end change nothing.
+TEXT ·wsumAVX2(SB), NOSPLIT, $0-56
+	MOVQ out+0(FP), DX
+	MOVQ v+16(FP), R10
+	MOVQ ldv+24(FP), R8
+	SHLQ $2, R8
+	LEAQ (R8)(R8*2), R9
+	MOVQ k8+40(FP), BX
+
+wchunk:
+	MOVQ p+8(FP), SI
+	MOVQ R10, DI
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ n+32(FP), CX
+	CMPQ CX, $4
+	JLT wrest
+
+wquad:
+	VBROADCASTSS (SI), Y4
+	VFMADD231PS (DI), Y4, Y0
+	VBROADCASTSS 4(SI), Y5
+	VFMADD231PS (DI)(R8*1), Y5, Y1
+	VBROADCASTSS 8(SI), Y6
+	VFMADD231PS (DI)(R8*2), Y6, Y2
+	VBROADCASTSS 12(SI), Y7
+	VFMADD231PS (DI)(R9*1), Y7, Y3
+	ADDQ $16, SI
+	LEAQ (DI)(R8*4), DI
+	SUBQ $4, CX
+	CMPQ CX, $4
+	JGE wquad
+
+wrest:
+	CMPQ CX, $1
+	JLT wsum
+	VBROADCASTSS (SI), Y4
+	VFMADD231PS (DI), Y4, Y0
+	CMPQ CX, $2
+	JLT wsum
+	VBROADCASTSS 4(SI), Y5
+	VFMADD231PS (DI)(R8*1), Y5, Y1
+	CMPQ CX, $3
+	JLT wsum
+	VBROADCASTSS 8(SI), Y6
+	VFMADD231PS (DI)(R8*2), Y6, Y2
+
+wsum:
+	VADDPS Y1, Y0, Y0
+	VADDPS Y3, Y2, Y2
+	VADDPS Y2, Y0, Y0
+	MOVQ acc+48(FP), AX
+	TESTQ AX, AX
+	JZ wstore
+	VADDPS (DX), Y0, Y0
+
+wstore:
+	VMOVUPS Y0, (DX)
+	ADDQ $32, DX
+	ADDQ $32, R10
+	SUBQ $8, BX
+	JNZ wchunk
+	VZEROUPPER
+	RET
+
+// Constants of expShift, each broadcast to 8 float32 (or int32) lanes.
+#define VEC8(name, bits) \
+	DATA name<>+0(SB)/4, $bits; DATA name<>+4(SB)/4, $bits; \
+	DATA name<>+8(SB)/4, $bits; DATA name<>+12(SB)/4, $bits; \
+	DATA name<>+16(SB)/4, $bits; DATA name<>+20(SB)/4, $bits; \
+	DATA name<>+24(SB)/4, $bits; DATA name<>+28(SB)/4, $bits; \
+	GLOBL name<>(SB), RODATA|NOPTR, $32
+
+VEC8(expLo, 0xc2aeac4f)    // -87.33654
+VEC8(expLog2e, 0x3fb8aa3b) // 1.44269504088896341
+VEC8(expHalf, 0x3f000000)  // 0.5
+VEC8(expLn2Hi, 0x3f318000) // 0.693359375
+VEC8(expLn2Lo, 0xb95e8083) // -2.12194440e-4
+VEC8(expP0, 0x39506967)    // 1.9875691500e-4
+VEC8(expP1, 0x3ab743ce)    // 1.3981999507e-3
+VEC8(expP2, 0x3c088908)    // 8.3334519073e-3
+VEC8(expP3, 0x3d2aa9c1)    // 4.1665795894e-2
+VEC8(expP4, 0x3e2aaaaa)    // 1.6666665459e-1
+VEC8(expP5, 0x3f000000)    // 5.0000001201e-1
+VEC8(expOne, 0x3f800000)   // 1
+VEC8(expBias, 0x0000007f)  // 127
+
+// func expShiftAVX2(x *float32, n int, shift float32, sums *[8]float32)
+// n is a positive multiple of 8. The lanes' partial sums are added to sums.
+TEXT ·expShiftAVX2(SB), NOSPLIT, $0-32
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	MOVQ sums+24(FP), DI
+	VBROADCASTSS shift+16(FP), Y15
+	VMOVUPS (DI), Y6
+
+loop:
+	VMOVUPS (SI), Y0
+	VSUBPS Y15, Y0, Y0                 // v = x - shift
+	VCMPPS $0x1e, expLo<>(SB), Y0, Y3 // keep = v > -87.33654 (false for NaN)
+	VMULPS expLog2e<>(SB), Y0, Y1
+	VSUBPS expHalf<>(SB), Y1, Y1       // t = v*log2e - 0.5
+	VCVTTPS2DQ Y1, Y1                  // ki = int32(t)
+	VCVTDQ2PS Y1, Y2                   // k = float32(ki)
+	VMULPS expLn2Hi<>(SB), Y2, Y4
+	VSUBPS Y4, Y0, Y4                  // r = v - k*ln2hi
+	VMULPS expLn2Lo<>(SB), Y2, Y5
+	VSUBPS Y5, Y4, Y4                  // r -= k*ln2lo
+	VMOVUPS expP0<>(SB), Y5
+	VMULPS Y4, Y5, Y5
+	VADDPS expP1<>(SB), Y5, Y5
+	VMULPS Y4, Y5, Y5
+	VADDPS expP2<>(SB), Y5, Y5
+	VMULPS Y4, Y5, Y5
+	VADDPS expP3<>(SB), Y5, Y5
+	VMULPS Y4, Y5, Y5
+	VADDPS expP4<>(SB), Y5, Y5
+	VMULPS Y4, Y5, Y5
+	VADDPS expP5<>(SB), Y5, Y5         // p
+	VMULPS Y4, Y5, Y5
+	VMULPS Y4, Y5, Y5                  // p*r*r
+	VADDPS Y4, Y5, Y5                  // + r
+	VADDPS expOne<>(SB), Y5, Y5        // + 1
+	VPADDD expBias<>(SB), Y1, Y1
+	VPSLLD $23, Y1, Y1                 // 2^ki as float bits
+	VMULPS Y1, Y5, Y5                  // y
+	VANDPS Y3, Y5, Y5                  // 0 where v <= -87.33654
+	VMOVUPS Y5, (SI)
+	VADDPS Y5, Y6, Y6
+	ADDQ $32, SI
+	SUBQ $8, CX
+	JNZ loop
+
+	VMOVUPS Y6, (DI)
+	VZEROUPPER
+	RET

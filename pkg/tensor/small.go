@@ -1,0 +1,73 @@
+package tensor
+
+import (
+	"fmt"
+
+	"github.com/drafter-ai/drafter/pkg/tensor/internal/kernel"
+)
+
+// SmallRows is the largest number of rows MatMulT and MatMulTAcc hand to
+// DotRows instead of the backend's Sgemm. At the sizes drafter's models have
+// (a few hundred features) DotRows, which reads each weight row once for all
+// rows and pays no call or packing overhead, beat OpenBLAS's Sgemm for every
+// row count up to this one on the machines measured (see BenchmarkSmall).
+const SmallRows = 16
+
+// DotRows computes out[i*ldo+j] = x[i*ldx:i*ldx+k]·w[j*ldw:j*ldw+k] for
+// i < m and j < n, or adds the product to out[i*ldo+j] when acc is true: the
+// product x·wᵀ of a Hugging Face Linear weight w [n, k] with m rows x [m, k]
+// (ldx = ldw = k), written into the first n columns of an m-row matrix with
+// row stride ldo; or, with larger strides, one attention head's scores
+// against a cache of several heads' keys. It runs on the calling goroutine
+// and allocates nothing.
+//
+// Each element is the same sequence of operations whatever m, the element's
+// row or column, and however a caller splits the columns: eight interleaved
+// partial sums over k (k ≡ l mod 8 in lane l, fused multiply-adds where the
+// processor has them), added pairwise. So a row's product does not depend on
+// the batch it is computed in. On amd64 with AVX2 and FMA it runs in assembly,
+// four weight rows by three rows at a time, reading each weight row from
+// memory once for all m rows.
+func DotRows(out []float32, ldo int, x []float32, ldx int, w []float32, ldw int, m, n, k int, acc bool) {
+	kernel.DotRows(out, ldo, x, ldx, w, ldw, m, n, k, acc)
+}
+
+// WeightedSum computes out[d] = Σ_{j<n} p[j]·v[j*ldv+d] for d < k, or adds it
+// to out[d] when acc is true: the row vector p times the [n, k] matrix v with
+// row stride ldv, the P·V of attention over a cache of several heads' values.
+// It runs on the calling goroutine and allocates nothing. Key j goes into
+// partial sum j%4 and the four are added as (s0+s1)+(s2+s3), whatever n, so
+// keys past the end with p[j] = 0 leave the result unchanged.
+func WeightedSum(out, p, v []float32, ldv, n, k int, acc bool) {
+	kernel.WeightedSum(out, p, v, ldv, n, k, acc)
+}
+
+// ExpShift replaces each x[i] by e^(x[i]-shift) and returns their sum: the
+// numerators of a softmax whose shift is the row's maximum, so that every
+// argument is <= 0 (an argument below float32's underflow, or NaN, gives 0).
+// It computes in float32, within a few ulp of math.Exp, eight at a time where
+// the processor has AVX2, allocating nothing.
+func ExpShift(x []float32, shift float32) float32 { return kernel.ExpShift(x, shift) }
+
+// smallSplit is the product size (multiply-adds) from which MatMulT splits a
+// DotRows product over the workers, in blocks of smallBlock weight rows.
+const (
+	smallSplit = 1 << 18
+	smallBlock = 64
+)
+
+// matMulTSmall runs DotRows for MatMulT and MatMulTAcc, over the workers when
+// the product is large.
+func matMulTSmall(out, x, w []float32, m, n, k int, acc bool) {
+	if m*n*k < smallSplit || n < 2*smallBlock || Workers() < 2 {
+		DotRows(out, n, x, k, w, k, m, n, k, acc)
+		return
+	}
+	if len(out) < m*n {
+		panic(fmt.Sprintf("tensor: MatMulT output of %d values for %dx%d", len(out), m, n))
+	}
+	ParallelChunks((n+smallBlock-1)/smallBlock, Workers(), func(_, lo, hi int) {
+		lo, hi = lo*smallBlock, min(hi*smallBlock, n)
+		DotRows(out[lo:], n, x, k, w[lo*k:], k, m, hi-lo, k, acc)
+	})
+}
