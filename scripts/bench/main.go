@@ -30,7 +30,7 @@ var benchLine = regexp.MustCompile(`^(Benchmark\S+?)(-\d+)?\s+\d+\s+(.*)$`)
 func main() {
 	pkgs := flag.String("pkgs", "./pkg/... ./capture/... ./train/...", "packages to benchmark (space separated)")
 	filter := flag.String("bench", ".", "benchmark name filter (go test -bench)")
-	benchtime := flag.String("benchtime", "1x", "go test -benchtime; 1x runs each benchmark once after its own warm-up")
+	benchtime := flag.String("benchtime", "2s", "go test -benchtime per benchmark (heavy ones run once)")
 	backends := flag.String("backends", "openblas,go", "compute paths to run: openblas, go")
 	flag.Parse()
 
