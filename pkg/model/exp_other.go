@@ -2,10 +2,6 @@
 
 package model
 
-// expShiftVec has no vector body on this platform: expShift runs the scalar
-// loop over all of x.
-func expShiftVec(x []float32, shift float32) (int, float32) { return 0, 0 }
-
 // maxVec has no vector body on this platform.
 func maxVec(x []float32, init float32) (int, float32) { return 0, init }
 

@@ -1,6 +1,10 @@
 package model
 
-import "math"
+import (
+	"math"
+
+	"github.com/drafter-ai/drafter/pkg/tensor"
+)
 
 // The element-wise kernels of the forward pass, in float32 with the checks
 // hoisted out of the loops. They match pkg/nn's definitions (RMSNorm sums the
@@ -198,41 +202,9 @@ func softmaxRow(x []float32) {
 			mx = v
 		}
 	}
-	inv := 1 / expShift(x, mx)
+	inv := 1 / tensor.ExpShift(x, mx)
 	done = scaleVec(x, inv)
 	for i := range x[done:] {
 		x[done+i] *= inv
 	}
-}
-
-// expShift replaces x[i] with exp(x[i]-shift) for x[i]-shift <= 0 and returns
-// their sum. It is expf inlined into the loop, so that the processor overlaps
-// consecutive elements; inputs below -87.3 (and -Inf) give 0. Where the
-// processor has vector instructions (expShiftVec), they compute the same
-// values eight at a time; only the order of the sum's additions differs.
-func expShift(x []float32, shift float32) float32 {
-	done, sum := expShiftVec(x, shift)
-	for i, v := range x[done:] {
-		i += done
-		v -= shift
-		if !(v > -87.33654) {
-			x[i] = 0
-			continue
-		}
-		t := v*1.44269504088896341 - 0.5 // v <= 0: round to nearest by truncation
-		ki := int32(t)
-		k := float32(ki)
-		r := v - k*0.693359375
-		r -= k * -2.12194440e-4
-		p := float32(1.9875691500e-4)
-		p = p*r + 1.3981999507e-3
-		p = p*r + 8.3334519073e-3
-		p = p*r + 4.1665795894e-2
-		p = p*r + 1.6666665459e-1
-		p = p*r + 5.0000001201e-1
-		y := (p*r*r + r + 1) * math.Float32frombits(uint32(ki+127)<<23)
-		x[i] = y
-		sum += y
-	}
-	return sum
 }

@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
 // TestSwigluMatchesExpf checks that swiglu's written-out exponential gives,
@@ -51,7 +53,7 @@ func TestExpfRange(t *testing.T) {
 	}
 }
 
-// TestExpShiftVectorMatchesScalar checks expShift (with its vector body where
+// TestExpShiftVectorMatchesScalar checks tensor.ExpShift, which softmaxRow uses, (with its vector body where
 // the processor has one) against the scalar expf on every element, over
 // lengths that leave every tail, including -Inf, NaN, underflowing and zero
 // inputs; every value must be identical and the sum within float32 rounding
@@ -69,7 +71,7 @@ func TestExpShiftVectorMatchesScalar(t *testing.T) {
 		}
 		shift := float32(0.25)
 		y := append([]float32(nil), x...)
-		sum := expShift(y, shift)
+		sum := tensor.ExpShift(y, shift)
 		var want float64
 		for i, v := range x {
 			e := expf(v - shift)
