@@ -330,16 +330,9 @@ func Train(ctx context.Context, cfg Config, ds dataset.Dataset, be tensor.Backen
 	st := &optim.TrainState{Buffers: []optim.Param{{Name: "best", Data: best}}}
 	var extra trainExtra
 	if cfg.Resume {
-		if _, err := os.Stat(ckpt); err == nil {
-			if err := optim.LoadCheckpoint(ckpt, opt, st); err != nil {
-				return nil, err
-			}
-			if err := sameArgs(st.Args, cfg); err != nil {
-				return nil, fmt.Errorf("eagle3: cannot resume from %s: %w", ckpt, err)
-			}
-			if err := json.Unmarshal(st.Extra, &extra); err != nil {
-				return nil, fmt.Errorf("eagle3: checkpoint %s: decoding trainer state: %w", ckpt, err)
-			}
+		check := func(saved json.RawMessage) error { return sameArgs(saved, cfg) }
+		if _, err := optim.Resume(ckpt, opt, st, check, &extra); err != nil {
+			return nil, fmt.Errorf("eagle3: %w", err)
 		}
 	}
 	metrics, err := optim.OpenMetrics(filepath.Join(out, MetricsFile), int(opt.StepCount), cfg.Resume)

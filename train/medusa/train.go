@@ -318,16 +318,9 @@ func Train(ctx context.Context, cfg Config, target Target, data dataset.Dataset,
 	st := &optim.TrainState{Buffers: []optim.Param{{Name: "best", Data: best}}}
 	ckptPath := filepath.Join(outDir, CheckpointFile)
 	if cfg.Resume {
-		if _, err := os.Stat(ckptPath); err == nil {
-			if err := optim.LoadCheckpoint(ckptPath, opt, st); err != nil {
-				return nil, err
-			}
-			if err := sameArgs(st.Args, cfg); err != nil {
-				return nil, fmt.Errorf("medusa: cannot resume from %s: %w", ckptPath, err)
-			}
-			if err := json.Unmarshal(st.Extra, &ex); err != nil {
-				return nil, fmt.Errorf("medusa: checkpoint %s: decoding trainer state: %w", ckptPath, err)
-			}
+		check := func(saved json.RawMessage) error { return sameArgs(saved, cfg) }
+		if _, err := optim.Resume(ckptPath, opt, st, check, &ex); err != nil {
+			return nil, fmt.Errorf("medusa: %w", err)
 		}
 	}
 	metrics, err := optim.OpenMetrics(filepath.Join(outDir, MetricsFile), int(opt.StepCount), cfg.Resume)
