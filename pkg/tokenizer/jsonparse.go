@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"strconv"
+	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
 	"unsafe"
@@ -87,28 +88,10 @@ func (s *jsonScanner) strView() (string, error) {
 	return "", s.errf("unterminated string")
 }
 
-// str reads a JSON string and returns it as a Go string.
+// str reads a JSON string and returns it as a Go string that owns its bytes.
 func (s *jsonScanner) str() (string, error) {
-	if err := s.expect('"'); err != nil {
-		return "", err
-	}
-	start := s.pos
-	for s.pos < len(s.b) {
-		c := s.b[s.pos]
-		if c == '"' {
-			out := string(s.b[start:s.pos])
-			s.pos++
-			return out, nil
-		}
-		if c == '\\' {
-			return s.strEscaped(start)
-		}
-		if c < 0x20 {
-			return "", s.errf("control character in string")
-		}
-		s.pos++
-	}
-	return "", s.errf("unterminated string")
+	v, err := s.strView()
+	return strings.Clone(v), err
 }
 
 func (s *jsonScanner) strEscaped(start int) (string, error) {
