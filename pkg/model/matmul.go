@@ -55,6 +55,11 @@ const smallRows = 48
 // smallMinWork is mmMinWork for products that go through tensor.DotRows.
 const smallMinWork = 1 << 19
 
+// splitWeights is the weight-matrix size (floats, 1 MiB) from which a
+// product through tensor.DotRows is memory-bound for a few rows and is split
+// over the workers in several chunks each.
+const splitWeights = 1 << 18
+
 // mmJob is the product being split, read by matmulChunk.
 type mmJob struct {
 	out, x, w []float32
@@ -82,7 +87,14 @@ func (m *Model) matmul(out, x, w []float32, rows, n, k int, acc bool) {
 		// short pass (a decode step, a draft's verification) splits only
 		// its largest products: a hand-off to the other core costs
 		// microseconds, more on a loaded machine.
-		if rows*n*k < smallMinWork {
+		// A product whose weights do not fit in a core's cache is
+		// memory-bound whatever the rows: split it finely, so that a
+		// worker that wakes late takes what is left instead of the
+		// caller waiting for its fixed half.
+		switch {
+		case n*k >= splitWeights:
+			chunks *= 4
+		case rows*n*k < smallMinWork:
 			chunks = 1
 		}
 	} else if !m.split || rows*n*k < mmMinWork || (m.goBLAS && rows > 3*gonumBlock) {

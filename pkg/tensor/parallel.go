@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Parallel splits the range [0, n) into at most runtime.GOMAXPROCS(0) contiguous
@@ -89,26 +90,96 @@ func (j *job) release() {
 	}
 }
 
-// workerPool is the process-wide set of idle worker goroutines. It is created
+// workerPool is the process-wide set of worker goroutines. It is created
 // once, on first use, and never changes; the goroutines live as long as the
-// process, parked on an unbuffered channel while idle.
+// process. A worker that finishes a job first spins for up to spinFor,
+// watching slot, so that the next call of a sequence of short products (the
+// layers of a decode step) reaches it in well under a microsecond; then it
+// parks on the unbuffered jobs channel, which a later call reaches through
+// the scheduler (tens of microseconds to wake a parked thread on a virtual
+// machine).
 type workerPool struct {
-	jobs chan *job
-	free chan *job // jobs kept for reuse, so that a call allocates nothing
+	jobs     chan *job
+	free     chan *job // jobs kept for reuse, so that a call allocates nothing
+	slot     atomic.Pointer[job]
+	spinners atomic.Int32 // workers spinning on slot
 }
+
+// spinFor bounds a worker's busy wait for the next job: long enough to span
+// the gap between two products of a forward pass, short enough that an idle
+// process stops using the core at once.
+const spinFor = 50 * time.Microsecond
 
 var sharedPool = sync.OnceValue(func() *workerPool {
 	p := &workerPool{jobs: make(chan *job), free: make(chan *job, 256)}
 	for i := 1; i < max(runtime.NumCPU(), runtime.GOMAXPROCS(0)); i++ {
-		go func() {
-			for j := range p.jobs {
-				j.work()
-				j.release()
-			}
-		}()
+		go p.worker()
 	}
 	return p
 })
+
+// worker runs jobs until the process ends.
+func (p *workerPool) worker() {
+	for {
+		j := p.spin()
+		if j == nil {
+			j = <-p.jobs
+		}
+		j.work()
+		j.release()
+	}
+}
+
+// spin waits up to spinFor for a job offered in slot and takes it, or
+// returns nil.
+func (p *workerPool) spin() *job {
+	p.spinners.Add(1)
+	defer p.spinners.Add(-1)
+	var j *job
+	if !waitFor(func() bool {
+		j = p.slot.Load()
+		return j != nil && p.slot.CompareAndSwap(j, nil)
+	}) {
+		return nil
+	}
+	return j
+}
+
+// waitFor calls cond until it reports true or spinFor has passed, and
+// reports the last result.
+func waitFor(cond func() bool) bool {
+	var start time.Time
+	for i := 1; ; i++ {
+		if cond() {
+			return true
+		}
+		if i%256 == 0 {
+			if start.IsZero() {
+				start = time.Now()
+			} else if time.Since(start) > spinFor {
+				return false
+			}
+			runtime.Gosched() // let other goroutines of a busy process run
+		}
+	}
+}
+
+// offer hands j to one more worker, a spinning one if any, else an idle
+// parked one, and reports whether one took it or may still take it. It
+// counts the taker as a holder of j.
+func (p *workerPool) offer(j *job) bool {
+	j.holders.Add(1)
+	if p.spinners.Load() > 0 && p.slot.CompareAndSwap(nil, j) {
+		return true
+	}
+	select {
+	case p.jobs <- j:
+		return true
+	default:
+		j.holders.Add(-1)
+		return false
+	}
+}
 
 // run executes fn or fnc over [0, n) in the given number of chunks.
 func run(n, chunks int, fn func(lo, hi int), fnc func(c, lo, hi int)) {
@@ -127,16 +198,19 @@ func run(n, chunks int, fn func(lo, hi int), fnc func(c, lo, hi int)) {
 	// Offer the job to idle workers only: a busy machine (or a nested call)
 	// leaves the chunks to the caller instead of queueing behind other work.
 	for i := 1; i < j.chunks; i++ {
-		j.holders.Add(1)
-		select {
-		case p.jobs <- j:
-			continue
-		default:
-			j.holders.Add(-1)
+		if !p.offer(j) {
+			break
 		}
-		break
 	}
 	j.work()
+	// A job left in the slot by a worker that stopped spinning first is
+	// taken back: its chunks are all done by now.
+	if p.slot.CompareAndSwap(j, nil) {
+		j.holders.Add(-1)
+	}
+	// Wait for the workers' chunks spinning first, for the same reason
+	// they spin: parking costs a thread wake-up when they finish.
+	waitFor(func() bool { return j.holders.Load() == 1 })
 	if j.holders.Add(-1) != 0 {
 		<-j.done
 	}

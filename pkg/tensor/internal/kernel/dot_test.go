@@ -120,7 +120,7 @@ func TestDotRowsShortBuffersPanic(t *testing.T) {
 // cache of several heads' keys) against a float64 reference.
 func TestDotRowsStrided(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 9))
-	for _, c := range []struct{ m, n, k, ldx, ldw int }{{1, 37, 8, 8, 32}, {2, 150, 8, 16, 32}, {3, 9, 13, 20, 17}, {5, 64, 64, 70, 128}} {
+	for _, c := range []struct{ m, n, k, ldx, ldw int }{{1, 37, 8, 8, 32}, {2, 150, 8, 16, 32}, {3, 9, 13, 20, 17}, {5, 64, 64, 70, 128}, {7, 21, 13, 20, 17}, {12, 40, 64, 70, 128}} {
 		x, w := randVec(r, (c.m-1)*c.ldx+c.k), randVec(r, (c.n-1)*c.ldw+c.k)
 		ldo := c.n + 1
 		got := make([]float32, (c.m-1)*ldo+c.n)
