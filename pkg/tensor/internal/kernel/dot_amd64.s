@@ -423,13 +423,15 @@ loop:
 	RET
 
 // func dotRows6AVX512(x *float32, ldx int, w, out *float32, ldo, n4, k, acc, ldw int)
+// func dotRows5AVX512(x *float32, ldx int, w, out *float32, ldo, n4, k, acc, ldw int)
+// func dotRows4AVX512(x *float32, ldx int, w, out *float32, ldo, n4, k, acc, ldw int)
 //
-// dotRows3AVX2 for six rows x, x+ldx, ..., x+5*ldx at once, in the 32 vector
-// registers of AVX-512VL (still eight lanes each): the weights are read once
-// per six rows instead of once per three. Every element goes through exactly
-// the operations of dotRows3AVX2 (the same fused multiply-adds in the same
-// order, the same pairwise reduction), so the results are bit for bit the
-// same.
+// dotRows3AVX2 for N = 6, 5 or 4 rows x, x+ldx, ..., x+(N-1)*ldx at once, in
+// the 32 vector registers of AVX-512VL (still eight lanes each): the weights
+// are read once per N rows instead of once per three. Every element goes
+// through exactly the operations of dotRows3AVX2 (the same fused
+// multiply-adds in the same order, the same pairwise reduction), so the
+// results are bit for bit the same.
 TEXT ·dotRows6AVX512(SB), NOSPLIT, $0-72
 	MOVQ ldw+64(FP), R12
 	SHLQ $2, R12           // bytes per weight row
@@ -453,7 +455,6 @@ col6:
 	ADDQ R8, DI            // row 3
 	MOVQ R9, DX
 	LEAQ (R9)(R12*4), R10  // the next four weight rows, prefetched as these are read
-
 	VXORPS Y8, Y8, Y8
 	VXORPS Y9, Y9, Y9
 	VXORPS Y10, Y10, Y10
@@ -642,5 +643,358 @@ store6_5:
 	LEAQ (R9)(R12*4), R9
 	SUBQ $4, BX
 	JNZ col6
+	VZEROUPPER
+	RET
+
+TEXT ·dotRows5AVX512(SB), NOSPLIT, $0-72
+	MOVQ ldw+64(FP), R12
+	SHLQ $2, R12           // bytes per weight row
+	LEAQ (R12)(R12*2), R13 // three rows
+	MOVQ ldx+8(FP), R8
+	SHLQ $2, R8            // bytes per input row
+	MOVQ w+16(FP), R9
+	MOVQ out+24(FP), R14
+	MOVQ ldo+32(FP), R15
+	SHLQ $2, R15           // bytes per output row
+	MOVQ n4+40(FP), BX
+	MOVQ k+48(FP), AX
+	ANDQ $7, AX
+	NEGQ AX
+	LEAQ maskTab<>(SB), R11
+	LEAQ 32(R11)(AX*4), R11 // mask of the k%8 tail lanes
+
+col5:
+	MOVQ x+0(FP), SI
+	LEAQ (SI)(R8*2), DI
+	ADDQ R8, DI            // row 3
+	MOVQ R9, DX
+	LEAQ (R9)(R12*4), R10  // the next four weight rows, prefetched as these are read
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	VXORPS Y12, Y12, Y12
+	VXORPS Y13, Y13, Y13
+	VXORPS Y14, Y14, Y14
+	VXORPS Y15, Y15, Y15
+	VXORPS Y16, Y16, Y16
+	VXORPS Y17, Y17, Y17
+	VXORPS Y18, Y18, Y18
+	VXORPS Y19, Y19, Y19
+	VXORPS Y20, Y20, Y20
+	VXORPS Y21, Y21, Y21
+	VXORPS Y22, Y22, Y22
+	VXORPS Y23, Y23, Y23
+	VXORPS Y24, Y24, Y24
+	VXORPS Y25, Y25, Y25
+	VXORPS Y26, Y26, Y26
+	VXORPS Y27, Y27, Y27
+	MOVQ k+48(FP), CX
+	SHRQ $3, CX
+	TESTQ CX, CX
+	JZ tail5
+
+kloop5:
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ $128, R10
+	VMOVUPS (DX), Y0
+	VMOVUPS (DX)(R12*1), Y1
+	VMOVUPS (DX)(R12*2), Y2
+	VMOVUPS (DX)(R13*1), Y3
+	VMOVUPS (SI), Y4
+	VFMADD231PS Y0, Y4, Y8
+	VFMADD231PS Y1, Y4, Y9
+	VFMADD231PS Y2, Y4, Y10
+	VFMADD231PS Y3, Y4, Y11
+	VMOVUPS (SI)(R8*1), Y5
+	VFMADD231PS Y0, Y5, Y12
+	VFMADD231PS Y1, Y5, Y13
+	VFMADD231PS Y2, Y5, Y14
+	VFMADD231PS Y3, Y5, Y15
+	VMOVUPS (SI)(R8*2), Y4
+	VFMADD231PS Y0, Y4, Y16
+	VFMADD231PS Y1, Y4, Y17
+	VFMADD231PS Y2, Y4, Y18
+	VFMADD231PS Y3, Y4, Y19
+	VMOVUPS (DI), Y5
+	VFMADD231PS Y0, Y5, Y20
+	VFMADD231PS Y1, Y5, Y21
+	VFMADD231PS Y2, Y5, Y22
+	VFMADD231PS Y3, Y5, Y23
+	VMOVUPS (DI)(R8*1), Y4
+	VFMADD231PS Y0, Y4, Y24
+	VFMADD231PS Y1, Y4, Y25
+	VFMADD231PS Y2, Y4, Y26
+	VFMADD231PS Y3, Y4, Y27
+	ADDQ $32, SI
+	ADDQ $32, DI
+	ADDQ $32, DX
+	DECQ CX
+	JNZ kloop5
+
+tail5:
+	MOVQ k+48(FP), AX
+	TESTQ $7, AX
+	JZ reduce5
+	VMOVUPS (R11), Y6
+	VMASKMOVPS (DX), Y6, Y0
+	VMASKMOVPS (DX)(R12*1), Y6, Y1
+	VMASKMOVPS (DX)(R12*2), Y6, Y2
+	VMASKMOVPS (DX)(R13*1), Y6, Y3
+	VMASKMOVPS (SI), Y6, Y4
+	VFMADD231PS Y0, Y4, Y8
+	VFMADD231PS Y1, Y4, Y9
+	VFMADD231PS Y2, Y4, Y10
+	VFMADD231PS Y3, Y4, Y11
+	VMASKMOVPS (SI)(R8*1), Y6, Y5
+	VFMADD231PS Y0, Y5, Y12
+	VFMADD231PS Y1, Y5, Y13
+	VFMADD231PS Y2, Y5, Y14
+	VFMADD231PS Y3, Y5, Y15
+	VMASKMOVPS (SI)(R8*2), Y6, Y4
+	VFMADD231PS Y0, Y4, Y16
+	VFMADD231PS Y1, Y4, Y17
+	VFMADD231PS Y2, Y4, Y18
+	VFMADD231PS Y3, Y4, Y19
+	VMASKMOVPS (DI), Y6, Y5
+	VFMADD231PS Y0, Y5, Y20
+	VFMADD231PS Y1, Y5, Y21
+	VFMADD231PS Y2, Y5, Y22
+	VFMADD231PS Y3, Y5, Y23
+	VMASKMOVPS (DI)(R8*1), Y6, Y4
+	VFMADD231PS Y0, Y4, Y24
+	VFMADD231PS Y1, Y4, Y25
+	VFMADD231PS Y2, Y4, Y26
+	VFMADD231PS Y3, Y4, Y27
+
+reduce5:
+	MOVQ acc+56(FP), CX
+	LEAQ (R14)(R15*2), AX
+	ADDQ R15, AX           // output row 3
+	VMOVAPS Y8, Y0
+	VMOVAPS Y9, Y1
+	VMOVAPS Y10, Y2
+	VMOVAPS Y11, Y3
+	REDUCE4T(Y0, Y1, Y2, Y3, Y4, Y5, X4, X5)
+	TESTQ CX, CX
+	JZ store5_0
+	VADDPS (R14), X4, X4
+
+store5_0:
+	VMOVUPS X4, (R14)
+	VMOVAPS Y12, Y0
+	VMOVAPS Y13, Y1
+	VMOVAPS Y14, Y2
+	VMOVAPS Y15, Y3
+	REDUCE4T(Y0, Y1, Y2, Y3, Y4, Y5, X4, X5)
+	TESTQ CX, CX
+	JZ store5_1
+	VADDPS (R14)(R15*1), X4, X4
+
+store5_1:
+	VMOVUPS X4, (R14)(R15*1)
+	VMOVAPS Y16, Y0
+	VMOVAPS Y17, Y1
+	VMOVAPS Y18, Y2
+	VMOVAPS Y19, Y3
+	REDUCE4T(Y0, Y1, Y2, Y3, Y4, Y5, X4, X5)
+	TESTQ CX, CX
+	JZ store5_2
+	VADDPS (R14)(R15*2), X4, X4
+
+store5_2:
+	VMOVUPS X4, (R14)(R15*2)
+	VMOVAPS Y20, Y0
+	VMOVAPS Y21, Y1
+	VMOVAPS Y22, Y2
+	VMOVAPS Y23, Y3
+	REDUCE4T(Y0, Y1, Y2, Y3, Y4, Y5, X4, X5)
+	TESTQ CX, CX
+	JZ store5_3
+	VADDPS (AX), X4, X4
+
+store5_3:
+	VMOVUPS X4, (AX)
+	VMOVAPS Y24, Y0
+	VMOVAPS Y25, Y1
+	VMOVAPS Y26, Y2
+	VMOVAPS Y27, Y3
+	REDUCE4T(Y0, Y1, Y2, Y3, Y4, Y5, X4, X5)
+	TESTQ CX, CX
+	JZ store5_4
+	VADDPS (AX)(R15*1), X4, X4
+
+store5_4:
+	VMOVUPS X4, (AX)(R15*1)
+
+	ADDQ $16, R14
+	LEAQ (R9)(R12*4), R9
+	SUBQ $4, BX
+	JNZ col5
+	VZEROUPPER
+	RET
+
+TEXT ·dotRows4AVX512(SB), NOSPLIT, $0-72
+	MOVQ ldw+64(FP), R12
+	SHLQ $2, R12           // bytes per weight row
+	LEAQ (R12)(R12*2), R13 // three rows
+	MOVQ ldx+8(FP), R8
+	SHLQ $2, R8            // bytes per input row
+	MOVQ w+16(FP), R9
+	MOVQ out+24(FP), R14
+	MOVQ ldo+32(FP), R15
+	SHLQ $2, R15           // bytes per output row
+	MOVQ n4+40(FP), BX
+	MOVQ k+48(FP), AX
+	ANDQ $7, AX
+	NEGQ AX
+	LEAQ maskTab<>(SB), R11
+	LEAQ 32(R11)(AX*4), R11 // mask of the k%8 tail lanes
+
+col4:
+	MOVQ x+0(FP), SI
+	LEAQ (SI)(R8*2), DI
+	ADDQ R8, DI            // row 3
+	MOVQ R9, DX
+	LEAQ (R9)(R12*4), R10  // the next four weight rows, prefetched as these are read
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	VXORPS Y12, Y12, Y12
+	VXORPS Y13, Y13, Y13
+	VXORPS Y14, Y14, Y14
+	VXORPS Y15, Y15, Y15
+	VXORPS Y16, Y16, Y16
+	VXORPS Y17, Y17, Y17
+	VXORPS Y18, Y18, Y18
+	VXORPS Y19, Y19, Y19
+	VXORPS Y20, Y20, Y20
+	VXORPS Y21, Y21, Y21
+	VXORPS Y22, Y22, Y22
+	VXORPS Y23, Y23, Y23
+	MOVQ k+48(FP), CX
+	SHRQ $3, CX
+	TESTQ CX, CX
+	JZ tail4
+
+kloop4:
+	PREFETCHT0 (R10)
+	PREFETCHT0 64(R10)
+	ADDQ $128, R10
+	VMOVUPS (DX), Y0
+	VMOVUPS (DX)(R12*1), Y1
+	VMOVUPS (DX)(R12*2), Y2
+	VMOVUPS (DX)(R13*1), Y3
+	VMOVUPS (SI), Y4
+	VFMADD231PS Y0, Y4, Y8
+	VFMADD231PS Y1, Y4, Y9
+	VFMADD231PS Y2, Y4, Y10
+	VFMADD231PS Y3, Y4, Y11
+	VMOVUPS (SI)(R8*1), Y5
+	VFMADD231PS Y0, Y5, Y12
+	VFMADD231PS Y1, Y5, Y13
+	VFMADD231PS Y2, Y5, Y14
+	VFMADD231PS Y3, Y5, Y15
+	VMOVUPS (SI)(R8*2), Y4
+	VFMADD231PS Y0, Y4, Y16
+	VFMADD231PS Y1, Y4, Y17
+	VFMADD231PS Y2, Y4, Y18
+	VFMADD231PS Y3, Y4, Y19
+	VMOVUPS (DI), Y5
+	VFMADD231PS Y0, Y5, Y20
+	VFMADD231PS Y1, Y5, Y21
+	VFMADD231PS Y2, Y5, Y22
+	VFMADD231PS Y3, Y5, Y23
+	ADDQ $32, SI
+	ADDQ $32, DI
+	ADDQ $32, DX
+	DECQ CX
+	JNZ kloop4
+
+tail4:
+	MOVQ k+48(FP), AX
+	TESTQ $7, AX
+	JZ reduce4
+	VMOVUPS (R11), Y6
+	VMASKMOVPS (DX), Y6, Y0
+	VMASKMOVPS (DX)(R12*1), Y6, Y1
+	VMASKMOVPS (DX)(R12*2), Y6, Y2
+	VMASKMOVPS (DX)(R13*1), Y6, Y3
+	VMASKMOVPS (SI), Y6, Y4
+	VFMADD231PS Y0, Y4, Y8
+	VFMADD231PS Y1, Y4, Y9
+	VFMADD231PS Y2, Y4, Y10
+	VFMADD231PS Y3, Y4, Y11
+	VMASKMOVPS (SI)(R8*1), Y6, Y5
+	VFMADD231PS Y0, Y5, Y12
+	VFMADD231PS Y1, Y5, Y13
+	VFMADD231PS Y2, Y5, Y14
+	VFMADD231PS Y3, Y5, Y15
+	VMASKMOVPS (SI)(R8*2), Y6, Y4
+	VFMADD231PS Y0, Y4, Y16
+	VFMADD231PS Y1, Y4, Y17
+	VFMADD231PS Y2, Y4, Y18
+	VFMADD231PS Y3, Y4, Y19
+	VMASKMOVPS (DI), Y6, Y5
+	VFMADD231PS Y0, Y5, Y20
+	VFMADD231PS Y1, Y5, Y21
+	VFMADD231PS Y2, Y5, Y22
+	VFMADD231PS Y3, Y5, Y23
+
+reduce4:
+	MOVQ acc+56(FP), CX
+	LEAQ (R14)(R15*2), AX
+	ADDQ R15, AX           // output row 3
+	VMOVAPS Y8, Y0
+	VMOVAPS Y9, Y1
+	VMOVAPS Y10, Y2
+	VMOVAPS Y11, Y3
+	REDUCE4T(Y0, Y1, Y2, Y3, Y4, Y5, X4, X5)
+	TESTQ CX, CX
+	JZ store4_0
+	VADDPS (R14), X4, X4
+
+store4_0:
+	VMOVUPS X4, (R14)
+	VMOVAPS Y12, Y0
+	VMOVAPS Y13, Y1
+	VMOVAPS Y14, Y2
+	VMOVAPS Y15, Y3
+	REDUCE4T(Y0, Y1, Y2, Y3, Y4, Y5, X4, X5)
+	TESTQ CX, CX
+	JZ store4_1
+	VADDPS (R14)(R15*1), X4, X4
+
+store4_1:
+	VMOVUPS X4, (R14)(R15*1)
+	VMOVAPS Y16, Y0
+	VMOVAPS Y17, Y1
+	VMOVAPS Y18, Y2
+	VMOVAPS Y19, Y3
+	REDUCE4T(Y0, Y1, Y2, Y3, Y4, Y5, X4, X5)
+	TESTQ CX, CX
+	JZ store4_2
+	VADDPS (R14)(R15*2), X4, X4
+
+store4_2:
+	VMOVUPS X4, (R14)(R15*2)
+	VMOVAPS Y20, Y0
+	VMOVAPS Y21, Y1
+	VMOVAPS Y22, Y2
+	VMOVAPS Y23, Y3
+	REDUCE4T(Y0, Y1, Y2, Y3, Y4, Y5, X4, X5)
+	TESTQ CX, CX
+	JZ store4_3
+	VADDPS (AX), X4, X4
+
+store4_3:
+	VMOVUPS X4, (AX)
+
+	ADDQ $16, R14
+	LEAQ (R9)(R12*4), R9
+	SUBQ $4, BX
+	JNZ col4
 	VZEROUPPER
 	RET
