@@ -62,3 +62,29 @@ func BenchmarkEncodeLlama2(b *testing.B) { benchEncode(b, "llama2") }
 
 // BenchmarkEncodeQwen3 measures byte-level BPE with an NFC normalizer.
 func BenchmarkEncodeQwen3(b *testing.B) { benchEncode(b, "qwen3") }
+
+// BenchmarkEncodeLlama3Cold measures Llama-3 encoding of text never seen
+// before: the reference strings and the prose once each, with the word cache
+// emptied before every pass, as when distill tokenizes a new dataset.
+func BenchmarkEncodeLlama3Cold(b *testing.B) {
+	tk := tok(b, "llama3")
+	var sb strings.Builder
+	for _, c := range refCases(b, "llama3") {
+		sb.WriteString(c.Text)
+		sb.WriteByte('\n')
+	}
+	sb.WriteString(benchProse)
+	text := sb.String()
+	n := len(tk.Encode(text, false))
+	b.SetBytes(int64(len(text)))
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		st := tk.getState()
+		clear(st.cache)
+		tk.pool.Put(st)
+		b.StartTimer()
+		tk.Encode(text, false)
+	}
+	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "tokens/s")
+}
