@@ -9,23 +9,17 @@ import "golang.org/x/sys/cpu"
 //go:noescape
 func dotRows3AVX2(x0, x1, x2, w, out *float32, ldo, n4, k, rows, acc, ldw int)
 
-// dotRows6AVX512, dotRows5AVX512 and dotRows4AVX512 are dotRows3AVX2 for
-// six, five and four rows x[i*ldx] using the 32 vector registers of
-// AVX-512VL, with bit-identical results (see dot_amd64.s).
+// dotRows6AVX512 is dotRows3AVX2 for six rows x[i*ldx], i < 6, using the 32
+// vector registers of AVX-512VL, with bit-identical results (see
+// dot_amd64.s).
 //
 //go:noescape
 func dotRows6AVX512(x *float32, ldx int, w, out *float32, ldo, n4, k, acc, ldw int)
 
-//go:noescape
-func dotRows5AVX512(x *float32, ldx int, w, out *float32, ldo, n4, k, acc, ldw int)
-
-//go:noescape
-func dotRows4AVX512(x *float32, ldx int, w, out *float32, ldo, n4, k, acc, ldw int)
-
 // dotRowsVec computes the columns [0, n&^3) of dotRows with AVX2 and FMA,
 // when the processor has them, and returns how many columns it computed.
-// Where the processor has AVX-512VL, rows go six (or five, or four) at a
-// time through the wider kernels, the rest three at a time.
+// Where the processor has AVX-512VL, rows go six at a time through
+// dotRows6AVX512, the rest three at a time.
 func dotRowsVec(out []float32, ldo int, x []float32, ldx int, w []float32, ldw int, m, n, k int, acc bool) int {
 	n4 := n &^ 3
 	if n4 == 0 || k == 0 || !cpu.X86.HasAVX2 || !cpu.X86.HasFMA {
@@ -38,27 +32,17 @@ func dotRowsVec(out []float32, ldo int, x []float32, ldx int, w []float32, ldw i
 	// Column blocks of at most ~16 KiB of weights stay in the L1 cache while
 	// every group of three rows reads them.
 	nb := max(4, (4096/ldw)&^3)
-	// With AVX-512VL: groups of six rows, then a group of five or four,
-	// then the rest three at a time.
-	wide, rest := 0, 0
-	if m >= 4 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL {
-		wide = m - m%6
-		if r := m % 6; r >= 4 {
-			rest = r
-		}
+	// With AVX-512VL: groups of six rows, then the rest three at a time.
+	six := 0
+	if m >= 6 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL {
+		six = m - m%6
 	}
 	for c0 := 0; c0 < n4; c0 += nb {
 		c1 := min(c0+nb, n4)
-		for i := 0; i < wide; i += 6 {
+		for i := 0; i < six; i += 6 {
 			dotRows6AVX512(&x[i*ldx], ldx, &w[c0*ldw], &out[i*ldo+c0], ldo, c1-c0, k, a, ldw)
 		}
-		switch rest {
-		case 5:
-			dotRows5AVX512(&x[wide*ldx], ldx, &w[c0*ldw], &out[wide*ldo+c0], ldo, c1-c0, k, a, ldw)
-		case 4:
-			dotRows4AVX512(&x[wide*ldx], ldx, &w[c0*ldw], &out[wide*ldo+c0], ldo, c1-c0, k, a, ldw)
-		}
-		for i := wide + rest; i < m; i += 3 {
+		for i := six; i < m; i += 3 {
 			r := min(3, m-i)
 			x0 := &x[i*ldx]
 			x1, x2 := x0, x0

@@ -22,9 +22,9 @@ DATA maskTab<>+56(SB)/4, $0
 DATA maskTab<>+60(SB)/4, $0
 GLOBL maskTab<>(SB), RODATA|NOPTR, $64
 
-// The wide kernels (dotRowsNAVX512, at the end) keep the four weight rows of a step in Y0-Y3, an input
-// row in Y4 or Y5, the k%8 tail mask in Y6 and row i's four accumulators in
-// Y(8+4i)..Y(11+4i), up to Y31.
+// The six-row kernel (dotRows6AVX512, at the end) keeps the four weight rows
+// of a step in Y0-Y3, an input row in Y4 or Y5, the k%8 tail mask in Y6 and
+// row i's four accumulators in Y(8+4i)..Y(11+4i), up to Y31.
 
 // WLOAD4 loads eight floats of each of the four weight rows at DX; WLOAD4M
 // the masked tail.
@@ -65,37 +65,8 @@ GLOBL maskTab<>(SB), RODATA|NOPTR, $64
 	VMOVAPS a3, Y3 \
 	REDUCE4T(Y0, Y1, Y2, Y3, Y4, Y5, X4, X5)
 
-// WIDESETUP reads the arguments shared by the wide kernels.
-#define WIDESETUP \
-	MOVQ ldw+64(FP), R12 \
-	SHLQ $2, R12 \
-	LEAQ (R12)(R12*2), R13 \
-	MOVQ ldx+8(FP), R8 \
-	SHLQ $2, R8 \
-	MOVQ w+16(FP), R9 \
-	MOVQ out+24(FP), R14 \
-	MOVQ ldo+32(FP), R15 \
-	SHLQ $2, R15 \
-	MOVQ n4+40(FP), BX \
-	MOVQ k+48(FP), AX \
-	ANDQ $7, AX \
-	NEGQ AX \
-	LEAQ maskTab<>(SB), R11 \
-	LEAQ 32(R11)(AX*4), R11
-
-// WIDECOL starts a group of four columns: input rows 0 and 3 in SI and DI,
-// the weights in DX, the prefetch pointer R10 at the next four weight rows,
-// the k/8 step count in CX.
-#define WIDECOL \
-	MOVQ x+0(FP), SI \
-	LEAQ (SI)(R8*2), DI \
-	ADDQ R8, DI \
-	MOVQ R9, DX \
-	LEAQ (R9)(R12*4), R10 \
-	MOVQ k+48(FP), CX \
-	SHRQ $3, CX
-
-// WIDESTEP advances the pointers by one step of eight floats.
+// WIDESTEP prefetches the 128 bytes of the next four weight rows that match
+// one step of eight floats of these four.
 #define WIDESTEP \
 	PREFETCHT0 (R10) \
 	PREFETCHT0 64(R10) \
@@ -502,20 +473,39 @@ loop:
 	RET
 
 // func dotRows6AVX512(x *float32, ldx int, w, out *float32, ldo, n4, k, acc, ldw int)
-// func dotRows5AVX512(x *float32, ldx int, w, out *float32, ldo, n4, k, acc, ldw int)
-// func dotRows4AVX512(x *float32, ldx int, w, out *float32, ldo, n4, k, acc, ldw int)
 //
-// dotRows3AVX2 for N = 6, 5 or 4 rows x, x+ldx, ..., x+(N-1)*ldx at once, in
-// the 32 vector registers of AVX-512VL (still eight lanes each): the weights
-// are read once per N rows instead of once per three. Every element goes
+// dotRows3AVX2 for six rows x, x+ldx, ..., x+5*ldx at once, in the 32 vector
+// registers of AVX-512VL (still eight lanes each): the weights are read once
+// per six rows instead of once per three. (Four or five rows gain nothing
+// over three plus one or two: the multiply-adds bound them alike.) Every element goes
 // through exactly the operations of dotRows3AVX2 (the same fused
 // multiply-adds in the same order, the same pairwise reduction), so the
 // results are bit for bit the same.
 TEXT ·dotRows6AVX512(SB), NOSPLIT, $0-72
-	WIDESETUP
+	MOVQ ldw+64(FP), R12
+	SHLQ $2, R12           // bytes per weight row
+	LEAQ (R12)(R12*2), R13 // three rows
+	MOVQ ldx+8(FP), R8
+	SHLQ $2, R8            // bytes per input row
+	MOVQ w+16(FP), R9      // first weight row of the block
+	MOVQ out+24(FP), R14
+	MOVQ ldo+32(FP), R15
+	SHLQ $2, R15           // bytes per output row
+	MOVQ n4+40(FP), BX
+	MOVQ k+48(FP), AX
+	ANDQ $7, AX
+	NEGQ AX
+	LEAQ maskTab<>(SB), R11
+	LEAQ 32(R11)(AX*4), R11 // mask of the k%8 tail lanes
 
 col6:
-	WIDECOL
+	MOVQ x+0(FP), SI       // input row 0
+	LEAQ (SI)(R8*2), DI
+	ADDQ R8, DI            // input row 3
+	MOVQ R9, DX
+	LEAQ (R9)(R12*4), R10  // the next four weight rows, prefetched as these are read
+	MOVQ k+48(FP), CX
+	SHRQ $3, CX
 	VXORPS Y8, Y8, Y8
 	VXORPS Y9, Y9, Y9
 	VXORPS Y10, Y10, Y10
@@ -622,194 +612,5 @@ store6_5:
 	LEAQ (R9)(R12*4), R9
 	SUBQ $4, BX
 	JNZ col6
-	VZEROUPPER
-	RET
-
-TEXT ·dotRows5AVX512(SB), NOSPLIT, $0-72
-	WIDESETUP
-
-col5:
-	WIDECOL
-	VXORPS Y8, Y8, Y8
-	VXORPS Y9, Y9, Y9
-	VXORPS Y10, Y10, Y10
-	VXORPS Y11, Y11, Y11
-	VXORPS Y12, Y12, Y12
-	VXORPS Y13, Y13, Y13
-	VXORPS Y14, Y14, Y14
-	VXORPS Y15, Y15, Y15
-	VXORPS Y16, Y16, Y16
-	VXORPS Y17, Y17, Y17
-	VXORPS Y18, Y18, Y18
-	VXORPS Y19, Y19, Y19
-	VXORPS Y20, Y20, Y20
-	VXORPS Y21, Y21, Y21
-	VXORPS Y22, Y22, Y22
-	VXORPS Y23, Y23, Y23
-	VXORPS Y24, Y24, Y24
-	VXORPS Y25, Y25, Y25
-	VXORPS Y26, Y26, Y26
-	VXORPS Y27, Y27, Y27
-	TESTQ CX, CX
-	JZ tail5
-
-kloop5:
-	WIDESTEP
-	WLOAD4
-	XROW((SI), Y4, Y8, Y9, Y10, Y11)
-	XROW((SI)(R8*1), Y5, Y12, Y13, Y14, Y15)
-	XROW((SI)(R8*2), Y4, Y16, Y17, Y18, Y19)
-	XROW((DI), Y5, Y20, Y21, Y22, Y23)
-	XROW((DI)(R8*1), Y4, Y24, Y25, Y26, Y27)
-	ADDQ $32, SI
-	ADDQ $32, DI
-	ADDQ $32, DX
-	DECQ CX
-	JNZ kloop5
-
-tail5:
-	MOVQ k+48(FP), AX
-	TESTQ $7, AX
-	JZ reduce5
-	VMOVUPS (R11), Y6
-	WLOAD4M
-	XROWM((SI), Y4, Y8, Y9, Y10, Y11)
-	XROWM((SI)(R8*1), Y5, Y12, Y13, Y14, Y15)
-	XROWM((SI)(R8*2), Y4, Y16, Y17, Y18, Y19)
-	XROWM((DI), Y5, Y20, Y21, Y22, Y23)
-	XROWM((DI)(R8*1), Y4, Y24, Y25, Y26, Y27)
-
-reduce5:
-	MOVQ acc+56(FP), CX
-	LEAQ (R14)(R15*2), AX
-	ADDQ R15, AX // output row 3
-	OUTROW(Y8, Y9, Y10, Y11)
-	TESTQ CX, CX
-	JZ store5_0
-	VADDPS (R14), X4, X4
-
-store5_0:
-	VMOVUPS X4, (R14)
-	OUTROW(Y12, Y13, Y14, Y15)
-	TESTQ CX, CX
-	JZ store5_1
-	VADDPS (R14)(R15*1), X4, X4
-
-store5_1:
-	VMOVUPS X4, (R14)(R15*1)
-	OUTROW(Y16, Y17, Y18, Y19)
-	TESTQ CX, CX
-	JZ store5_2
-	VADDPS (R14)(R15*2), X4, X4
-
-store5_2:
-	VMOVUPS X4, (R14)(R15*2)
-	OUTROW(Y20, Y21, Y22, Y23)
-	TESTQ CX, CX
-	JZ store5_3
-	VADDPS (AX), X4, X4
-
-store5_3:
-	VMOVUPS X4, (AX)
-	OUTROW(Y24, Y25, Y26, Y27)
-	TESTQ CX, CX
-	JZ store5_4
-	VADDPS (AX)(R15*1), X4, X4
-
-store5_4:
-	VMOVUPS X4, (AX)(R15*1)
-
-	ADDQ $16, R14
-	LEAQ (R9)(R12*4), R9
-	SUBQ $4, BX
-	JNZ col5
-	VZEROUPPER
-	RET
-
-TEXT ·dotRows4AVX512(SB), NOSPLIT, $0-72
-	WIDESETUP
-
-col4:
-	WIDECOL
-	VXORPS Y8, Y8, Y8
-	VXORPS Y9, Y9, Y9
-	VXORPS Y10, Y10, Y10
-	VXORPS Y11, Y11, Y11
-	VXORPS Y12, Y12, Y12
-	VXORPS Y13, Y13, Y13
-	VXORPS Y14, Y14, Y14
-	VXORPS Y15, Y15, Y15
-	VXORPS Y16, Y16, Y16
-	VXORPS Y17, Y17, Y17
-	VXORPS Y18, Y18, Y18
-	VXORPS Y19, Y19, Y19
-	VXORPS Y20, Y20, Y20
-	VXORPS Y21, Y21, Y21
-	VXORPS Y22, Y22, Y22
-	VXORPS Y23, Y23, Y23
-	TESTQ CX, CX
-	JZ tail4
-
-kloop4:
-	WIDESTEP
-	WLOAD4
-	XROW((SI), Y4, Y8, Y9, Y10, Y11)
-	XROW((SI)(R8*1), Y5, Y12, Y13, Y14, Y15)
-	XROW((SI)(R8*2), Y4, Y16, Y17, Y18, Y19)
-	XROW((DI), Y5, Y20, Y21, Y22, Y23)
-	ADDQ $32, SI
-	ADDQ $32, DI
-	ADDQ $32, DX
-	DECQ CX
-	JNZ kloop4
-
-tail4:
-	MOVQ k+48(FP), AX
-	TESTQ $7, AX
-	JZ reduce4
-	VMOVUPS (R11), Y6
-	WLOAD4M
-	XROWM((SI), Y4, Y8, Y9, Y10, Y11)
-	XROWM((SI)(R8*1), Y5, Y12, Y13, Y14, Y15)
-	XROWM((SI)(R8*2), Y4, Y16, Y17, Y18, Y19)
-	XROWM((DI), Y5, Y20, Y21, Y22, Y23)
-
-reduce4:
-	MOVQ acc+56(FP), CX
-	LEAQ (R14)(R15*2), AX
-	ADDQ R15, AX // output row 3
-	OUTROW(Y8, Y9, Y10, Y11)
-	TESTQ CX, CX
-	JZ store4_0
-	VADDPS (R14), X4, X4
-
-store4_0:
-	VMOVUPS X4, (R14)
-	OUTROW(Y12, Y13, Y14, Y15)
-	TESTQ CX, CX
-	JZ store4_1
-	VADDPS (R14)(R15*1), X4, X4
-
-store4_1:
-	VMOVUPS X4, (R14)(R15*1)
-	OUTROW(Y16, Y17, Y18, Y19)
-	TESTQ CX, CX
-	JZ store4_2
-	VADDPS (R14)(R15*2), X4, X4
-
-store4_2:
-	VMOVUPS X4, (R14)(R15*2)
-	OUTROW(Y20, Y21, Y22, Y23)
-	TESTQ CX, CX
-	JZ store4_3
-	VADDPS (AX), X4, X4
-
-store4_3:
-	VMOVUPS X4, (AX)
-
-	ADDQ $16, R14
-	LEAQ (R9)(R12*4), R9
-	SUBQ $4, BX
-	JNZ col4
 	VZEROUPPER
 	RET
