@@ -120,12 +120,11 @@ func (m *Model) attendItems(worker, lo, hi int) {
 			}
 			sc := s.scores[worker][:ctx]
 			tensor.WeightedSum(sc, q, kt[:(hd-1)*c0+ctx], c0, hd, ctx, false)
-			for j := range sc {
-				if mask != nil && j >= in.n && !mask[j-in.n] {
-					sc[j] = negInf
-					continue
+			scaleRow(sc, scale)
+			for j, ok := range mask {
+				if !ok {
+					sc[in.n+j] = negInf
 				}
-				sc[j] *= scale
 			}
 			softmaxRow(sc)
 			tensor.WeightedSum(out, sc, vc[:(ctx-1)*kv+hd], kv, ctx, hd, false)
