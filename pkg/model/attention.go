@@ -120,13 +120,13 @@ func (m *Model) attendItems(worker, lo, hi int) {
 			}
 			sc := s.scores[worker][:ctx]
 			tensor.WeightedSum(sc, q, kt[:(hd-1)*c0+ctx], c0, hd, ctx, false)
-			scaleRow(sc, scale)
+			tensor.Scale(sc, scale)
 			for j, ok := range mask {
 				if !ok {
 					sc[in.n+j] = negInf
 				}
 			}
-			softmaxRow(sc)
+			tensor.Softmax(sc)
 			tensor.WeightedSum(out, sc, vc[:(ctx-1)*kv+hd], kv, ctx, hd, false)
 		}
 	}
@@ -207,7 +207,7 @@ func (j *softmaxJob) rows(lo, hi int) {
 		r := j.s[i*j.ld : (i+1)*j.ld]
 		if !j.tree {
 			vis := j.visible + i
-			softmaxRow(r[:vis])
+			tensor.Softmax(r[:vis])
 			clear(r[vis:])
 			continue
 		}
@@ -217,7 +217,7 @@ func (j *softmaxJob) rows(lo, hi int) {
 				r[j.n+c] = negInf
 			}
 		}
-		softmaxRow(r)
+		tensor.Softmax(r)
 	}
 }
 
@@ -286,10 +286,10 @@ func (m *Model) attendGroups(worker, lo, hi int) {
 			}
 			tensor.WeightedSum(row[:vis], qp[r*hd:(r+1)*hd], kt, c0, hd, vis, false)
 			if !in.tree {
-				scaleRow(row[:vis], m.scale)
-				softmaxRow(row[:vis])
+				tensor.Scale(row[:vis], m.scale)
+				tensor.Softmax(row[:vis])
 			} else {
-				scaleRow(row, m.scale)
+				tensor.Scale(row, m.scale)
 				mk := s.mask[in.mask+i*in.t : in.mask+(i+1)*in.t]
 				tail := row[in.n:]
 				for c, ok := range mk {
@@ -297,7 +297,7 @@ func (m *Model) attendGroups(worker, lo, hi int) {
 						tail[c] = negInf
 					}
 				}
-				softmaxRow(row)
+				tensor.Softmax(row)
 			}
 			tensor.WeightedSum(op[r*hd:(r+1)*hd], row[:vis], vc, kv, vis, hd, false)
 		}
@@ -305,12 +305,5 @@ func (m *Model) attendGroups(worker, lo, hi int) {
 			dst := s.att[(in.row0+i)*qd+g*rep*hd:]
 			copy(dst[:rep*hd], op[i*rep*hd:(i+1)*rep*hd])
 		}
-	}
-}
-
-// scaleRow multiplies x by s, eight at a time where the processor allows.
-func scaleRow(x []float32, s float32) {
-	for i := scaleVec(x, s); i < len(x); i++ {
-		x[i] *= s
 	}
 }

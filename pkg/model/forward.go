@@ -469,10 +469,10 @@ func (f *MLP) forward(m *Model, rows int) {
 	m.linear(&f.Up, s.up, s.xn, rows, false)
 	n := rows * m.inter
 	if n < 1<<15 {
-		swiglu(s.gate[:n], s.gate[:n], s.up[:n])
+		tensor.SwiGLU(s.gate[:n], s.gate[:n], s.up[:n])
 	} else {
 		g, u := s.gate, s.up
-		tensor.Parallel(n, 1<<13, func(lo, hi int) { swiglu(g[lo:hi], g[lo:hi], u[lo:hi]) })
+		tensor.Parallel(n, 1<<13, func(lo, hi int) { tensor.SwiGLU(g[lo:hi], g[lo:hi], u[lo:hi]) })
 	}
 	m.linear(&f.Down, s.x, s.gate, rows, true)
 }

@@ -49,6 +49,21 @@ func WeightedSum(out, p, v []float32, ldv, n, k int, acc bool) {
 // the processor has AVX2, allocating nothing.
 func ExpShift(x []float32, shift float32) float32 { return kernel.ExpShift(x, shift) }
 
+// Expf returns e^x in float32, within about 2 ulp (see kernel.Expf).
+func Expf(x float32) float32 { return kernel.Expf(x) }
+
+// Softmax turns x into softmax(x) in place, with ExpShift's exponentials;
+// -Inf entries become 0.
+func Softmax(x []float32) { kernel.Softmax(x) }
+
+// Scale multiplies x by s in place, eight at a time where the processor
+// allows.
+func Scale(x []float32, s float32) { kernel.Scale(x, s) }
+
+// SwiGLU computes out = silu(gate)*up element-wise (out may alias gate), with
+// Expf's arithmetic, eight at a time where the processor allows.
+func SwiGLU(out, gate, up []float32) { kernel.SwiGLU(out, gate, up) }
+
 // smallSplit is the product size (multiply-adds) from which MatMulT splits a
 // DotRows product over the workers, in blocks of smallBlock weight rows.
 const (

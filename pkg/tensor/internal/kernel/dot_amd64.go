@@ -77,21 +77,3 @@ func wsumVec(out, p, v []float32, ldv, n, k int, acc bool) int {
 	wsumAVX2(&out[0], &p[0], &v[0], ldv, n, k8, a)
 	return k8
 }
-
-// expShiftAVX2 is the vector body of ExpShift over n elements (a positive
-// multiple of 8); the lanes' partial sums are added to sums.
-//
-//go:noescape
-func expShiftAVX2(x *float32, n int, shift float32, sums *[8]float32)
-
-// expShiftVec runs the vector body of ExpShift over the longest multiple-of-8
-// prefix of x when the processor has AVX2, and returns its length and sum.
-func expShiftVec(x []float32, shift float32) (int, float32) {
-	n := len(x) &^ 7
-	if n == 0 || !cpu.X86.HasAVX2 {
-		return 0, 0
-	}
-	var sums [8]float32
-	expShiftAVX2(&x[0], n, shift, &sums)
-	return n, ((sums[0] + sums[1]) + (sums[2] + sums[3])) + ((sums[4] + sums[5]) + (sums[6] + sums[7]))
-}

@@ -10,6 +10,3 @@ func dotRowsVec(out []float32, ldo int, x []float32, ldx int, w []float32, ldw i
 
 // wsumVec has no vector body on this platform.
 func wsumVec(out, p, v []float32, ldv, n, k int, acc bool) int { return 0 }
-
-// expShiftVec has no vector body on this platform.
-func expShiftVec(x []float32, shift float32) (int, float32) { return 0, 0 }

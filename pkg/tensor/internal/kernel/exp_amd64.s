@@ -2,7 +2,11 @@
 
 #include "textflag.h"
 
-// Constants of the exponential in swigluAVX2, each broadcast to 8 float32 (or int32) lanes.
+// The element-wise kernels: softmax's exponentials, maximum and scaling, and
+// SwiGLU, eight float32 lanes at a time with AVX2.
+
+// Constants of the exponential (expShiftAVX2, swigluAVX2), each broadcast to
+// 8 float32 (or int32) lanes.
 #define VEC8(name, bits) \
 	DATA name<>+0(SB)/4, $bits; DATA name<>+4(SB)/4, $bits; \
 	DATA name<>+8(SB)/4, $bits; DATA name<>+12(SB)/4, $bits; \
@@ -23,6 +27,56 @@ VEC8(expP4, 0x3e2aaaaa)    // 1.6666665459e-1
 VEC8(expP5, 0x3f000000)    // 5.0000001201e-1
 VEC8(expOne, 0x3f800000)   // 1
 VEC8(expBias, 0x0000007f)  // 127
+
+// func expShiftAVX2(x *float32, n int, shift float32, sums *[8]float32)
+// n is a positive multiple of 8. The lanes' partial sums are added to sums.
+TEXT ·expShiftAVX2(SB), NOSPLIT, $0-32
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), CX
+	MOVQ sums+24(FP), DI
+	VBROADCASTSS shift+16(FP), Y15
+	VMOVUPS (DI), Y6
+
+loop:
+	VMOVUPS (SI), Y0
+	VSUBPS Y15, Y0, Y0                 // v = x - shift
+	VCMPPS $0x1e, expLo<>(SB), Y0, Y3 // keep = v > -87.33654 (false for NaN)
+	VMULPS expLog2e<>(SB), Y0, Y1
+	VSUBPS expHalf<>(SB), Y1, Y1       // t = v*log2e - 0.5
+	VCVTTPS2DQ Y1, Y1                  // ki = int32(t)
+	VCVTDQ2PS Y1, Y2                   // k = float32(ki)
+	VMULPS expLn2Hi<>(SB), Y2, Y4
+	VSUBPS Y4, Y0, Y4                  // r = v - k*ln2hi
+	VMULPS expLn2Lo<>(SB), Y2, Y5
+	VSUBPS Y5, Y4, Y4                  // r -= k*ln2lo
+	VMOVUPS expP0<>(SB), Y5
+	VMULPS Y4, Y5, Y5
+	VADDPS expP1<>(SB), Y5, Y5
+	VMULPS Y4, Y5, Y5
+	VADDPS expP2<>(SB), Y5, Y5
+	VMULPS Y4, Y5, Y5
+	VADDPS expP3<>(SB), Y5, Y5
+	VMULPS Y4, Y5, Y5
+	VADDPS expP4<>(SB), Y5, Y5
+	VMULPS Y4, Y5, Y5
+	VADDPS expP5<>(SB), Y5, Y5         // p
+	VMULPS Y4, Y5, Y5
+	VMULPS Y4, Y5, Y5                  // p*r*r
+	VADDPS Y4, Y5, Y5                  // + r
+	VADDPS expOne<>(SB), Y5, Y5        // + 1
+	VPADDD expBias<>(SB), Y1, Y1
+	VPSLLD $23, Y1, Y1                 // 2^ki as float bits
+	VMULPS Y1, Y5, Y5                  // y
+	VANDPS Y3, Y5, Y5                  // 0 where v <= -87.33654
+	VMOVUPS Y5, (SI)
+	VADDPS Y5, Y6, Y6
+	ADDQ $32, SI
+	SUBQ $8, CX
+	JNZ loop
+
+	VMOVUPS Y6, (DI)
+	VZEROUPPER
+	RET
 
 // func maxAVX2(x *float32, n int, init float32) float32
 // n is a positive multiple of 8. NaN elements are skipped, as in softmaxRow.

@@ -1,15 +1,13 @@
-package model
+package kernel
 
 import (
 	"math"
 	"math/rand/v2"
 	"testing"
-
-	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
-// TestSwigluMatchesExpf checks that swiglu's written-out exponential gives,
-// bit for bit, g/(1+expf(-g))*u, over ordinary values and the edges of expf's
+// TestSwigluMatchesExpf checks that SwiGLU's written-out exponential gives,
+// bit for bit, g/(1+Expf(-g))*u, over ordinary values and the edges of expf's
 // range (overflow, underflow, subnormal results, infinities and NaN).
 func TestSwigluMatchesExpf(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
@@ -23,9 +21,9 @@ func TestSwigluMatchesExpf(t *testing.T) {
 		u[i] = float32(r.NormFloat64())
 	}
 	out := make([]float32, len(g))
-	swiglu(out, g, u)
+	SwiGLU(out, g, u)
 	for i, gv := range g {
-		want := gv / (1 + expf(-gv)) * u[i]
+		want := gv / (1 + Expf(-gv)) * u[i]
 		if math.Float32bits(out[i]) != math.Float32bits(want) && !(out[i] != out[i] && want != want) {
 			t.Fatalf("swiglu(g=%g, u=%g) = %g, want %g", gv, u[i], out[i], want)
 		}
@@ -42,19 +40,19 @@ func TestSwigluMatchesExpf(t *testing.T) {
 	}
 }
 
-// TestExpfRange checks expf against float64 exp across its whole finite range,
+// TestExpfRange checks Expf against float64 exp across its whole finite range,
 // including just below the overflow threshold.
 func TestExpfRange(t *testing.T) {
 	for x := float32(-87.33); x <= 88.72; x += 0.01 { // below -87.3365 expf gives 0 by design
-		got, want := float64(expf(x)), math.Exp(float64(x))
+		got, want := float64(Expf(x)), math.Exp(float64(x))
 		if math.IsInf(got, 0) || math.Abs(got-want) > 3e-7*want+1.5e-45 {
-			t.Fatalf("expf(%g) = %g, want %g", x, got, want)
+			t.Fatalf("Expf(%g) = %g, want %g", x, got, want)
 		}
 	}
 }
 
-// TestExpShiftVectorMatchesScalar checks tensor.ExpShift, which softmaxRow uses, (with its vector body where
-// the processor has one) against the scalar expf on every element, over
+// TestExpShiftVectorMatchesScalar checks ExpShift, which Softmax uses, (with its vector body where
+// the processor has one) against the scalar Expf on every element, over
 // lengths that leave every tail, including -Inf, NaN, underflowing and zero
 // inputs; every value must be identical and the sum within float32 rounding
 // of a float64 sum.
@@ -71,15 +69,15 @@ func TestExpShiftVectorMatchesScalar(t *testing.T) {
 		}
 		shift := float32(0.25)
 		y := append([]float32(nil), x...)
-		sum := tensor.ExpShift(y, shift)
+		sum := ExpShift(y, shift)
 		var want float64
 		for i, v := range x {
-			e := expf(v - shift)
+			e := Expf(v - shift)
 			if v != v {
 				e = 0 // expShift maps NaN to 0, where expf keeps it
 			}
 			if math.Float32bits(y[i]) != math.Float32bits(e) {
-				t.Fatalf("n=%d: element %d: exp(%v) = %v, scalar expf %v", n, i, v-shift, y[i], e)
+				t.Fatalf("n=%d: element %d: exp(%v) = %v, scalar Expf %v", n, i, v-shift, y[i], e)
 			}
 			want += float64(e)
 		}
@@ -89,7 +87,7 @@ func TestExpShiftVectorMatchesScalar(t *testing.T) {
 	}
 }
 
-// TestSoftmaxRowVector checks softmaxRow (vector bodies included) against a
+// TestSoftmaxRowVector checks Softmax (vector bodies included) against a
 // float64 softmax over every length up to 41, with -Inf entries.
 func TestSoftmaxRowVector(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
@@ -111,7 +109,7 @@ func TestSoftmaxRowVector(t *testing.T) {
 			z += math.Exp(float64(v) - mx)
 		}
 		y := append([]float32(nil), x...)
-		softmaxRow(y)
+		Softmax(y)
 		for i, v := range x {
 			want := math.Exp(float64(v)-mx) / z
 			if d := math.Abs(float64(y[i]) - want); d > 1e-6 {

@@ -1,6 +1,9 @@
 //go:build !amd64 || purego
 
-package model
+package kernel
+
+// expShiftVec has no vector body on this platform.
+func expShiftVec(x []float32, shift float32) (int, float32) { return 0, 0 }
 
 // maxVec has no vector body on this platform.
 func maxVec(x []float32, init float32) (int, float32) { return 0, init }
