@@ -21,9 +21,11 @@ import "github.com/drafter-ai/drafter/pkg/tensor"
 // not be called from two goroutines at once: its calls then queue behind each
 // other's helper threads, which spin meanwhile (a decode step measured 6-8x the
 // CPU time of a single-threaded BLAS split here). The model splits only on a
-// backend known to run a call on one thread: the pure-Go one, whose products
-// it keeps small enough to stay serial, and any backend with a Threads method
-// (see threaded) that reports 1.
+// backend known to run a call on one thread: any backend with a Threads
+// method (see threaded) that reports 1. The pure-Go backend splits its own
+// large products over the same workers (its packed kernels lose half their
+// efficiency on 64-feature pieces), so the model hands it whole products and
+// splits only attention heads and the small products below on it.
 
 // threaded is implemented by backends that say how many threads one call
 // uses; the model splits its products across goroutines when it is 1.
@@ -97,8 +99,8 @@ func (m *Model) matmul(out, x, w []float32, rows, n, k int, acc bool) {
 		case rows*n*k < smallMinWork:
 			chunks = 1
 		}
-	} else if !m.split || rows*n*k < mmMinWork || (m.goBLAS && rows > 3*gonumBlock) {
-		// Small, or large enough for gonum's own goroutines on every piece.
+	} else if !m.split || m.goBLAS || rows*n*k < mmMinWork {
+		// Small, or a backend that splits its products itself.
 		chunks = 1
 	}
 	s := &m.s
@@ -120,22 +122,8 @@ func (m *Model) matmulChunk(_, lo, hi int) {
 		m.be.Sgemv(false, hi-lo, j.k, 1, j.w[lo*j.k:hi*j.k], j.k, j.x[:j.k], j.beta, j.out[lo:hi])
 		return
 	}
-	step := hi - lo
-	if m.goBLAS && j.rows <= 3*gonumBlock {
-		step = gonumBlock * (3 / ((j.rows + gonumBlock - 1) / gonumBlock))
-	}
-	for p := lo; p < hi; p += step {
-		q := min(p+step, hi)
-		m.be.Sgemm(false, true, j.rows, q-p, j.k, 1, j.x[:j.rows*j.k], j.k, j.w[p*j.k:q*j.k], j.k, j.beta, j.out[p:(j.rows-1)*j.n+q], j.n)
-	}
+	m.be.Sgemm(false, true, j.rows, hi-lo, j.k, 1, j.x[:j.rows*j.k], j.k, j.w[lo*j.k:hi*j.k], j.k, j.beta, j.out[lo:(j.rows-1)*j.n+hi], j.n)
 }
-
-// gonumBlock is the tile of gonum's Sgemm, which starts goroutines (and
-// allocates) for a product of four tiles or more. On the pure-Go backend the
-// model hands it pieces of at most three tiles, so that small batches stay
-// allocation-free and the split above is the only parallelism, and leaves
-// products of more than 3·gonumBlock rows to gonum's own goroutines.
-const gonumBlock = 64
 
 // linear runs l on rows of x into out (acc adds to out), splitting the product.
 func (m *Model) linear(l *Linear, out, x []float32, rows int, acc bool) {

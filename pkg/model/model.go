@@ -95,7 +95,7 @@ type Model struct {
 	vocab  int
 	maxPos int // max_position_embeddings (and sliding window, when smaller)
 	scale  float32
-	goBLAS bool // be is tensor's pure-Go backend (gonum); see matmulChunk
+	goBLAS bool // be is tensor's pure-Go backend, which splits its own products; see matmul
 	split  bool // products and attention heads are split over goroutines; see splits
 	s      scratch
 	res    Result

@@ -1,14 +1,30 @@
 package tensor
 
 import (
+	"sync"
+
+	"github.com/drafter-ai/drafter/pkg/tensor/internal/kernel"
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/gonum"
 )
 
-// goBLAS is the pure-Go backend (gonum's BLAS); it builds with CGO_ENABLED=0.
+// goBLAS is the pure-Go backend; it builds with CGO_ENABLED=0. Its Sgemm runs
+// drafter's own packed, cache-blocked kernels (AVX-512 or AVX2 assembly on
+// amd64) and splits large products over tensor's workers itself; gonum's BLAS
+// remains for what they do not cover.
 type goBLAS struct{}
 
 func (goBLAS) Name() string { return "go" }
+
+// gemms keeps the kernels' packing buffers (a few MiB each at most) for
+// reuse, one per product in flight, so that a warm Sgemm allocates nothing. A
+// product finding none allocates one, kept afterwards unless the list is
+// full. It is the same process-wide free list as the worker pool's jobs.
+var gemms = sync.OnceValue(func() chan *kernel.Gemm { return make(chan *kernel.Gemm, 16) })
+
+// gemmMinWork is the product size (multiply-adds) below which the Go kernel
+// (on processors without AVX2) leaves the product to gonum.
+const gemmMinWork = 1 << 12
 
 func tr(t bool) blas.Transpose {
 	if t {
@@ -22,7 +38,22 @@ func (goBLAS) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32
 		return
 	}
 	checkGemm(transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc)
-	gonum.Implementation{}.Sgemm(tr(transA), tr(transB), m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	free := gemms()
+	var g *kernel.Gemm
+	select {
+	case g = <-free:
+	default:
+		g = kernel.NewGemm()
+	}
+	if g.Vector() {
+		g.Sgemm(ParallelChunks, Workers(), transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	} else {
+		gonum.Implementation{}.Sgemm(tr(transA), tr(transB), m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	}
+	select {
+	case free <- g:
+	default:
+	}
 }
 
 func (goBLAS) Sgemv(t bool, m, n int, alpha float32, a []float32, lda int, x []float32, beta float32, y []float32) {
@@ -30,5 +61,14 @@ func (goBLAS) Sgemv(t bool, m, n int, alpha float32, a []float32, lda int, x []f
 		return
 	}
 	checkGemv(t, m, n, len(a), lda, len(x), len(y))
+	if alpha == 1 && (beta == 0 || beta == 1) {
+		// The vector kernels drafter's models use for single rows.
+		if t {
+			kernel.WeightedSum(y, x, a, lda, m, n, beta == 1)
+		} else {
+			kernel.DotRows(y, m, x, n, a, lda, 1, m, n, beta == 1)
+		}
+		return
+	}
 	gonum.Implementation{}.Sgemv(tr(t), m, n, alpha, a, lda, x, 1, beta, y, 1)
 }

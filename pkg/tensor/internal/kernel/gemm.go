@@ -1,0 +1,366 @@
+package kernel
+
+import (
+	"fmt"
+	"unsafe"
+)
+
+// Sgemm's blocking. A block of rows of op(A) (all of them, for the models'
+// products) is packed once, over all of k, into micro-panels of mr rows, and
+// the output columns are split into units of at most gemmUnitPanels
+// micro-panels of nr columns, which run concurrently. A unit walks k in steps
+// of at most gemmKC: for each step it packs its columns of op(B) and
+// multiplies every A panel of the step (at most gemmStepFloats, kept in the
+// L2 cache) by one B micro-panel at a time (gemmKC·nr floats, 32 KiB for
+// nr = 32, which stays in the L1 cache) into mr x nr tiles of C. So a product
+// has two parallel phases (pack A, compute) per row block, and a worker that
+// starts late on a busy machine holds up only the units it has taken.
+const (
+	gemmKC         = 256
+	gemmStepFloats = 1 << 18 // packed A of one k step: 1 MiB
+	gemmAFloats    = 1 << 21 // packed A block: 8 MiB
+	gemmAlign      = 16      // packed panels start on 64-byte boundaries
+	maxTile        = 14 * 32 // the largest micro-tile, mr*nr
+	gemmUnitPanels = 16      // most B micro-panels in a compute unit
+)
+
+// Kernel kinds: which micro-kernel a Gemm runs.
+const (
+	kindGo     = iota // plain Go, 4 x 8
+	kindAVX2          // AVX2/FMA assembly, 6 x 16
+	kindAVX512        // AVX-512 assembly, 14 x 32
+)
+
+// tileShape returns the micro-tile of a kernel kind.
+func tileShape(kind int) (mr, nr int) {
+	switch kind {
+	case kindAVX512:
+		return 14, 32
+	case kindAVX2:
+		return 6, 16
+	}
+	return 4, 8
+}
+
+// Runner runs fn over chunks [0, n) split into at most chunks pieces,
+// concurrently when it can, and returns when all are done; fn's first
+// argument is the chunk's index. tensor.ParallelChunks is one.
+type Runner func(n, chunks int, fn func(c, lo, hi int))
+
+// Gemm computes single-precision matrix products (SGEMM). It owns the packing
+// buffers, which grow to the largest product it has seen and are then reused:
+// after warm-up a product allocates nothing. A Gemm serves one call at a time.
+type Gemm struct {
+	kind   int
+	mr, nr int
+
+	// stepFloats and aFloats bound the packed A of one k step and of a row
+	// block (gemmStepFloats and gemmAFloats; tests make them small).
+	stepFloats, aFloats int
+
+	apBuf, bpBuf []float32 // backing arrays of ap and bp
+	ap, bp       []float32 // packed A block, packed B block (aligned)
+
+	// The product in progress.
+	transA, transB bool
+	m, n, k        int
+	alpha          float32
+	a, b, c        []float32
+	lda, ldb, ldc  int
+
+	// The row block in progress.
+	ic, mcb    int
+	kc         int     // k step
+	beta       float32 // beta of the product
+	unitPanels int     // B micro-panels per compute unit
+
+	packAFn, computeFn func(c, lo, hi int)
+}
+
+// NewGemm returns a Gemm that uses the fastest micro-kernel the processor
+// supports: AVX-512 (14 x 32 tiles), else AVX2 with FMA (6 x 16), else Go.
+func NewGemm() *Gemm { return newGemm(bestKind()) }
+
+func newGemm(kind int) *Gemm {
+	g := &Gemm{kind: kind, stepFloats: gemmStepFloats, aFloats: gemmAFloats}
+	g.mr, g.nr = tileShape(kind)
+	g.packAFn = g.packAChunk
+	g.computeFn = g.computeChunk
+	return g
+}
+
+// Vector reports whether g runs an assembly micro-kernel (otherwise a plain
+// Go one, slower than gonum's vectorised BLAS).
+func (g *Gemm) Vector() bool { return g.kind != kindGo }
+
+// gemmParallelMin is the product size (multiply-adds) from which Sgemm hands
+// chunks to the runner; smaller ones run on the calling goroutine.
+const gemmParallelMin = 1 << 20
+
+// Sgemm computes C = alpha*op(A)*op(B) + beta*C for row-major matrices, where
+// op(X) is X or its transpose: op(A) is m x k, op(B) is k x n and C is m x n,
+// with row strides lda, ldb and ldc as stored. When beta is 0, C is not read
+// (NaNs in it are overwritten), as in BLAS. Large products are split over
+// up to workers concurrent chunks of output columns run by par (nil runs
+// everything on the calling goroutine). The buffers must be large enough;
+// the caller checks them.
+func (g *Gemm) Sgemm(par Runner, workers int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	if m <= 0 || n <= 0 {
+		return
+	}
+	if ldc < n || len(c) < (m-1)*ldc+n {
+		panic(fmt.Sprintf("tensor: Sgemm C too short (%d) for m=%d n=%d ldc=%d", len(c), m, n, ldc))
+	}
+	if k <= 0 || alpha == 0 {
+		scaleRows(c, ldc, m, n, beta)
+		return
+	}
+	mr, nr := g.mr, g.nr
+	g.transA, g.transB, g.m, g.n, g.k = transA, transB, m, n, k
+	g.alpha, g.beta, g.a, g.b, g.c, g.lda, g.ldb, g.ldc = alpha, beta, a, b, c, lda, ldb, ldc
+
+	// Blocks of near-equal size: 300 steps are two of 150, not 256+44.
+	kc := ceilDiv(k, ceilDiv(k, gemmKC))
+	mcMax := max(mr, min(g.stepFloats/kc, g.aFloats/k)/mr*mr)
+	mc := roundUp(ceilDiv(m, ceilDiv(m, mcMax)), mr)
+	g.kc = kc
+	g.ap = grow(&g.apBuf, mc*k)
+
+	if par == nil || m*n*k < gemmParallelMin {
+		workers = 1
+	}
+	panels := ceilDiv(n, nr)
+	g.unitPanels = min(gemmUnitPanels, max(1, ceilDiv(panels, 4*workers)))
+	units := ceilDiv(panels, g.unitPanels)
+	chunks := min(units, 4*workers)
+	g.bp = grow(&g.bpBuf, chunks*kc*g.unitPanels*nr)
+	for ic := 0; ic < m; ic += mc {
+		g.ic, g.mcb = ic, min(mc, m-ic)
+		aPanels := ceilDiv(g.mcb, mr)
+		if workers > 1 {
+			// More chunks than workers: a worker that starts late on a
+			// busy machine leaves its share to the others.
+			par(aPanels, 4*workers, g.packAFn)
+			par(units, chunks, g.computeFn)
+		} else {
+			g.packAChunk(0, 0, aPanels)
+			g.computeChunk(0, 0, units)
+		}
+	}
+	g.a, g.b, g.c = nil, nil, nil
+}
+
+// packAChunk packs the A micro-panels [lo, hi) of the current row block, for
+// every k step: step pc's panel p is at ap[pc*mcp+p*mr*kcb], mcp being the
+// block's rows rounded up to whole panels.
+func (g *Gemm) packAChunk(_, lo, hi int) {
+	mr := g.mr
+	mcp := roundUp(g.mcb, mr)
+	for pc := 0; pc < g.k; pc += g.kc {
+		kcb := min(g.kc, g.k-pc)
+		if g.transA {
+			// Rows of the stored A are op(A)'s columns: read them whole.
+			i0 := g.ic + lo*mr
+			packRows(g.ap[pc*mcp+lo*mr*kcb:], g.a, g.lda, pc, i0, kcb, min(g.ic+hi*mr, g.m)-i0, mr)
+			continue
+		}
+		for p := lo; p < hi; p++ {
+			i0 := g.ic + p*mr
+			rows := min(mr, g.m-i0)
+			packTranspose(g.ap[pc*mcp+p*mr*kcb:], g.a, g.lda, i0, pc, rows, kcb, mr)
+		}
+	}
+}
+
+// computeChunk computes the compute units [lo, hi) of the current row block,
+// one after another, over all of k, packing their B micro-panels into chunk
+// c's part of bp.
+func (g *Gemm) computeChunk(c, lo, hi int) {
+	mr, nr := g.mr, g.nr
+	mcp := roundUp(g.mcb, mr)
+	aPanels := mcp / mr
+	panels := ceilDiv(g.n, nr)
+	bp := g.bp[c*g.kc*g.unitPanels*nr:][:g.kc*g.unitPanels*nr]
+	var tile [maxTile]float32
+	for u := lo; u < hi; u++ {
+		q0 := u * g.unitPanels
+		q1 := min(q0+g.unitPanels, panels)
+		for pc := 0; pc < g.k; pc += g.kc {
+			kcb := min(g.kc, g.k-pc)
+			beta := g.beta
+			if pc > 0 {
+				beta = 1
+			}
+			load := 0
+			if beta != 0 {
+				load = 1
+			}
+			// Pack the unit's B panels of this step together: the rows of
+			// a row-major B are then read whole.
+			j0, cols := q0*nr, min(q1*nr, g.n)-q0*nr
+			if g.transB {
+				for q := q0; q < q1; q++ {
+					packTranspose(bp[(q-q0)*kcb*nr:], g.b, g.ldb, q*nr, pc, min(nr, g.n-q*nr), kcb, nr)
+				}
+			} else {
+				packRows(bp, g.b, g.ldb, pc, j0, kcb, cols, nr)
+			}
+			ap := g.ap[pc*mcp:][:mcp*kcb]
+			for q := q0; q < q1; q++ {
+				b := bp[(q-q0)*kcb*nr:][:kcb*nr]
+				j0 := q * nr
+				cols := min(nr, g.n-j0)
+				for p := 0; p < aPanels; p++ {
+					i0 := g.ic + p*mr
+					rows := min(mr, g.m-i0)
+					a := &ap[p*mr*kcb]
+					if rows == mr && cols == nr {
+						microKernel(g.kind, kcb, a, &b[0], &g.c[i0*g.ldc+j0], g.ldc, g.alpha, beta, load)
+						continue
+					}
+					microKernel(g.kind, kcb, a, &b[0], &tile[0], nr, 1, 0, 0)
+					for r := 0; r < rows; r++ {
+						cr := g.c[(i0+r)*g.ldc+j0:][:cols]
+						tr := tile[r*nr:][:cols]
+						if load == 0 {
+							for j, v := range tr {
+								cr[j] = g.alpha * v
+							}
+						} else {
+							for j, v := range tr {
+								cr[j] = g.alpha*v + beta*cr[j]
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// packRows packs rows [r0, r0+kc) of x (stride ld), columns [c0, c0+cols),
+// into consecutive panels of w columns, each kc groups of w values:
+// dst[(j/w)*kc*w+p*w+j%w] = x[(r0+p)*ld+c0+j], the last panel's missing
+// columns as zeros.
+func packRows(dst, x []float32, ld, r0, c0, kc, cols, w int) {
+	np := ceilDiv(cols, w)
+	full := cols / w
+	dst = dst[:np*kc*w]
+	for p := 0; p < kc; p++ {
+		src := x[(r0+p)*ld+c0:][:cols]
+		for q := 0; q < full; q++ {
+			copy(dst[q*kc*w+p*w:][:w], src[q*w:])
+		}
+		if full < np {
+			d := dst[full*kc*w+p*w:][:w]
+			n := copy(d, src[full*w:])
+			clear(d[n:])
+		}
+	}
+}
+
+// packTranspose packs rows [r0, r0+rows) of the row-major matrix x (stride
+// ld), columns [c0, c0+kc), into dst as kc groups of w values, dst[p*w+r] =
+// x[(r0+r)*ld+c0+p], the missing rows r >= rows as zeros.
+func packTranspose(dst, x []float32, ld, r0, c0, rows, kc, w int) {
+	dst = dst[:kc*w]
+	r := packT8(dst, x, ld, r0, c0, rows, kc, w)
+	if kc8 := kc &^ 7; r > 0 && kc8 < kc {
+		for i := 0; i < r; i++ {
+			s := x[(r0+i)*ld+c0:][:kc]
+			for p := kc8; p < kc; p++ {
+				dst[p*w+i] = s[p]
+			}
+		}
+	}
+	for ; r+4 <= rows; r += 4 {
+		s0 := x[(r0+r)*ld+c0:][:kc]
+		s1 := x[(r0+r+1)*ld+c0:][:kc]
+		s2 := x[(r0+r+2)*ld+c0:][:kc]
+		s3 := x[(r0+r+3)*ld+c0:][:kc]
+		for p := range s0 {
+			d := dst[p*w+r:][:4]
+			d[0], d[1], d[2], d[3] = s0[p], s1[p], s2[p], s3[p]
+		}
+	}
+	for ; r < rows; r++ {
+		s := x[(r0+r)*ld+c0:][:kc]
+		for p, v := range s {
+			dst[p*w+r] = v
+		}
+	}
+	if rows < w {
+		for p := 0; p < kc; p++ {
+			clear(dst[p*w+rows : p*w+w])
+		}
+	}
+}
+
+// scaleRows sets C = beta*C, and C = 0 when beta is 0 (ignoring NaNs).
+func scaleRows(c []float32, ldc, m, n int, beta float32) {
+	for i := 0; i < m; i++ {
+		r := c[i*ldc:][:n]
+		if beta == 0 {
+			clear(r)
+			continue
+		}
+		if beta != 1 {
+			for j := range r {
+				r[j] *= beta
+			}
+		}
+	}
+}
+
+// grow returns a 64-byte-aligned slice of n floats from *buf, reallocating it
+// when it is too small.
+func grow(buf *[]float32, n int) []float32 {
+	if len(*buf) < n+gemmAlign {
+		*buf = make([]float32, n+gemmAlign)
+	}
+	off := int(uintptr(unsafe.Pointer(&(*buf)[0]))&63) / 4
+	if off != 0 {
+		off = gemmAlign - off
+	}
+	return (*buf)[off : off+n]
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+func roundUp(a, b int) int { return ceilDiv(a, b) * b }
+
+// microKernelGo computes the 4 x 8 tile C = alpha*A·B + beta*C (C read only
+// when load is 1) from a packed A panel (k groups of 4) and a packed B panel
+// (k groups of 8).
+func microKernelGo(k int, a, b, c *float32, ldc int, alpha, beta float32, load int) {
+	as := unsafe.Slice(a, 4*k)
+	bs := unsafe.Slice(b, 8*k)
+	var acc [4][8]float32
+	for p := 0; p < k; p++ {
+		av := as[4*p : 4*p+4 : 4*p+4]
+		bv := bs[8*p : 8*p+8 : 8*p+8]
+		for r := 0; r < 4; r++ {
+			x := av[r]
+			t := &acc[r]
+			t[0] += x * bv[0]
+			t[1] += x * bv[1]
+			t[2] += x * bv[2]
+			t[3] += x * bv[3]
+			t[4] += x * bv[4]
+			t[5] += x * bv[5]
+			t[6] += x * bv[6]
+			t[7] += x * bv[7]
+		}
+	}
+	cs := unsafe.Slice(c, 3*ldc+8)
+	for r := 0; r < 4; r++ {
+		cr := cs[r*ldc : r*ldc+8 : r*ldc+8]
+		for j := range cr {
+			v := alpha * acc[r][j]
+			if load != 0 {
+				v += beta * cr[j]
+			}
+			cr[j] = v
+		}
+	}
+}

@@ -1,0 +1,28 @@
+package kernel
+
+import "testing"
+
+// BenchmarkMicro measures a micro-kernel alone on a tile whose operands stay
+// in the L1 cache: the ceiling for Sgemm (GFLOP per second of CPU time).
+func BenchmarkMicro(b *testing.B) {
+	for _, kind := range []int{kindAVX2, kindAVX512} {
+		if !kindSupported(kind) {
+			continue
+		}
+		b.Run(map[int]string{kindAVX2: "avx2", kindAVX512: "avx512"}[kind], func(b *testing.B) {
+			mr, nr := tileShape(kind)
+			const k = 256
+			a := grow(new([]float32), mr*k)
+			bb := grow(new([]float32), nr*k)
+			c := make([]float32, mr*64)
+			c0 := cpuTime()
+			for b.Loop() {
+				for i := 0; i < 100; i++ {
+					microKernel(kind, k, &a[0], &bb[0], &c[0], 64, 1, 1, 1)
+				}
+			}
+			flops := 2 * float64(mr*nr*k*100) * float64(b.N)
+			b.ReportMetric(flops/(cpuTime()-c0)/1e9, "GFLOP/cpu-s")
+		})
+	}
+}
