@@ -28,8 +28,11 @@ with the target frozen:
 
 Every capture directory must come from exactly this checkpoint (its manifest's model
 fingerprint is checked) and hold the columns the method reads. The defaults train well
-without tuning: training stops when the held-out loss stops improving, within an epoch cap,
-and the best weights are exported. Flags left out keep the method's trainer defaults.
+without tuning: medusa picks its batch and epoch cap from the data's size, eagle3 trains one
+sample per update (SpecForge's recipe) up to an epoch cap; training stops when the held-out
+metric stops improving (medusa: the chain acceptance its heads give on held-out responses;
+eagle3: the held-out loss), and the best weights are exported. Flags left out keep the
+method's trainer defaults.
 
 out/ also receives metrics.jsonl, checkpoint.safetensors and drafter.json (method, target
 fingerprint, the data manifests' SHA-256, all arguments, final held-out metrics). Ctrl-C

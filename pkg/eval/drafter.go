@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/drafter-ai/drafter/pkg/model"
+	"github.com/drafter-ai/drafter/pkg/sample"
 	"github.com/drafter-ai/drafter/pkg/spec"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 	"github.com/drafter-ai/drafter/train/eagle3"
@@ -241,7 +242,11 @@ func (p *medusaProposer) finish(out []int) {
 }
 
 // eagleProposer drafts with an EAGLE-3 draft layer fed by the target's three
-// feature layers.
+// feature layers. Chains are drafted top-1 at temperature 0 and, at
+// temperature > 0, sampled token by token from the draft distribution q (the
+// draft's logits warped by the serving sampler's rule), which it keeps for
+// verification by speculative sampling, min(1, p/q). Trees are EAGLE-2's
+// deterministic top-k trees at every temperature.
 type eagleProposer struct {
 	m       *model.Model
 	d       *eagle3.Draft
@@ -262,9 +267,20 @@ type eagleProposer struct {
 	parents []int
 	ftoks   []int32
 	chainB  []int32
+
+	// Sampled chains (temperature > 0).
+	sampled bool
+	dsm     *sample.Sampler // the serving rule, applied to the draft's logits
+	rng     *sample.RNG     // the runner's stream: drafting and verification share it
+	lg      []float32       // [V] draft logits over the target vocabulary
+	q       []float32       // [(depth+1), V] q of each chain position, verification's draft rows
+	par     [1]int
+	tok     [1]int32
 }
 
-func newEagleProposer(m *model.Model, d *eagle3.Draft, cfg Config, capacity int) (*eagleProposer, error) {
+// newEagleProposer builds the proposer; rng is the runner's random stream, from
+// which sampled chains are drawn.
+func newEagleProposer(m *model.Model, d *eagle3.Draft, cfg Config, capacity int, rng *sample.RNG) (*eagleProposer, error) {
 	ids := d.LayerIDs
 	if ids == nil {
 		ids = defaultEagleLayers(m.NumLayers())
@@ -281,6 +297,15 @@ func newEagleProposer(m *model.Model, d *eagle3.Draft, cfg Config, capacity int)
 	sessNodes := max(cfg.Depth-1, 1)
 	if p.chain {
 		p.nodes = cfg.Depth
+		if !cfg.Sampling.Greedy() {
+			sm, err := sample.NewSampler(m.VocabSize(), cfg.Sampling)
+			if err != nil {
+				return nil, fmt.Errorf("eval: %w", err)
+			}
+			V := m.VocabSize()
+			p.sampled, p.dsm, p.rng = true, sm, rng
+			p.lg, p.q = make([]float32, V), make([]float32, (cfg.Depth+1)*V)
+		}
 	} else {
 		dp := spec.DynamicParams{Depth: cfg.Depth, TopK: cfg.TopK, TotalTokens: cfg.TotalTokens}
 		b, err := spec.NewDynamicBuilder(dp)
@@ -344,6 +369,9 @@ func (p *eagleProposer) accept(rows []int, res *model.Result, tokens []int) erro
 
 func (p *eagleProposer) propose(t *spec.Tree, root int) error {
 	t.Reset()
+	if p.sampled {
+		return p.sampleChain(t)
+	}
 	if p.chain {
 		c, err := p.s.DraftChain(p.depth, p.chainB[:0])
 		p.chainB = c
@@ -360,6 +388,54 @@ func (p *eagleProposer) propose(t *spec.Tree, root int) error {
 	}
 	p.sessOf = p.sessOf[:0]
 	return p.builder.Build(t, p)
+}
+
+// sampleChain drafts the chain by sampling: at each step q = the serving
+// rule applied to the draft's logits (over the target vocabulary, -Inf
+// outside the draft vocabulary), a token drawn from q, and the draft run on
+// it for the next step. Row i of p.q holds the q node i was drawn from (row 0
+// the root's), the layout spec.Verifier.SampleRows reads.
+func (p *eagleProposer) sampleChain(t *spec.Tree) error {
+	V := len(p.lg)
+	p.s.ClearTree()
+	cur, parent := -1, spec.Root
+	for step := range p.depth {
+		if err := p.s.TargetLogits(cur, p.lg); err != nil {
+			return err
+		}
+		q := p.q[step*V : (step+1)*V]
+		if err := p.dsm.Probs(p.lg, q); err != nil {
+			return fmt.Errorf("eval: draft distribution at chain step %d: %w", step+1, err)
+		}
+		x, err := sample.SampleProbs(q, p.rng)
+		if err != nil {
+			return fmt.Errorf("eval: drawing chain step %d from the draft: %w", step+1, err)
+		}
+		if parent, err = t.Add(x, parent, 0, 0); err != nil {
+			return err
+		}
+		if step == p.depth-1 {
+			break
+		}
+		p.par[0], p.tok[0] = cur, int32(x)
+		ids, err := p.s.AddNodes(p.par[:], p.tok[:])
+		if err != nil {
+			return err
+		}
+		cur = ids[0]
+	}
+	clear(p.q[p.depth*V:]) // the last node's row: no children, never read
+	return nil
+}
+
+// draftProbs returns the draft rows the last propose sampled from, in
+// spec.Verifier.SampleRows' layout, or nil when the tree was drafted
+// deterministically (top-1 chains, top-k trees).
+func (p *eagleProposer) draftProbs() []float32 {
+	if !p.sampled {
+		return nil
+	}
+	return p.q
 }
 
 // Expand implements spec.Expander: it evaluates the frontier nodes in the

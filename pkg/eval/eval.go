@@ -32,7 +32,9 @@ type Mode string
 // Draft shapes.
 const (
 	// ModeChain drafts one token per depth: Medusa's top-1 per head, EAGLE-3's
-	// greedy chain of Depth tokens.
+	// chain of Depth tokens (greedy at temperature 0; at temperature > 0 each
+	// token sampled from the draft's distribution under the same sampling
+	// rule, verified with min(1, p/q)).
 	ModeChain Mode = "chain"
 	// ModeTree drafts a tree: Medusa's static sparse tree (Config.Tree or the
 	// default tree for the head count), EAGLE-2's dynamic tree.
@@ -243,12 +245,30 @@ type proposer interface {
 	finish(out []int)
 }
 
+// sampledProposer is a proposer that may draft by sampling: draftProbs
+// returns the draft distributions its last tree was drawn from (rows in
+// spec.Verifier.SampleRows' layout), or nil for a deterministic draft.
+type sampledProposer interface {
+	proposer
+	draftProbs() []float32
+}
+
+// draftProbs returns the proposer's draft rows for the last tree, nil when it
+// was drafted deterministically.
+func (r *runner) draftProbs() []float32 {
+	if r.sampled == nil {
+		return nil
+	}
+	return r.sampled.draftProbs()
+}
+
 // runner holds the buffers of one Run.
 type runner struct {
 	m       *model.Model
 	d       *Drafter
 	cfg     Config
 	prop    proposer
+	sampled sampledProposer // prop, when it can draft by sampling
 	seq     *model.Sequence
 	sampler *sample.Sampler
 	ver     *spec.Verifier
@@ -305,13 +325,14 @@ func newRunner(m *model.Model, d *Drafter, cfg Config, prompts []Prompt) (*runne
 	case KindMedusa:
 		r.prop, err = newMedusaProposer(m, d.medusa, cfg)
 	case KindEagle3:
-		r.prop, err = newEagleProposer(m, d.eagle, cfg, longest+cfg.MaxNewTokens+2)
+		r.prop, err = newEagleProposer(m, d.eagle, cfg, longest+cfg.MaxNewTokens+2, r.rng)
 	default:
 		err = fmt.Errorf("eval: unknown drafter kind %q", d.Info.Kind)
 	}
 	if err != nil {
 		return nil, err
 	}
+	r.sampled, _ = r.prop.(sampledProposer)
 	// Verification taps the final post-norm state too, so that greedy and
 	// sampled verification compute logits only for the rows they read.
 	r.taps = slices.Clone(r.prop.taps())
@@ -510,7 +531,11 @@ func (r *runner) speculate(ctx context.Context, prompt []int, stream uint64, st 
 			err = r.ver.Typical(&r.tree, res.LogitsOf(0), *r.cfg.Typical, r.rng, &r.vres)
 		} else {
 			r.lazy.hidden = res.HiddenOf(r.finalTap, 0)
-			err = r.ver.VerifyRows(&r.tree, &r.lazy, r.rng, &r.vres)
+			if q := r.draftProbs(); q != nil {
+				err = r.ver.SampleRows(&r.tree, &r.lazy, q, r.rng, &r.vres)
+			} else {
+				err = r.ver.VerifyRows(&r.tree, &r.lazy, r.rng, &r.vres)
+			}
 			r.lazy.hidden = nil
 		}
 		if err != nil {

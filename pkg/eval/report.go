@@ -288,6 +288,8 @@ func (rep *Report) shape() string {
 		return fmt.Sprintf("Medusa chain: top-1 of %d heads", rep.Depth)
 	case rep.Drafter.Kind == KindMedusa:
 		return fmt.Sprintf("Medusa static tree: %d nodes, depth %d, widths %v", rep.TreeNodes, rep.Tree.Depth(), rep.Tree.Widths())
+	case rep.Mode == ModeChain && !rep.Sampling.Greedy():
+		return fmt.Sprintf("EAGLE-3 chain of %d tokens, each sampled from the draft distribution", rep.Depth)
 	case rep.Mode == ModeChain:
 		return fmt.Sprintf("EAGLE-3 chain of %d tokens", rep.Depth)
 	}

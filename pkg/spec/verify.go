@@ -142,6 +142,23 @@ func (v *Verifier) VerifyRows(t *Tree, rows Rows, rng *sample.RNG, res *Result) 
 	return v.sample(t, &v.lazy, nil, rng, res)
 }
 
+// SampleRows is Sample (sampled or, with draft == nil, deterministic drafts)
+// with the target's logits rows read from rows on demand; each row is asked
+// for at most once per call. draft, when not nil, holds (t.Len()+1) rows of
+// Vocab() draft probabilities in Sample's layout. Its outcome is Sample's on
+// the same rows.
+func (v *Verifier) SampleRows(t *Tree, rows Rows, draft []float32, rng *sample.RNG, res *Result) error {
+	if err := v.checkTokens(t); err != nil {
+		return err
+	}
+	if want := (t.Len() + 1) * v.vocab; draft != nil && len(draft) != want {
+		return fmt.Errorf("spec: draft probabilities of length %d for a tree of %d nodes: want %d ((nodes+1) rows of %d)", len(draft), t.Len(), want, v.vocab)
+	}
+	v.lazy = rowCheck{src: rows, vocab: v.vocab}
+	defer func() { v.lazy.src = nil }()
+	return v.sample(t, &v.lazy, draft, rng, res)
+}
+
 // flatRows serves rows from one [(n+1)·V] slice.
 type flatRows struct {
 	logits []float32

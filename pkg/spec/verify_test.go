@@ -313,6 +313,22 @@ func sampledChain(e *env, ctx []int) ([]int, error) {
 	return e.res.Tokens, err
 }
 
+// sampledChainRows is sampledChain verified by SampleRows, the target's rows
+// read on demand (as drafter eval verifies EAGLE-3 chains at temperature > 0).
+func sampledChainRows(e *env, ctx []int) ([]int, error) {
+	e.tree.Reset()
+	c := slices.Clone(ctx)
+	parent := Root
+	for range 3 {
+		x := e.drawWithout(c, nil)
+		parent, _ = e.tree.Add(x, parent, 0, 0)
+		c = append(c, x)
+	}
+	e.fillRows(ctx, true)
+	err := e.ver.SampleRows(&e.tree, &countingRows{logits: e.logits}, e.draft, e.vrng, &e.res)
+	return e.res.Tokens, err
+}
+
 // sampledTree drafts 2 siblings under the root and 2 under each of them, each
 // sibling group drawn without replacement from the draft.
 func sampledTree(e *env, ctx []int) ([]int, error) {
@@ -484,6 +500,7 @@ func TestLossless(t *testing.T) {
 	}{
 		{"sampled chain", tk4, sampledChain, false},
 		{"sampled chain top-p", tp, sampledChain, false},
+		{"sampled chain, rows on demand", tk4, sampledChainRows, false},
 		{"sampled tree", tk4, sampledTree, false},
 		{"eagle2 tree", tk4, eagleTree, false},
 		{"eagle2 tree top-p", tp, eagleTree, false},
@@ -733,6 +750,52 @@ func TestVerifyRowsMatchesVerify(t *testing.T) {
 			if len(rows.asked) > len(want.Path)+1 {
 				t.Fatalf("%v trial %d: %d rows read for a path of %d", p, trial, len(rows.asked), len(want.Path))
 			}
+		}
+	}
+}
+
+// TestSampleRowsMatchesSample: SampleRows with a sampled chain and its draft
+// rows commits what Sample does on the same rows and random stream, reads
+// each row at most once, and rejects a draft of the wrong length.
+func TestSampleRowsMatchesSample(t *testing.T) {
+	for _, p := range []sample.Params{{Temperature: 1}, {Temperature: 0.7, TopK: 5}} {
+		e := newEnv(t, p, 9)
+		var want Result
+		for trial := range 300 {
+			ctx := []int{trial % V, (trial * 5) % V}
+			e.tree.Reset()
+			c := slices.Clone(ctx)
+			parent := Root
+			for range 4 {
+				x := e.drawWithout(c, nil)
+				parent, _ = e.tree.Add(x, parent, 0, 0)
+				c = append(c, x)
+			}
+			e.fillRows(ctx, true)
+			seed := uint64(trial)
+			e.vrng.Reset(seed, 1)
+			if err := e.ver.Sample(&e.tree, e.logits, e.draft, e.vrng, &want); err != nil {
+				t.Fatal(err)
+			}
+			want.Path, want.Tokens = slices.Clone(want.Path), slices.Clone(want.Tokens)
+			rows := &countingRows{logits: e.logits}
+			e.vrng.Reset(seed, 1)
+			if err := e.ver.SampleRows(&e.tree, rows, e.draft, e.vrng, &e.res); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(e.res.Path, want.Path) || !slices.Equal(e.res.Tokens, want.Tokens) || e.res.Reached != want.Reached {
+				t.Fatalf("%v trial %d: SampleRows %+v, Sample %+v", p, trial, e.res, want)
+			}
+			seen := map[int]bool{}
+			for _, r := range rows.asked {
+				if seen[r] {
+					t.Fatalf("%v trial %d: row %d asked for twice (%v)", p, trial, r, rows.asked)
+				}
+				seen[r] = true
+			}
+		}
+		if err := e.ver.SampleRows(&e.tree, &countingRows{logits: e.logits}, e.draft[:len(e.draft)-1], e.vrng, &e.res); err == nil {
+			t.Errorf("%v: a draft one value short was accepted", p)
 		}
 	}
 }

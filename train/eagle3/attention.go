@@ -69,16 +69,10 @@ func attentionForward(be tensor.Backend, a attnShape, out, lse, q []float32, key
 							mx = e
 						}
 					}
-					var sum float32
-					for j := 0; j <= i; j++ {
-						e := float32(math.Exp(float64(row[j] - mx)))
-						row[j] = e
-						sum += e
-					}
-					for m := 1; m <= k; m++ {
-						e := float32(math.Exp(float64(ex[m] - mx)))
-						ex[m] = e
-						sum += e
+					// Every argument is <= 0: the vectorised float32 exponential.
+					sum := tensor.ExpShift(row[:i+1], mx)
+					if k > 0 {
+						sum += tensor.ExpShift(ex[1:k+1], mx)
 					}
 					inv := 1 / sum
 					for j := 0; j <= i; j++ {
@@ -137,10 +131,10 @@ func attentionBackward(be tensor.Backend, a attnShape, dq []float32, dkeys, dval
 					qv := q[r*qw+h*hd : r*qw+h*hd+hd]
 					dov := dout[r*qw+h*hd : r*qw+h*hd+hd]
 					D := dot(dov, out[r*qw+h*hd:r*qw+h*hd+hd])
+					// row[j] - l <= 0 (l is the row's log-sum-exp), up to rounding.
+					tensor.ExpShift(row[:i+1], l)
 					for j := 0; j <= i; j++ {
-						p := float32(math.Exp(float64(row[j] - l)))
-						row[j] = p
-						drow[j] = p * (drow[j] - D)
+						drow[j] = row[j] * (drow[j] - D)
 					}
 					clear(row[i+1:])
 					clear(drow[i+1:])

@@ -577,6 +577,39 @@ func (s *Session) TopK(nodeID, k int, ids []int32, logp []float32) int {
 	return cnt
 }
 
+// ClearTree drops the draft tree above the committed context (the root's
+// prediction stays), so AddNodes starts a new tree.
+func (s *Session) ClearTree() { s.nodes = s.nodes[:0] }
+
+// TargetLogits writes the draft logits after node (-1: the root) as a row over
+// the target vocabulary into dst (len Geometry.Vocab): each draft-vocabulary
+// logit at its target id (through d2t), -Inf at ids outside the draft
+// vocabulary. A sampler over the target vocabulary turns the row into the
+// draft distribution q at any temperature, with the target's warping.
+func (s *Session) TargetLogits(nodeID int, dst []float32) error {
+	g := s.d.Geometry
+	N := g.DraftVocab
+	if len(dst) != g.Vocab {
+		return fmt.Errorf("eagle3: TargetLogits: a row of %d values, want the target vocabulary %d", len(dst), g.Vocab)
+	}
+	if nodeID < -1 || nodeID >= len(s.nodes) {
+		return fmt.Errorf("eagle3: TargetLogits: node %d is not an existing node (have %d)", nodeID, len(s.nodes))
+	}
+	lg := s.rootLg
+	if nodeID >= 0 {
+		lg = s.nlg[nodeID*N : (nodeID+1)*N]
+	}
+	inf := float32(math.Inf(-1))
+	for i := range dst {
+		dst[i] = inf
+	}
+	ids := s.d.Vocab.IDs[:N]
+	for i, x := range lg[:N] {
+		dst[ids[i]] = x
+	}
+	return nil
+}
+
 // DraftChain greedily drafts k tokens (EAGLE-3 chain drafting) from the root
 // into dst (target ids) and returns it; the tree is cleared first and holds
 // the chain afterwards.

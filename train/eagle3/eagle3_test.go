@@ -431,3 +431,29 @@ func TestMaxStepsEvalEveryAndNoWarmup(t *testing.T) {
 		t.Fatalf("drafter.json: %s", b)
 	}
 }
+
+// TestBatchSmallerThanSamples: the batch size does not bound the sample
+// length. pack gives a sample longer than the batch a batch of its own and
+// packs short ones together, and Train runs with --batch-tokens below
+// --max-length (one sample per update).
+func TestBatchSmallerThanSamples(t *testing.T) {
+	lengths := []int{30, 5, 6, 2, 40, 4, 4}
+	got := pack([]int{0, 1, 2, 3, 4, 5, 6}, lengths, 24, 12)
+	want := [][]int{{0}, {1, 2}, {4}, {5, 6}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("pack = %v, want %v (sample 3 is too short to train)", got, want)
+	}
+	g := tinyGeometry()
+	g.DraftVocab = 0
+	tt := newTinyTarget(41, g)
+	ds := memory(g.Hidden, tt.samples(42, 12, 8, 20))
+	cfg := trainConfig(tt)
+	cfg.BatchTokens, cfg.MaxLength, cfg.Epochs = 4, 24, 1
+	res, err := Train(context.Background(), cfg, ds, tensor.CPU(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if train := 12 - 1; res.Steps != train {
+		t.Fatalf("%d updates in one epoch of %d training samples, want one per sample", res.Steps, train)
+	}
+}

@@ -114,6 +114,6 @@ func TestCalibrateStories260k(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := res.Best
-	t.Logf("lr %g batch %d: %s after %d steps (%d epochs); best step %d loss %.3f top1 %.3v top5 %.3v acceptance %.3f",
-		cfg.LR, cfg.BatchTokens, res.Stopped, res.Steps, res.Epochs, b.Step, b.Loss, b.Top1, b.Top5, b.Acceptance)
+	t.Logf("lr %g batch %d: %s after %d steps (%d epochs); best step %d loss %.3f top1 %.3v top5 %.3v acceptance %.3f chain %.3f",
+		cfg.LR, res.BatchTokens, res.Stopped, res.Steps, res.Epochs, b.Step, b.Loss, b.Top1, b.Top5, b.Acceptance, b.Chain)
 }

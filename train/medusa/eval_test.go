@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/train/dataset"
 )
 
 // TestEvaluateAgainstReference checks Evaluate's per-head loss sums and
@@ -31,7 +32,9 @@ func TestEvaluateAgainstReference(t *testing.T) {
 	gotRows, gotCE, gotT1, gotT5 := ws.Stats()
 	logits := make([]float32, g.Vocab)
 	ws2 := m.NewWorkspace(1, 1)
+	right := make([][]bool, g.Heads) // reference: head h ranks row i's target first
 	for h := 0; h < g.Heads; h++ {
+		right[h] = make([]bool, rows)
 		var ce float64
 		n, t1, t5 := 0, 0, 0
 		for i := 0; i < rows; i++ {
@@ -57,6 +60,7 @@ func TestEvaluateAgainstReference(t *testing.T) {
 				if v == int(tg) {
 					if k == 0 {
 						t1++
+						right[h][i] = true
 					}
 					if k < 5 {
 						t5++
@@ -68,6 +72,24 @@ func TestEvaluateAgainstReference(t *testing.T) {
 			t.Fatalf("head %d: rows %d ce %g top1 %d top5 %d; reference %d %g %d %d", h, gotRows[h], gotCE[h], gotT1[h], gotT5[h], n, ce, t1, t5)
 		}
 	}
+	// Leads: per row, the run of leading heads that ranked their target first
+	// (a head without a target ends it).
+	leads := ws.Leads(rows)
+	longest := 0
+	for i := 0; i < rows; i++ {
+		k := 0
+		for k < g.Heads && b.Targets[k][i] >= 0 && right[k][i] {
+			k++
+		}
+		if int(leads[i]) != k {
+			t.Fatalf("row %d: lead %d, reference %d", i, leads[i], k)
+		}
+		longest = max(longest, k)
+	}
+	if longest < 2 {
+		t.Fatalf("degenerate lead check: longest run %d", longest)
+	}
+	t.Logf("leads checked on %d rows, longest run %d", rows, longest)
 }
 
 func TestAcceptance(t *testing.T) {
@@ -154,4 +176,66 @@ func TestTrainStepAllocations(t *testing.T) {
 		t.Fatalf("allocations per step: %v at 512 rows, %v at 2048 rows", small, large)
 	}
 	t.Logf("allocations per step: %v (512 rows), %v (2048 rows)", small, large)
+}
+
+// TestHeldOutChainWalk checks Metrics.Chain on hand-worked samples: heads whose
+// every prediction is a chosen token c_t (zero blocks, identity lm_head, one-hot
+// states), walked as greedy chain decoding would walk them, across batch
+// boundaries and past a sample without any head target.
+func TestHeldOutChainWalk(t *testing.T) {
+	const V, heads = 4, 3
+	lm := make([]float32, V*V)
+	for v := range V {
+		lm[v*V+v] = 1
+	}
+	m, err := NewHeads(Geometry{Hidden: V, Vocab: V, Heads: heads, Layers: 1}, lm, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sample := func(tokens []int32, respFrom int, c []int) dataset.Sample {
+		s := dataset.Sample{Tokens: tokens, LossMask: make([]bool, len(tokens)), Final: make([]float32, len(tokens)*V)}
+		for j := range tokens {
+			s.LossMask[j] = j >= respFrom
+			s.Final[j*V+c[j]] = 5
+		}
+		return s
+	}
+	data := &dataset.Memory{H: V, Samples: []dataset.Sample{
+		// From t=1 (response from 2): c=1 matches tokens 3, 4 but not 5: 3
+		// tokens; from t=4: c=3 matches 6, 7 and head 2 has no target: 3
+		// tokens. 6 tokens in 2 steps.
+		sample([]int32{0, 0, 1, 1, 1, 2, 3, 3}, 2, []int{0, 1, 0, 0, 3, 0, 0, 0}),
+		// c=3 everywhere: t=0 misses (1 token), t=1 hits 3 then misses (2),
+		// t=3 has no head target (1). 4 tokens in 3 steps.
+		sample([]int32{0, 1, 2, 3, 0}, 1, []int{3, 3, 3, 3, 3}),
+		// No head has a target anywhere: 1 token in 1 step.
+		sample([]int32{0, 2}, 1, []int{0, 0}),
+	}}
+	for _, rows := range []int{3, 64} {
+		ws := m.NewWorkspace(rows, 2)
+		b := &Batch{X: make([]float32, rows*V), Targets: make([][]int32, heads)}
+		for h := range b.Targets {
+			b.Targets[h] = make([]int32, rows)
+		}
+		mt, err := newEvaluator(rows).evaluate(m, tensor.CPU(), ws, b, data, []int{0, 2, 1}, heads, V, V, Weights(heads, 1), 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mt.ChainSteps != 6 || math.Abs(mt.Chain-11.0/6) > 1e-12 {
+			t.Fatalf("batch of %d rows: chain %g in %d steps, want 11/6 in 6", rows, mt.Chain, mt.ChainSteps)
+		}
+	}
+}
+
+// TestAutoBatchAndEpochs pins the data-derived defaults documented on
+// DefaultConfig.
+func TestAutoBatchAndEpochs(t *testing.T) {
+	for _, c := range []struct{ pos, batch, epochs int }{
+		{0, 64, 40}, {1000, 64, 40}, {32767, 64, 40}, {32768, 128, 40},
+		{36900, 128, 40}, {100_000, 256, 15}, {1_048_575, 2048, 2}, {1_048_576, 4096, 2}, {100_000_000, 4096, 2},
+	} {
+		if b, e := AutoBatchTokens(c.pos), AutoEpochs(c.pos); b != c.batch || e != c.epochs {
+			t.Errorf("%d positions: batch %d, epochs %d; want %d, %d", c.pos, b, e, c.batch, c.epochs)
+		}
+	}
 }

@@ -152,6 +152,8 @@ type Workspace struct {
 	rowW           []float32   // [Chunk] the current head's loss weight per row
 	rowLoss        []float64   // [Chunk] per-row cross-entropy (evaluation)
 	rank           []int32     // [Chunk] per-row rank of the target (evaluation)
+	rowOf          []int32     // [MaxRows] batch row of each gathered row
+	lead           []int32     // [MaxRows] per batch row: heads 0..lead-1 all ranked their target first (evaluation)
 	// statistics of the last pass, per head
 	headLoss           []float64
 	headRows           []int
@@ -182,6 +184,8 @@ func (m *Heads) NewWorkspace(maxRows, chunk int) *Workspace {
 	ws.rowW = make([]float32, chunk)
 	ws.rowLoss = make([]float64, chunk)
 	ws.rank = make([]int32, chunk)
+	ws.rowOf = make([]int32, maxRows)
+	ws.lead = make([]int32, maxRows)
 	ws.headLoss = make([]float64, m.Heads)
 	ws.headRows = make([]int, m.Heads)
 	ws.headTop1 = make([]int, m.Heads)
@@ -230,6 +234,7 @@ func (ws *Workspace) gather(b *Batch, h, H int) int {
 		}
 		copy(x0[n*H:(n+1)*H], b.X[r*H:(r+1)*H])
 		ws.targets[n] = t
+		ws.rowOf[n] = int32(r)
 		n++
 	}
 	return n
@@ -295,12 +300,22 @@ func (ws *Workspace) Stats() (rows []int, ceSum []float64, top1, top5 []int) {
 	return ws.headRows, ws.headLoss, ws.headTop1, ws.headTop5
 }
 
+// Leads returns, for the last Evaluate, per batch row the length k of the
+// run of leading heads 0..k-1 that all ranked their target first; a head
+// without a target there ends the run. 1+k is what a greedy chain of the
+// heads drafted from that position would have accepted had the target
+// produced the data's tokens. The slice is owned by the workspace.
+func (ws *Workspace) Leads(rows int) []int32 { return ws.lead[:rows] }
+
 func (m *Heads) pass(be tensor.Backend, ws *Workspace, b *Batch, w []float64, train bool) float64 {
 	if b.Rows > ws.MaxRows {
 		panic(fmt.Sprintf("medusa: batch of %d rows exceeds the workspace's %d", b.Rows, ws.MaxRows))
 	}
 	H, V := m.Hidden, m.Vocab
 	var total float64
+	if !train {
+		clear(ws.lead[:b.Rows])
+	}
 	for h := 0; h < m.Heads; h++ {
 		ws.headLoss[h], ws.headRows[h], ws.headTop1[h], ws.headTop5[h] = 0, 0, 0, 0
 		n := ws.gather(b, h, H)
@@ -325,10 +340,15 @@ func (m *Heads) pass(be tensor.Backend, ws *Workspace, b *Batch, w []float64, tr
 			if !train {
 				rl, rank := ws.rowLoss[:c], ws.rank[:c]
 				nn.CrossEntropyEval(logits, c, V, tg, rl, rank)
+				rowOf := ws.rowOf[c0 : c0+c]
 				for i, l := range rl {
 					ws.headLoss[h] += l
 					if rank[i] == 0 {
 						ws.headTop1[h]++
+						// Heads run in order: lead == h means heads 0..h-1 were all right.
+						if r := rowOf[i]; ws.lead[r] == int32(h) {
+							ws.lead[r]++
+						}
 					}
 					if rank[i] < 5 {
 						ws.headTop5[h]++

@@ -3,6 +3,7 @@ package medusa
 import (
 	"context"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -48,12 +49,17 @@ func TestResumeBitIdentical(t *testing.T) {
 	// Cut by MaxSteps, then resumed without the limit.
 	dir := t.TempDir()
 	cut := cfg
-	cut.MaxSteps = 50 // after the best evaluation, before early stopping
+	// After the best evaluation, before early stopping, so the resumed run must
+	// restore the saved best weights and the count of evaluations since.
+	if full.Stopped != "early-stop" || full.Best == nil || full.Best.Step+2 >= full.Steps {
+		t.Fatalf("uninterrupted run (%s, best at step %v of %d) does not exercise early stopping", full.Stopped, full.Best, full.Steps)
+	}
+	cut.MaxSteps = full.Best.Step + 2
 	part, err := Train(context.Background(), cut, target, data, be, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if part.Steps != 50 || part.Stopped != "max-steps" {
+	if part.Steps != cut.MaxSteps || part.Stopped != "max-steps" {
 		t.Fatalf("cut run: %d steps, %s", part.Steps, part.Stopped)
 	}
 	res := cfg
@@ -92,4 +98,33 @@ func TestResumeBitIdentical(t *testing.T) {
 	if _, err := Train(context.Background(), bad, target, data, be, dir); err == nil {
 		t.Fatal("resume with a different learning rate accepted")
 	}
+}
+
+// TestTrainAutoBatchAndEpochs checks that a zero batch and epoch cap are
+// chosen from the training positions and that the schedule spans them.
+func TestTrainAutoBatchAndEpochs(t *testing.T) {
+	data, st := synthData(5, 8, 16, 200, 3, 60)
+	cfg := DefaultConfig()
+	cfg.MaxSteps = 2
+	var total int
+	cfg.Progress = func(p Progress) { total = p.TotalSteps }
+	res, err := Train(context.Background(), cfg, Target{Vocab: st.V, LMHead: st.LM}, data, tensor.CPU(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := data.NumSamples()
+	split := sampleOrder(n, cfg.Seed, heldOutStream)
+	nHeld := int(math.Round(cfg.HeldOut * float64(n)))
+	pos, err := countPositions(data, split[nHeld:], cfg.Heads, data.H, st.V)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, e := AutoBatchTokens(pos), AutoEpochs(pos)
+	if b < 64 || e < 2 {
+		t.Fatalf("implausible automatic batch %d and epochs %d for %d positions", b, e, pos)
+	}
+	if res.BatchTokens != b || res.MaxEpochs != e || total != (pos+b-1)/b*e {
+		t.Fatalf("%d positions: batch %d, epochs %d, %d scheduled steps; want %d, %d, %d", pos, res.BatchTokens, res.MaxEpochs, total, b, e, (pos+b-1)/b*e)
+	}
+	t.Logf("%d positions: batch %d, %d epochs, %d steps", pos, b, e, total)
 }

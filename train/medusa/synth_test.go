@@ -148,12 +148,16 @@ func evalHeads(t *testing.T, m *Heads, data *dataset.Memory, cfg Config) *Metric
 	n := data.NumSamples()
 	split := sampleOrder(n, cfg.Seed, heldOutStream)
 	nHeld := int(math.Round(cfg.HeldOut * float64(n)))
-	ws := m.NewWorkspace(cfg.BatchTokens, 0)
-	b := &Batch{X: make([]float32, cfg.BatchTokens*m.Hidden), Targets: make([][]int32, m.Heads)}
-	for h := range b.Targets {
-		b.Targets[h] = make([]int32, cfg.BatchTokens)
+	rows := cfg.BatchTokens
+	if rows == 0 {
+		rows = 4096
 	}
-	mt, err := evaluate(m, tensor.CPU(), ws, b, data, split[:nHeld], m.Heads, m.Hidden, m.Vocab, Weights(m.Heads, cfg.Decay), 0, 0)
+	ws := m.NewWorkspace(rows, 0)
+	b := &Batch{X: make([]float32, rows*m.Hidden), Targets: make([][]int32, m.Heads)}
+	for h := range b.Targets {
+		b.Targets[h] = make([]int32, rows)
+	}
+	mt, err := newEvaluator(rows).evaluate(m, tensor.CPU(), ws, b, data, split[:nHeld], m.Heads, m.Hidden, m.Vocab, Weights(m.Heads, cfg.Decay), 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

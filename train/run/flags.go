@@ -103,6 +103,9 @@ func (f *Flags) Options(progress io.Writer) (Options, error) {
 			}
 			c.WarmupSteps = n
 		}
+		if (given("batch-tokens") && f.BatchTokens < 0) || (given("epochs") && f.Epochs < 0) {
+			return o, flagErr("--batch-tokens and --epochs for medusa must be >= 1, or 0 to choose them from the data; got %d and %d", f.BatchTokens, f.Epochs)
+		}
 		setInt(given, "batch-tokens", &c.BatchTokens, f.BatchTokens)
 		setInt(given, "epochs", &c.MaxEpochs, f.Epochs)
 		setInt(given, "max-steps", &c.MaxSteps, f.MaxSteps)
@@ -195,12 +198,7 @@ func (f *Flags) Options(progress io.Writer) (Options, error) {
 			if f.MaxLength < 3 {
 				return o, flagErr("--max-length must be >= 3 (a sample needs 3 tokens to train a step), got %d", f.MaxLength)
 			}
-			if f.MaxLength > c.BatchTokens {
-				return o, flagErr("--max-length %d exceeds --batch-tokens %d: a batch must hold one whole sample", f.MaxLength, c.BatchTokens)
-			}
 			c.MaxLength = f.MaxLength
-		} else {
-			c.MaxLength = min(c.MaxLength, c.BatchTokens)
 		}
 		if given("epochs") && f.Epochs < 1 {
 			return o, flagErr("--epochs must be >= 1, got %d", f.Epochs)
@@ -280,7 +278,7 @@ func (f *Flags) Register(fs *pflag.FlagSet) {
 	fs.IntVar(&f.TTTSteps, "ttt-steps", e.Steps, "eagle3: training-time-test unroll length")
 	fs.Float64Var(&f.TTTDecay, "ttt-decay", e.StepDecay, "eagle3: loss weight of unrolled step k is decay^k")
 	fs.IntVar(&f.DraftVocab, "draft-vocab", e.DraftVocab, "eagle3: draft vocabulary size N (the N most frequent response tokens; capped at the target's vocabulary)")
-	fs.IntVar(&f.MaxLength, "max-length", 0, fmt.Sprintf("eagle3: truncate samples to this many tokens (default min(%d, --batch-tokens))", e.MaxLength))
+	fs.IntVar(&f.MaxLength, "max-length", 0, fmt.Sprintf("eagle3: truncate samples to this many tokens (default %d); a sample longer than --batch-tokens trains as a batch of its own", e.MaxLength))
 	fs.StringVar(&f.Format, "format", eagle3.FormatNative, "eagle3: export layout: native (EAGLE/SpecForge/SGLang, also loaded by vLLM) or speculators")
 
 	fs.Float64Var(&f.LR, "lr", 0, "peak learning rate "+both(m.LR, e.LR))
@@ -288,11 +286,11 @@ func (f *Flags) Register(fs *pflag.FlagSet) {
 	fs.Float64Var(&f.WeightDecay, "weight-decay", 0, "AdamW decoupled weight decay "+both(m.WeightDecay, e.WeightDecay))
 	fs.Float64Var(&f.ClipNorm, "clip-norm", 0, "global gradient-norm clip, 0 disables "+both(m.ClipNorm, e.ClipNorm))
 	fs.StringVar(&f.Warmup, "warmup", "", fmt.Sprintf("linear warm-up, 0 disables: medusa in optimiser steps (default %s), eagle3 as a fraction of all updates (default %g)", medusaWarmup(m), e.WarmupFrac))
-	fs.IntVar(&f.Epochs, "epochs", 0, "epoch cap; training stops earlier when the held-out loss stops improving "+both(m.MaxEpochs, e.Epochs))
+	fs.IntVar(&f.Epochs, "epochs", 0, "epoch cap; training stops earlier when the held-out metric stops improving (medusa: greedy chain acceptance; eagle3: loss) "+both(medusaAuto(m.MaxEpochs, "enough epochs to see 1.5M positions, 2 to 40"), e.Epochs))
 	fs.IntVar(&f.MaxSteps, "max-steps", 0, "stop after this many optimiser steps in total, 0 = no limit (the schedule still spans --epochs) "+both(m.MaxSteps, e.MaxSteps))
 	fs.IntVar(&f.Patience, "patience", 0, "evaluations without held-out improvement before stopping, 0 = never stop early "+both(m.Patience, e.Patience))
 	fs.IntVar(&f.EvalEvery, "eval-every", 0, "optimiser steps between held-out evaluations, 0 = once per epoch "+both(m.EvalEvery, e.EvalEvery))
-	fs.IntVar(&f.BatchTokens, "batch-tokens", 0, "tokens per optimiser step "+both(m.BatchTokens, e.BatchTokens))
+	fs.IntVar(&f.BatchTokens, "batch-tokens", 0, "tokens per optimiser step; eagle3 packs whole samples up to it and trains a longer sample alone (one sample per step for samples over half of it) "+both(medusaAuto(m.BatchTokens, "training positions/256 as a power of two, 64 to 4096"), e.BatchTokens))
 	fs.Float64Var(&f.ValFraction, "val-fraction", 0, "fraction of the samples held out for evaluation "+both(m.HeldOut, e.EvalFraction))
 	fs.IntVar(&f.CheckpointEvery, "checkpoint-every", 0, "optimiser steps between checkpoints, 0 = at evaluations only "+both(m.CheckpointEvery, e.CheckpointEvery))
 	fs.IntVar(&f.LogEvery, "log-every", 0, "optimiser steps between training lines in metrics.jsonl, 0 = none "+both(m.LogEvery, e.LogEvery))
@@ -300,6 +298,14 @@ func (f *Flags) Register(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.Resume, "resume", false, "continue the run whose checkpoint is in --out (same arguments required)")
 	fs.BoolVar(&f.VerifyData, "verify-data", false, "recompute every shard's SHA-256 against its manifest before training")
 	fs.BoolVarP(&f.Quiet, "quiet", "q", false, "no progress bar or evaluation lines on stderr")
+}
+
+// medusaAuto describes a Medusa default that 0 makes data-derived.
+func medusaAuto(v int, rule string) string {
+	if v == 0 {
+		return "from the data: " + rule
+	}
+	return fmt.Sprint(v)
 }
 
 // medusaWarmup describes Medusa's default warm-up.

@@ -35,10 +35,16 @@ func TestFlagsDefaults(t *testing.T) {
 	if !reflect.DeepEqual(o.EAGLE3, eagle3.DefaultConfig()) || o.Layers != nil || o.Format != "" || o.Progress != nil {
 		t.Errorf("eagle3 options without flags = %+v, want DefaultConfig %+v and no progress", o, eagle3.DefaultConfig())
 	}
-	// --batch-tokens alone brings the default --max-length down to it.
-	f = Flags{Method: MethodEAGLE3, BatchTokens: 512, Given: map[string]string{"batch-tokens": "512"}}
-	if o, err = f.Options(nil); err != nil || o.EAGLE3.MaxLength != 512 || o.EAGLE3.BatchTokens != 512 {
-		t.Errorf("--batch-tokens 512: max length %d, batch %d, err %v; want 512, 512", o.EAGLE3.MaxLength, o.EAGLE3.BatchTokens, err)
+	// --batch-tokens does not bound --max-length: a longer sample trains as
+	// a batch of its own.
+	e := eagle3.DefaultConfig()
+	f = Flags{Method: MethodEAGLE3, BatchTokens: 64, MaxLength: 4096, Given: map[string]string{"batch-tokens": "64", "max-length": "4096"}}
+	if o, err = f.Options(nil); err != nil || o.EAGLE3.MaxLength != 4096 || o.EAGLE3.BatchTokens != 64 {
+		t.Errorf("--batch-tokens 64 --max-length 4096: max length %d, batch %d, err %v; want 4096, 64", o.EAGLE3.MaxLength, o.EAGLE3.BatchTokens, err)
+	}
+	f = Flags{Method: MethodEAGLE3, BatchTokens: 64, Given: map[string]string{"batch-tokens": "64"}}
+	if o, err = f.Options(nil); err != nil || o.EAGLE3.MaxLength != e.MaxLength || o.EAGLE3.BatchTokens != 64 {
+		t.Errorf("--batch-tokens 64: max length %d, batch %d, err %v; want %d, 64", o.EAGLE3.MaxLength, o.EAGLE3.BatchTokens, err, e.MaxLength)
 	}
 }
 
@@ -91,7 +97,7 @@ func TestFlagsRefused(t *testing.T) {
 		{Flags{Method: MethodMedusa, Given: map[string]string{"format": "native"}}, "--format is an EAGLE-3 setting"},
 		{Flags{Method: MethodEAGLE3, Given: map[string]string{"heads": "3"}}, "--heads is a Medusa setting"},
 		{Flags{Method: MethodEAGLE3, Given: map[string]string{"dtype": "bf16"}}, "--dtype is a Medusa setting"},
-		{Flags{Method: MethodEAGLE3, MaxLength: 4096, Given: map[string]string{"max-length": ""}}, "exceeds --batch-tokens"},
+		{Flags{Method: MethodEAGLE3, MaxLength: 2, Given: map[string]string{"max-length": ""}}, "--max-length must be >= 3"},
 		{Flags{Method: MethodMedusa, Layers: "1,2,3", Given: map[string]string{"layers": ""}}, "residual blocks per head"},
 		{Flags{Method: MethodEAGLE3, Layers: "2,3", Given: map[string]string{"layers": ""}}, "got 2"},
 		{Flags{Method: MethodEAGLE3, Layers: "a,b,c", Given: map[string]string{"layers": ""}}, "hidden_states indices"},
@@ -101,6 +107,8 @@ func TestFlagsRefused(t *testing.T) {
 		{Flags{Method: MethodEAGLE3, ValFraction: 0, Given: map[string]string{"val-fraction": ""}}, "(0,1)"},
 		{Flags{Method: MethodEAGLE3, Format: "gguf", Given: map[string]string{"format": ""}}, "--format"},
 		{Flags{Method: MethodMedusa, DType: "int8", Given: map[string]string{"dtype": ""}}, "--dtype"},
+		{Flags{Method: MethodMedusa, Epochs: -1, Given: map[string]string{"epochs": ""}}, "0 to choose them from the data"},
+		{Flags{Method: MethodMedusa, BatchTokens: -8, Given: map[string]string{"batch-tokens": ""}}, "0 to choose them from the data"},
 	}
 	for _, c := range cases {
 		_, err := c.f.Options(nil)
@@ -134,11 +142,11 @@ func TestRegisterQuotesTrainerDefaults(t *testing.T) {
 	m, e := medusa.DefaultConfig(), eagle3.DefaultConfig()
 	for name, text := range map[string]string{
 		"lr":         fmt.Sprintf("medusa %v, eagle3 %v", m.LR, e.LR),
-		"epochs":     fmt.Sprintf("medusa %v, eagle3 %v", m.MaxEpochs, e.Epochs),
+		"epochs":     fmt.Sprintf("medusa %s, eagle3 %v", medusaAuto(m.MaxEpochs, "enough epochs to see 1.5M positions, 2 to 40"), e.Epochs),
 		"patience":   fmt.Sprintf("medusa %v, eagle3 %v", m.Patience, e.Patience),
 		"clip-norm":  fmt.Sprintf("medusa %v, eagle3 %v", m.ClipNorm, e.ClipNorm),
 		"warmup":     fmt.Sprintf("(default %g)", e.WarmupFrac),
-		"max-length": fmt.Sprintf("min(%d,", e.MaxLength),
+		"max-length": fmt.Sprintf("(default %d)", e.MaxLength),
 	} {
 		if u := fs.Lookup(name).Usage; !strings.Contains(u, text) {
 			t.Errorf("--%s help %q does not quote %q", name, u, text)

@@ -80,8 +80,8 @@ func (r *reporter) finish() {
 func (r *reporter) medusa(p medusa.Progress) {
 	r.step(p.Step, p.TotalSteps, p.Epoch, p.Loss, p.TokensPerSec)
 	if m := p.Eval; m != nil {
-		r.line(fmt.Sprintf("eval step %d: loss %.4f  top-1 %s  top-5 %s  acceptance %.3f",
-			m.Step, m.Loss, fmtFloats(m.Top1), fmtFloats(m.Top5), m.Acceptance))
+		r.line(fmt.Sprintf("eval step %d: loss %.4f  top-1 %s  top-5 %s  acceptance %.3f  chain %.3f",
+			m.Step, m.Loss, fmtFloats(m.Top1), fmtFloats(m.Top5), m.Acceptance, m.Chain))
 	}
 }
 
