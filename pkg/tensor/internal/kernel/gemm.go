@@ -22,6 +22,7 @@ const (
 	gemmAlign      = 16      // packed panels start on 64-byte boundaries
 	maxTile        = 14 * 32 // the largest micro-tile, mr*nr
 	gemmUnitPanels = 16      // most B micro-panels in a compute unit
+	gemmBFloats    = 1 << 24 // most of op(B) packed once for all row blocks: 64 MiB
 )
 
 // Kernel kinds: which micro-kernel a Gemm runs.
@@ -60,6 +61,7 @@ type Gemm struct {
 
 	apBuf, bpBuf []float32 // backing arrays of ap and bp
 	ap, bp       []float32 // packed A block, packed B block (aligned)
+	bfBuf, bf    []float32 // all of op(B) packed, when several row blocks share it
 
 	// The product in progress.
 	transA, transB bool
@@ -74,7 +76,7 @@ type Gemm struct {
 	beta       float32 // beta of the product
 	unitPanels int     // B micro-panels per compute unit
 
-	packAFn, computeFn func(c, lo, hi int)
+	packAFn, packBFn, computeFn func(c, lo, hi int)
 }
 
 // NewGemm returns a Gemm that uses the fastest micro-kernel the processor
@@ -85,6 +87,7 @@ func newGemm(kind int) *Gemm {
 	g := &Gemm{kind: kind, stepFloats: gemmStepFloats, aFloats: gemmAFloats}
 	g.mr, g.nr = tileShape(kind)
 	g.packAFn = g.packAChunk
+	g.packBFn = g.packBChunk
 	g.computeFn = g.computeChunk
 	return g
 }
@@ -134,6 +137,17 @@ func (g *Gemm) Sgemm(par Runner, workers int, transA, transB bool, m, n, k int, 
 	units := ceilDiv(panels, g.unitPanels)
 	chunks := min(units, 4*workers)
 	g.bp = grow(&g.bpBuf, chunks*kc*g.unitPanels*nr)
+	// Several row blocks (a tall op(A), such as a weight gradient's
+	// vocabulary rows) would each pack op(B) again: pack it once for all.
+	g.bf = nil
+	if bf := units * g.unitPanels * nr * k; m > mc && bf <= gemmBFloats {
+		g.bf = grow(&g.bfBuf, bf)
+		if workers > 1 {
+			par(units, chunks, g.packBFn)
+		} else {
+			g.packBChunk(0, 0, units)
+		}
+	}
 	for ic := 0; ic < m; ic += mc {
 		g.ic, g.mcb = ic, min(mc, m-ic)
 		aPanels := ceilDiv(g.mcb, mr)
@@ -147,7 +161,35 @@ func (g *Gemm) Sgemm(par Runner, workers int, transA, transB bool, m, n, k int, 
 			g.computeChunk(0, 0, units)
 		}
 	}
-	g.a, g.b, g.c = nil, nil, nil
+	g.a, g.b, g.c, g.bf = nil, nil, nil, nil
+}
+
+// packBChunk packs the B micro-panels of compute units [lo, hi) for every k
+// step into bf: unit u's step pc at bf[(u*k+pc)*unitPanels*nr].
+func (g *Gemm) packBChunk(_, lo, hi int) {
+	for u := lo; u < hi; u++ {
+		for pc := 0; pc < g.k; pc += g.kc {
+			g.packB(g.bf[(u*g.k+pc)*g.unitPanels*g.nr:], u, pc, min(g.kc, g.k-pc))
+		}
+	}
+}
+
+// packB packs compute unit u's B micro-panels of the k step [pc, pc+kcb)
+// into dst, panel after panel, each kcb groups of nr values.
+func (g *Gemm) packB(dst []float32, u, pc, kcb int) {
+	nr := g.nr
+	q0 := u * g.unitPanels
+	q1 := min(q0+g.unitPanels, ceilDiv(g.n, nr))
+	if g.transB {
+		for q := q0; q < q1; q++ {
+			packTranspose(dst[(q-q0)*kcb*nr:], g.b, g.ldb, q*nr, pc, min(nr, g.n-q*nr), kcb, nr)
+		}
+		return
+	}
+	// The unit's panels of this step together: the rows of a row-major B
+	// are then read whole.
+	j0 := q0 * nr
+	packRows(dst, g.b, g.ldb, pc, j0, kcb, min(q1*nr, g.n)-j0, nr)
 }
 
 // packAChunk packs the A micro-panels [lo, hi) of the current row block, for
@@ -180,7 +222,7 @@ func (g *Gemm) computeChunk(c, lo, hi int) {
 	mcp := roundUp(g.mcb, mr)
 	aPanels := mcp / mr
 	panels := ceilDiv(g.n, nr)
-	bp := g.bp[c*g.kc*g.unitPanels*nr:][:g.kc*g.unitPanels*nr]
+	own := g.bp[c*g.kc*g.unitPanels*nr:][:g.kc*g.unitPanels*nr]
 	var tile [maxTile]float32
 	for u := lo; u < hi; u++ {
 		q0 := u * g.unitPanels
@@ -195,15 +237,11 @@ func (g *Gemm) computeChunk(c, lo, hi int) {
 			if beta != 0 {
 				load = 1
 			}
-			// Pack the unit's B panels of this step together: the rows of
-			// a row-major B are then read whole.
-			j0, cols := q0*nr, min(q1*nr, g.n)-q0*nr
-			if g.transB {
-				for q := q0; q < q1; q++ {
-					packTranspose(bp[(q-q0)*kcb*nr:], g.b, g.ldb, q*nr, pc, min(nr, g.n-q*nr), kcb, nr)
-				}
+			bp := own
+			if g.bf != nil {
+				bp = g.bf[(u*g.k+pc)*g.unitPanels*nr:]
 			} else {
-				packRows(bp, g.b, g.ldb, pc, j0, kcb, cols, nr)
+				g.packB(bp, u, pc, kcb)
 			}
 			ap := g.ap[pc*mcp:][:mcp*kcb]
 			for q := q0; q < q1; q++ {
