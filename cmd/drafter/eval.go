@@ -34,7 +34,8 @@ Draft shapes (--mode):
           tree   static sparse tree: the default tree for the head count (3/2/2/1 candidates
                  per depth, 33 nodes for 4 heads), or --tree '[[0],[1],[0,0],...]' (a JSON
                  list of paths of top-k indices, Medusa's medusa_choices; or a file holding one)
-  EAGLE-3 chain  greedy chain of --depth tokens (default 4)
+  EAGLE-3 chain  chain of --depth tokens (default 4): the draft's top-1 at temperature 0,
+                 sampled from the draft's distribution (warped like the target's) above it
           tree   EAGLE-2 dynamic tree: --depth expansion rounds (default 7), --topk children
                  per node and frontier width (default 8; not the sampling --top-k), best
                  --total-tokens kept, the root included (default 60)
