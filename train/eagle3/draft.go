@@ -358,7 +358,7 @@ func (s *Session) layer(r int, tok []int32, committed bool) error {
 	n2 := s.n2[:r*h]
 	tensor.MatMulT(be, s.gate[:r*I], n2, p.Gate[:I*h], r, I, h)
 	tensor.MatMulT(be, s.up[:r*I], n2, p.Up[:I*h], r, I, h)
-	sessSwiGLU(s.gate[:r*I], s.up[:r*I])
+	tensor.SwiGLU(s.gate[:r*I], s.gate[:r*I], s.up[:r*I])
 	tensor.MatMulT(be, s.out[:r*h], s.gate[:r*I], p.Down[:h*I], r, h, I)
 	add(s.out[:r*h], s.a1)
 	return nil
@@ -431,42 +431,6 @@ func sessRMSNormRow(out, x, w []float32, eps float32) {
 	for i, v := range x {
 		out[i] = v * rs * w[i]
 	}
-}
-
-// sessSwiGLU computes silu(gate)*up into gate, as nn.SwiGLU does but with
-// the float32 exponential: gate/(1+e^-gate)*up.
-func sessSwiGLU(gate, up []float32) {
-	up = up[:len(gate)]
-	for i, g := range gate {
-		gate[i] = g / (1 + sessExpf(-g)) * up[i]
-	}
-}
-
-// sessExpf is e^x in float32 for the draft's SiLU: a range
-// reduction by ln 2 and a degree-5 polynomial, within a few ulp of math.Exp;
-// arguments near or past float32's underflow or overflow (and NaN) go to
-// math.Exp.
-func sessExpf(x float32) float32 {
-	if !(x > -87.33654) || x > 88.3 {
-		return float32(math.Exp(float64(x)))
-	}
-	t := x * 1.44269504088896341
-	if t < 0 {
-		t -= 0.5
-	} else {
-		t += 0.5
-	}
-	k := float32(int32(t))
-	r := x - k*0.693359375
-	r -= k * -2.12194440e-4
-	q := float32(1.9875691500e-4)
-	q = q*r + 1.3981999507e-3
-	q = q*r + 8.3334519073e-3
-	q = q*r + 4.1665795894e-2
-	q = q*r + 1.6666665459e-1
-	q = q*r + 5.0000001201e-1
-	y := q*r*r + r + 1
-	return y * math.Float32frombits(uint32(int32(k)+127)<<23)
 }
 
 // logits writes the draft-vocabulary logits of r pre-norm outputs.
