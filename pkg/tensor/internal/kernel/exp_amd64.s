@@ -28,6 +28,37 @@ VEC8(expP5, 0x3f000000)    // 5.0000001201e-1
 VEC8(expOne, 0x3f800000)   // 1
 VEC8(expBias, 0x0000007f)  // 127
 
+// EXP8 computes Y5 = e^Y0 in eight lanes from Y1 = Y0*log2e rounded by
+// ±0.5 (truncated to ki): k = ki, r = Y0 - k*ln2 in two parts, a degree-5
+// polynomial p with e^r = 1 + r + p*r*r, scaled by 2^ki through the exponent
+// bits. It clobbers Y1, Y2 and Y4; the caller handles arguments outside
+// (-87.33654, 88.3].
+#define EXP8 \
+	VCVTTPS2DQ Y1, Y1 \
+	VCVTDQ2PS Y1, Y2 \
+	VMULPS expLn2Hi<>(SB), Y2, Y4 \
+	VSUBPS Y4, Y0, Y4 \
+	VMULPS expLn2Lo<>(SB), Y2, Y5 \
+	VSUBPS Y5, Y4, Y4 \
+	VMOVUPS expP0<>(SB), Y5 \
+	VMULPS Y4, Y5, Y5 \
+	VADDPS expP1<>(SB), Y5, Y5 \
+	VMULPS Y4, Y5, Y5 \
+	VADDPS expP2<>(SB), Y5, Y5 \
+	VMULPS Y4, Y5, Y5 \
+	VADDPS expP3<>(SB), Y5, Y5 \
+	VMULPS Y4, Y5, Y5 \
+	VADDPS expP4<>(SB), Y5, Y5 \
+	VMULPS Y4, Y5, Y5 \
+	VADDPS expP5<>(SB), Y5, Y5 \
+	VMULPS Y4, Y5, Y5 \
+	VMULPS Y4, Y5, Y5 \
+	VADDPS Y4, Y5, Y5 \
+	VADDPS expOne<>(SB), Y5, Y5 \
+	VPADDD expBias<>(SB), Y1, Y1 \
+	VPSLLD $23, Y1, Y1 \
+	VMULPS Y1, Y5, Y5
+
 // func expShiftAVX2(x *float32, n int, shift float32, sums *[8]float32)
 // n is a positive multiple of 8. The lanes' partial sums are added to sums.
 TEXT ·expShiftAVX2(SB), NOSPLIT, $0-32
@@ -43,30 +74,7 @@ loop:
 	VCMPPS $0x1e, expLo<>(SB), Y0, Y3 // keep = v > -87.33654 (false for NaN)
 	VMULPS expLog2e<>(SB), Y0, Y1
 	VSUBPS expHalf<>(SB), Y1, Y1       // t = v*log2e - 0.5
-	VCVTTPS2DQ Y1, Y1                  // ki = int32(t)
-	VCVTDQ2PS Y1, Y2                   // k = float32(ki)
-	VMULPS expLn2Hi<>(SB), Y2, Y4
-	VSUBPS Y4, Y0, Y4                  // r = v - k*ln2hi
-	VMULPS expLn2Lo<>(SB), Y2, Y5
-	VSUBPS Y5, Y4, Y4                  // r -= k*ln2lo
-	VMOVUPS expP0<>(SB), Y5
-	VMULPS Y4, Y5, Y5
-	VADDPS expP1<>(SB), Y5, Y5
-	VMULPS Y4, Y5, Y5
-	VADDPS expP2<>(SB), Y5, Y5
-	VMULPS Y4, Y5, Y5
-	VADDPS expP3<>(SB), Y5, Y5
-	VMULPS Y4, Y5, Y5
-	VADDPS expP4<>(SB), Y5, Y5
-	VMULPS Y4, Y5, Y5
-	VADDPS expP5<>(SB), Y5, Y5         // p
-	VMULPS Y4, Y5, Y5
-	VMULPS Y4, Y5, Y5                  // p*r*r
-	VADDPS Y4, Y5, Y5                  // + r
-	VADDPS expOne<>(SB), Y5, Y5        // + 1
-	VPADDD expBias<>(SB), Y1, Y1
-	VPSLLD $23, Y1, Y1                 // 2^ki as float bits
-	VMULPS Y1, Y5, Y5                  // y
+	EXP8                               // y = e^v
 	VANDPS Y3, Y5, Y5                  // 0 where v <= -87.33654
 	VMOVUPS Y5, (SI)
 	VADDPS Y5, Y6, Y6
@@ -148,30 +156,7 @@ sgloop:
 	VANDPS sgSign<>(SB), Y1, Y2
 	VORPS expHalf<>(SB), Y2, Y2         // ±0.5 with t's sign
 	VADDPS Y2, Y1, Y1
-	VCVTTPS2DQ Y1, Y1                   // ki
-	VCVTDQ2PS Y1, Y2                    // k
-	VMULPS expLn2Hi<>(SB), Y2, Y4
-	VSUBPS Y4, Y0, Y4                   // r = x - k*ln2hi
-	VMULPS expLn2Lo<>(SB), Y2, Y5
-	VSUBPS Y5, Y4, Y4                   // r -= k*ln2lo
-	VMOVUPS expP0<>(SB), Y5
-	VMULPS Y4, Y5, Y5
-	VADDPS expP1<>(SB), Y5, Y5
-	VMULPS Y4, Y5, Y5
-	VADDPS expP2<>(SB), Y5, Y5
-	VMULPS Y4, Y5, Y5
-	VADDPS expP3<>(SB), Y5, Y5
-	VMULPS Y4, Y5, Y5
-	VADDPS expP4<>(SB), Y5, Y5
-	VMULPS Y4, Y5, Y5
-	VADDPS expP5<>(SB), Y5, Y5
-	VMULPS Y4, Y5, Y5
-	VMULPS Y4, Y5, Y5
-	VADDPS Y4, Y5, Y5
-	VADDPS expOne<>(SB), Y5, Y5
-	VPADDD expBias<>(SB), Y1, Y1
-	VPSLLD $23, Y1, Y1
-	VMULPS Y1, Y5, Y5                   // e = expf(x)
+	EXP8                                // e = expf(x)
 	VADDPS expOne<>(SB), Y5, Y5         // 1 + e
 	VDIVPS Y5, Y7, Y7                   // g / (1 + e)
 	VMULPS (DX)(AX*4), Y7, Y7           // * up
