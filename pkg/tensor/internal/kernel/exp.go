@@ -7,7 +7,7 @@ import "math"
 // argument is <= 0 (an argument below float32's underflow, or NaN, gives 0).
 // e^v is computed in float32 by a range reduction by ln 2 and a degree-5
 // polynomial (within a few ulp of math.Exp), eight at a time in assembly
-// where the processor has AVX2, with the same operations per element in the
+// where the processor has AVX2 with Expf's operations, and by Expf in the
 // scalar tail.
 func ExpShift(x []float32, shift float32) float32 {
 	done, sum := expShiftVec(x, shift)
@@ -18,18 +18,7 @@ func ExpShift(x []float32, shift float32) float32 {
 			x[i] = 0
 			continue
 		}
-		t := v*1.44269504088896341 - 0.5 // v <= 0: round to nearest by truncation
-		ki := int32(t)
-		k := float32(ki)
-		r := v - k*0.693359375
-		r -= k * -2.12194440e-4
-		p := float32(1.9875691500e-4)
-		p = p*r + 1.3981999507e-3
-		p = p*r + 8.3334519073e-3
-		p = p*r + 4.1665795894e-2
-		p = p*r + 1.6666665459e-1
-		p = p*r + 5.0000001201e-1
-		y := (p*r*r + r + 1) * math.Float32frombits(uint32(ki+127)<<23)
+		y := Expf(v)
 		x[i] = y
 		sum += y
 	}
@@ -105,12 +94,10 @@ func Scale(x []float32, s float32) {
 }
 
 // SwiGLU computes out = silu(gate) * up element-wise; out may alias gate.
-// silu(g) = g / (1 + Expf(-g)), with Expf's body written out in the loop so
-// that the processor overlaps consecutive elements; the arithmetic is Expf's,
-// step for step, so the results are the same as calling it.
-//
-// Where the processor has vector instructions (swigluVec), they compute the
-// same values eight at a time, leaving blocks with edge cases to this loop.
+// silu(g) = g / (1 + Expf(-g)). Where the processor has vector instructions
+// (swigluVec), they compute the same values, Expf's operations step for step,
+// eight at a time, leaving blocks with edge cases and the tail to a scalar
+// loop.
 func SwiGLU(out, gate, up []float32) {
 	up = up[:len(gate)]
 	out = out[:len(gate)]
@@ -127,42 +114,7 @@ func swigluScalar(out, gate, up []float32) {
 	up = up[:len(gate)]
 	out = out[:len(gate)]
 	for i, g := range gate {
-		x := -g
-		var e float32
-		switch {
-		case !(x > -87.33654):
-			e = 0
-			if x != x {
-				e = x
-			}
-		case x > 88.72283:
-			e = float32(math.Inf(1))
-		default:
-			t := x * 1.44269504088896341
-			if t < 0 {
-				t -= 0.5
-			} else {
-				t += 0.5
-			}
-			ki := int32(t)
-			k := float32(ki)
-			r := x - k*0.693359375
-			r -= k * -2.12194440e-4
-			p := float32(1.9875691500e-4)
-			p = p*r + 1.3981999507e-3
-			p = p*r + 8.3334519073e-3
-			p = p*r + 4.1665795894e-2
-			p = p*r + 1.6666665459e-1
-			p = p*r + 5.0000001201e-1
-			y := p*r*r + r + 1
-			if ki < -126 {
-				e = y * math.Float32frombits(uint32(ki+126+127)<<23) * math.Float32frombits(1<<23)
-			} else if ki > 127 {
-				e = y * math.Float32frombits(uint32(ki-1+127)<<23) * 2
-			} else {
-				e = y * math.Float32frombits(uint32(ki+127)<<23)
-			}
-		}
+		e := Expf(-g)
 		out[i] = g / (1 + e) * up[i]
 	}
 }
