@@ -118,10 +118,6 @@ func (m *Model) matmulChunk(_, lo, hi int) {
 		tensor.DotRows(j.out[lo:], j.n, j.x[:j.rows*j.k], j.k, j.w[lo*j.k:hi*j.k], j.k, j.rows, hi-lo, j.k, j.beta != 0)
 		return
 	}
-	if j.rows == 1 {
-		m.be.Sgemv(false, hi-lo, j.k, 1, j.w[lo*j.k:hi*j.k], j.k, j.x[:j.k], j.beta, j.out[lo:hi])
-		return
-	}
 	m.be.Sgemm(false, true, j.rows, hi-lo, j.k, 1, j.x[:j.rows*j.k], j.k, j.w[lo*j.k:hi*j.k], j.k, j.beta, j.out[lo:(j.rows-1)*j.n+hi], j.n)
 }
 

@@ -19,17 +19,7 @@ func gemmTol(transA, transB bool, i, j, k int, alpha float32, a []float32, lda i
 	const u = 1.0 / (1 << 24)
 	var s float64
 	for p := 0; p < k; p++ {
-		var av, bv float32
-		if transA {
-			av = a[p*lda+i]
-		} else {
-			av = a[i*lda+p]
-		}
-		if transB {
-			bv = b[j*ldb+p]
-		} else {
-			bv = b[p*ldb+j]
-		}
+		av, bv := opElems(transA, transB, a, lda, b, ldb, i, j, p)
 		s += math.Abs(float64(av) * float64(bv))
 	}
 	t := math.Abs(float64(alpha)) * s

@@ -6,6 +6,21 @@ import (
 	"testing"
 )
 
+// opElems returns op(A)[i,p] and op(B)[p,j] of row-major A and B.
+func opElems(transA, transB bool, a []float32, lda int, b []float32, ldb int, i, j, p int) (av, bv float32) {
+	if transA {
+		av = a[p*lda+i]
+	} else {
+		av = a[i*lda+p]
+	}
+	if transB {
+		bv = b[j*ldb+p]
+	} else {
+		bv = b[p*ldb+j]
+	}
+	return av, bv
+}
+
 // naive computes the reference product in float64.
 func naiveGemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) []float32 {
 	out := make([]float32, len(c))
@@ -14,17 +29,7 @@ func naiveGemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda
 		for j := 0; j < n; j++ {
 			var s float64
 			for p := 0; p < k; p++ {
-				var av, bv float32
-				if transA {
-					av = a[p*lda+i]
-				} else {
-					av = a[i*lda+p]
-				}
-				if transB {
-					bv = b[j*ldb+p]
-				} else {
-					bv = b[p*ldb+j]
-				}
+				av, bv := opElems(transA, transB, a, lda, b, ldb, i, j, p)
 				s += float64(av) * float64(bv)
 			}
 			out[i*ldc+j] = float32(float64(alpha)*s + float64(beta)*float64(c[i*ldc+j]))

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // TestParallelCovers checks that every index is visited exactly once, in
@@ -109,5 +110,30 @@ func TestParallelAllocs(t *testing.T) {
 	}
 	if a := mallocs(func() { ParallelChunks(len(buf), 2, fc) }); a != 0 {
 		t.Errorf("ParallelChunks allocates %v times per call", a)
+	}
+}
+
+// TestParallelSpinAndPark covers the two ways a job reaches a worker: calls
+// back to back (the worker is still spinning on the slot) and calls after
+// pauses around and beyond spinFor (the worker parks, or stops spinning
+// just as a job is offered, which the caller must then take back). Every
+// call must cover its range exactly once and return.
+func TestParallelSpinAndPark(t *testing.T) {
+	pauses := []time.Duration{0, spinFor / 2, spinFor, spinFor + spinFor/4, 3 * spinFor, time.Millisecond}
+	for round := 0; round < 20; round++ {
+		for _, d := range pauses {
+			time.Sleep(d)
+			seen := make([]atomic.Int32, 64)
+			ParallelChunks(64, 8, func(_, lo, hi int) {
+				for i := lo; i < hi; i++ {
+					seen[i].Add(1)
+				}
+			})
+			for i := range seen {
+				if c := seen[i].Load(); c != 1 {
+					t.Fatalf("pause %v: index %d visited %d times", d, i, c)
+				}
+			}
+		}
 	}
 }
