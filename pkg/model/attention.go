@@ -7,16 +7,19 @@ import (
 )
 
 // Attention over the cache. Each input's new rows attend to its committed
-// prefix and to the new rows the causal or tree mask allows. A single new row
-// (decode) is computed directly, parallel over (input, head) pairs. Several
-// rows (a speculative chain or tree, a short chunk) are computed per KV group:
-// the queries of every row and of every head sharing the group's keys are
-// packed into one matrix. Both paths compute a row's scores from the cache's
-// transposed keys (q·K^T as a weighted sum of K^T's rows, eight keys per
-// vector operation) and its softmax(S)·V, both with tensor.WeightedSum over
-// the keys the row sees, in the same order, so a row scores the same alone
-// as in a chain. Long chains (prefill) go through the backend per head
-// in row blocks that only multiply against the keys the block can see.
+// prefix and to the new rows the causal or tree mask allows. The queries are
+// scaled by 1/√d before they get here. A single new row (decode) is computed
+// directly, parallel over (input, head) pairs; several rows (a speculative
+// chain or tree, a short chunk), parallel over (input, KV group) pairs. Both
+// go one row and head at a time through attendRow: the scores from the
+// cache's transposed keys (q·K^T as a weighted sum of K^T's rows), softmax
+// numerators, their weighted sum of the values, divided by the softmax
+// denominator, all over exactly the keys the row sees. A tree node whose
+// ancestors are the first nodes in order (any node of a chain-shaped draft)
+// sees the same keys, in the same places, as a decode step at its position,
+// so verification scores it bit for bit as decoding would; other tree nodes
+// mask their non-ancestors. Long chains (prefill) go through the backend per
+// head in row blocks that only multiply against the keys the block can see.
 
 // blasMinRows is the number of new rows from which an input's attention uses
 // the backend's matrix multiplies.
@@ -47,7 +50,7 @@ func (m *Model) attend(li int) {
 	s.items = s.items[:0]
 	s.gitems = s.gitems[:0]
 	maxCtx, work := 0, 0
-	gmax, gctx, gwork := 0, 0, 0
+	gctx, gwork := 0, 0
 	for b := range s.ins {
 		in := &s.ins[b]
 		if in.t >= groupMaxRows && !in.tree {
@@ -58,7 +61,6 @@ func (m *Model) attend(li int) {
 			for g := 0; g < m.nKV; g++ {
 				s.gitems = append(s.gitems, int32(b*m.nKV+g))
 			}
-			gmax = max(gmax, in.t*(m.nHeads/m.nKV))
 			gctx = max(gctx, in.n+in.t)
 			gwork += in.t * (in.n + in.t) * m.hd * m.nHeads
 			continue
@@ -71,7 +73,7 @@ func (m *Model) attend(li int) {
 		work += in.t * (in.n + in.t) * m.hd * m.nHeads
 	}
 	if len(s.gitems) > 0 {
-		m.attendGroupItems(gmax, gctx, gwork)
+		m.attendGroupItems(gctx, gwork)
 	}
 	if len(s.items) == 0 {
 		return
@@ -97,39 +99,63 @@ func (m *Model) attend(li int) {
 func (m *Model) attendItems(worker, lo, hi int) {
 	s := &m.s
 	li := s.layer
-	hd, qd, kv := m.hd, m.qDim, m.kvDim
+	hd, qd := m.hd, m.qDim
 	rep := m.nHeads / m.nKV
-	scale := m.scale
-	negInf := float32(math.Inf(-1))
 	for _, it := range s.items[lo:hi] {
 		in := &s.ins[int(it)/m.nHeads]
 		h := int(it) % m.nHeads
 		g := h / rep
 		kt := in.seq.kt[li][g*hd*in.seq.cap:]
 		vc := in.seq.v[li][g*hd:]
-		c0 := in.seq.cap
 		for i := 0; i < in.t; i++ {
 			row := in.row0 + i
-			q := s.q[row*qd+h*hd : row*qd+h*hd+hd]
-			out := s.att[row*qd+h*hd : row*qd+h*hd+hd]
 			ctx := in.n + i + 1
-			var mask []bool
-			if in.tree {
-				ctx = in.n + in.t
-				mask = s.mask[in.mask+i*in.t : in.mask+i*in.t+in.t]
-			}
-			sc := s.scores[worker][:ctx]
-			tensor.WeightedSum(sc, q, kt[:(hd-1)*c0+ctx], c0, hd, ctx, false)
-			tensor.Scale(sc, scale)
-			for j, ok := range mask {
-				if !ok {
-					sc[in.n+j] = negInf
-				}
-			}
-			tensor.Softmax(sc)
-			tensor.WeightedSum(out, sc, vc[:(ctx-1)*kv+hd], kv, ctx, hd, false)
+			m.attendRow(s.att[row*qd+h*hd:row*qd+h*hd+hd], s.q[row*qd+h*hd:row*qd+h*hd+hd], s.scores[worker][:ctx], kt, vc, in.seq.cap, nil, in.n)
 		}
 	}
+}
+
+// attendRow computes one head's attention output out [hd] for the (already
+// scaled) query q over the first len(sc) keys of a KV group, whose keys kt
+// are stored transposed with row stride c0 and whose values vc have row
+// stride kvDim: scores q·K^T, softmax, P·V, in sc's space. mask, when not
+// nil, hides the new keys n+c whose mask[c] is false (a tree node's
+// non-ancestors). Every row of every path goes through here, so a row
+// scores the same in a decode step as in a chain or a verification tree
+// that gives it the same keys.
+func (m *Model) attendRow(out, q, sc, kt, vc []float32, c0 int, mask []bool, n int) {
+	hd, kv := m.hd, m.kvDim
+	ctx := len(sc)
+	tensor.WeightedSum(sc, q, kt[:(hd-1)*c0+ctx], c0, hd, ctx, false)
+	if mask != nil {
+		negInf := float32(math.Inf(-1))
+		for c, ok := range mask {
+			if !ok {
+				sc[n+c] = negInf
+			}
+		}
+	}
+	sum := tensor.SoftmaxUnscaled(sc)
+	tensor.WeightedSum(out, sc, vc[:(ctx-1)*kv+hd], kv, ctx, hd, false)
+	tensor.Scale(out, 1/sum)
+}
+
+// visible returns how many keys a tree node with ancestor mask mk (over the
+// t new nodes) must score after the n committed ones, and whether the mask
+// must hide some: a node whose ancestors are exactly the first nodes in
+// order (every node of a chain-shaped draft) sees a plain prefix of n+d+1
+// keys, as a decode step at its position would.
+func visible(mk []bool, n int) (int, bool) {
+	cnt := 0
+	for c, ok := range mk {
+		if ok {
+			if c != cnt {
+				return n + len(mk), true
+			}
+			cnt++
+		}
+	}
+	return n + cnt, false
 }
 
 // attendBLAS computes one input's attention with the backend, the heads split
@@ -182,7 +208,7 @@ func (m *Model) attendHeads(worker, lo, hi int) {
 			}
 			sc := s.bigs[worker][:bt*width]
 			row := in.row0 + i0
-			m.be.Sgemm(false, true, bt, width, hd, m.scale, s.q[row*qd+h*hd:], qd, kc[g*hd:], kv, 0, sc, width)
+			m.be.Sgemm(false, true, bt, width, hd, 1, s.q[row*qd+h*hd:], qd, kc[g*hd:], kv, 0, sc, width)
 			j := softmaxJob{s: sc, ld: width, visible: in.n + i0 + 1, tree: in.tree, t: in.t, n: in.n}
 			if in.tree {
 				j.mask = s.mask[in.mask : in.mask+in.t*in.t]
@@ -225,9 +251,9 @@ func (j *softmaxJob) rows(lo, hi int) {
 func (m *Model) softmaxChunk(_, lo, hi int) { m.s.sm.rows(lo, hi) }
 
 // attendGroupItems computes the (input, KV group) items of s.gitems with
-// tensor's small-product kernels: rows is the most packed query rows of an item (new rows times
-// heads per group), ctx the widest score row, work the multiply-adds.
-func (m *Model) attendGroupItems(rows, ctx, work int) {
+// tensor's small-product kernels: ctx is the widest score row, work the
+// multiply-adds.
+func (m *Model) attendGroupItems(ctx, work int) {
 	s := &m.s
 	workers := 1
 	if work >= groupSplitWork {
@@ -238,72 +264,51 @@ func (m *Model) attendGroupItems(rows, ctx, work int) {
 	}
 	for w := 0; w < workers; w++ {
 		gb := &s.gbufs[w]
-		gb.q = grow(gb.q, rows*m.hd)
-		gb.o = grow(gb.o, rows*m.hd)
-		gb.s = grow(gb.s, rows*ctx)
+		gb.s = grow(gb.s, ctx)
 	}
 	tensor.ParallelChunks(len(s.gitems), workers, s.groupFn)
 }
 
 // groupSplitWork is the multiply-adds from which the grouped attention of a
-// pass is split over the workers (its kernels run in Go, on any backend).
+// pass (several rows of one input, or of several) is split over the
+// workers (1<<14, which splits a five-row verification over a short context,
+// measured no faster on 2 cores).
 const groupSplitWork = 1 << 18
 
 // groupBuf is one worker's scratch for attendGroups.
 type groupBuf struct {
-	q, o []float32 // [rows, hd] packed queries and outputs of one KV group
-	s    []float32 // [rows, ctx] scores
+	s []float32 // [ctx] one row's scores
 }
 
 // attendGroups computes the (input, KV group) items [lo, hi) of s.gitems at
-// layer s.layer: packed row i*rep+j is head g*rep+j of new row i.
+// layer s.layer, one row and head at a time through attendRow.
 func (m *Model) attendGroups(worker, lo, hi int) {
 	s := &m.s
 	li := s.layer
-	hd, qd, kv := m.hd, m.qDim, m.kvDim
+	hd, qd := m.hd, m.qDim
 	rep := m.nHeads / m.nKV
 	gb := &s.gbufs[worker]
-	negInf := float32(math.Inf(-1))
 	for _, it := range s.gitems[lo:hi] {
 		in := &s.ins[int(it)/m.nKV]
 		g := int(it) % m.nKV
-		R := in.t * rep
-		width := in.n + in.t
-		qp, op, sc := gb.q[:R*hd], gb.o[:R*hd], gb.s[:R*width]
-		for i := 0; i < in.t; i++ {
-			src := s.q[(in.row0+i)*qd+g*rep*hd:]
-			copy(qp[i*rep*hd:(i+1)*rep*hd], src[:rep*hd])
-		}
 		c0 := in.seq.cap
-		kt := in.seq.kt[li][g*hd*c0 : (g*hd+hd-1)*c0+width]
-		vc := in.seq.v[li][g*hd : (width-1)*kv+g*hd+hd]
-		for r := 0; r < R; r++ {
-			i := r / rep
-			row := sc[r*width : (r+1)*width]
-			vis := width
-			if !in.tree {
-				vis = in.n + i + 1
-			}
-			tensor.WeightedSum(row[:vis], qp[r*hd:(r+1)*hd], kt, c0, hd, vis, false)
-			if !in.tree {
-				tensor.Scale(row[:vis], m.scale)
-				tensor.Softmax(row[:vis])
-			} else {
-				tensor.Scale(row, m.scale)
-				mk := s.mask[in.mask+i*in.t : in.mask+(i+1)*in.t]
-				tail := row[in.n:]
-				for c, ok := range mk {
-					if !ok {
-						tail[c] = negInf
-					}
-				}
-				tensor.Softmax(row)
-			}
-			tensor.WeightedSum(op[r*hd:(r+1)*hd], row[:vis], vc, kv, vis, hd, false)
-		}
+		kt := in.seq.kt[li][g*hd*c0:]
+		vc := in.seq.v[li][g*hd:]
 		for i := 0; i < in.t; i++ {
-			dst := s.att[(in.row0+i)*qd+g*rep*hd:]
-			copy(dst[:rep*hd], op[i*rep*hd:(i+1)*rep*hd])
+			vis := in.n + i + 1
+			var mk []bool
+			if in.tree {
+				mk = s.mask[in.mask+i*in.t : in.mask+(i+1)*in.t]
+				var masked bool
+				if vis, masked = visible(mk, in.n); !masked {
+					mk = nil
+				}
+			}
+			row := in.row0 + i
+			for h := g * rep; h < (g+1)*rep; h++ {
+				o := row*qd + h*hd
+				m.attendRow(s.att[o:o+hd], s.q[o:o+hd], gb.s[:vis], kt, vc, c0, mk, in.n)
+			}
 		}
 	}
 }

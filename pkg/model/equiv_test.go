@@ -316,3 +316,41 @@ func TestUnfusedEqualsFused(t *testing.T) {
 		t.Fatalf("unfused differs from fused by %g", d)
 	}
 }
+
+// TestChainTreeMatchesDecode checks that verifying a chain-shaped draft (a
+// tree whose every node continues the previous one, as eval passes a chain)
+// gives each node exactly, bit for bit, the logits a one-token decode step
+// gives the same token at the same position, so that greedy speculative
+// decoding reproduces greedy decoding even where two logits nearly tie.
+func TestChainTreeMatchesDecode(t *testing.T) {
+	for name, m := range testModels(t) {
+		V := m.VocabSize()
+		for _, size := range []int{1, 5, 8, 13} {
+			rng := rand.New(rand.NewPCG(uint64(size), 7))
+			prefix := randTokens(rng, 17, V)
+			tokens := randTokens(rng, size, V)
+			dec := mustSeq(t, m, 64)
+			run(t, m, []Input{{Seq: dec, Tokens: prefix}}, Options{})
+			var want [][]float32
+			for _, tok := range tokens {
+				lg, _ := run(t, m, []Input{{Seq: dec, Tokens: []int{tok}, Logits: LogitsLast}}, Options{})
+				want = append(want, lg[0])
+			}
+			ver := mustSeq(t, m, 64)
+			run(t, m, []Input{{Seq: ver, Tokens: prefix}}, Options{})
+			parents := make([]int, size)
+			for i := range parents {
+				parents[i] = i - 1
+			}
+			got, _ := run(t, m, []Input{{Seq: ver, Tokens: tokens, Parents: parents, Logits: LogitsAll}}, Options{})
+			for i := range tokens {
+				row := got[0][i*V : (i+1)*V]
+				for j, v := range row {
+					if math.Float32bits(v) != math.Float32bits(want[i][j]) {
+						t.Fatalf("%s chain of %d: node %d logit %d = %v, decode step %v", name, size, i, j, v, want[i][j])
+					}
+				}
+			}
+		}
+	}
+}

@@ -305,7 +305,7 @@ func (m *Model) Forward(batch []Input, opt Options) (*Result, error) {
 		m.rmsNorm(s.lx, s.lx, m.Norm, nl, m.h)
 	}
 	if nl > 0 {
-		m.matmul(s.logits, s.lx, m.LMHead, nl, m.vocab, m.h, false)
+		m.matmul(s.logits, s.lx, m.LMHead, m.lmT, nl, m.vocab, m.h, false)
 	}
 
 	// Commit chains; leave trees pending.
@@ -411,7 +411,7 @@ func (a *Attention) forward(m *Model, li, rows int) {
 	if a.qkv != nil {
 		qd, kd := m.qDim, m.kvDim
 		w := qd + 2*kd
-		m.matmul(s.fused, s.xn, a.qkv, rows, w, m.h, false)
+		m.matmul(s.fused, s.xn, a.qkv, a.qkvT, rows, w, m.h, false)
 		for r := 0; r < rows; r++ {
 			f := s.fused[r*w : (r+1)*w]
 			copy(s.q[r*qd:(r+1)*qd], f[:qd])
@@ -434,6 +434,9 @@ func (a *Attention) forward(m *Model, li, rows int) {
 	}
 	m.rope.Forward(s.q[:rows*m.qDim], rows, m.nHeads, s.pos)
 	m.rope.Forward(s.k[:rows*m.kvDim], rows, m.nKV, s.pos)
+	// Scaling the queries by 1/√d scales every score: one pass over the
+	// queries instead of one over each row of scores.
+	tensor.Scale(s.q[:rows*m.qDim], m.scale)
 	kv := m.kvDim
 	for _, in := range s.ins {
 		dst := in.n * kv
@@ -455,7 +458,7 @@ func (f *MLP) forward(m *Model, rows int) {
 	s := &m.s
 	if f.gateUp != nil {
 		I := m.inter
-		m.matmul(s.fused, s.xn, f.gateUp, rows, 2*I, m.h, false)
+		m.matmul(s.fused, s.xn, f.gateUp, f.gateUpT, rows, 2*I, m.h, false)
 		g, gu := s.gate, s.fused
 		if rows*I < 1<<15 {
 			swigluRows(g, gu, 0, rows, I)
@@ -489,6 +492,6 @@ func (m *Model) LogitsFromHidden(dst, hidden []float32, rows int) error {
 		return fmt.Errorf("model: logits from hidden states: %d rows need %d hidden values and %d outputs; got %d and %d",
 			rows, rows*m.h, rows*m.vocab, len(hidden), len(dst))
 	}
-	m.matmul(dst, hidden, m.LMHead, rows, m.vocab, m.h, false)
+	m.matmul(dst, hidden, m.LMHead, m.lmT, rows, m.vocab, m.h, false)
 	return nil
 }

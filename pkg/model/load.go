@@ -158,6 +158,48 @@ func (m *Model) fuse() {
 			l.MLP.gateUp = adjacent(l.MLP.Gate.W, l.MLP.Up.W)
 		}
 	}
+	m.transposeSmall()
+}
+
+// transposeMaxWeights is the most weight values (64 MiB of float32) for which
+// a model keeps a transposed copy of its matrices.
+const transposeMaxWeights = 1 << 24
+
+// transposeSmall gives a small model's matrices a transposed copy for the
+// products of a few rows, where the processor runs them fast
+// (tensor.TransposedFast). On a model whose weights sit in the caches such
+// products are bound by arithmetic, not memory, and the transposed kernel
+// shares each weight load among four rows without horizontal sums: a decode
+// step gets faster, and a speculative verification of several rows costs
+// much less than as many steps. Larger models are bound by memory bandwidth
+// at these row counts, and would pay the copy for nothing.
+func (m *Model) transposeSmall() {
+	if !tensor.TransposedFast() {
+		return
+	}
+	total := len(m.LMHead)
+	for i := range m.Layers {
+		l := &m.Layers[i]
+		for _, lin := range []*Linear{&l.Attn.Q, &l.Attn.K, &l.Attn.V, &l.Attn.O, &l.MLP.Gate, &l.MLP.Up, &l.MLP.Down} {
+			total += len(lin.W)
+		}
+	}
+	if total > transposeMaxWeights {
+		return
+	}
+	m.lmT = tensor.NewTransposed(m.LMHead, m.vocab, m.h)
+	for i := range m.Layers {
+		l := &m.Layers[i]
+		if l.Attn.qkv != nil {
+			l.Attn.qkvT = tensor.NewTransposed(l.Attn.qkv, m.qDim+2*m.kvDim, m.h)
+		}
+		if l.MLP.gateUp != nil {
+			l.MLP.gateUpT = tensor.NewTransposed(l.MLP.gateUp, 2*m.inter, m.h)
+		}
+		for _, lin := range []*Linear{&l.Attn.Q, &l.Attn.K, &l.Attn.V, &l.Attn.O, &l.MLP.Gate, &l.MLP.Up, &l.MLP.Down} {
+			lin.wt = tensor.NewTransposed(lin.W, lin.Out, lin.In)
+		}
+	}
 }
 
 func product(shape []int) int {

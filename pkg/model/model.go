@@ -33,6 +33,8 @@ import (
 type Linear struct {
 	W, B    []float32
 	In, Out int
+
+	wt *tensor.Transposed // W transposed for few-row products, or nil; see transposeSmall
 }
 
 // Forward computes out[rows, Out] = x[rows, In]·W^T + B, or adds that to out
@@ -54,14 +56,16 @@ type Attention struct {
 	Q, K, V, O   Linear
 	QNorm, KNorm []float32
 
-	qkv []float32 // Q.W, K.W and V.W as one [qDim+2·kvDim, H] matrix, or nil
+	qkv  []float32          // Q.W, K.W and V.W as one [qDim+2·kvDim, H] matrix, or nil
+	qkvT *tensor.Transposed // qkv transposed, or nil
 }
 
 // MLP is the SwiGLU feed-forward block.
 type MLP struct {
 	Gate, Up, Down Linear
 
-	gateUp []float32 // Gate.W and Up.W as one [2·I, H] matrix, or nil
+	gateUp  []float32          // Gate.W and Up.W as one [2·I, H] matrix, or nil
+	gateUpT *tensor.Transposed // gateUp transposed, or nil
 }
 
 // Layer is one decoder layer.
@@ -81,6 +85,8 @@ type Model struct {
 	Layers []Layer
 	Norm   []float32 // model.norm.weight [H]
 	LMHead []float32 // lm_head.weight [V, H]; the same slice as Embed when tied
+
+	lmT *tensor.Transposed // LMHead transposed, or nil; see transposeSmall
 
 	be     tensor.Backend
 	rope   *nn.RoPE

@@ -52,6 +52,10 @@ func ExpShift(x []float32, shift float32) float32 { return kernel.ExpShift(x, sh
 // Expf returns e^x in float32, within about 2 ulp (see kernel.Expf).
 func Expf(x float32) float32 { return kernel.Expf(x) }
 
+// SoftmaxUnscaled replaces x by e^(x - max x), with ExpShift's exponentials,
+// and returns their sum: softmax(x) times that sum. x must not be empty.
+func SoftmaxUnscaled(x []float32) float32 { return kernel.SoftmaxUnscaled(x) }
+
 // Softmax turns x into softmax(x) in place, with ExpShift's exponentials;
 // -Inf entries become 0.
 func Softmax(x []float32) { kernel.Softmax(x) }
@@ -85,4 +89,47 @@ func matMulTSmall(out, x, w []float32, m, n, k int, acc bool) {
 		lo, hi = lo*smallBlock, min(hi*smallBlock, n)
 		DotRows(out[lo:], n, x, k, w[lo*k:], k, m, hi-lo, k, acc)
 	})
+}
+
+// MulTPad is the column block of Transposed: a product split over columns
+// must split at multiples of it.
+const MulTPad = kernel.MulTPad
+
+// Transposed is a weight matrix W [N, K] (a Hugging Face Linear's layout)
+// held transposed, [K, LD] with LD = N rounded up to MulTPad, for products
+// with a few rows (decode steps, drafts and their verification). Its kernel
+// shares every weight load among four rows and needs no horizontal sums, so
+// on a model whose weights sit in cache several rows cost little more than
+// one. It has a fast body only where TransposedFast reports true; a model
+// keeps both layouts only then.
+type Transposed struct {
+	T    []float32
+	LD   int
+	N, K int
+}
+
+// TransposedFast reports whether Transposed products run in assembly on this
+// processor (AVX-512).
+func TransposedFast() bool { return kernel.MulTAvailable() }
+
+// NewTransposed copies w [n, k] into a Transposed.
+func NewTransposed(w []float32, n, k int) *Transposed {
+	t, ld := kernel.TransposeForMulT(w, n, k)
+	return &Transposed{T: t, LD: ld, N: n, K: k}
+}
+
+// MulCols computes columns [j0, j1) of out[i*ldo+j] = x[i*ldx:i*ldx+K]·W[j]
+// for i < m, or adds them to out when acc is true. j0 must be a multiple of
+// MulTPad. Each element is computed the same way whatever m and however the
+// columns are split (see kernel.MulT), so a row's product does not depend on
+// the batch it is computed in. It runs on the calling goroutine and
+// allocates nothing.
+func (t *Transposed) MulCols(out []float32, ldo int, x []float32, ldx, m, j0, j1 int, acc bool) {
+	if j0%MulTPad != 0 || j0 < 0 || j1 > t.N || j1 < j0 {
+		panic(fmt.Sprintf("tensor: Transposed.MulCols columns [%d, %d) of %d (the start must be a multiple of %d)", j0, j1, t.N, MulTPad))
+	}
+	if m <= 0 || j1 == j0 {
+		return
+	}
+	kernel.MulT(out[j0:], ldo, x, ldx, t.T[j0:], t.LD, m, j1-j0, t.K, acc)
 }

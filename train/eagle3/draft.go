@@ -29,6 +29,13 @@ type Draft struct {
 	be       tensor.Backend
 	rope     *nn.RoPE
 	a        attnShape
+	t        *draftMats // transposed matrices for fast products, or nil; see Freeze
+}
+
+// draftMats holds the draft's matrices transposed for tensor.Transposed's
+// few-row products.
+type draftMats struct {
+	fc, q, k, v, o, gate, up, down, lm *tensor.Transposed
 }
 
 // draftConfig is the part of either export layout's config.json that LoadDraft
@@ -160,7 +167,47 @@ func LoadDraft(dir string, embed []float32, be tensor.Backend) (*Draft, error) {
 		return nil, err
 	}
 	d.LayerIDs = c.LayerIDs
+	d.Freeze()
 	return d, nil
+}
+
+// Freeze prepares the draft for inference with parameters that no longer
+// change: where the processor runs tensor.Transposed products fast, the
+// sessions then multiply by transposed copies of the matrices (a draft step
+// is a one-row product on each, which those kernels run at several times the
+// rate of the row-major ones). A draft that wraps a trainer's live
+// parameters must not be frozen. LoadDraft freezes what it loads.
+func (d *Draft) Freeze() {
+	if !tensor.TransposedFast() {
+		return
+	}
+	g, p := d.Geometry, d.p
+	h, qw, kw, I := g.Hidden, g.qDim(), g.kvDim(), g.Intermediate
+	d.t = &draftMats{
+		fc: tensor.NewTransposed(p.FC, h, 3*h),
+		q:  tensor.NewTransposed(p.Q, qw, 2*h), k: tensor.NewTransposed(p.K, kw, 2*h), v: tensor.NewTransposed(p.V, kw, 2*h),
+		o:    tensor.NewTransposed(p.O, h, qw),
+		gate: tensor.NewTransposed(p.Gate, I, h), up: tensor.NewTransposed(p.Up, I, h), down: tensor.NewTransposed(p.Down, h, I),
+		lm: tensor.NewTransposed(p.LMHead, g.DraftVocab, h),
+	}
+}
+
+// mul computes out[rows, n] = x[rows, k]·w[n, k]^T through wt when the draft
+// is frozen, else through tensor.MatMulT.
+func (d *Draft) mul(out, x, w []float32, wt *tensor.Transposed, rows, n, k int) {
+	if wt != nil {
+		wt.MulCols(out, n, x, k, rows, 0, n, false)
+		return
+	}
+	tensor.MatMulT(d.be, out[:rows*n], x[:rows*k], w[:n*k], rows, n, k)
+}
+
+// mats returns the transposed matrices, or none when not frozen.
+func (d *Draft) mats() draftMats {
+	if d.t != nil {
+		return *d.t
+	}
+	return draftMats{}
 }
 
 func equalShape(a, b []int) bool {
@@ -277,7 +324,7 @@ func (s *Session) Extend(feats []float32, tokens []int32) error {
 	s.nodes = s.nodes[:0]
 	for c := 0; c < m; c += extendChunk {
 		r := min(extendChunk, m-c)
-		nn.Linear(d.be, s.h, feats[c*3*h:(c+r)*3*h], d.p.FC, nil, r, 3*h, h)
+		d.mul(s.h, feats[c*3*h:(c+r)*3*h], d.p.FC, d.mats().fc, r, h, 3*h)
 		for i := 0; i < r; i++ {
 			s.pos[i] = int32(s.n + i)
 		}
@@ -301,7 +348,7 @@ func (s *Session) Extend(feats []float32, tokens []int32) error {
 // scratch.
 func (s *Session) layer(r int, tok []int32, committed bool) error {
 	d, g := s.d, s.d.Geometry
-	p, be := d.p, d.be
+	p := d.p
 	h, qw, kw, I := g.Hidden, g.qDim(), g.kvDim(), g.Intermediate
 	eps := float32(g.RMSNormEps)
 	for i := 0; i < r; i++ {
@@ -318,9 +365,10 @@ func (s *Session) layer(r int, tok []int32, committed bool) error {
 		sessRMSNormRow(s.x[(2*i+1)*h:(2*i+2)*h], s.h[i*h:(i+1)*h], p.HiddenNorm, eps)
 	}
 	x := s.x[:r*2*h]
-	tensor.MatMulT(be, s.q[:r*qw], x, p.Q[:qw*2*h], r, qw, 2*h)
-	tensor.MatMulT(be, s.kk[:r*kw], x, p.K[:kw*2*h], r, kw, 2*h)
-	tensor.MatMulT(be, s.vv[:r*kw], x, p.V[:kw*2*h], r, kw, 2*h)
+	t := d.mats()
+	d.mul(s.q, x, p.Q, t.q, r, qw, 2*h)
+	d.mul(s.kk, x, p.K, t.k, r, kw, 2*h)
+	d.mul(s.vv, x, p.V, t.v, r, kw, 2*h)
 	d.rope.Forward(s.q, r, g.Heads, s.pos[:r])
 	d.rope.Forward(s.kk, r, g.KVHeads, s.pos[:r])
 	base := len(s.nodes) - r
@@ -350,16 +398,16 @@ func (s *Session) layer(r int, tok []int32, committed bool) error {
 		s.ancScratch = anc
 		s.attendRow(i, ctx, anc)
 	}
-	tensor.MatMulT(be, s.a1[:r*h], s.o[:r*qw], p.O[:h*qw], r, h, qw)
+	d.mul(s.a1, s.o, p.O, t.o, r, h, qw)
 	add(s.a1[:r*h], s.h)
 	for i := 0; i < r; i++ {
 		sessRMSNormRow(s.n2[i*h:(i+1)*h], s.a1[i*h:(i+1)*h], p.PostNorm, eps)
 	}
 	n2 := s.n2[:r*h]
-	tensor.MatMulT(be, s.gate[:r*I], n2, p.Gate[:I*h], r, I, h)
-	tensor.MatMulT(be, s.up[:r*I], n2, p.Up[:I*h], r, I, h)
+	d.mul(s.gate, n2, p.Gate, t.gate, r, I, h)
+	d.mul(s.up, n2, p.Up, t.up, r, I, h)
 	tensor.SwiGLU(s.gate[:r*I], s.gate[:r*I], s.up[:r*I])
-	tensor.MatMulT(be, s.out[:r*h], s.gate[:r*I], p.Down[:h*I], r, h, I)
+	d.mul(s.out, s.gate, p.Down, t.down, r, h, I)
 	add(s.out[:r*h], s.a1)
 	return nil
 }
@@ -440,7 +488,7 @@ func (s *Session) logits(dst, out []float32, r int) {
 	for i := 0; i < r; i++ {
 		sessRMSNormRow(s.fn[i*h:(i+1)*h], out[i*h:(i+1)*h], d.p.Norm, float32(g.RMSNormEps))
 	}
-	nn.Linear(d.be, dst, s.fn, d.p.LMHead, nil, r, g.Hidden, g.DraftVocab)
+	d.mul(dst, s.fn, d.p.LMHead, d.mats().lm, r, g.DraftVocab, g.Hidden)
 }
 
 // AddNodes evaluates new tree nodes in one batch: node j continues parents[j]

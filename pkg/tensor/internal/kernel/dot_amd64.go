@@ -63,16 +63,31 @@ func dotRowsVec(out []float32, ldo int, x []float32, ldx int, w []float32, ldw i
 //go:noescape
 func wsumAVX2(out, p, v *float32, ldv, n, k8, acc int)
 
-// wsumVec computes the columns [0, k&^7) of WeightedSum with AVX2 and FMA,
-// when the processor has them, and returns how many columns it computed.
+// wsumAVX512 is WeightedSum with AVX-512, every column included (see
+// dot_amd64.s).
+//
+//go:noescape
+func wsumAVX512(out, p, v *float32, ldv, n, k, acc int)
+
+// wsumVec computes the columns of WeightedSum it can with vector
+// instructions and returns how many: all of them with AVX-512 (the last
+// sixteen through a mask), else [0, k&^7) with AVX2 and FMA, when the
+// processor has them.
 func wsumVec(out, p, v []float32, ldv, n, k int, acc bool) int {
-	k8 := k &^ 7
-	if k8 == 0 || n == 0 || !cpu.X86.HasAVX2 || !cpu.X86.HasFMA {
+	if n == 0 || k == 0 {
 		return 0
 	}
 	a := 0
 	if acc {
 		a = 1
+	}
+	if cpu.X86.HasAVX512F {
+		wsumAVX512(&out[0], &p[0], &v[0], ldv, n, k, a)
+		return k
+	}
+	k8 := k &^ 7
+	if k8 == 0 || !cpu.X86.HasAVX2 || !cpu.X86.HasFMA {
+		return 0
 	}
 	wsumAVX2(&out[0], &p[0], &v[0], ldv, n, k8, a)
 	return k8

@@ -542,3 +542,93 @@ store6_5:
 	JNZ col6
 	VZEROUPPER
 	RET
+
+// WQUAD512 multiplies four value rows (at DI, DI+R8, DI+2*R8, DI+R9) by the
+// broadcast weights at SI..SI+12 into the partial sums Z0-Z3, the column
+// lanes selected by K1.
+#define WQUAD512 \
+	VMOVUPS.Z (DI), K1, Z4 \
+	VMOVUPS.Z (DI)(R8*1), K1, Z5 \
+	VMOVUPS.Z (DI)(R8*2), K1, Z6 \
+	VMOVUPS.Z (DI)(R9*1), K1, Z7 \
+	VFMADD231PS.BCST (SI), Z4, Z0 \
+	VFMADD231PS.BCST 4(SI), Z5, Z1 \
+	VFMADD231PS.BCST 8(SI), Z6, Z2 \
+	VFMADD231PS.BCST 12(SI), Z7, Z3
+
+// func wsumAVX512(out, p, v *float32, ldv, n, k, acc int)
+//
+// WeightedSum with AVX-512: sixteen columns at a time, the last block
+// through the mask K1, so that every column, the last ones included, goes
+// through the operations of wsumAVX2's lanes (key j into partial sum j%4 by
+// fused multiply-adds, then (s0+s1)+(s2+s3), then the old output added).
+TEXT ·wsumAVX512(SB), NOSPLIT, $0-56
+	MOVQ out+0(FP), DX
+	MOVQ v+16(FP), R10
+	MOVQ ldv+24(FP), R8
+	SHLQ $2, R8
+	LEAQ (R8)(R8*2), R9
+	MOVQ k+40(FP), BX
+
+zchunk:
+	// K1 selects min(16, columns left) lanes.
+	MOVQ BX, CX
+	CMPQ CX, $16
+	JLE zmask
+	MOVQ $16, CX
+
+zmask:
+	MOVL $1, AX
+	SHLL CX, AX
+	DECL AX
+	KMOVW AX, K1
+	MOVQ p+8(FP), SI
+	MOVQ R10, DI
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	MOVQ n+32(FP), CX
+	CMPQ CX, $4
+	JLT zrest
+
+zquad:
+	WQUAD512
+	ADDQ $16, SI
+	LEAQ (DI)(R8*4), DI
+	SUBQ $4, CX
+	CMPQ CX, $4
+	JGE zquad
+
+zrest:
+	CMPQ CX, $1
+	JLT zsum
+	VMOVUPS.Z (DI), K1, Z4
+	VFMADD231PS.BCST (SI), Z4, Z0
+	CMPQ CX, $2
+	JLT zsum
+	VMOVUPS.Z (DI)(R8*1), K1, Z5
+	VFMADD231PS.BCST 4(SI), Z5, Z1
+	CMPQ CX, $3
+	JLT zsum
+	VMOVUPS.Z (DI)(R8*2), K1, Z6
+	VFMADD231PS.BCST 8(SI), Z6, Z2
+
+zsum:
+	VADDPS Z1, Z0, Z0
+	VADDPS Z3, Z2, Z2
+	VADDPS Z2, Z0, Z0
+	MOVQ acc+48(FP), AX
+	TESTQ AX, AX
+	JZ zstore
+	VMOVUPS.Z (DX), K1, Z4
+	VADDPS Z4, Z0, Z0
+
+zstore:
+	VMOVUPS Z0, K1, (DX)
+	ADDQ $64, DX
+	ADDQ $64, R10
+	SUBQ $16, BX
+	JG zchunk
+	VZEROUPPER
+	RET

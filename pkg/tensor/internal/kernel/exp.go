@@ -72,6 +72,14 @@ func Softmax(x []float32) {
 	if len(x) == 0 {
 		return
 	}
+	Scale(x, 1/SoftmaxUnscaled(x))
+}
+
+// SoftmaxUnscaled replaces x by e^(x - max x) and returns their sum: the
+// numerators of softmax(x) and their denominator, for a caller that divides
+// a smaller result instead (attention scales its P·V output). x must not be
+// empty.
+func SoftmaxUnscaled(x []float32) float32 {
 	mx := x[0]
 	done := 0
 	if mx == mx { // a NaN first element stays the maximum, as in the loop below
@@ -82,7 +90,7 @@ func Softmax(x []float32) {
 			mx = v
 		}
 	}
-	Scale(x, 1/ExpShift(x, mx))
+	return ExpShift(x, mx)
 }
 
 // Scale multiplies x by s in place, eight at a time where the processor

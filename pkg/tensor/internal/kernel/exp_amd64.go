@@ -13,6 +13,12 @@ func expShiftAVX2(x *float32, n int, shift float32, sums *[8]float32)
 // expShiftVec runs the vector body of ExpShift over the longest multiple-of-8
 // prefix of x when the processor has AVX2, and returns its length and sum.
 func expShiftVec(x []float32, shift float32) (int, float32) {
+	if len(x) > 0 && cpu.X86.HasAVX512F {
+		var s [16]float32
+		expShiftAVX512(&x[0], len(x), shift, &s)
+		return len(x), (((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))) +
+			(((s[8] + s[9]) + (s[10] + s[11])) + ((s[12] + s[13]) + (s[14] + s[15])))
+	}
 	n := len(x) &^ 7
 	if n == 0 || !cpu.X86.HasAVX2 {
 		return 0, 0
@@ -25,12 +31,26 @@ func expShiftVec(x []float32, shift float32) (int, float32) {
 //go:noescape
 func maxAVX2(x *float32, n int, init float32) float32
 
+// expShiftAVX512 is expShiftAVX2 in sixteen lanes, for any n >= 1 (see
+// exp_amd64.s).
+//
+//go:noescape
+func expShiftAVX512(x *float32, n int, shift float32, sums *[16]float32)
+
+// maxAVX512 is maxAVX2 in sixteen lanes, for any n >= 1.
+//
+//go:noescape
+func maxAVX512(x *float32, n int, init float32) float32
+
 //go:noescape
 func scaleAVX2(x *float32, n int, s float32)
 
 // maxVec returns the largest non-NaN element among the longest multiple-of-8
 // prefix of x and init, and the prefix length (0 without AVX2).
 func maxVec(x []float32, init float32) (int, float32) {
+	if len(x) > 0 && cpu.X86.HasAVX512F {
+		return len(x), maxAVX512(&x[0], len(x), init)
+	}
 	n := len(x) &^ 7
 	if n == 0 || !cpu.X86.HasAVX2 {
 		return 0, init

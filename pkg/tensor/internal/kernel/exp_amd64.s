@@ -169,3 +169,110 @@ sgdone:
 	MOVQ AX, ret+32(FP)
 	VZEROUPPER
 	RET
+
+// EXP16 is EXP8 in sixteen lanes with AVX-512 (Z registers, the constants
+// broadcast from their first lane): Z5 = e^Z0 from Z1 = Z0*log2e - 0.5;
+// it clobbers Z1, Z2 and Z4.
+#define EXP16 \
+	VCVTTPS2DQ Z1, Z1 \
+	VCVTDQ2PS Z1, Z2 \
+	VMULPS.BCST expLn2Hi<>(SB), Z2, Z4 \
+	VSUBPS Z4, Z0, Z4 \
+	VMULPS.BCST expLn2Lo<>(SB), Z2, Z5 \
+	VSUBPS Z5, Z4, Z4 \
+	VBROADCASTSS expP0<>(SB), Z5 \
+	VMULPS Z4, Z5, Z5 \
+	VADDPS.BCST expP1<>(SB), Z5, Z5 \
+	VMULPS Z4, Z5, Z5 \
+	VADDPS.BCST expP2<>(SB), Z5, Z5 \
+	VMULPS Z4, Z5, Z5 \
+	VADDPS.BCST expP3<>(SB), Z5, Z5 \
+	VMULPS Z4, Z5, Z5 \
+	VADDPS.BCST expP4<>(SB), Z5, Z5 \
+	VMULPS Z4, Z5, Z5 \
+	VADDPS.BCST expP5<>(SB), Z5, Z5 \
+	VMULPS Z4, Z5, Z5 \
+	VMULPS Z4, Z5, Z5 \
+	VADDPS Z4, Z5, Z5 \
+	VADDPS.BCST expOne<>(SB), Z5, Z5 \
+	VPADDD.BCST expBias<>(SB), Z1, Z1 \
+	VPSLLD $23, Z1, Z1 \
+	VMULPS Z1, Z5, Z5
+
+// func expShiftAVX512(x *float32, n int, shift float32, sums *[16]float32)
+// expShiftAVX2 in sixteen lanes for any n >= 1: the last block through the
+// mask K1, its other lanes neither stored nor summed.
+TEXT ·expShiftAVX512(SB), NOSPLIT, $0-32
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), BX
+	MOVQ sums+24(FP), DI
+	VBROADCASTSS shift+16(FP), Z15
+	VMOVUPS (DI), Z6
+	VBROADCASTSS expLo<>(SB), Z14
+	VBROADCASTSS expLog2e<>(SB), Z13
+	VBROADCASTSS expHalf<>(SB), Z12
+
+eloop:
+	MOVQ BX, CX
+	CMPQ CX, $16
+	JLE emask
+	MOVQ $16, CX
+
+emask:
+	MOVL $1, AX
+	SHLL CX, AX
+	DECL AX
+	KMOVW AX, K1
+	VMOVUPS.Z (SI), K1, Z0
+	VSUBPS Z15, Z0, Z0          // v = x - shift
+	VCMPPS $0x1e, Z14, Z0, K2   // keep = v > -87.33654 (false for NaN)
+	KANDW K1, K2, K2
+	VMULPS Z13, Z0, Z1
+	VSUBPS Z12, Z1, Z1          // t = v*log2e - 0.5
+	EXP16                       // y = e^v
+	VMOVAPS.Z Z5, K2, Z5        // 0 where dropped or past the end
+	VMOVUPS Z5, K1, (SI)
+	VADDPS Z5, Z6, Z6
+	ADDQ $64, SI
+	SUBQ $16, BX
+	JG eloop
+
+	VMOVUPS Z6, (DI)
+	VZEROUPPER
+	RET
+
+// func maxAVX512(x *float32, n int, init float32) float32
+// maxAVX2 in sixteen lanes for any n >= 1, the last block masked.
+TEXT ·maxAVX512(SB), NOSPLIT, $0-28
+	MOVQ x+0(FP), SI
+	MOVQ n+8(FP), BX
+	VBROADCASTSS init+16(FP), Z6
+
+mloop:
+	MOVQ BX, CX
+	CMPQ CX, $16
+	JLE mmask
+	MOVQ $16, CX
+
+mmask:
+	MOVL $1, AX
+	SHLL CX, AX
+	DECL AX
+	KMOVW AX, K1
+	VMOVUPS.Z (SI), K1, Z0
+	VMAXPS Z6, Z0, K1, Z6 // x > acc ? x : acc (acc for NaN x and past the end)
+	ADDQ $64, SI
+	SUBQ $16, BX
+	JG mloop
+
+	VEXTRACTF64X4 $1, Z6, Y1
+	VMAXPS Y1, Y6, Y6
+	VEXTRACTF128 $1, Y6, X1
+	VMAXPS X1, X6, X6
+	VPERMILPS $0x4e, X6, X1
+	VMAXPS X1, X6, X6
+	VPERMILPS $0xb1, X6, X1
+	VMAXPS X1, X6, X6
+	VMOVSS X6, ret+24(FP)
+	VZEROUPPER
+	RET

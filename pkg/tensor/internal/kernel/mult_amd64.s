@@ -1,0 +1,166 @@
+//go:build !purego
+
+#include "textflag.h"
+
+// The transposed-weight products of MulT (see mult.go). Each output element
+// is one chain of fused multiply-adds over p = 0..k-1 starting from zero,
+// then, when acc is not 0, the old output added once: the same operations
+// in both kernels, so a row's result does not depend on how many rows are
+// computed with it or on which column block holds the element.
+
+// func mulT1x128AVX512(x, wt *float32, ldw int, out *float32, k, acc int)
+//
+// One row x[0:k] times the 128 columns wt[p*ldw : p*ldw+128], p < k, into
+// out[0:128]: eight accumulators, one broadcast per p.
+TEXT ·mulT1x128AVX512(SB), NOSPLIT, $0-48
+	MOVQ x+0(FP), SI
+	MOVQ wt+8(FP), DI
+	MOVQ ldw+16(FP), R8
+	SHLQ $2, R8
+	MOVQ out+24(FP), DX
+	MOVQ k+32(FP), CX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+
+loop1:
+	VBROADCASTSS (SI), Z8
+	VFMADD231PS (DI), Z8, Z0
+	VFMADD231PS 64(DI), Z8, Z1
+	VFMADD231PS 128(DI), Z8, Z2
+	VFMADD231PS 192(DI), Z8, Z3
+	VFMADD231PS 256(DI), Z8, Z4
+	VFMADD231PS 320(DI), Z8, Z5
+	VFMADD231PS 384(DI), Z8, Z6
+	VFMADD231PS 448(DI), Z8, Z7
+	ADDQ $4, SI
+	ADDQ R8, DI
+	DECQ CX
+	JNZ loop1
+
+	MOVQ acc+40(FP), AX
+	TESTQ AX, AX
+	JZ store1
+	VADDPS (DX), Z0, Z0
+	VADDPS 64(DX), Z1, Z1
+	VADDPS 128(DX), Z2, Z2
+	VADDPS 192(DX), Z3, Z3
+	VADDPS 256(DX), Z4, Z4
+	VADDPS 320(DX), Z5, Z5
+	VADDPS 384(DX), Z6, Z6
+	VADDPS 448(DX), Z7, Z7
+
+store1:
+	VMOVUPS Z0, (DX)
+	VMOVUPS Z1, 64(DX)
+	VMOVUPS Z2, 128(DX)
+	VMOVUPS Z3, 192(DX)
+	VMOVUPS Z4, 256(DX)
+	VMOVUPS Z5, 320(DX)
+	VMOVUPS Z6, 384(DX)
+	VMOVUPS Z7, 448(DX)
+	VZEROUPPER
+	RET
+
+// FMA4 multiplies the four weight vectors Z16-Z19 by the broadcast b into
+// the accumulators a0-a3.
+#define FMA4(b, a0, a1, a2, a3) \
+	VFMADD231PS Z16, b, a0 \
+	VFMADD231PS Z17, b, a1 \
+	VFMADD231PS Z18, b, a2 \
+	VFMADD231PS Z19, b, a3
+
+// ACC4 adds the 64 outputs at ptr to a0-a3 (the acc case).
+#define ACC4(ptr, a0, a1, a2, a3) \
+	VADDPS (ptr), a0, a0 \
+	VADDPS 64(ptr), a1, a1 \
+	VADDPS 128(ptr), a2, a2 \
+	VADDPS 192(ptr), a3, a3
+
+// STORE4 writes a0-a3 to the 64 outputs at ptr.
+#define STORE4(ptr, a0, a1, a2, a3) \
+	VMOVUPS a0, (ptr) \
+	VMOVUPS a1, 64(ptr) \
+	VMOVUPS a2, 128(ptr) \
+	VMOVUPS a3, 192(ptr)
+
+// func mulT4x64AVX512(x *float32, ldx int, wt *float32, ldw int, out *float32, ldo, k, acc int)
+//
+// Four rows x[i*ldx : i*ldx+k], i < 4, times the 64 columns
+// wt[p*ldw : p*ldw+64] into out[i*ldo : i*ldo+64]: sixteen accumulators, the
+// weights read once for the four rows.
+TEXT ·mulT4x64AVX512(SB), NOSPLIT, $0-64
+	MOVQ x+0(FP), SI
+	MOVQ ldx+8(FP), R9
+	SHLQ $2, R9
+	LEAQ (SI)(R9*1), R10
+	LEAQ (R10)(R9*1), R11
+	LEAQ (R11)(R9*1), R12
+	MOVQ wt+16(FP), DI
+	MOVQ ldw+24(FP), R8
+	SHLQ $2, R8
+	MOVQ k+48(FP), CX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+	VPXORD Z12, Z12, Z12
+	VPXORD Z13, Z13, Z13
+	VPXORD Z14, Z14, Z14
+	VPXORD Z15, Z15, Z15
+
+loop4:
+	VMOVUPS (DI), Z16
+	VMOVUPS 64(DI), Z17
+	VMOVUPS 128(DI), Z18
+	VMOVUPS 192(DI), Z19
+	VBROADCASTSS (SI), Z20
+	VBROADCASTSS (R10), Z21
+	VBROADCASTSS (R11), Z22
+	VBROADCASTSS (R12), Z23
+	FMA4(Z20, Z0, Z1, Z2, Z3)
+	FMA4(Z21, Z4, Z5, Z6, Z7)
+	FMA4(Z22, Z8, Z9, Z10, Z11)
+	FMA4(Z23, Z12, Z13, Z14, Z15)
+	ADDQ $4, SI
+	ADDQ $4, R10
+	ADDQ $4, R11
+	ADDQ $4, R12
+	ADDQ R8, DI
+	DECQ CX
+	JNZ loop4
+
+	MOVQ out+32(FP), DX
+	MOVQ ldo+40(FP), R13
+	SHLQ $2, R13
+	LEAQ (DX)(R13*1), R10
+	LEAQ (R10)(R13*1), R11
+	LEAQ (R11)(R13*1), R12
+	MOVQ acc+56(FP), AX
+	TESTQ AX, AX
+	JZ store4
+	ACC4(DX, Z0, Z1, Z2, Z3)
+	ACC4(R10, Z4, Z5, Z6, Z7)
+	ACC4(R11, Z8, Z9, Z10, Z11)
+	ACC4(R12, Z12, Z13, Z14, Z15)
+
+store4:
+	STORE4(DX, Z0, Z1, Z2, Z3)
+	STORE4(R10, Z4, Z5, Z6, Z7)
+	STORE4(R11, Z8, Z9, Z10, Z11)
+	STORE4(R12, Z12, Z13, Z14, Z15)
+	VZEROUPPER
+	RET
