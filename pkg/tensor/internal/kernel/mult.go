@@ -18,8 +18,8 @@ const MulTPad = 128
 // operations whatever m, the element's row or column, and however a caller
 // splits the columns (at multiples of MulTPad), so a row's product does not
 // depend on the batch it is computed in. Unlike DotRows it needs no
-// horizontal reductions: four rows share every weight load, sixteen vector
-// accumulators at a time. It needs AVX-512 (MulTAvailable); elsewhere it
+// horizontal reductions: eight or four rows share every weight load, sixteen
+// vector accumulators at a time. It needs AVX-512 (MulTAvailable); elsewhere it
 // computes in Go, one multiply and one add per step.
 func MulT(out []float32, ldo int, x []float32, ldx int, wt []float32, ldw int, m, n, k int, acc bool) {
 	if m <= 0 || n <= 0 {

@@ -19,7 +19,7 @@ func TestMulT(t *testing.T) {
 				w[i] = float32(r.NormFloat64())
 			}
 			wt, ldw := TransposeForMulT(w, n, k)
-			for _, m := range []int{1, 2, 3, 4, 5, 8, 9} {
+			for _, m := range []int{1, 2, 3, 4, 5, 8, 9, 13, 17} {
 				ldx, ldo := k+3, n+5
 				x := make([]float32, (m-1)*ldx+k)
 				for i := range x {
