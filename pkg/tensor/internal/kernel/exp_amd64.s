@@ -86,6 +86,16 @@ loop:
 	VZEROUPPER
 	RET
 
+// HMAX8 leaves in X6's first lane the largest of Y6's eight lanes; it
+// clobbers X1.
+#define HMAX8 \
+	VEXTRACTF128 $1, Y6, X1 \
+	VMAXPS X1, X6, X6 \
+	VPERMILPS $0x4e, X6, X1 \
+	VMAXPS X1, X6, X6 \
+	VPERMILPS $0xb1, X6, X1 \
+	VMAXPS X1, X6, X6
+
 // func maxAVX2(x *float32, n int, init float32) float32
 // n is a positive multiple of 8. NaN elements are skipped, as in softmaxRow.
 TEXT ·maxAVX2(SB), NOSPLIT, $0-28
@@ -100,12 +110,7 @@ maxloop:
 	SUBQ $8, CX
 	JNZ maxloop
 
-	VEXTRACTF128 $1, Y6, X1
-	VMAXPS X1, X6, X6
-	VPERMILPS $0x4e, X6, X1
-	VMAXPS X1, X6, X6
-	VPERMILPS $0xb1, X6, X1
-	VMAXPS X1, X6, X6
+	HMAX8
 	VMOVSS X6, ret+24(FP)
 	VZEROUPPER
 	RET
@@ -267,12 +272,7 @@ mmask:
 
 	VEXTRACTF64X4 $1, Z6, Y1
 	VMAXPS Y1, Y6, Y6
-	VEXTRACTF128 $1, Y6, X1
-	VMAXPS X1, X6, X6
-	VPERMILPS $0x4e, X6, X1
-	VMAXPS X1, X6, X6
-	VPERMILPS $0xb1, X6, X1
-	VMAXPS X1, X6, X6
+	HMAX8
 	VMOVSS X6, ret+24(FP)
 	VZEROUPPER
 	RET

@@ -8,6 +8,28 @@
 // in both kernels, so a row's result does not depend on how many rows are
 // computed with it or on which column block holds the element.
 
+// ZERO8 and ZERO16 clear the accumulators Z0-Z7 and Z0-Z15.
+#define ZERO8 \
+	VPXORD Z0, Z0, Z0 \
+	VPXORD Z1, Z1, Z1 \
+	VPXORD Z2, Z2, Z2 \
+	VPXORD Z3, Z3, Z3 \
+	VPXORD Z4, Z4, Z4 \
+	VPXORD Z5, Z5, Z5 \
+	VPXORD Z6, Z6, Z6 \
+	VPXORD Z7, Z7, Z7
+
+#define ZERO16 \
+	ZERO8 \
+	VPXORD Z8, Z8, Z8 \
+	VPXORD Z9, Z9, Z9 \
+	VPXORD Z10, Z10, Z10 \
+	VPXORD Z11, Z11, Z11 \
+	VPXORD Z12, Z12, Z12 \
+	VPXORD Z13, Z13, Z13 \
+	VPXORD Z14, Z14, Z14 \
+	VPXORD Z15, Z15, Z15
+
 // func mulT1x128AVX512(x, wt *float32, ldw int, out *float32, k, acc int)
 //
 // One row x[0:k] times the 128 columns wt[p*ldw : p*ldw+128], p < k, into
@@ -19,14 +41,7 @@ TEXT ·mulT1x128AVX512(SB), NOSPLIT, $0-48
 	SHLQ $2, R8
 	MOVQ out+24(FP), DX
 	MOVQ k+32(FP), CX
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
-	VPXORD Z4, Z4, Z4
-	VPXORD Z5, Z5, Z5
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
+	ZERO8
 
 loop1:
 	VBROADCASTSS (SI), Z8
@@ -105,22 +120,7 @@ TEXT ·mulT4x64AVX512(SB), NOSPLIT, $0-64
 	MOVQ ldw+24(FP), R8
 	SHLQ $2, R8
 	MOVQ k+48(FP), CX
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
-	VPXORD Z4, Z4, Z4
-	VPXORD Z5, Z5, Z5
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
-	VPXORD Z8, Z8, Z8
-	VPXORD Z9, Z9, Z9
-	VPXORD Z10, Z10, Z10
-	VPXORD Z11, Z11, Z11
-	VPXORD Z12, Z12, Z12
-	VPXORD Z13, Z13, Z13
-	VPXORD Z14, Z14, Z14
-	VPXORD Z15, Z15, Z15
+	ZERO16
 
 loop4:
 	VMOVUPS (DI), Z16
@@ -204,22 +204,7 @@ TEXT ·mulT8x32AVX512(SB), NOSPLIT, $0-48
 	SHLQ $2, BX
 	MOVQ k+32(FP), CX
 	XORQ AX, AX
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
-	VPXORD Z4, Z4, Z4
-	VPXORD Z5, Z5, Z5
-	VPXORD Z6, Z6, Z6
-	VPXORD Z7, Z7, Z7
-	VPXORD Z8, Z8, Z8
-	VPXORD Z9, Z9, Z9
-	VPXORD Z10, Z10, Z10
-	VPXORD Z11, Z11, Z11
-	VPXORD Z12, Z12, Z12
-	VPXORD Z13, Z13, Z13
-	VPXORD Z14, Z14, Z14
-	VPXORD Z15, Z15, Z15
+	ZERO16
 
 loop8:
 	VMOVUPS (DI), Z16
