@@ -234,3 +234,41 @@ loop8:
 	OUT2(56, Z14, Z15)
 	VZEROUPPER
 	RET
+
+// func mulT1x64AVX512(x, wt *float32, ldw int, out *float32, k, acc int)
+//
+// mulT1x128AVX512 for 64 columns: four accumulators, for products (or the
+// last columns of one) no wider, which would otherwise read 64 columns of
+// padding.
+TEXT ·mulT1x64AVX512(SB), NOSPLIT, $0-48
+	MOVQ x+0(FP), SI
+	MOVQ wt+8(FP), DI
+	MOVQ ldw+16(FP), R8
+	SHLQ $2, R8
+	MOVQ out+24(FP), DX
+	MOVQ k+32(FP), CX
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+
+loop64:
+	VBROADCASTSS (SI), Z8
+	VFMADD231PS (DI), Z8, Z0
+	VFMADD231PS 64(DI), Z8, Z1
+	VFMADD231PS 128(DI), Z8, Z2
+	VFMADD231PS 192(DI), Z8, Z3
+	ADDQ $4, SI
+	ADDQ R8, DI
+	DECQ CX
+	JNZ loop64
+
+	MOVQ acc+40(FP), AX
+	TESTQ AX, AX
+	JZ store64
+	ACC4(DX, Z0, Z1, Z2, Z3)
+
+store64:
+	STORE4(DX, Z0, Z1, Z2, Z3)
+	VZEROUPPER
+	RET

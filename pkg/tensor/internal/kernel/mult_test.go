@@ -94,7 +94,7 @@ func TestMulTChecks(t *testing.T) {
 // decode step and of draft verification.
 func BenchmarkMulT(b *testing.B) {
 	r := rand.New(rand.NewPCG(1, 2))
-	for _, s := range []struct{ n, k int }{{128, 64}, {344, 64}, {64, 172}, {512, 64}} {
+	for _, s := range []struct{ n, k int }{{128, 64}, {344, 64}, {64, 172}, {512, 64}, {512, 512}} {
 		w := make([]float32, s.n*s.k)
 		for i := range w {
 			w[i] = float32(r.NormFloat64())
