@@ -69,6 +69,12 @@ func wsumAVX2(out, p, v *float32, ldv, n, k8, acc int)
 //go:noescape
 func wsumAVX512(out, p, v *float32, ldv, n, k, acc int)
 
+// wsum8AVX512 is wsumAVX512 for at most eight columns, in eight-lane
+// registers (see dot_amd64.s).
+//
+//go:noescape
+func wsum8AVX512(out, p, v *float32, ldv, n, k, acc int)
+
 // wsumVec computes the columns of WeightedSum it can with vector
 // instructions and returns how many: all of them with AVX-512 (the last
 // sixteen through a mask), else [0, k&^7) with AVX2 and FMA, when the
@@ -81,8 +87,12 @@ func wsumVec(out, p, v []float32, ldv, n, k int, acc bool) int {
 	if acc {
 		a = 1
 	}
-	if cpu.X86.HasAVX512F {
-		wsumAVX512(&out[0], &p[0], &v[0], ldv, n, k, a)
+	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL {
+		if k <= 8 {
+			wsum8AVX512(&out[0], &p[0], &v[0], ldv, n, k, a)
+		} else {
+			wsumAVX512(&out[0], &p[0], &v[0], ldv, n, k, a)
+		}
 		return k
 	}
 	k8 := k &^ 7

@@ -632,3 +632,72 @@ zstore:
 	JG zchunk
 	VZEROUPPER
 	RET
+
+// func wsum8AVX512(out, p, v *float32, ldv, n, k, acc int)
+//
+// wsumAVX512 for k <= 8 columns (an attention head's P·V) in eight-lane
+// registers: the same operations per column, without the sixteen-lane
+// loads that would straddle cache lines for nothing.
+TEXT ·wsum8AVX512(SB), NOSPLIT, $0-56
+	MOVQ out+0(FP), DX
+	MOVQ v+16(FP), DI
+	MOVQ ldv+24(FP), R8
+	SHLQ $2, R8
+	LEAQ (R8)(R8*2), R9
+	MOVQ k+40(FP), CX
+	MOVL $1, AX
+	SHLL CX, AX
+	DECL AX
+	KMOVW AX, K1
+	MOVQ p+8(FP), SI
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVQ n+32(FP), CX
+	CMPQ CX, $4
+	JLT yrest
+
+yquad:
+	VMOVUPS.Z (DI), K1, Y4
+	VMOVUPS.Z (DI)(R8*1), K1, Y5
+	VMOVUPS.Z (DI)(R8*2), K1, Y6
+	VMOVUPS.Z (DI)(R9*1), K1, Y7
+	VFMADD231PS.BCST (SI), Y4, Y0
+	VFMADD231PS.BCST 4(SI), Y5, Y1
+	VFMADD231PS.BCST 8(SI), Y6, Y2
+	VFMADD231PS.BCST 12(SI), Y7, Y3
+	ADDQ $16, SI
+	LEAQ (DI)(R8*4), DI
+	SUBQ $4, CX
+	CMPQ CX, $4
+	JGE yquad
+
+yrest:
+	CMPQ CX, $1
+	JLT ysum
+	VMOVUPS.Z (DI), K1, Y4
+	VFMADD231PS.BCST (SI), Y4, Y0
+	CMPQ CX, $2
+	JLT ysum
+	VMOVUPS.Z (DI)(R8*1), K1, Y5
+	VFMADD231PS.BCST 4(SI), Y5, Y1
+	CMPQ CX, $3
+	JLT ysum
+	VMOVUPS.Z (DI)(R8*2), K1, Y6
+	VFMADD231PS.BCST 8(SI), Y6, Y2
+
+ysum:
+	VADDPS Y1, Y0, Y0
+	VADDPS Y3, Y2, Y2
+	VADDPS Y2, Y0, Y0
+	MOVQ acc+48(FP), AX
+	TESTQ AX, AX
+	JZ ystore
+	VMOVUPS.Z (DX), K1, Y4
+	VADDPS Y4, Y0, Y0
+
+ystore:
+	VMOVUPS Y0, K1, (DX)
+	VZEROUPPER
+	RET
