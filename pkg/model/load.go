@@ -168,11 +168,12 @@ const transposeMaxWeights = 1 << 24
 // transposeSmall gives a small model's matrices a transposed copy for the
 // products of a few rows, where the processor runs them fast
 // (tensor.TransposedFast). On a model whose weights sit in the caches such
-// products are bound by arithmetic, not memory, and the transposed kernel
-// shares each weight load among four rows without horizontal sums: a decode
-// step gets faster, and a speculative verification of several rows costs
-// much less than as many steps. Larger models are bound by memory bandwidth
-// at these row counts, and would pay the copy for nothing.
+// products are bound by arithmetic and cache bandwidth, not memory, and the
+// transposed kernels need no horizontal sums and share each weight load
+// among four or eight rows: a decode step gets faster, and a speculative
+// verification of several rows costs less than as many steps. Larger models
+// are bound by memory bandwidth at these row counts, and would pay the copy
+// for nothing.
 func (m *Model) transposeSmall() {
 	if !tensor.TransposedFast() {
 		return

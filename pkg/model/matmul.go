@@ -66,7 +66,6 @@ const splitWeights = 1 << 18
 type mmJob struct {
 	out, x, w []float32
 	wt        *tensor.Transposed
-	byRows    bool // wt's product is split by row groups
 	rows, n   int
 	k         int
 	beta      float32
@@ -124,9 +123,8 @@ func (m *Model) matmul(out, x, w []float32, wt *tensor.Transposed, rows, n, k in
 const mulTSplitWork = 1 << 19
 
 // matmulT computes a product of at most smallRows rows through the
-// transposed weight wt: on the calling goroutine, or for several rows split
-// over the workers, by column blocks when the product has several, else by
-// groups of four rows (the kernel's row block). Either split computes every
+// transposed weight wt: on the calling goroutine, or for a large product of
+// several rows split over the workers by column blocks, which computes every
 // element as the unsplit product does.
 func (m *Model) matmulT(out, x []float32, wt *tensor.Transposed, rows, n, k int, acc bool) {
 	s := &m.s
@@ -139,25 +137,17 @@ func (m *Model) matmulT(out, x []float32, wt *tensor.Transposed, rows, n, k int,
 	chunks := 1
 	if rows >= 2 && rows*n*k >= mulTSplitWork {
 		chunks = tensor.Workers()
-		if units < 2 {
-			s.mm.byRows = true
-			units = (rows + 3) / 4
-		}
 	}
 	tensor.ParallelChunks(units, chunks, s.mmFn)
 	s.mm = mmJob{}
 }
 
-// matmulChunk computes the output features of blocks [lo, hi) of m.s.mm, or
-// with a transposed weight split by rows, its row groups [lo, hi).
+// matmulChunk computes the output features of blocks [lo, hi) of m.s.mm
+// (blocks of tensor.MulTPad features through a transposed weight, else of
+// mmBlock).
 func (m *Model) matmulChunk(_, lo, hi int) {
 	j := &m.s.mm
 	if j.wt != nil {
-		if j.byRows {
-			r0, r1 := lo*4, min(hi*4, j.rows)
-			j.wt.MulCols(j.out[r0*j.n:], j.n, j.x[r0*j.k:], j.k, r1-r0, 0, j.n, j.beta != 0)
-			return
-		}
 		j.wt.MulCols(j.out, j.n, j.x, j.k, j.rows, lo*tensor.MulTPad, min(hi*tensor.MulTPad, j.n), j.beta != 0)
 		return
 	}
