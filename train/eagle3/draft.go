@@ -244,8 +244,8 @@ type Session struct {
 	d        *Draft
 	capacity int
 	n        int       // committed positions
-	k, v     []float32 // [capacity, kvDim]
-	vt       []float32 // [kvDim, capacity]: v transposed, for the attention's P·V
+	kt       []float32 // [kvDim, capacity]: the keys transposed, for the attention's scores
+	v        []float32 // [capacity, kvDim]
 	root     []float32 // [H] pre-norm output at position n-1
 	rootLg   []float32 // [N] its draft logits
 
@@ -282,12 +282,12 @@ func (d *Draft) NewSession(capacity, maxNodes int) *Session {
 	R := max(maxNodes, extendChunk)
 	f := func(n int) []float32 { return make([]float32, n) }
 	return &Session{d: d, capacity: capacity, maxNodes: maxNodes,
-		k: f(capacity * kw), v: f(capacity * kw), vt: f(kw * capacity), root: f(h), rootLg: f(N),
+		kt: f(kw * capacity), v: f(capacity * kw), root: f(h), rootLg: f(N),
 		nk: f(maxNodes * kw), nv: f(maxNodes * kw), nh: f(maxNodes * h), nlg: f(maxNodes * N),
 		g3: f(R * 3 * h), h: f(R * h), e: f(R * h), xe: f(R * h), xh: f(R * h), x: f(R * 2 * h),
 		q: f(R * qw), kk: f(R * kw), vv: f(R * kw), o: f(R * qw), a1: f(R * h),
 		n2: f(R * h), gate: f(R * I), up: f(R * I), out: f(R * h), fn: f(R * h),
-		pos: make([]int32, R), sc: f((g.Heads / g.KVHeads) * (capacity + maxNodes + 1))}
+		pos: make([]int32, R), sc: f(capacity + maxNodes + 1)}
 }
 
 // Len returns the number of committed positions.
@@ -373,11 +373,10 @@ func (s *Session) layer(r int, tok []int32, committed bool) error {
 	d.rope.Forward(s.kk, r, g.KVHeads, s.pos[:r])
 	base := len(s.nodes) - r
 	if committed {
-		copy(s.k[s.n*kw:(s.n+r)*kw], s.kk[:r*kw])
 		copy(s.v[s.n*kw:(s.n+r)*kw], s.vv[:r*kw])
 		for i := 0; i < r; i++ {
-			for c, x := range s.vv[i*kw : (i+1)*kw] {
-				s.vt[c*s.capacity+s.n+i] = x
+			for c, x := range s.kk[i*kw : (i+1)*kw] {
+				s.kt[c*s.capacity+s.n+i] = x
 			}
 		}
 	} else {
@@ -413,56 +412,38 @@ func (s *Session) layer(r int, tok []int32, committed bool) error {
 }
 
 // attendRow computes the attention output s.o of row i over the first ctx
-// cache positions and then the tree nodes anc (in that order), one KV group
-// at a time: one strided product gives the scores of all the group's heads
-// against the cache, a float32 softmax per head, and one product with the
-// transposed cached values their outputs.
+// cache positions and then the tree nodes anc (in that order), one head at a
+// time, as the target model's attention does: the scores against the cache
+// as a weighted sum of its transposed keys, the ancestors' by dot products,
+// the softmax numerators, their weighted sum of the cached values and the
+// ancestors' values, divided by the softmax denominator.
 func (s *Session) attendRow(i, ctx int, anc []int) {
 	a := s.d.a
 	qw, kw := s.d.Geometry.qDim(), s.d.Geometry.kvDim()
 	group := a.nq / a.nkv
 	w := ctx + len(anc)
-	for gk := 0; gk < a.nkv; gk++ {
-		off := gk * a.hd
-		q0 := i*qw + gk*group*a.hd
-		sg := s.sc[:group*w]
+	sc := s.sc[:w]
+	for hh := 0; hh < a.nq; hh++ {
+		off := hh / group * a.hd
+		qv := s.q[i*qw+hh*a.hd : i*qw+(hh+1)*a.hd]
+		tensor.Scale(qv, a.scale)
 		if ctx > 0 {
-			tensor.DotRows(sg, w, s.q[q0:q0+group*a.hd], a.hd, s.k[off:(ctx-1)*kw+off+a.hd], kw, group, ctx, a.hd, false)
+			tensor.WeightedSum(sc[:ctx], qv, s.kt[off*s.capacity:(off+a.hd-1)*s.capacity+ctx], s.capacity, a.hd, ctx, false)
 		}
-		for j := 0; j < group; j++ {
-			hh := gk*group + j
-			qv := s.q[i*qw+hh*a.hd : i*qw+(hh+1)*a.hd]
-			sc := sg[j*w : (j+1)*w]
-			mx := float32(math.Inf(-1))
-			for c := 0; c < ctx; c++ {
-				v := a.scale * sc[c]
-				sc[c] = v
-				mx = max(mx, v)
-			}
-			for c, nd := range anc {
-				v := a.scale * dot(qv, s.nk[nd*kw+off:nd*kw+off+a.hd])
-				sc[ctx+c] = v
-				mx = max(mx, v)
-			}
-			inv := 1 / tensor.ExpShift(sc, mx)
-			for c := range sc {
-				sc[c] *= inv
-			}
+		for c, nd := range anc {
+			sc[ctx+c] = dot(qv, s.nk[nd*kw+off:nd*kw+off+a.hd])
 		}
-		// P·V over the cache through the transposed values, then the
-		// ancestors' values.
-		o := s.o[q0 : q0+group*a.hd]
+		inv := 1 / tensor.SoftmaxUnscaled(sc)
+		o := s.o[i*qw+hh*a.hd : i*qw+(hh+1)*a.hd]
 		if ctx > 0 {
-			tensor.DotRows(o, a.hd, sg, w, s.vt[off*s.capacity:(off+a.hd-1)*s.capacity+ctx], s.capacity, group, a.hd, ctx, false)
+			tensor.WeightedSum(o, sc[:ctx], s.v[off:(ctx-1)*kw+off+a.hd], kw, ctx, a.hd, false)
 		} else {
 			clear(o)
 		}
-		for j := 0; j < group; j++ {
-			oj := o[j*a.hd : (j+1)*a.hd]
-			for c, nd := range anc {
-				axpy(oj, sg[j*w+ctx+c], s.nv[nd*kw+off:nd*kw+off+a.hd])
-			}
+		for c, nd := range anc {
+			axpy(o, sc[ctx+c], s.nv[nd*kw+off:nd*kw+off+a.hd])
 		}
+		tensor.Scale(o, inv)
 	}
 }
 
