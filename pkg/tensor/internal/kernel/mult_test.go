@@ -100,7 +100,7 @@ func BenchmarkMulT(b *testing.B) {
 			w[i] = float32(r.NormFloat64())
 		}
 		wt, ldw := TransposeForMulT(w, s.n, s.k)
-		for _, m := range []int{1, 5, 8} {
+		for _, m := range []int{1, 4, 5, 8} {
 			x := make([]float32, m*s.k)
 			out := make([]float32, m*s.n)
 			flops := float64(2 * m * s.n * s.k)
