@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 
@@ -99,6 +100,13 @@ func TestTrainedDrafters(t *testing.T) {
 				t.Logf("τ %.3f, hist %v, by depth %.3f, heads %+v, speed-up %.2f (drafter %.0f%%)", rep.MeanAcceptLength, rep.AcceptLengthHist, rep.AcceptRateByDepth, rep.HeadHits, rep.SpeedUp, 100*rep.DrafterShare)
 				if !(rep.MeanAcceptLength > 1.3) {
 					t.Fatalf("a trained drafter accepts %.3f tokens per forward; want > 1.3 (random drafters: about 1.0)", rep.MeanAcceptLength)
+				}
+				// The step costs explain the speed-up: the tokens per
+				// forward over the break-even.
+				c, b, s := rep.Cost, rep.Baseline, rep.Speculative
+				perFwd := float64(b.Forwards) / float64(s.Forwards)
+				if !(c.Verify > 0 && c.Draft > 0) || math.Abs(perFwd/c.BreakEven-rep.SpeedUp) > 1e-9*rep.SpeedUp {
+					t.Fatalf("step cost %+v does not explain speed-up %.4f (%.3f tokens per forward)", c, rep.SpeedUp, perFwd)
 				}
 			})
 		}

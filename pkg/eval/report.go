@@ -63,9 +63,26 @@ type Report struct {
 	// DrafterShare is the fraction of the speculative run's time spent in
 	// the drafter.
 	DrafterShare float64 `json:"drafter_share"`
+	// Cost is the speculative run's time per verification in units of one
+	// baseline step: why speculation is or is not faster on this machine.
+	Cost StepCost `json:"step_cost"`
 
 	Lossless  Lossless       `json:"lossless"`
 	PerPrompt []PromptResult `json:"per_prompt"`
+}
+
+// StepCost breaks the speculative run's time per verification forward down
+// in units of the baseline's time per forward (a decode step). Verify is the
+// target's verification forward (with the acceptance work around it), Draft
+// the drafter's time per verification, and BreakEven = Verify + Draft the
+// tokens a verification must commit for speculation to match the baseline:
+// SpeedUp = (Baseline.Forwards / Speculative.Forwards) / BreakEven, the
+// first factor being the tokens committed per forward (about
+// MeanAcceptLength).
+type StepCost struct {
+	Verify    float64 `json:"verify"`
+	Draft     float64 `json:"draft"`
+	BreakEven float64 `json:"break_even"`
 }
 
 // Speed is one decoder's throughput over all prompts (prefill included).
@@ -194,6 +211,12 @@ func (r *runner) finish(rep *Report) {
 	if rep.Speculative.Seconds > 0 {
 		rep.DrafterShare = rep.Speculative.DrafterSeconds / rep.Speculative.Seconds
 	}
+	if b, s := rep.Baseline, rep.Speculative; b.Forwards > 0 && b.Seconds > 0 && s.Forwards > 0 {
+		step := b.Seconds / float64(b.Forwards)
+		rep.Cost.Verify = (s.Seconds - s.DrafterSeconds) / float64(s.Forwards) / step
+		rep.Cost.Draft = s.DrafterSeconds / float64(s.Forwards) / step
+		rep.Cost.BreakEven = rep.Cost.Verify + rep.Cost.Draft
+	}
 	rep.Lossless.Prompts = r.lossChecks
 }
 
@@ -266,6 +289,9 @@ func (rep *Report) WriteText(w io.Writer) error {
 	p("baseline\t%d\t%d\t%.2f\t%.1f\n", rep.Baseline.Tokens, rep.Baseline.Forwards, rep.Baseline.Seconds, rep.Baseline.TokensPerSec)
 	p("speculative\t%d\t%d\t%.2f\t%.1f\n", rep.Speculative.Tokens, rep.Speculative.Forwards, rep.Speculative.Seconds, rep.Speculative.TokensPerSec)
 	p("speed-up\t%.2fx (drafter %.1f%% of the speculative time)\n", rep.SpeedUp, 100*rep.DrafterShare)
+	if c := rep.Cost; c.BreakEven > 0 {
+		p("cost\ta verification costs %.2f decode steps of the target and %.2f of drafting: speculation pays above %.2f tokens per verification\n", c.Verify, c.Draft, c.BreakEven)
+	}
 	if rep.Lossless.Checked {
 		if n := len(rep.Lossless.Mismatches); n == 0 {
 			p("lossless\tyes: %d/%d prompts identical to greedy decoding\n", rep.Lossless.Prompts, rep.Lossless.Prompts)
