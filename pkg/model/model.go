@@ -77,7 +77,9 @@ type Layer struct {
 }
 
 // Model is a loaded target model. The weight fields are bound to checkpoint
-// tensor names in one place, bindings (load.go).
+// tensor names in one place, bindings (load.go). They are read-only once the
+// model is built: a small model also keeps transposed copies of its
+// matrices (see transposeSmall), which would not see a change.
 type Model struct {
 	Config *checkpoint.Config
 
