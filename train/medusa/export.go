@@ -27,7 +27,12 @@ import (
 //
 // FasterDecoding: keys {h}.{l}.linear.weight, {h}.{l}.linear.bias and
 // {h}.{layers}.weight (the head's lm_head). That format has no shared head, so
-// with SharedLMHead every head gets a copy of the target's lm_head.
+// with SharedLMHead every head gets a copy of the target's lm_head. TensorRT-LLM's
+// converter reads it one block per layer; FasterDecoding/Medusa's own
+// MedusaModel builds [ResBlock] * num_layers, one block applied num_layers
+// times: with more than one layer it loads every layer's keys into that one
+// block (the last wins), so heads of several distinct blocks (the default,
+// see DefaultConfig) are not reproduced there.
 const (
 	VLLMDir        = "vllm"
 	MedusaDir      = "medusa"
