@@ -287,10 +287,18 @@ func newEagleProposer(m *model.Model, d *eagle3.Draft, cfg Config, capacity int,
 	}
 	p := &eagleProposer{m: m, d: d, chain: cfg.Mode == ModeChain, depth: cfg.Depth}
 	for c, id := range ids {
-		j := slices.Index(p.tapIdx, id)
+		// A feature is the residual stream after a decoder layer, as the
+		// capture stored it and the engines read it: for index L that is
+		// the last layer's output before the final norm, which the model's
+		// tap L (Transformers' last hidden_states entry) is not.
+		tap := id
+		if id == m.NumLayers() {
+			tap = model.PreNormLast
+		}
+		j := slices.Index(p.tapIdx, tap)
 		if j < 0 {
 			j = len(p.tapIdx)
-			p.tapIdx = append(p.tapIdx, id)
+			p.tapIdx = append(p.tapIdx, tap)
 		}
 		p.slot[c] = j
 	}

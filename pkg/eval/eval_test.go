@@ -5,11 +5,14 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/drafter-ai/drafter/pkg/model"
 	"github.com/drafter-ai/drafter/pkg/sample"
 	"github.com/drafter-ai/drafter/pkg/spec"
+	"github.com/drafter-ai/drafter/train/eagle3"
 )
 
 // shapes lists every draft shape eval runs for a drafter kind.
@@ -160,5 +163,28 @@ func TestLosslessReporting(t *testing.T) {
 	rep.Lossless.Mismatches = nil
 	if err := rep.CheckLossless(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestEagleFeatureTaps checks which target states an EAGLE-3 drafter is fed:
+// its feature layers as the capture stored them, the residual stream after
+// each decoder layer, so that index L is the last layer's output before the
+// final norm (model.PreNormLast), not Transformers' post-norm entry L, which
+// verification reads separately for the logits.
+func TestEagleFeatureTaps(t *testing.T) {
+	m := loadTarget(t)
+	L := m.NumLayers()
+	g, p, voc := randomEagleParams(t, m, m.VocabSize(), 3)
+	dr, err := eagle3.NewDraft(g, p, voc, m.Embed, m.Backend())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dr.LayerIDs = []int{1, 3, L}
+	prop, err := newEagleProposer(m, dr, Config{Mode: ModeChain, Depth: 4}, 64, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []int{1, 3, model.PreNormLast}; !slices.Equal(prop.taps(), want) {
+		t.Fatalf("feature taps %v for layers %v; want %v", prop.taps(), dr.LayerIDs, want)
 	}
 }
