@@ -95,7 +95,7 @@ type Options struct {
 	Batch int
 	// Layers are the Hugging Face hidden_states indices to store (see
 	// capture.LayerConvention: index L is the last layer's output BEFORE
-	// the final norm); nil means the EAGLE-3 defaults 2, L/2, L-3. The state
+	// the final norm); nil means drafter's EAGLE-3 defaults (checkpoint.Config.EAGLE3DraftLayers: 2, L/2, L-3 from 7 layers up). The state
 	// after the final norm is always stored as final_norm.
 	Layers []int
 	// DType is the storage type (default float16).
@@ -253,7 +253,7 @@ func Run(ctx context.Context, t *generate.Target, opt Options) (*Summary, error)
 	}
 	m := t.Model
 	L := m.NumLayers()
-	layers, err := Layers(t.Config.EAGLE3Layers(), L, opt.Layers)
+	layers, err := Layers(t.Config.EAGLE3DraftLayers(), L, opt.Layers)
 	if err != nil {
 		return nil, err
 	}

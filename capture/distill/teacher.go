@@ -56,7 +56,7 @@ func Capture(ctx context.Context, t *generate.Target, opt CaptureOptions) (*Summ
 	}
 	m := t.Model
 	L := m.NumLayers()
-	layers, err := Layers(t.Config.EAGLE3Layers(), L, opt.Layers)
+	layers, err := Layers(t.Config.EAGLE3DraftLayers(), L, opt.Layers)
 	if err != nil {
 		return nil, err
 	}

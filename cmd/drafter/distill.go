@@ -23,7 +23,7 @@ type captureFlags struct {
 
 func (f *captureFlags) add(c *cobra.Command) {
 	c.Flags().StringVar(&f.out, "out", "", "output directory (shards, manifest.json, responses.jsonl)")
-	c.Flags().IntSliceVar(&f.layers, "layers", nil, "Hugging Face hidden_states indices to store, e.g. 2,16,29 (default: the EAGLE-3 layers 2, L/2, L-3; index L is the last layer's output before the final norm); the state after the final norm is always stored as final_norm")
+	c.Flags().IntSliceVar(&f.layers, "layers", nil, "Hugging Face hidden_states indices to store, e.g. 2,16,29 (default: the EAGLE-3 layers 2, L/2, L-3, or 1, (L+1)/2, L below 7 layers; index L is the last layer's output before the final norm); the state after the final norm is always stored as final_norm")
 	c.Flags().StringVar(&f.dtype, "dtype", "float16", "storage type of the states: float16 or float32")
 	c.Flags().IntVar(&f.batch, "batch", 8, "sequences run through the model together")
 	c.Flags().Int64Var(&f.shardRows, "shard-rows", 0, "close a shard after this many rows (token positions); 0: no row limit")

@@ -17,7 +17,7 @@ func newInspectCmd() *cobra.Command {
 		Short: "Show what drafter reads from a checkpoint",
 		Long: `inspect opens a Hugging Face checkpoint folder the way every other command does and prints
 its architecture, parameter count, dtypes, geometry, tokenizer family, whether it has a chat
-template, the EAGLE-3 default feature layers (Hugging Face hidden_states indices 2, L/2, L-3)
+template, the EAGLE-3 default feature layers (Hugging Face hidden_states indices 2, L/2, L-3, or 1, (L+1)/2, L below 7 layers)
 and the checkpoint fingerprint that drafters are bound to.`,
 		Example: `  drafter inspect --model models/stories260k
   drafter inspect --model /models/my-sft --json`,

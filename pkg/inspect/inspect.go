@@ -67,7 +67,7 @@ func Inspect(dir string) (*Report, error) {
 		IntermediateSize: c.IntermediateSize, Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim,
 		VocabSize: c.VocabSize, MaxPositions: c.MaxPositions, TieWordEmbeddings: c.TieWordEmbeddings,
 		RopeTheta: c.RopeTheta, EOS: eosIDs(ck), TokenizerFamily: tok.Family(), TokenizerVocab: tok.VocabSize(),
-		ChatTemplate: tmpl != nil, EAGLE3Layers: c.EAGLE3Layers(), Fingerprint: fp,
+		ChatTemplate: tmpl != nil, EAGLE3Layers: c.EAGLE3DraftLayers(), Fingerprint: fp,
 	}
 	if s := c.RopeScaling; s != nil {
 		r.RopeScaling = fmt.Sprintf("%s (factor %g)", s.Type, s.Factor)
@@ -131,7 +131,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		{"tied lm_head", fmt.Sprint(r.TieWordEmbeddings)},
 		{"eos ids", fmt.Sprint(r.EOS)},
 		{"chat template", tmpl},
-		{"eagle3 layers", fmt.Sprintf("%v (Hugging Face hidden_states indices 2, L/2, L-3)", r.EAGLE3Layers)},
+		{"eagle3 layers", fmt.Sprintf("%v (Hugging Face hidden_states indices 2, L/2, L-3; 1, (L+1)/2, L below 7 layers)", r.EAGLE3Layers)},
 		{"fingerprint", r.Fingerprint},
 	}
 	for _, l := range lines {

@@ -77,7 +77,7 @@ func CheckData(dirs []string, fingerprint string, hidden int, need Needs) ([]Dat
 			if hasLayer(m.Layers, k) {
 				continue
 			}
-			src := "the target's default EAGLE-3 feature layers (2, L/2, L-3)"
+			src := "the target's default EAGLE-3 feature layers"
 			if need.LayersFromFlag {
 				src = "--layers " + joinInts(need.Layers)
 			}

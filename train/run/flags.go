@@ -269,7 +269,7 @@ func (f *Flags) Register(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&f.Data, "data", nil, "capture directories made by drafter distill (comma-separated or repeated)")
 	fs.StringVar(&f.Out, "out", "", "output folder: exports, drafter.json, metrics.jsonl, checkpoint")
 
-	fs.StringVar(&f.Layers, "layers", "", fmt.Sprintf("medusa: residual blocks per head (default %d); eagle3: the 3 feature layers as Hugging Face hidden_states indices low,mid,high (default 2,L/2,L-3; must have been captured)", m.Layers))
+	fs.StringVar(&f.Layers, "layers", "", fmt.Sprintf("medusa: residual blocks per head (default %d); eagle3: the 3 feature layers as Hugging Face hidden_states indices low,mid,high (default 2,L/2,L-3, or 1,(L+1)/2,L below 7 layers; must have been captured)", m.Layers))
 	fs.IntVar(&f.Heads, "heads", m.Heads, "medusa: number of heads (head h predicts the token at t+h+2)")
 	fs.BoolVar(&f.SharedLMHead, "shared-lm-head", m.SharedLMHead, "medusa: keep the target's lm_head for every head, frozen (a much smaller export)")
 	fs.Float64Var(&f.HeadDecay, "head-decay", m.Decay, "medusa: loss weight of head h is decay^h (1 = equal weights)")

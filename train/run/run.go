@@ -56,7 +56,7 @@ type Options struct {
 	// are set by Run.
 	EAGLE3 eagle3.Config
 	// Layers overrides the EAGLE-3 feature layers (3 Hugging Face hidden_states
-	// indices); nil uses the target's defaults (2, L/2, L-3).
+	// indices); nil uses the target's defaults (Target.FeatureLayers).
 	Layers []int
 	// Format is the EAGLE-3 export layout: eagle3.FormatNative (default) or
 	// eagle3.FormatSpeculators.

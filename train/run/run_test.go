@@ -61,10 +61,13 @@ func distil(t *testing.T, n int) []captured {
 	}
 	defer m.Close()
 	L := m.NumLayers()
-	taps := make([]int, L)
+	// hidden_states 1..L-1, then index L as the capture stores it (before the
+	// final norm), then the final post-norm state (key finalKey).
+	taps := make([]int, L+1)
 	for i := range taps {
 		taps[i] = i + 1
 	}
+	taps[L-1], taps[L] = model.PreNormLast, L
 	rng := rand.New(rand.NewPCG(7, 7))
 	out := make([]captured, n)
 	for s := range out {
@@ -108,12 +111,21 @@ func distil(t *testing.T, n int) []captured {
 			c.mask = append(c.mask, i >= len(prompt))
 		}
 		for ti, k := range taps {
+			switch k {
+			case model.PreNormLast:
+				k = L
+			case L:
+				k = finalKey
+			}
 			c.states[k] = append([]float32(nil), res.HiddenOf(ti, 0)...)
 		}
 		out[s] = c
 	}
 	return out
 }
+
+// finalKey is the key of captured.states holding the final post-norm state.
+const finalKey = -1
 
 // writeCapture stores samples in dir with the capture writer: hidden_<k> for
 // each of layers and final_norm when final, under fingerprint fp. Small shards
@@ -132,7 +144,7 @@ func writeCapture(t *testing.T, dir, fp string, samples []captured, layers []int
 			st = append(st, c.states[k])
 		}
 		if final {
-			st = append(st, c.states[5])
+			st = append(st, c.states[finalKey])
 		}
 		if err := w.Write(capture.Sample{ID: int64(i), Tokens: c.tokens, LossMask: c.mask, States: st}); err != nil {
 			t.Fatal(err)
@@ -210,8 +222,8 @@ func TestMedusaEndToEnd(t *testing.T) {
 	samples := distil(t, 20)
 	tmp := t.TempDir()
 	d1, d2 := filepath.Join(tmp, "cap1"), filepath.Join(tmp, "cap2")
-	writeCapture(t, d1, fp, samples[:12], []int{2}, true)
-	writeCapture(t, d2, fp, samples[12:], []int{2}, true)
+	writeCapture(t, d1, fp, samples[:12], []int{1, 3, 5}, true)
+	writeCapture(t, d2, fp, samples[12:], []int{1, 3, 5}, true)
 	out := filepath.Join(tmp, "out")
 	var bar bytes.Buffer
 	res, err := Run(context.Background(), Options{Method: MethodMedusa, Model: modelDir, Data: []string{d1, d2}, Out: out,
@@ -257,12 +269,13 @@ func TestEAGLE3EndToEnd(t *testing.T) {
 	samples := distil(t, 16)
 	tmp := t.TempDir()
 	dir := filepath.Join(tmp, "cap")
-	writeCapture(t, dir, fp, samples, []int{1, 2, 3}, true)
+	writeCapture(t, dir, fp, samples, []int{1, 2, 3, 5}, true)
 
-	// Default feature layers (2, 2, 2 for 5 layers), native layout.
+	// The engines' default feature layers (2, L/2, L-3: 2, 2, 2 for 5
+	// layers), native layout: the export leaves them to the engines.
 	out := filepath.Join(tmp, "out")
 	var bar bytes.Buffer
-	res, err := Run(context.Background(), Options{Method: MethodEAGLE3, Model: modelDir, Data: []string{dir}, Out: out, EAGLE3: smallEAGLE3(), Progress: &bar})
+	res, err := Run(context.Background(), Options{Method: MethodEAGLE3, Model: modelDir, Data: []string{dir}, Out: out, EAGLE3: smallEAGLE3(), Layers: []int{2, 2, 2}, Progress: &bar})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +293,7 @@ func TestEAGLE3EndToEnd(t *testing.T) {
 	checkProvenance(t, out, "eagle3", fp, dir)
 	cfg := readProv(t, filepath.Join(out, "eagle3", "config.json"))
 	if _, ok := cfg["eagle_aux_hidden_state_layer_ids"]; ok {
-		t.Errorf("default feature layers written into config.json: %v", cfg["eagle_aux_hidden_state_layer_ids"])
+		t.Errorf("the engines' default feature layers written into config.json: %v", cfg["eagle_aux_hidden_state_layer_ids"])
 	}
 	if !strings.Contains(bar.String(), "eval epoch") {
 		t.Errorf("progress output lacks evaluation lines: %q", bar.String())
@@ -292,6 +305,17 @@ func TestEAGLE3EndToEnd(t *testing.T) {
 	defer st.Close()
 	if _, shape, err := st.Int64("d2t"); err != nil || shape[0] != 96 {
 		t.Errorf("d2t: shape %v, err %v; want [96]", shape, err)
+	}
+
+	// drafter's default for this 5-layer target, 1, 3, 5, differs from the
+	// engines': the ids are written.
+	outd := filepath.Join(tmp, "outd")
+	if _, err := Run(context.Background(), Options{Method: MethodEAGLE3, Model: modelDir, Data: []string{dir}, Out: outd, EAGLE3: smallEAGLE3()}); err != nil {
+		t.Fatal(err)
+	}
+	cfg = readProv(t, filepath.Join(outd, "eagle3", "config.json"))
+	if ids, _ := json.Marshal(cfg["eagle_aux_hidden_state_layer_ids"]); string(ids) != "[1,3,5]" {
+		t.Errorf("native config eagle_aux_hidden_state_layer_ids = %s, want drafter's default [1,3,5]", ids)
 	}
 
 	// --layers 1,2,3 and the speculators layout: the ids are written.
@@ -316,8 +340,8 @@ func TestFingerprintMismatchRefused(t *testing.T) {
 	tmp := t.TempDir()
 	good, bad := filepath.Join(tmp, "good"), filepath.Join(tmp, "bad")
 	other := strings.Repeat("ab", 32)
-	writeCapture(t, good, fp, samples, []int{2}, true)
-	writeCapture(t, bad, other, samples, []int{2}, true)
+	writeCapture(t, good, fp, samples, []int{1, 3, 5}, true)
+	writeCapture(t, bad, other, samples, []int{1, 3, 5}, true)
 	for _, m := range []string{MethodMedusa, MethodEAGLE3} {
 		_, err := Run(context.Background(), Options{Method: m, Model: modelDir, Data: []string{good, bad}, Out: filepath.Join(tmp, "out-"+m),
 			Medusa: smallMedusa(), EAGLE3: smallEAGLE3()})
@@ -353,7 +377,7 @@ func TestMissingColumnsRefused(t *testing.T) {
 		{"eagle3 without final_norm", Options{Method: MethodEAGLE3, Data: []string{noFinal}, EAGLE3: smallEAGLE3()},
 			[]string{noFinal, "final_norm", "eagle3"}, nil},
 		{"eagle3 default layers not captured", Options{Method: MethodEAGLE3, Data: []string{low}, EAGLE3: smallEAGLE3()},
-			[]string{low, "hidden_2", "index 2", "--layers 1,3", "default"}, nil},
+			[]string{low, "hidden_5", "index 5", "--layers 1,3", "default"}, nil},
 		{"eagle3 --layers not captured", Options{Method: MethodEAGLE3, Data: []string{low}, EAGLE3: smallEAGLE3(), Layers: []int{1, 3, 4}},
 			[]string{low, "hidden_4", "index 4", "high", "--layers 1,3,4", "--layers 1,3 "}, nil},
 		{"eagle3 layer out of range", Options{Method: MethodEAGLE3, Data: []string{low}, EAGLE3: smallEAGLE3(), Layers: []int{0, 1, 3}},
@@ -386,7 +410,7 @@ func TestResume(t *testing.T) {
 	samples := distil(t, 12)
 	tmp := t.TempDir()
 	dir := filepath.Join(tmp, "cap")
-	writeCapture(t, dir, fp, samples, []int{2}, true)
+	writeCapture(t, dir, fp, samples, []int{1, 3, 5}, true)
 	for _, m := range []string{MethodMedusa, MethodEAGLE3} {
 		t.Run(m, func(t *testing.T) {
 			opt := func(out string) Options {
@@ -557,7 +581,7 @@ func (c *cancelOn) Write(p []byte) (int, error) {
 func TestCancelBeforeFirstStep(t *testing.T) {
 	fp := fingerprint(t)
 	dir := filepath.Join(t.TempDir(), "cap")
-	writeCapture(t, dir, fp, distil(t, 6), []int{2}, true)
+	writeCapture(t, dir, fp, distil(t, 6), []int{1, 3, 5}, true)
 	o := Options{Method: MethodMedusa, Model: modelDir, Data: []string{dir}, Out: filepath.Join(t.TempDir(), "out"), Medusa: smallMedusa()}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -599,7 +623,7 @@ func equalI(a, b []int32) bool {
 func TestVerifyData(t *testing.T) {
 	fp := fingerprint(t)
 	dir := filepath.Join(t.TempDir(), "cap")
-	writeCapture(t, dir, fp, distil(t, 4), []int{2}, true)
+	writeCapture(t, dir, fp, distil(t, 4), []int{1, 3, 5}, true)
 	shard := filepath.Join(dir, capture.ShardFileName(0))
 	b, err := os.ReadFile(shard)
 	if err != nil {

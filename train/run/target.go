@@ -98,14 +98,17 @@ func (t *Target) EAGLE3Target() (*eagle3.Target, error) {
 }
 
 // FeatureLayers returns the three Hugging Face hidden_states indices EAGLE-3
-// fuses: override when given (it must hold 3), else the target's defaults
-// (2, L/2, L-3). It reports whether the defaults apply, and refuses indices
-// outside [1, L] (0 is the embedding output, L the last layer's output).
+// fuses: override when given (it must hold 3), else drafter's defaults for
+// the target (checkpoint.Config.EAGLE3DraftLayers: 2, L/2, L-3 from 7 layers
+// up). It reports whether they are the engines' defaults (2, L/2, L-3),
+// which an export may leave unwritten, and refuses indices outside [1, L]
+// (0 is the embedding output, L the last layer's output).
 func (t *Target) FeatureLayers(override []int) (layers [3]int, isDefault bool, err error) {
 	def := t.Config.EAGLE3Layers()
 	L := t.Config.NumLayers
 	if override == nil {
-		layers, isDefault = def, true
+		layers = t.Config.EAGLE3DraftLayers()
+		isDefault = layers == def
 	} else {
 		if len(override) != 3 {
 			return layers, false, fmt.Errorf("train: --layers for eagle3 takes 3 Hugging Face hidden_states indices (low,mid,high), got %d: %v", len(override), override)
@@ -115,7 +118,7 @@ func (t *Target) FeatureLayers(override []int) (layers [3]int, isDefault bool, e
 	}
 	for c, k := range layers {
 		if k < 1 || k > L {
-			src := "the target's default feature layers (2, L/2, L-3)"
+			src := "the target's default feature layers"
 			if override != nil {
 				src = "--layers"
 			}
