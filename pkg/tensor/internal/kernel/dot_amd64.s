@@ -543,18 +543,47 @@ store6_5:
 	VZEROUPPER
 	RET
 
-// WQUAD512 multiplies four value rows (at DI, DI+R8, DI+2*R8, DI+R9) by the
-// broadcast weights at SI..SI+12 into the partial sums Z0-Z3, the column
-// lanes selected by K1.
-#define WQUAD512 \
-	VMOVUPS.Z (DI), K1, Z4 \
-	VMOVUPS.Z (DI)(R8*1), K1, Z5 \
-	VMOVUPS.Z (DI)(R8*2), K1, Z6 \
-	VMOVUPS.Z (DI)(R9*1), K1, Z7 \
-	VFMADD231PS.BCST (SI), Z4, Z0 \
-	VFMADD231PS.BCST 4(SI), Z5, Z1 \
-	VFMADD231PS.BCST 8(SI), Z6, Z2 \
-	VFMADD231PS.BCST 12(SI), Z7, Z3
+// WQUADK multiplies four value rows (at DI, DI+R8, DI+2*R8, DI+R9), loaded
+// into v0-v3 with the column lanes of K1, by the broadcast weights at
+// SI..SI+12 into the partial sums a0-a3 (Z registers for sixteen lanes, Y for
+// eight).
+#define WQUADK(a0, a1, a2, a3, v0, v1, v2, v3) \
+	VMOVUPS.Z (DI), K1, v0 \
+	VMOVUPS.Z (DI)(R8*1), K1, v1 \
+	VMOVUPS.Z (DI)(R8*2), K1, v2 \
+	VMOVUPS.Z (DI)(R9*1), K1, v3 \
+	VFMADD231PS.BCST (SI), v0, a0 \
+	VFMADD231PS.BCST 4(SI), v1, a1 \
+	VFMADD231PS.BCST 8(SI), v2, a2 \
+	VFMADD231PS.BCST 12(SI), v3, a3
+
+// WRESTK adds the last CX (0 to 3) value rows into a0-a2 as WQUADK would,
+// then goes on at done.
+#define WRESTK(done, a0, a1, a2, v0, v1, v2) \
+	CMPQ CX, $1 \
+	JLT done \
+	VMOVUPS.Z (DI), K1, v0 \
+	VFMADD231PS.BCST (SI), v0, a0 \
+	CMPQ CX, $2 \
+	JLT done \
+	VMOVUPS.Z (DI)(R8*1), K1, v1 \
+	VFMADD231PS.BCST 4(SI), v1, a1 \
+	CMPQ CX, $3 \
+	JLT done \
+	VMOVUPS.Z (DI)(R8*2), K1, v2 \
+	VFMADD231PS.BCST 8(SI), v2, a2
+
+// WSUMK adds the partial sums as (a0+a1)+(a2+a3) into a0 and, when R11
+// (acc) is not 0, the old outputs at DX (lanes of K1, through v); else
+// it goes on at skip.
+#define WSUMK(skip, a0, a1, a2, a3, v) \
+	VADDPS a1, a0, a0 \
+	VADDPS a3, a2, a2 \
+	VADDPS a2, a0, a0 \
+	TESTQ R11, R11 \
+	JZ skip \
+	VMOVUPS.Z (DX), K1, v \
+	VADDPS v, a0, a0
 
 // func wsumAVX512(out, p, v *float32, ldv, n, k, acc int)
 //
@@ -569,6 +598,7 @@ TEXT ·wsumAVX512(SB), NOSPLIT, $0-56
 	SHLQ $2, R8
 	LEAQ (R8)(R8*2), R9
 	MOVQ k+40(FP), BX
+	MOVQ acc+48(FP), R11
 
 zchunk:
 	// K1 selects min(16, columns left) lanes.
@@ -593,7 +623,7 @@ zmask:
 	JLT zrest
 
 zquad:
-	WQUAD512
+	WQUADK(Z0, Z1, Z2, Z3, Z4, Z5, Z6, Z7)
 	ADDQ $16, SI
 	LEAQ (DI)(R8*4), DI
 	SUBQ $4, CX
@@ -601,28 +631,10 @@ zquad:
 	JGE zquad
 
 zrest:
-	CMPQ CX, $1
-	JLT zsum
-	VMOVUPS.Z (DI), K1, Z4
-	VFMADD231PS.BCST (SI), Z4, Z0
-	CMPQ CX, $2
-	JLT zsum
-	VMOVUPS.Z (DI)(R8*1), K1, Z5
-	VFMADD231PS.BCST 4(SI), Z5, Z1
-	CMPQ CX, $3
-	JLT zsum
-	VMOVUPS.Z (DI)(R8*2), K1, Z6
-	VFMADD231PS.BCST 8(SI), Z6, Z2
+	WRESTK(zsum, Z0, Z1, Z2, Z4, Z5, Z6)
 
 zsum:
-	VADDPS Z1, Z0, Z0
-	VADDPS Z3, Z2, Z2
-	VADDPS Z2, Z0, Z0
-	MOVQ acc+48(FP), AX
-	TESTQ AX, AX
-	JZ zstore
-	VMOVUPS.Z (DX), K1, Z4
-	VADDPS Z4, Z0, Z0
+	WSUMK(zstore, Z0, Z1, Z2, Z3, Z4)
 
 zstore:
 	VMOVUPS Z0, K1, (DX)
@@ -644,6 +656,7 @@ TEXT ·wsum8AVX512(SB), NOSPLIT, $0-56
 	MOVQ ldv+24(FP), R8
 	SHLQ $2, R8
 	LEAQ (R8)(R8*2), R9
+	MOVQ acc+48(FP), R11
 	MOVQ k+40(FP), CX
 	MOVL $1, AX
 	SHLL CX, AX
@@ -659,14 +672,7 @@ TEXT ·wsum8AVX512(SB), NOSPLIT, $0-56
 	JLT yrest
 
 yquad:
-	VMOVUPS.Z (DI), K1, Y4
-	VMOVUPS.Z (DI)(R8*1), K1, Y5
-	VMOVUPS.Z (DI)(R8*2), K1, Y6
-	VMOVUPS.Z (DI)(R9*1), K1, Y7
-	VFMADD231PS.BCST (SI), Y4, Y0
-	VFMADD231PS.BCST 4(SI), Y5, Y1
-	VFMADD231PS.BCST 8(SI), Y6, Y2
-	VFMADD231PS.BCST 12(SI), Y7, Y3
+	WQUADK(Y0, Y1, Y2, Y3, Y4, Y5, Y6, Y7)
 	ADDQ $16, SI
 	LEAQ (DI)(R8*4), DI
 	SUBQ $4, CX
@@ -674,28 +680,10 @@ yquad:
 	JGE yquad
 
 yrest:
-	CMPQ CX, $1
-	JLT ysum
-	VMOVUPS.Z (DI), K1, Y4
-	VFMADD231PS.BCST (SI), Y4, Y0
-	CMPQ CX, $2
-	JLT ysum
-	VMOVUPS.Z (DI)(R8*1), K1, Y5
-	VFMADD231PS.BCST 4(SI), Y5, Y1
-	CMPQ CX, $3
-	JLT ysum
-	VMOVUPS.Z (DI)(R8*2), K1, Y6
-	VFMADD231PS.BCST 8(SI), Y6, Y2
+	WRESTK(ysum, Y0, Y1, Y2, Y4, Y5, Y6)
 
 ysum:
-	VADDPS Y1, Y0, Y0
-	VADDPS Y3, Y2, Y2
-	VADDPS Y2, Y0, Y0
-	MOVQ acc+48(FP), AX
-	TESTQ AX, AX
-	JZ ystore
-	VMOVUPS.Z (DX), K1, Y4
-	VADDPS Y4, Y0, Y0
+	WSUMK(ystore, Y0, Y1, Y2, Y3, Y4)
 
 ystore:
 	VMOVUPS Y0, K1, (DX)
