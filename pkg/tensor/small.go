@@ -97,14 +97,17 @@ const MulTPad = kernel.MulTPad
 
 // Transposed is a weight matrix W [N, K] (a Hugging Face Linear's layout)
 // held transposed, [K, LD] with LD = N rounded up to MulTPad, for products
-// with a few rows (decode steps, drafts and their verification). Its kernel
-// shares every weight load among four rows and needs no horizontal sums, so
-// on a model whose weights sit in cache several rows cost little more than
-// one. It has a fast body only where TransposedFast reports true; a model
-// keeps both layouts only then.
+// with a few rows (decode steps, drafts and their verification). Its kernels
+// share every weight load among four or eight rows and need no horizontal
+// sums, so on a model whose weights sit in cache several rows cost much less
+// than as many one-row products. It has a fast body only where
+// TransposedFast reports true; a model keeps both layouts only then.
 type Transposed struct {
-	T    []float32
-	LD   int
+	// T holds W transposed: T[p*LD+j] = W[j, p], zero past column N.
+	T []float32
+	// LD is the row stride of T, N rounded up to MulTPad.
+	LD int
+	// N and K are W's output and input features.
 	N, K int
 }
 

@@ -10,8 +10,9 @@ import "golang.org/x/sys/cpu"
 //go:noescape
 func expShiftAVX2(x *float32, n int, shift float32, sums *[8]float32)
 
-// expShiftVec runs the vector body of ExpShift over the longest multiple-of-8
-// prefix of x when the processor has AVX2, and returns its length and sum.
+// expShiftVec runs the vector body of ExpShift and returns how many elements
+// it covered and their sum: all of x with AVX-512 (the last block masked),
+// else the longest multiple-of-8 prefix with AVX2.
 func expShiftVec(x []float32, shift float32) (int, float32) {
 	if len(x) > 0 && cpu.X86.HasAVX512F {
 		var s [16]float32
@@ -45,8 +46,9 @@ func maxAVX512(x *float32, n int, init float32) float32
 //go:noescape
 func scaleAVX2(x *float32, n int, s float32)
 
-// maxVec returns the largest non-NaN element among the longest multiple-of-8
-// prefix of x and init, and the prefix length (0 without AVX2).
+// maxVec returns the largest non-NaN element among init and a prefix of x,
+// and the prefix length: all of x with AVX-512, else the longest
+// multiple-of-8 prefix with AVX2 (0 without).
 func maxVec(x []float32, init float32) (int, float32) {
 	if len(x) > 0 && cpu.X86.HasAVX512F {
 		return len(x), maxAVX512(&x[0], len(x), init)
