@@ -191,13 +191,20 @@ func (m *Model) transposeSmall() {
 	m.lmT = tensor.NewTransposed(m.LMHead, m.vocab, m.h)
 	for i := range m.Layers {
 		l := &m.Layers[i]
+		// A fused matrix gets one transposed copy; its parts, which the
+		// forward pass then never multiplies by alone, get none.
+		lins := []*Linear{&l.Attn.O, &l.MLP.Down}
 		if l.Attn.qkv != nil {
 			l.Attn.qkvT = tensor.NewTransposed(l.Attn.qkv, m.qDim+2*m.kvDim, m.h)
+		} else {
+			lins = append(lins, &l.Attn.Q, &l.Attn.K, &l.Attn.V)
 		}
 		if l.MLP.gateUp != nil {
 			l.MLP.gateUpT = tensor.NewTransposed(l.MLP.gateUp, 2*m.inter, m.h)
+		} else {
+			lins = append(lins, &l.MLP.Gate, &l.MLP.Up)
 		}
-		for _, lin := range []*Linear{&l.Attn.Q, &l.Attn.K, &l.Attn.V, &l.Attn.O, &l.MLP.Gate, &l.MLP.Up, &l.MLP.Down} {
+		for _, lin := range lins {
 			lin.wt = tensor.NewTransposed(lin.W, lin.Out, lin.In)
 		}
 	}

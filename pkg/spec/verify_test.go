@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -734,15 +735,8 @@ func TestVerifyRowsMatchesVerify(t *testing.T) {
 			if err := e.ver.VerifyRows(&e.tree, rows, e.vrng, &e.res); err != nil {
 				t.Fatal(err)
 			}
-			if !slices.Equal(e.res.Path, want.Path) || !slices.Equal(e.res.Tokens, want.Tokens) || e.res.Reached != want.Reached {
-				t.Fatalf("%v trial %d: VerifyRows %+v, Verify %+v", p, trial, e.res, want)
-			}
-			seen := map[int]bool{}
+			checkRowsResult(t, fmt.Sprintf("%v trial %d: VerifyRows", p, trial), &e.res, &want, rows)
 			for _, r := range rows.asked {
-				if seen[r] {
-					t.Fatalf("%v trial %d: row %d asked for twice (%v)", p, trial, r, rows.asked)
-				}
-				seen[r] = true
 				if p.Greedy() && r != 0 && !slices.Contains(want.Path, r-1) {
 					t.Fatalf("greedy trial %d: row %d read, but node %d was not accepted (path %v)", trial, r, r-1, want.Path)
 				}
@@ -751,6 +745,23 @@ func TestVerifyRowsMatchesVerify(t *testing.T) {
 				t.Fatalf("%v trial %d: %d rows read for a path of %d", p, trial, len(rows.asked), len(want.Path))
 			}
 		}
+	}
+}
+
+// checkRowsResult fails the test when got, the result of a verification
+// reading rows on demand, differs from want, the result over all rows, or
+// when it read a row twice.
+func checkRowsResult(t *testing.T, what string, got, want *Result, rows *countingRows) {
+	t.Helper()
+	if !slices.Equal(got.Path, want.Path) || !slices.Equal(got.Tokens, want.Tokens) || got.Reached != want.Reached {
+		t.Fatalf("%s %+v, over all rows %+v", what, *got, *want)
+	}
+	seen := map[int]bool{}
+	for _, r := range rows.asked {
+		if seen[r] {
+			t.Fatalf("%s: row %d asked for twice (%v)", what, r, rows.asked)
+		}
+		seen[r] = true
 	}
 }
 
@@ -783,16 +794,7 @@ func TestSampleRowsMatchesSample(t *testing.T) {
 			if err := e.ver.SampleRows(&e.tree, rows, e.draft, e.vrng, &e.res); err != nil {
 				t.Fatal(err)
 			}
-			if !slices.Equal(e.res.Path, want.Path) || !slices.Equal(e.res.Tokens, want.Tokens) || e.res.Reached != want.Reached {
-				t.Fatalf("%v trial %d: SampleRows %+v, Sample %+v", p, trial, e.res, want)
-			}
-			seen := map[int]bool{}
-			for _, r := range rows.asked {
-				if seen[r] {
-					t.Fatalf("%v trial %d: row %d asked for twice (%v)", p, trial, r, rows.asked)
-				}
-				seen[r] = true
-			}
+			checkRowsResult(t, fmt.Sprintf("%v trial %d: SampleRows", p, trial), &e.res, &want, rows)
 		}
 		if err := e.ver.SampleRows(&e.tree, &countingRows{logits: e.logits}, e.draft[:len(e.draft)-1], e.vrng, &e.res); err == nil {
 			t.Errorf("%v: a draft one value short was accepted", p)

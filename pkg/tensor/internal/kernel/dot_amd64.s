@@ -1,6 +1,7 @@
 //go:build !purego
 
 #include "textflag.h"
+#include "zero_amd64.h"
 
 // maskTab is eight all-ones lanes then eight zero lanes: the 32 bytes at
 // offset 4*(8-t) select the first t lanes of a masked load.
@@ -120,18 +121,7 @@ col:
 	MOVQ x2+16(FP), R8
 	MOVQ R9, DX
 	LEAQ (R9)(R12*4), R10  // the next four weight rows, prefetched as these are read
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-	VXORPS Y8, Y8, Y8
-	VXORPS Y9, Y9, Y9
-	VXORPS Y10, Y10, Y10
-	VXORPS Y11, Y11, Y11
+	ZEROY12
 	MOVQ k+56(FP), CX
 	SHRQ $3, CX
 	MOVQ rows+64(FP), AX
@@ -434,30 +424,8 @@ col6:
 	LEAQ (R9)(R12*4), R10  // the next four weight rows, prefetched as these are read
 	MOVQ k+48(FP), CX
 	SHRQ $3, CX
-	VXORPS Y8, Y8, Y8
-	VXORPS Y9, Y9, Y9
-	VXORPS Y10, Y10, Y10
-	VXORPS Y11, Y11, Y11
-	VXORPS Y12, Y12, Y12
-	VXORPS Y13, Y13, Y13
-	VXORPS Y14, Y14, Y14
-	VXORPS Y15, Y15, Y15
-	VXORPS Y16, Y16, Y16
-	VXORPS Y17, Y17, Y17
-	VXORPS Y18, Y18, Y18
-	VXORPS Y19, Y19, Y19
-	VXORPS Y20, Y20, Y20
-	VXORPS Y21, Y21, Y21
-	VXORPS Y22, Y22, Y22
-	VXORPS Y23, Y23, Y23
-	VXORPS Y24, Y24, Y24
-	VXORPS Y25, Y25, Y25
-	VXORPS Y26, Y26, Y26
-	VXORPS Y27, Y27, Y27
-	VXORPS Y28, Y28, Y28
-	VXORPS Y29, Y29, Y29
-	VXORPS Y30, Y30, Y30
-	VXORPS Y31, Y31, Y31
+	ZEROY8_11
+	ZEROY12_31
 	TESTQ CX, CX
 	JZ tail6
 

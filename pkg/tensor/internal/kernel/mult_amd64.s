@@ -1,34 +1,35 @@
 //go:build !purego
 
 #include "textflag.h"
+#include "zero_amd64.h"
 
 // The transposed-weight products of MulT (see mult.go). Each output element
 // is one chain of fused multiply-adds over p = 0..k-1 starting from zero,
 // then, when acc is not 0, the old output added once: the same operations
-// in both kernels, so a row's result does not depend on how many rows are
+// in every kernel, so a row's result does not depend on how many rows are
 // computed with it or on which column block holds the element.
 
-// ZERO8 and ZERO16 clear the accumulators Z0-Z7 and Z0-Z15.
-#define ZERO8 \
-	VPXORD Z0, Z0, Z0 \
-	VPXORD Z1, Z1, Z1 \
-	VPXORD Z2, Z2, Z2 \
-	VPXORD Z3, Z3, Z3 \
-	VPXORD Z4, Z4, Z4 \
-	VPXORD Z5, Z5, Z5 \
-	VPXORD Z6, Z6, Z6 \
-	VPXORD Z7, Z7, Z7
+// FMA4 multiplies the four weight vectors Z16-Z19 by the broadcast b into
+// the accumulators a0-a3.
+#define FMA4(b, a0, a1, a2, a3) \
+	VFMADD231PS Z16, b, a0 \
+	VFMADD231PS Z17, b, a1 \
+	VFMADD231PS Z18, b, a2 \
+	VFMADD231PS Z19, b, a3
 
-#define ZERO16 \
-	ZERO8 \
-	VPXORD Z8, Z8, Z8 \
-	VPXORD Z9, Z9, Z9 \
-	VPXORD Z10, Z10, Z10 \
-	VPXORD Z11, Z11, Z11 \
-	VPXORD Z12, Z12, Z12 \
-	VPXORD Z13, Z13, Z13 \
-	VPXORD Z14, Z14, Z14 \
-	VPXORD Z15, Z15, Z15
+// ACC4 adds the 64 outputs at ptr to a0-a3 (the acc case).
+#define ACC4(ptr, a0, a1, a2, a3) \
+	VADDPS (ptr), a0, a0 \
+	VADDPS 64(ptr), a1, a1 \
+	VADDPS 128(ptr), a2, a2 \
+	VADDPS 192(ptr), a3, a3
+
+// STORE4 writes a0-a3 to the 64 outputs at ptr.
+#define STORE4(ptr, a0, a1, a2, a3) \
+	VMOVUPS a0, (ptr) \
+	VMOVUPS a1, 64(ptr) \
+	VMOVUPS a2, 128(ptr) \
+	VMOVUPS a3, 192(ptr)
 
 // func mulT1x128AVX512(x, wt *float32, ldw int, out *float32, k, acc int)
 //
@@ -58,51 +59,18 @@ loop1:
 	DECQ CX
 	JNZ loop1
 
+	LEAQ 256(DX), R9
 	MOVQ acc+40(FP), AX
 	TESTQ AX, AX
 	JZ store1
-	VADDPS (DX), Z0, Z0
-	VADDPS 64(DX), Z1, Z1
-	VADDPS 128(DX), Z2, Z2
-	VADDPS 192(DX), Z3, Z3
-	VADDPS 256(DX), Z4, Z4
-	VADDPS 320(DX), Z5, Z5
-	VADDPS 384(DX), Z6, Z6
-	VADDPS 448(DX), Z7, Z7
+	ACC4(DX, Z0, Z1, Z2, Z3)
+	ACC4(R9, Z4, Z5, Z6, Z7)
 
 store1:
-	VMOVUPS Z0, (DX)
-	VMOVUPS Z1, 64(DX)
-	VMOVUPS Z2, 128(DX)
-	VMOVUPS Z3, 192(DX)
-	VMOVUPS Z4, 256(DX)
-	VMOVUPS Z5, 320(DX)
-	VMOVUPS Z6, 384(DX)
-	VMOVUPS Z7, 448(DX)
+	STORE4(DX, Z0, Z1, Z2, Z3)
+	STORE4(R9, Z4, Z5, Z6, Z7)
 	VZEROUPPER
 	RET
-
-// FMA4 multiplies the four weight vectors Z16-Z19 by the broadcast b into
-// the accumulators a0-a3.
-#define FMA4(b, a0, a1, a2, a3) \
-	VFMADD231PS Z16, b, a0 \
-	VFMADD231PS Z17, b, a1 \
-	VFMADD231PS Z18, b, a2 \
-	VFMADD231PS Z19, b, a3
-
-// ACC4 adds the 64 outputs at ptr to a0-a3 (the acc case).
-#define ACC4(ptr, a0, a1, a2, a3) \
-	VADDPS (ptr), a0, a0 \
-	VADDPS 64(ptr), a1, a1 \
-	VADDPS 128(ptr), a2, a2 \
-	VADDPS 192(ptr), a3, a3
-
-// STORE4 writes a0-a3 to the 64 outputs at ptr.
-#define STORE4(ptr, a0, a1, a2, a3) \
-	VMOVUPS a0, (ptr) \
-	VMOVUPS a1, 64(ptr) \
-	VMOVUPS a2, 128(ptr) \
-	VMOVUPS a3, 192(ptr)
 
 // func mulT4x64AVX512(x *float32, ldx int, wt *float32, ldw int, out *float32, ldo, k, acc int)
 //
