@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/drafter-ai/drafter/pkg/safetensors"
@@ -261,6 +262,42 @@ func TestTrainLearnsAndExports(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestTrainWiderDraft trains a draft whose MLP is wider than the target's and
+// checks that the width reaches the export's config and its weights, and that
+// the draft loads back with it.
+func TestTrainWiderDraft(t *testing.T) {
+	g := tinyGeometry()
+	tt := newTinyTarget(33, g)
+	ds := memory(g.Hidden, tt.samples(34, 12, 8, 12))
+	cfg := trainConfig(tt)
+	cfg.Epochs, cfg.Intermediate = 1, 3*g.Intermediate
+	res, err := Train(context.Background(), cfg, ds, tensor.CPU(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(res.ExportDir, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct {
+		Intermediate int `json:"intermediate_size"`
+	}
+	if err := json.Unmarshal(raw, &c); err != nil || c.Intermediate != 3*g.Intermediate {
+		t.Fatalf("config.json intermediate_size = %d (%v), want %d", c.Intermediate, err, 3*g.Intermediate)
+	}
+	d, err := LoadDraft(res.ExportDir, tt.embed, tensor.CPU())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Geometry.Intermediate != 3*g.Intermediate {
+		t.Fatalf("loaded draft has intermediate %d, want %d", d.Geometry.Intermediate, 3*g.Intermediate)
+	}
+	cfg.Intermediate = -1
+	if _, err := Train(context.Background(), cfg, ds, tensor.CPU(), t.TempDir()); err == nil || !strings.Contains(err.Error(), "MLP width") {
+		t.Fatalf("Intermediate -1: err = %v, want a refusal naming the MLP width", err)
 	}
 }
 

@@ -26,6 +26,10 @@ type Config struct {
 	Target *Target `json:"-"`
 	// DraftVocab is N, capped at the target vocabulary V.
 	DraftVocab int `json:"draft_vocab"`
+	// Intermediate is the draft layer's MLP width, its config's
+	// intermediate_size; 0 takes the target's. The engines read it from the
+	// draft's own config, so any width loads.
+	Intermediate int `json:"intermediate_size,omitempty"`
 	// Steps is the TTT unroll length; StepDecay the per-step loss weight base
 	// (step k weighs StepDecay^k).
 	Steps     int     `json:"ttt_steps"`
@@ -107,6 +111,8 @@ func (c *Config) validate() error {
 		return errors.New("eagle3: Config.Target is nil")
 	case c.DraftVocab < 1:
 		return fmt.Errorf("eagle3: draft vocabulary must be >= 1, got %d", c.DraftVocab)
+	case c.Intermediate < 0:
+		return fmt.Errorf("eagle3: draft MLP width must be >= 1 (or 0 for the target's), got %d", c.Intermediate)
 	case c.Steps < 1:
 		return fmt.Errorf("eagle3: TTT steps must be >= 1, got %d", c.Steps)
 	case !(c.StepDecay > 0 && c.StepDecay <= 1):
@@ -248,6 +254,9 @@ func Train(ctx context.Context, cfg Config, ds dataset.Dataset, be tensor.Backen
 	tg := cfg.Target
 	g := tg.Geometry
 	g.DraftVocab = min(cfg.DraftVocab, g.Vocab)
+	if cfg.Intermediate > 0 {
+		g.Intermediate = cfg.Intermediate
+	}
 	if err := g.Validate(); err != nil {
 		return nil, err
 	}

@@ -28,11 +28,12 @@ type Flags struct {
 	HeadDecay    float64
 	DType        string
 	// EAGLE-3 only.
-	TTTSteps   int
-	TTTDecay   float64
-	DraftVocab int
-	MaxLength  int
-	Format     string
+	TTTSteps     int
+	TTTDecay     float64
+	DraftVocab   int
+	Intermediate int
+	MaxLength    int
+	Format       string
 	// Both.
 	MaxSteps, EvalEvery                   int
 	LR, MinLRRatio, WeightDecay, ClipNorm float64
@@ -61,7 +62,7 @@ func MedusaFlags() []string {
 
 // EAGLE3Flags lists the flags that apply to --method eagle3 only.
 func EAGLE3Flags() []string {
-	return []string{"ttt-steps", "ttt-decay", "draft-vocab", "max-length", "format"}
+	return []string{"ttt-steps", "ttt-decay", "draft-vocab", "intermediate", "max-length", "format"}
 }
 
 // Options maps the flags onto the chosen trainer's configuration, starting
@@ -164,6 +165,10 @@ func (f *Flags) Options(progress io.Writer) (Options, error) {
 			return o, flagErr("--draft-vocab must be >= 1, got %d", f.DraftVocab)
 		}
 		setInt(given, "draft-vocab", &c.DraftVocab, f.DraftVocab)
+		if given("intermediate") && f.Intermediate < 1 {
+			return o, flagErr("--intermediate must be >= 1, got %d", f.Intermediate)
+		}
+		setInt(given, "intermediate", &c.Intermediate, f.Intermediate)
 		if given("format") {
 			if f.Format != eagle3.FormatNative && f.Format != eagle3.FormatSpeculators {
 				return o, flagErr("--format must be %s or %s, got %q", eagle3.FormatNative, eagle3.FormatSpeculators, f.Format)
@@ -278,6 +283,7 @@ func (f *Flags) Register(fs *pflag.FlagSet) {
 	fs.IntVar(&f.TTTSteps, "ttt-steps", e.Steps, "eagle3: training-time-test unroll length")
 	fs.Float64Var(&f.TTTDecay, "ttt-decay", e.StepDecay, "eagle3: loss weight of unrolled step k is decay^k")
 	fs.IntVar(&f.DraftVocab, "draft-vocab", e.DraftVocab, "eagle3: draft vocabulary size N (the N most frequent response tokens; capped at the target's vocabulary)")
+	fs.IntVar(&f.Intermediate, "intermediate", 0, "eagle3: MLP width of the draft layer, written as its intermediate_size (default: the target's intermediate_size)")
 	fs.IntVar(&f.MaxLength, "max-length", 0, fmt.Sprintf("eagle3: truncate samples to this many tokens (default %d); a sample longer than --batch-tokens trains as a batch of its own", e.MaxLength))
 	fs.StringVar(&f.Format, "format", eagle3.FormatNative, "eagle3: export layout: native (EAGLE/SpecForge/SGLang, also loaded by vLLM) or speculators")
 
