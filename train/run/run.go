@@ -119,6 +119,9 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 			return nil, err
 		}
 		need.Layers, need.LayersFromFlag = layers[:], opt.Layers != nil
+		if opt.EAGLE3.Intermediate == 0 {
+			opt.EAGLE3.Intermediate = tg.Config.EAGLE3DraftIntermediate()
+		}
 	} else if opt.Layers != nil {
 		return nil, errors.New("train: feature layers are an EAGLE-3 setting; Medusa reads the final-norm state only")
 	}

@@ -317,6 +317,10 @@ func TestEAGLE3EndToEnd(t *testing.T) {
 	if ids, _ := json.Marshal(cfg["eagle_aux_hidden_state_layer_ids"]); string(ids) != "[1,3,5]" {
 		t.Errorf("native config eagle_aux_hidden_state_layer_ids = %s, want drafter's default [1,3,5]", ids)
 	}
+	// and its draft MLP is twice the target's 172 wide (EAGLE3DraftIntermediate).
+	if w, _ := cfg["intermediate_size"].(float64); w != 344 {
+		t.Errorf("native config intermediate_size = %v, want drafter's default for a 5-layer target, 344", cfg["intermediate_size"])
+	}
 
 	// --layers 1,2,3 and the speculators layout: the ids are written.
 	out2 := filepath.Join(tmp, "out2")
@@ -325,6 +329,9 @@ func TestEAGLE3EndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg = readProv(t, filepath.Join(out2, "eagle3", "config.json"))
+	if lc, _ := cfg["transformer_layer_config"].(map[string]any); lc == nil || lc["intermediate_size"] != 344.0 {
+		t.Errorf("speculators transformer_layer_config = %v, want intermediate_size 344", cfg["transformer_layer_config"])
+	}
 	ids, _ := json.Marshal(cfg["eagle_aux_hidden_state_layer_ids"])
 	if string(ids) != "[1,2,3]" {
 		t.Errorf("speculators config eagle_aux_hidden_state_layer_ids = %s, want [1,2,3]", ids)
