@@ -6,13 +6,23 @@
 # Medusa trains with its defaults; the demo caps EAGLE-3 at 12 epochs (its default is 40, about
 # 10 minutes on 2 cores) to stay within a few minutes: the defaults accept more
 # (docs/performance.md).
-# Usage: scripts/demo.sh BIN MODEL OUTDIR   (rerunning resumes or reuses finished steps)
+# Usage: scripts/demo.sh BIN MODEL OUTDIR   (rerunning with the same build resumes or reuses
+# finished steps; OUTDIR made by another build of drafter is started over, since its defaults
+# may differ)
 set -euo pipefail
 bin=${1:-bin/drafter}
 model=${2:-models/stories260k}
 out=${3:-demo-out}
-mkdir -p "$out/reports"
 step() { printf '\n== %s\n' "$*"; }
+
+build=$(sha256sum "$bin" | cut -c1-16)
+if { [ -e "$out/drafter-build" ] || [ -e "$out/distill/manifest.json" ]; } &&
+  [ "$(cat "$out/drafter-build" 2>/dev/null)" != "$build" ]; then
+  step "$out was made by another build of drafter: starting over"
+  rm -rf "$out"
+fi
+mkdir -p "$out/reports"
+echo "$build" >"$out/drafter-build"
 
 step "drafter inspect --model $model"
 "$bin" inspect --model "$model"
