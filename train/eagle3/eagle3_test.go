@@ -494,3 +494,27 @@ func TestBatchSmallerThanSamples(t *testing.T) {
 		t.Fatalf("%d updates in one epoch of %d training samples, want one per sample", res.Steps, train)
 	}
 }
+
+// TestSameArgsTargetWidth checks that a checkpoint saved without a draft
+// width (as before it was a setting) resumes with the target's width given,
+// and not with another.
+func TestSameArgsTargetWidth(t *testing.T) {
+	g := tinyGeometry()
+	tt := newTinyTarget(35, g)
+	cfg := trainConfig(tt)
+	saved, err := json.Marshal(cfg) // Intermediate 0: not recorded
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(saved), "intermediate_size") {
+		t.Fatalf("a zero width is recorded: %s", saved)
+	}
+	cfg.Intermediate = g.Intermediate
+	if err := sameArgs(saved, cfg); err != nil {
+		t.Fatalf("the target's width given: %v", err)
+	}
+	cfg.Intermediate = 2 * g.Intermediate
+	if err := sameArgs(saved, cfg); err == nil {
+		t.Fatal("twice the target's width resumed a checkpoint trained at the target's width")
+	}
+}

@@ -525,14 +525,20 @@ func Train(ctx context.Context, cfg Config, ds dataset.Dataset, be tensor.Backen
 
 // sameArgs rejects a resume whose training arguments differ from the
 // checkpoint's. Resume, the step cap, the checkpoint and log intervals may
-// change: they do not alter the trained weights.
+// change: they do not alter the trained weights. A draft width equal to the
+// target's is the same setting as none (checkpoints made before the width
+// was a setting record none).
 func sameArgs(saved json.RawMessage, cfg Config) error {
 	var old Config
 	if err := json.Unmarshal(saved, &old); err != nil {
 		return fmt.Errorf("decoding the saved arguments: %w", err)
 	}
+	width := cfg.Target.Geometry.Intermediate
 	for _, c := range []*Config{&old, &cfg} {
 		c.Resume, c.MaxSteps, c.CheckpointEvery, c.LogEvery = false, 0, 0, 0
+		if c.Intermediate == width { // the target's width, given or not
+			c.Intermediate = 0
+		}
 	}
 	a, _ := json.Marshal(old)
 	b, _ := json.Marshal(cfg)

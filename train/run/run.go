@@ -242,6 +242,9 @@ type settings struct {
 	Data              []DataDir      `json:"data"`
 	FeatureLayers     []int          `json:"feature_layers,omitempty"`
 	Trainer           map[string]any `json:"trainer"`
+	// unrecorded holds the values that builds which did not record a
+	// trainer setting used for it, so that their runs still resume.
+	unrecorded map[string]any
 }
 
 // notCompared reports the trainer settings a resume may change: they do not
@@ -264,6 +267,8 @@ func newSettings(opt Options, tg *Target, dirs []DataDir, layers [3]int) (*setti
 	case MethodEAGLE3:
 		s.FeatureLayers = layers[:]
 		v = opt.EAGLE3
+		// Before --intermediate the draft MLP had the target's width.
+		s.unrecorded = map[string]any{"intermediate_size": tg.Config.IntermediateSize}
 	}
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -299,6 +304,11 @@ func checkResume(opt Options, now *settings) error {
 	d.UseNumber()
 	if err := d.Decode(&old); err != nil {
 		return fmt.Errorf("train: cannot resume: %s: %w", path, err)
+	}
+	for k, v := range now.unrecorded {
+		if _, ok := old.Trainer[k]; !ok && old.Trainer != nil {
+			old.Trainer[k] = v
+		}
 	}
 	diffs := diffSettings(&old, now)
 	if len(diffs) == 0 {

@@ -645,3 +645,50 @@ func TestVerifyData(t *testing.T) {
 		t.Errorf("corrupt shard with VerifyData: err = %v, want an error naming %s", err, capture.ShardFileName(0))
 	}
 }
+
+// TestResumeUnrecordedWidth resumes an EAGLE-3 run whose recorded settings
+// lack the draft width, as runs started before it was a setting do: they used
+// the target's width, so a resume must give it, and the default of a newer
+// build is refused with both values named.
+func TestResumeUnrecordedWidth(t *testing.T) {
+	fp := fingerprint(t)
+	tmp := t.TempDir()
+	dir := filepath.Join(tmp, "cap")
+	writeCapture(t, dir, fp, distil(t, 12), []int{1, 3, 5}, true)
+	opt := Options{Method: MethodEAGLE3, Model: modelDir, Data: []string{dir}, Out: filepath.Join(tmp, "out"), EAGLE3: smallEAGLE3()}
+	opt.EAGLE3.Intermediate = 172 // stories260k's own width, as older builds used
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	first := opt
+	first.Progress = &cancelOn{text: "eval ", cancel: cancel}
+	if _, err := Run(ctx, first); err == nil || !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled run: err = %v", err)
+	}
+	args := filepath.Join(opt.Out, ArgsFile)
+	m, err := readJSONMap(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, _ := m["trainer"].(map[string]any)
+	if _, ok := tr["intermediate_size"]; !ok {
+		t.Fatalf("%s records no intermediate_size: %v", ArgsFile, tr)
+	}
+	delete(tr, "intermediate_size")
+	raw, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(args, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	newer := opt
+	newer.Resume, newer.EAGLE3.Intermediate = true, 0 // this build's default: 344
+	if _, err := Run(context.Background(), newer); err == nil || !strings.Contains(err.Error(), "intermediate_size: was 172, now 344") {
+		t.Fatalf("resume with the new default width: err = %v, want a refusal naming 172 and 344", err)
+	}
+	opt.Resume = true
+	if _, err := Run(context.Background(), opt); err != nil {
+		t.Fatalf("resume with the recorded run's width: %v", err)
+	}
+}
