@@ -440,20 +440,3 @@ func (c *Config) EAGLE3DraftLayers() [3]int {
 	}
 	return [3]int{1, (L + 1) / 2, L}
 }
-
-// EAGLE3DraftIntermediate returns the MLP width drafter gives an EAGLE-3
-// draft layer by default: the target's intermediate_size, as every published
-// EAGLE-3 draft has, from 7 layers up (the same line as EAGLE3DraftLayers),
-// and twice it below. A one-layer draft of a shallow target stands in for a
-// large share of the target's depth: on stories260k (5 layers) the doubled
-// width accepted 0.06 / 0.18 / 0.12 more (chain 4 / chain 7 / tree, mean of
-// three training seeds) at temperature 0 and 0.08 more at temperature 1 in
-// drafter eval, at the same speed (its higher acceptance pays for the dearer
-// draft step). The engines build the draft layer from the draft's own
-// config, so any width loads.
-func (c *Config) EAGLE3DraftIntermediate() int {
-	if c.NumLayers < 7 {
-		return 2 * c.IntermediateSize
-	}
-	return c.IntermediateSize
-}

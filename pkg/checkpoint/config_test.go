@@ -127,18 +127,14 @@ func TestEAGLE3Layers(t *testing.T) {
 		l     int
 		want  string
 		draft string
-		inter int
-	}{{32, "[2 16 29]", "[2 16 29]", 14336}, {28, "[2 14 25]", "[2 14 25]", 14336}, {7, "[2 3 4]", "[2 3 4]", 14336},
-		{6, "[2 3 3]", "[1 3 6]", 28672}, {5, "[2 2 2]", "[1 3 5]", 28672}} {
-		cfg := &Config{NumLayers: c.l, IntermediateSize: 14336}
+	}{{32, "[2 16 29]", "[2 16 29]"}, {28, "[2 14 25]", "[2 14 25]"}, {7, "[2 3 4]", "[2 3 4]"},
+		{6, "[2 3 3]", "[1 3 6]"}, {5, "[2 2 2]", "[1 3 5]"}} {
+		cfg := &Config{NumLayers: c.l}
 		if got := fmt.Sprint(cfg.EAGLE3Layers()); got != c.want {
 			t.Fatalf("L=%d: %s, want %s", c.l, got, c.want)
 		}
 		if got := fmt.Sprint(cfg.EAGLE3DraftLayers()); got != c.draft {
 			t.Fatalf("L=%d: draft layers %s, want %s", c.l, got, c.draft)
-		}
-		if got := cfg.EAGLE3DraftIntermediate(); got != c.inter {
-			t.Fatalf("L=%d: draft intermediate %d, want %d", c.l, got, c.inter)
 		}
 	}
 }

@@ -37,7 +37,6 @@ type Report struct {
 	TokenizerVocab    int            `json:"tokenizer_vocab"`
 	ChatTemplate      bool           `json:"chat_template"`
 	EAGLE3Layers      [3]int         `json:"eagle3_feature_layers"`
-	EAGLE3Width       int            `json:"eagle3_intermediate_size"`
 	Fingerprint       string         `json:"fingerprint"`
 }
 
@@ -68,7 +67,7 @@ func Inspect(dir string) (*Report, error) {
 		IntermediateSize: c.IntermediateSize, Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim,
 		VocabSize: c.VocabSize, MaxPositions: c.MaxPositions, TieWordEmbeddings: c.TieWordEmbeddings,
 		RopeTheta: c.RopeTheta, EOS: eosIDs(ck), TokenizerFamily: tok.Family(), TokenizerVocab: tok.VocabSize(),
-		ChatTemplate: tmpl != nil, EAGLE3Layers: c.EAGLE3DraftLayers(), EAGLE3Width: c.EAGLE3DraftIntermediate(), Fingerprint: fp,
+		ChatTemplate: tmpl != nil, EAGLE3Layers: c.EAGLE3DraftLayers(), Fingerprint: fp,
 	}
 	if s := c.RopeScaling; s != nil {
 		r.RopeScaling = fmt.Sprintf("%s (factor %g)", s.Type, s.Factor)
@@ -133,7 +132,6 @@ func (r *Report) WriteText(w io.Writer) error {
 		{"eos ids", fmt.Sprint(r.EOS)},
 		{"chat template", tmpl},
 		{"eagle3 layers", fmt.Sprintf("%v (Hugging Face hidden_states indices 2, L/2, L-3; 1, (L+1)/2, L below 7 layers)", r.EAGLE3Layers)},
-		{"eagle3 MLP width", fmt.Sprintf("%d (the target's intermediate size; twice it below 7 layers)", r.EAGLE3Width)},
 		{"fingerprint", r.Fingerprint},
 	}
 	for _, l := range lines {

@@ -283,7 +283,7 @@ func (f *Flags) Register(fs *pflag.FlagSet) {
 	fs.IntVar(&f.TTTSteps, "ttt-steps", e.Steps, "eagle3: training-time-test unroll length")
 	fs.Float64Var(&f.TTTDecay, "ttt-decay", e.StepDecay, "eagle3: loss weight of unrolled step k is decay^k")
 	fs.IntVar(&f.DraftVocab, "draft-vocab", e.DraftVocab, "eagle3: draft vocabulary size N (the N most frequent response tokens; capped at the target's vocabulary)")
-	fs.IntVar(&f.Intermediate, "intermediate", 0, "eagle3: MLP width of the draft layer, written as its intermediate_size (default: the target's intermediate_size, twice it below 7 layers)")
+	fs.IntVar(&f.Intermediate, "intermediate", 0, "eagle3: MLP width of the draft layer, written as its intermediate_size (default: the target's intermediate_size)")
 	fs.IntVar(&f.MaxLength, "max-length", 0, fmt.Sprintf("eagle3: truncate samples to this many tokens (default %d); a sample longer than --batch-tokens trains as a batch of its own", e.MaxLength))
 	fs.StringVar(&f.Format, "format", eagle3.FormatNative, "eagle3: export layout: native (EAGLE/SpecForge/SGLang, also loaded by vLLM) or speculators")
 

@@ -119,9 +119,6 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 			return nil, err
 		}
 		need.Layers, need.LayersFromFlag = layers[:], opt.Layers != nil
-		if opt.EAGLE3.Intermediate == 0 {
-			opt.EAGLE3.Intermediate = tg.Config.EAGLE3DraftIntermediate()
-		}
 	} else if opt.Layers != nil {
 		return nil, errors.New("train: feature layers are an EAGLE-3 setting; Medusa reads the final-norm state only")
 	}
@@ -242,8 +239,8 @@ type settings struct {
 	Data              []DataDir      `json:"data"`
 	FeatureLayers     []int          `json:"feature_layers,omitempty"`
 	Trainer           map[string]any `json:"trainer"`
-	// unrecorded holds the values that builds which did not record a
-	// trainer setting used for it, so that their runs still resume.
+	// unrecorded holds the values of trainer settings that a record made by
+	// an older build may lack (what that build used), so that its runs resume.
 	unrecorded map[string]any
 }
 
@@ -267,7 +264,7 @@ func newSettings(opt Options, tg *Target, dirs []DataDir, layers [3]int) (*setti
 	case MethodEAGLE3:
 		s.FeatureLayers = layers[:]
 		v = opt.EAGLE3
-		// Before --intermediate the draft MLP had the target's width.
+		// No --intermediate is the target's width, as in every run before it.
 		s.unrecorded = map[string]any{"intermediate_size": tg.Config.IntermediateSize}
 	}
 	b, err := json.Marshal(v)
@@ -278,6 +275,11 @@ func newSettings(opt Options, tg *Target, dirs []DataDir, layers [3]int) (*setti
 	d.UseNumber()
 	if err := d.Decode(&s.Trainer); err != nil {
 		return nil, fmt.Errorf("train: decoding the trainer settings: %w", err)
+	}
+	for k, v := range s.unrecorded {
+		if _, ok := s.Trainer[k]; !ok {
+			s.Trainer[k] = v
+		}
 	}
 	return s, nil
 }

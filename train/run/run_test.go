@@ -317,15 +317,18 @@ func TestEAGLE3EndToEnd(t *testing.T) {
 	if ids, _ := json.Marshal(cfg["eagle_aux_hidden_state_layer_ids"]); string(ids) != "[1,3,5]" {
 		t.Errorf("native config eagle_aux_hidden_state_layer_ids = %s, want drafter's default [1,3,5]", ids)
 	}
-	// and its draft MLP is twice the target's 172 wide (EAGLE3DraftIntermediate).
-	if w, _ := cfg["intermediate_size"].(float64); w != 344 {
-		t.Errorf("native config intermediate_size = %v, want drafter's default for a 5-layer target, 344", cfg["intermediate_size"])
+	// and its draft MLP is as wide as the target's.
+	if w, _ := cfg["intermediate_size"].(float64); w != 172 {
+		t.Errorf("native config intermediate_size = %v, want the target's 172", cfg["intermediate_size"])
 	}
 
-	// --layers 1,2,3 and the speculators layout: the ids are written.
+	// --layers 1,2,3, --intermediate 344 and the speculators layout: the ids
+	// and the width are written.
+	wide := smallEAGLE3()
+	wide.Intermediate = 344
 	out2 := filepath.Join(tmp, "out2")
 	if _, err := Run(context.Background(), Options{Method: MethodEAGLE3, Model: modelDir, Data: []string{dir}, Out: out2,
-		EAGLE3: smallEAGLE3(), Layers: []int{1, 2, 3}, Format: eagle3.FormatSpeculators}); err != nil {
+		EAGLE3: wide, Layers: []int{1, 2, 3}, Format: eagle3.FormatSpeculators}); err != nil {
 		t.Fatal(err)
 	}
 	cfg = readProv(t, filepath.Join(out2, "eagle3", "config.json"))
@@ -646,17 +649,16 @@ func TestVerifyData(t *testing.T) {
 	}
 }
 
-// TestResumeUnrecordedWidth resumes an EAGLE-3 run whose recorded settings
-// lack the draft width, as runs started before it was a setting do: they used
-// the target's width, so a resume must give it, and the default of a newer
-// build is refused with both values named.
+// TestResumeUnrecordedWidth checks that a run without --intermediate records
+// the target's width, and resumes a run whose record holds no width (as every
+// run before the flag): the target's width given explicitly resumes it, and
+// another width is refused with both values named.
 func TestResumeUnrecordedWidth(t *testing.T) {
 	fp := fingerprint(t)
 	tmp := t.TempDir()
 	dir := filepath.Join(tmp, "cap")
 	writeCapture(t, dir, fp, distil(t, 12), []int{1, 3, 5}, true)
 	opt := Options{Method: MethodEAGLE3, Model: modelDir, Data: []string{dir}, Out: filepath.Join(tmp, "out"), EAGLE3: smallEAGLE3()}
-	opt.EAGLE3.Intermediate = 172 // stories260k's own width, as older builds used
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	first := opt
@@ -670,10 +672,10 @@ func TestResumeUnrecordedWidth(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr, _ := m["trainer"].(map[string]any)
-	if _, ok := tr["intermediate_size"]; !ok {
-		t.Fatalf("%s records no intermediate_size: %v", ArgsFile, tr)
+	if tr == nil || tr["intermediate_size"] != 172.0 {
+		t.Fatalf("%s: trainer %v, want intermediate_size 172 recorded", ArgsFile, m["trainer"])
 	}
-	delete(tr, "intermediate_size")
+	delete(tr, "intermediate_size") // as older builds wrote it
 	raw, err := json.Marshal(m)
 	if err != nil {
 		t.Fatal(err)
@@ -682,13 +684,15 @@ func TestResumeUnrecordedWidth(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	newer := opt
-	newer.Resume, newer.EAGLE3.Intermediate = true, 0 // this build's default: 344
-	if _, err := Run(context.Background(), newer); err == nil || !strings.Contains(err.Error(), "intermediate_size: was 172, now 344") {
-		t.Fatalf("resume with the new default width: err = %v, want a refusal naming 172 and 344", err)
-	}
 	opt.Resume = true
-	if _, err := Run(context.Background(), opt); err != nil {
-		t.Fatalf("resume with the recorded run's width: %v", err)
+	wide := opt
+	wide.EAGLE3.Intermediate = 344
+	if _, err := Run(context.Background(), wide); err == nil || !strings.Contains(err.Error(), "intermediate_size: was 172, now 344") {
+		t.Fatalf("resume with another width: err = %v, want a refusal naming 172 and 344", err)
+	}
+	same := opt
+	same.EAGLE3.Intermediate = 172 // stories260k's own width
+	if _, err := Run(context.Background(), same); err != nil {
+		t.Fatalf("resume with the target's width given: %v", err)
 	}
 }
