@@ -1,6 +1,12 @@
 // Macros shared by the amd64 kernels: clearing runs of vector accumulators.
 
-// ZEROY8_11 clears Y8-Y11; ZEROY12 clears Y0-Y11.
+// ZEROY4 clears Y0-Y3, ZEROY8_11 Y8-Y11 and ZEROY12 Y0-Y11.
+#define ZEROY4 \
+	VXORPS Y0, Y0, Y0 \
+	VXORPS Y1, Y1, Y1 \
+	VXORPS Y2, Y2, Y2 \
+	VXORPS Y3, Y3, Y3
+
 #define ZEROY8_11 \
 	VXORPS Y8, Y8, Y8 \
 	VXORPS Y9, Y9, Y9 \
@@ -8,10 +14,7 @@
 	VXORPS Y11, Y11, Y11
 
 #define ZEROY12 \
-	VXORPS Y0, Y0, Y0 \
-	VXORPS Y1, Y1, Y1 \
-	VXORPS Y2, Y2, Y2 \
-	VXORPS Y3, Y3, Y3 \
+	ZEROY4 \
 	VXORPS Y4, Y4, Y4 \
 	VXORPS Y5, Y5, Y5 \
 	VXORPS Y6, Y6, Y6 \
@@ -41,12 +44,15 @@
 	VXORPS Y30, Y30, Y30 \
 	VXORPS Y31, Y31, Y31
 
-// ZERO8, ZERO16 and ZERO28 clear Z0-Z7, Z0-Z15 and Z0-Z27.
-#define ZERO8 \
+// ZERO4, ZERO8, ZERO16 and ZERO28 clear Z0-Z3, Z0-Z7, Z0-Z15 and Z0-Z27.
+#define ZERO4 \
 	VPXORD Z0, Z0, Z0 \
 	VPXORD Z1, Z1, Z1 \
 	VPXORD Z2, Z2, Z2 \
-	VPXORD Z3, Z3, Z3 \
+	VPXORD Z3, Z3, Z3
+
+#define ZERO8 \
+	ZERO4 \
 	VPXORD Z4, Z4, Z4 \
 	VPXORD Z5, Z5, Z5 \
 	VPXORD Z6, Z6, Z6 \
