@@ -81,7 +81,7 @@ func TestExportLoadReproducesTrainer(t *testing.T) {
 	tt := newTinyTarget(21, g)
 	samples := tt.samples(22, 3, 6, 10)
 	const steps = 4
-	n, voc := buildTiny(t, g, tt, samples, steps, false)
+	n, voc := buildTiny(t, g, tt, samples, steps, 1, false)
 	r := rand.New(rand.NewPCG(9, 9))
 	for i := range n.p.All {
 		n.p.All[i] += float32(0.5 * r.NormFloat64())
@@ -516,5 +516,33 @@ func TestSameArgsTargetWidth(t *testing.T) {
 	cfg.Intermediate = 2 * g.Intermediate
 	if err := sameArgs(saved, cfg); err == nil {
 		t.Fatal("twice the target's width resumed a checkpoint trained at the target's width")
+	}
+}
+
+// TestSameArgsTargetTemperature checks that a checkpoint saved without a
+// target temperature (the plain softmax, as before it was a setting) resumes
+// with 1 given and not with another, and that a bad temperature is refused.
+func TestSameArgsTargetTemperature(t *testing.T) {
+	tt := newTinyTarget(39, tinyGeometry())
+	cfg := trainConfig(tt)
+	saved, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(saved), "target_temperature") {
+		t.Fatalf("an unset target temperature is recorded: %s", saved)
+	}
+	cfg.TargetTemperature = 1
+	if err := sameArgs(saved, cfg); err != nil {
+		t.Fatalf("target temperature 1 given: %v", err)
+	}
+	cfg.TargetTemperature = GreedyTargetTemperature
+	if err := sameArgs(saved, cfg); err == nil {
+		t.Fatal("a sharpened target resumed a checkpoint trained toward the plain softmax")
+	}
+	cfg.TargetTemperature = -1
+	ds := memory(tt.g.Hidden, tt.samples(40, 4, 8, 12))
+	if _, err := Train(context.Background(), cfg, ds, tensor.CPU(), t.TempDir()); err == nil || !strings.Contains(err.Error(), "target temperature") {
+		t.Fatalf("target temperature -1: err = %v", err)
 	}
 }

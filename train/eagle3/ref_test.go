@@ -1,6 +1,7 @@
 package eagle3
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -75,7 +76,7 @@ func refRope(x []float64, heads, hd int, pos int, theta float64) {
 }
 
 // refLoss computes the TTT loss of samples (whole sequences) in float64.
-func refLoss(g Geometry, steps int, decay float64, P refParams, embed, head []float64, voc *Vocab, samples []*dataset.Sample) float64 {
+func refLoss(g Geometry, steps int, decay, tau float64, P refParams, embed, head []float64, voc *Vocab, samples []*dataset.Sample) float64 {
 	H, nq, nkv, hd, I, N, V := g.Hidden, g.Heads, g.KVHeads, g.HeadDim, g.Intermediate, g.DraftVocab, g.Vocab
 	eps := g.RMSNormEps
 	type rowState struct {
@@ -114,7 +115,7 @@ func refLoss(g Geometry, steps int, decay float64, P refParams, embed, head []fl
 			d := make([]float64, N)
 			var z float64
 			for di, id := range voc.IDs {
-				d[di] = math.Exp(lg[id] - lg[voc.IDs[0]])
+				d[di] = math.Exp((lg[id] - lg[voc.IDs[0]]) / tau)
 				z += d[di]
 			}
 			for di := range d {
@@ -311,7 +312,7 @@ func tinyGeometry() Geometry {
 }
 
 // buildTiny makes a net over the given samples, with initialised parameters.
-func buildTiny(t *testing.T, g Geometry, tt *tinyTarget, samples []*dataset.Sample, steps int, withGrad bool) (*net, *Vocab) {
+func buildTiny(t *testing.T, g Geometry, tt *tinyTarget, samples []*dataset.Sample, steps int, tau float64, withGrad bool) (*net, *Vocab) {
 	t.Helper()
 	counts, err := CountResponseTokens(memory(g.Hidden, samples), g.Vocab)
 	if err != nil {
@@ -332,6 +333,7 @@ func buildTiny(t *testing.T, g Geometry, tt *tinyTarget, samples []*dataset.Samp
 	if err != nil {
 		t.Fatal(err)
 	}
+	n.invTau = 1 / tau
 	if err := n.load(samples); err != nil {
 		t.Fatal(err)
 	}
@@ -348,14 +350,21 @@ func f64(x []float32) []float64 {
 
 // TestGradientCheck compares every parameter gradient of the unrolled draft
 // (3 steps, GQA, two packed sequences) with central finite differences of the
-// independent float64 reference loss.
+// independent float64 reference loss, toward the plain target softmax and
+// toward a sharpened one (target temperature 0.5).
 func TestGradientCheck(t *testing.T) {
+	for _, tau := range []float64{1, 0.5} {
+		t.Run(fmt.Sprintf("tau=%g", tau), func(t *testing.T) { gradientCheck(t, tau) })
+	}
+}
+
+func gradientCheck(t *testing.T, tau float64) {
 	g := tinyGeometry()
 	tt := newTinyTarget(11, g)
 	samples := tt.samples(12, 2, 5, 8)
 	// Perturb the parameters away from the symmetric initialisation (norm
 	// weights all one) so that every term of the gradient is exercised.
-	n, voc := buildTiny(t, g, tt, samples, 3, true)
+	n, voc := buildTiny(t, g, tt, samples, 3, tau, true)
 	r := rand.New(rand.NewPCG(5, 5))
 	for i := range n.p.All {
 		n.p.All[i] += float32(0.3 * r.NormFloat64())
@@ -364,7 +373,7 @@ func TestGradientCheck(t *testing.T) {
 	n.backward()
 	P := toRef(n.p)
 	embed, head := f64(tt.embed), f64(tt.head)
-	ref := refLoss(g, 3, 0.8, P, embed, head, voc, samples)
+	ref := refLoss(g, 3, 0.8, tau, P, embed, head, voc, samples)
 	if math.Abs(loss-ref) > 1e-5*math.Abs(ref) {
 		t.Fatalf("float32 loss %.9g, float64 reference %.9g", loss, ref)
 	}
@@ -382,9 +391,9 @@ func TestGradientCheck(t *testing.T) {
 			orig := w[i]
 			const h = 1e-6
 			w[i] = orig + h
-			lp := refLoss(g, 3, 0.8, P, embed, head, voc, samples)
+			lp := refLoss(g, 3, 0.8, tau, P, embed, head, voc, samples)
 			w[i] = orig - h
-			lm := refLoss(g, 3, 0.8, P, embed, head, voc, samples)
+			lm := refLoss(g, 3, 0.8, tau, P, embed, head, voc, samples)
 			w[i] = orig
 			num := (lp - lm) / (2 * h)
 			a := float64(analytic[ti][i])

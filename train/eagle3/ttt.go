@@ -52,6 +52,7 @@ type net struct {
 	vocab  *Vocab
 	maxRow int
 	maxLen int
+	invTau float64 // 1/τ: the target distribution is softmax(logits·invTau)
 
 	// The batch.
 	rows   int
@@ -103,7 +104,7 @@ func newNet(g Geometry, steps int, decay float64, be tensor.Backend, p *Params, 
 	h, qw, kw, I, N, V := g.Hidden, g.qDim(), g.kvDim(), g.Intermediate, g.DraftVocab, g.Vocab
 	R := maxRows
 	t := &net{g: g, steps: steps, decay: decay, be: be, rope: rope, p: p, embed: embed, head: head, vocab: vocab,
-		maxRow: maxRows, maxLen: maxLen,
+		maxRow: maxRows, maxLen: maxLen, invTau: 1,
 		a: attnShape{nq: g.Heads, nkv: g.KVHeads, hd: g.HeadDim, scale: float32(1 / math.Sqrt(float64(g.HeadDim)))}}
 	if withGrad {
 		t.gr = newParams(g)
@@ -245,9 +246,9 @@ func (t *net) finish() {
 }
 
 // targetDist computes, for n rows of final states starting at batch row r0,
-// the target's full-vocabulary argmax and its softmax restricted to the draft
-// vocabulary and renormalised (the frozen target lm_head applied to the
-// post-norm state), in chunks of prepRows rows.
+// the target's full-vocabulary argmax and its softmax at temperature 1/invTau
+// restricted to the draft vocabulary and renormalised (the frozen target
+// lm_head applied to the post-norm state), in chunks of prepRows rows.
 func (t *net) targetDist(final []float32, r0, n int) {
 	h, V, N := t.g.Hidden, t.g.Vocab, t.g.DraftVocab
 	ids := t.vocab.IDs
@@ -275,7 +276,7 @@ func (t *net) targetDist(final []float32, r0, n int) {
 				}
 				var sum float64
 				for i, x := range p {
-					e := float32(math.Exp(float64(x - mx)))
+					e := float32(math.Exp(float64(x-mx) * t.invTau))
 					p[i] = e
 					sum += float64(e)
 				}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/drafter-ai/drafter/capture"
 	"github.com/drafter-ai/drafter/train/dataset"
+	"github.com/drafter-ai/drafter/train/eagle3"
 )
 
 // DataDir is one capture directory as checked by CheckData.
@@ -202,4 +203,39 @@ func (d *CaptureData) Sample(i int, dst *dataset.Sample, what dataset.Fields) er
 		dst.Features[c] = f
 	}
 	return nil
+}
+
+// dataTargetTemperature chooses EAGLE-3's target temperature from how the
+// captures were made: eagle3.GreedyTargetTemperature when every one was
+// distilled greedily (the drafter will serve greedy decoding), 1 when none
+// was (sampled distillation, or conversations captured as they are). Data
+// that mixes both has no single serving temperature: the caller must choose.
+func dataTargetTemperature(dirs []DataDir) (float64, error) {
+	var greedy, other []string
+	for _, d := range dirs {
+		if distilledGreedily(d.Manifest) {
+			greedy = append(greedy, d.Dir)
+		} else {
+			other = append(other, d.Dir)
+		}
+	}
+	switch {
+	case len(other) == 0:
+		return eagle3.GreedyTargetTemperature, nil
+	case len(greedy) == 0:
+		return 1, nil
+	}
+	return 0, fmt.Errorf("train: --data mixes greedy captures (%s) with sampled or teacher-forced ones (%s): pass --target-temperature (%g trains for greedy serving, 1 for sampling)",
+		strings.Join(greedy, ", "), strings.Join(other, ", "), eagle3.GreedyTargetTemperature)
+}
+
+// distilledGreedily reports whether a capture's manifest records drafter
+// distill's greedy decoding (temperature 0).
+func distilledGreedily(m *capture.Manifest) bool {
+	g, ok := m.Generation.(map[string]any)
+	if !ok {
+		return false
+	}
+	t, ok := g["temperature"].(float64)
+	return ok && t == 0 && g["teacher_forced"] == nil
 }

@@ -32,6 +32,7 @@ type Flags struct {
 	TTTDecay     float64
 	DraftVocab   int
 	Intermediate int
+	TargetTemp   float64
 	MaxLength    int
 	Format       string
 	// Both.
@@ -62,7 +63,7 @@ func MedusaFlags() []string {
 
 // EAGLE3Flags lists the flags that apply to --method eagle3 only.
 func EAGLE3Flags() []string {
-	return []string{"ttt-steps", "ttt-decay", "draft-vocab", "intermediate", "max-length", "format"}
+	return []string{"ttt-steps", "ttt-decay", "draft-vocab", "intermediate", "target-temperature", "max-length", "format"}
 }
 
 // Options maps the flags onto the chosen trainer's configuration, starting
@@ -169,6 +170,10 @@ func (f *Flags) Options(progress io.Writer) (Options, error) {
 			return o, flagErr("--intermediate must be >= 1, got %d", f.Intermediate)
 		}
 		setInt(given, "intermediate", &c.Intermediate, f.Intermediate)
+		if given("target-temperature") && !(f.TargetTemp > 0 && f.TargetTemp <= 100) {
+			return o, flagErr("--target-temperature must lie in (0, 100], got %g", f.TargetTemp)
+		}
+		setFloat(given, "target-temperature", &c.TargetTemperature, f.TargetTemp)
 		if given("format") {
 			if f.Format != eagle3.FormatNative && f.Format != eagle3.FormatSpeculators {
 				return o, flagErr("--format must be %s or %s, got %q", eagle3.FormatNative, eagle3.FormatSpeculators, f.Format)
@@ -284,6 +289,7 @@ func (f *Flags) Register(fs *pflag.FlagSet) {
 	fs.Float64Var(&f.TTTDecay, "ttt-decay", e.StepDecay, "eagle3: loss weight of unrolled step k is decay^k")
 	fs.IntVar(&f.DraftVocab, "draft-vocab", e.DraftVocab, "eagle3: draft vocabulary size N (the N most frequent response tokens; capped at the target's vocabulary)")
 	fs.IntVar(&f.Intermediate, "intermediate", 0, "eagle3: MLP width of the draft layer, written as its intermediate_size (default: the target's intermediate_size)")
+	fs.Float64Var(&f.TargetTemp, "target-temperature", 0, fmt.Sprintf("eagle3: the draft learns softmax(target logits / this) (default %g when all --data was distilled greedily, else 1)", eagle3.GreedyTargetTemperature))
 	fs.IntVar(&f.MaxLength, "max-length", 0, fmt.Sprintf("eagle3: truncate samples to this many tokens (default %d); a sample longer than --batch-tokens trains as a batch of its own", e.MaxLength))
 	fs.StringVar(&f.Format, "format", eagle3.FormatNative, "eagle3: export layout: native (EAGLE/SpecForge/SGLang, also loaded by vLLM) or speculators")
 

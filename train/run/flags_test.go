@@ -71,9 +71,9 @@ func TestFlagsMapping(t *testing.T) {
 		t.Errorf("medusa config = %+v dtype %s, want %+v BF16", o.Medusa, o.DType, want)
 	}
 
-	f = Flags{Method: MethodEAGLE3, Layers: "1, 3,4", TTTSteps: 3, TTTDecay: 0.5, DraftVocab: 100, Intermediate: 96, MaxLength: 64, Format: "speculators",
+	f = Flags{Method: MethodEAGLE3, Layers: "1, 3,4", TTTSteps: 3, TTTDecay: 0.5, DraftVocab: 100, Intermediate: 96, TargetTemp: 0.7, MaxLength: 64, Format: "speculators",
 		LR: 1e-3, Warmup: "0", ClipNorm: 0, Patience: 0, Epochs: 5, MaxSteps: 40, EvalEvery: 7, ValFraction: 0.2, Seed: 4,
-		Given: given("layers", "ttt-steps", "ttt-decay", "draft-vocab", "intermediate", "max-length", "format", "lr", "warmup", "clip-norm", "patience", "epochs",
+		Given: given("layers", "ttt-steps", "ttt-decay", "draft-vocab", "intermediate", "target-temperature", "max-length", "format", "lr", "warmup", "clip-norm", "patience", "epochs",
 			"max-steps", "eval-every", "val-fraction", "seed")}
 	o, err = f.Options(nil)
 	if err != nil {
@@ -81,7 +81,7 @@ func TestFlagsMapping(t *testing.T) {
 	}
 	we := eagle3.DefaultConfig()
 	we.Steps, we.StepDecay, we.DraftVocab, we.MaxLength, we.LR, we.WarmupFrac, we.ClipNorm, we.Patience = 3, 0.5, 100, 64, 1e-3, 0, 0, 0
-	we.Epochs, we.MaxSteps, we.EvalEvery, we.EvalFraction, we.Seed, we.Intermediate = 5, 40, 7, 0.2, 4, 96
+	we.Epochs, we.MaxSteps, we.EvalEvery, we.EvalFraction, we.Seed, we.Intermediate, we.TargetTemperature = 5, 40, 7, 0.2, 4, 96, 0.7
 	if !reflect.DeepEqual(o.EAGLE3, we) || !reflect.DeepEqual(o.Layers, []int{1, 3, 4}) || o.Format != "speculators" {
 		t.Errorf("eagle3 options = %+v layers %v format %q, want %+v [1 3 4] speculators", o.EAGLE3, o.Layers, o.Format, we)
 	}
@@ -100,6 +100,9 @@ func TestFlagsRefused(t *testing.T) {
 		{Flags{Method: MethodEAGLE3, MaxLength: 2, Given: map[string]string{"max-length": ""}}, "--max-length must be >= 3"},
 		{Flags{Method: MethodEAGLE3, Intermediate: 0, Given: map[string]string{"intermediate": ""}}, "--intermediate must be >= 1"},
 		{Flags{Method: MethodMedusa, Given: map[string]string{"intermediate": "64"}}, "--intermediate is an EAGLE-3 setting"},
+		{Flags{Method: MethodEAGLE3, TargetTemp: 0, Given: map[string]string{"target-temperature": ""}}, "--target-temperature must lie in (0, 100]"},
+		{Flags{Method: MethodEAGLE3, TargetTemp: -1, Given: map[string]string{"target-temperature": ""}}, "--target-temperature must lie in (0, 100]"},
+		{Flags{Method: MethodMedusa, Given: map[string]string{"target-temperature": "1"}}, "--target-temperature is an EAGLE-3 setting"},
 		{Flags{Method: MethodMedusa, Layers: "1,2,3", Given: map[string]string{"layers": ""}}, "residual blocks per head"},
 		{Flags{Method: MethodEAGLE3, Layers: "2,3", Given: map[string]string{"layers": ""}}, "got 2"},
 		{Flags{Method: MethodEAGLE3, Layers: "a,b,c", Given: map[string]string{"layers": ""}}, "hidden_states indices"},

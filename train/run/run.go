@@ -139,6 +139,11 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	}
 	defer ds.Close()
 
+	if opt.Method == MethodEAGLE3 && opt.EAGLE3.TargetTemperature == 0 {
+		if opt.EAGLE3.TargetTemperature, err = dataTargetTemperature(dirs); err != nil {
+			return nil, err
+		}
+	}
 	set, err := newSettings(opt, tg, dirs, layers)
 	if err != nil {
 		return nil, err
@@ -264,8 +269,9 @@ func newSettings(opt Options, tg *Target, dirs []DataDir, layers [3]int) (*setti
 	case MethodEAGLE3:
 		s.FeatureLayers = layers[:]
 		v = opt.EAGLE3
-		// No --intermediate is the target's width, as in every run before it.
-		s.unrecorded = map[string]any{"intermediate_size": tg.Config.IntermediateSize}
+		// No --intermediate is the target's width, as in every run before
+		// it; those runs trained toward the plain softmax.
+		s.unrecorded = map[string]any{"intermediate_size": tg.Config.IntermediateSize, "target_temperature": 1}
 	}
 	b, err := json.Marshal(v)
 	if err != nil {

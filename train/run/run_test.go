@@ -696,3 +696,89 @@ func TestResumeUnrecordedWidth(t *testing.T) {
 		t.Fatalf("resume with the target's width given: %v", err)
 	}
 }
+
+// TestTargetTemperatureFromData checks EAGLE-3's target temperature chosen
+// from how the captures were made, its record, and the resume of a run
+// recorded before the setting existed (which trained toward the plain
+// softmax).
+func TestTargetTemperatureFromData(t *testing.T) {
+	dd := func(dir string, gen any) DataDir {
+		return DataDir{Dir: dir, Manifest: &capture.Manifest{Generation: gen}}
+	}
+	greedy := map[string]any{"temperature": 0.0, "decoding": "greedy"}
+	for _, c := range []struct {
+		dirs []DataDir
+		want float64
+	}{
+		{[]DataDir{dd("a", greedy), dd("b", greedy)}, eagle3.GreedyTargetTemperature},
+		{[]DataDir{dd("a", map[string]any{"temperature": 1.0})}, 1},
+		{[]DataDir{dd("a", map[string]any{"teacher_forced": true})}, 1},
+		{[]DataDir{dd("a", nil)}, 1},
+	} {
+		if got, err := dataTargetTemperature(c.dirs); err != nil || got != c.want {
+			t.Errorf("%v: %v, %v; want %v", c.dirs[0].Manifest.Generation, got, err, c.want)
+		}
+	}
+	_, err := dataTargetTemperature([]DataDir{dd("greedy-dir", greedy), dd("sampled-dir", map[string]any{"temperature": 0.7})})
+	if err == nil || !strings.Contains(err.Error(), "--target-temperature") || !strings.Contains(err.Error(), "greedy-dir") || !strings.Contains(err.Error(), "sampled-dir") {
+		t.Errorf("mixed data: err = %v, want a request for --target-temperature naming both captures", err)
+	}
+
+	fp := fingerprint(t)
+	tmp := t.TempDir()
+	dir := filepath.Join(tmp, "cap")
+	writeCapture(t, dir, fp, distil(t, 12), []int{1, 3, 5}, true)
+	man, err := readJSONMap(filepath.Join(dir, capture.ManifestName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	man["generation"] = greedy // as drafter distill records greedy decoding
+	raw, _ := json.Marshal(man)
+	if err := os.WriteFile(filepath.Join(dir, capture.ManifestName), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A fresh run on greedy data records the greedy target temperature.
+	started := func(o Options) map[string]any {
+		t.Helper()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		o.Progress = &cancelOn{text: "eval ", cancel: cancel}
+		if _, err := Run(ctx, o); err == nil || !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled run: err = %v", err)
+		}
+		m, err := readJSONMap(filepath.Join(o.Out, ArgsFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr, _ := m["trainer"].(map[string]any)
+		if tr == nil {
+			t.Fatalf("%s has no trainer settings: %v", ArgsFile, m)
+		}
+		return m
+	}
+	opt := Options{Method: MethodEAGLE3, Model: modelDir, Data: []string{dir}, Out: filepath.Join(tmp, "new"), EAGLE3: smallEAGLE3()}
+	if tr := started(opt)["trainer"].(map[string]any); tr["target_temperature"] != eagle3.GreedyTargetTemperature {
+		t.Fatalf("trainer settings %v, want target_temperature %g recorded for greedy data", tr, eagle3.GreedyTargetTemperature)
+	}
+
+	// A run of an older build trained toward the plain softmax and recorded
+	// no target temperature: the new default must not resume it, 1 must.
+	opt.Out = filepath.Join(tmp, "old")
+	old := opt
+	old.EAGLE3.TargetTemperature = 1
+	m := started(old)
+	delete(m["trainer"].(map[string]any), "target_temperature")
+	raw, _ = json.Marshal(m)
+	if err := os.WriteFile(filepath.Join(opt.Out, ArgsFile), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	opt.Resume = true
+	if _, err := Run(context.Background(), opt); err == nil || !strings.Contains(err.Error(), "target_temperature: was 1, now 0.5") {
+		t.Fatalf("resuming an old run with the new default: err = %v, want a refusal naming 1 and 0.5", err)
+	}
+	plain := opt
+	plain.EAGLE3.TargetTemperature = 1
+	if _, err := Run(context.Background(), plain); err != nil {
+		t.Fatalf("resuming an old run with --target-temperature 1: %v", err)
+	}
+}
