@@ -230,12 +230,14 @@ func dataTargetTemperature(dirs []DataDir) (float64, error) {
 }
 
 // distilledGreedily reports whether a capture's manifest records drafter
-// distill's greedy decoding (temperature 0).
+// distill's greedy decoding: temperature 0, or top-k 1 (which samples the top
+// token only).
 func distilledGreedily(m *capture.Manifest) bool {
 	g, ok := m.Generation.(map[string]any)
-	if !ok {
+	if !ok || g["teacher_forced"] != nil {
 		return false
 	}
 	t, ok := g["temperature"].(float64)
-	return ok && t == 0 && g["teacher_forced"] == nil
+	k, _ := g["top_k"].(float64)
+	return ok && (t == 0 || k == 1)
 }

@@ -712,6 +712,8 @@ func TestTargetTemperatureFromData(t *testing.T) {
 	}{
 		{[]DataDir{dd("a", greedy), dd("b", greedy)}, eagle3.GreedyTargetTemperature},
 		{[]DataDir{dd("a", map[string]any{"temperature": 1.0})}, 1},
+		{[]DataDir{dd("a", map[string]any{"temperature": 0.8, "top_k": 1.0})}, eagle3.GreedyTargetTemperature},
+		{[]DataDir{dd("a", map[string]any{"temperature": 0.8, "top_k": 40.0})}, 1},
 		{[]DataDir{dd("a", map[string]any{"teacher_forced": true})}, 1},
 		{[]DataDir{dd("a", nil)}, 1},
 	} {
