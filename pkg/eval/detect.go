@@ -43,6 +43,10 @@ type DrafterInfo struct {
 	// TargetFingerprint is the target checkpoint fingerprint the drafter was
 	// trained against, as recorded in Provenance ("" when not recorded).
 	TargetFingerprint string `json:"target_fingerprint,omitempty"`
+
+	// prov is what Provenance records, which LoadDrafter checks the export
+	// against; nil when there is none.
+	prov *provenance
 }
 
 // Detect finds the drafter in dir: either one export folder (Medusa vLLM or
@@ -163,14 +167,11 @@ func readProvenance(info *DrafterInfo, given string) error {
 		if err != nil {
 			return fmt.Errorf("eval: drafter provenance: %w", err)
 		}
-		var prov struct {
-			Fingerprint       string `json:"target_fingerprint"`
-			LegacyFingerprint string `json:"fingerprint"`
-		}
+		var prov provenance
 		if err := json.Unmarshal(b, &prov); err != nil {
 			return fmt.Errorf("eval: drafter provenance %s: %w", p, err)
 		}
-		info.Provenance = p
+		info.Provenance, info.prov = p, &prov
 		info.TargetFingerprint = prov.Fingerprint
 		if info.TargetFingerprint == "" {
 			info.TargetFingerprint = prov.LegacyFingerprint

@@ -21,64 +21,72 @@ type Drafter struct {
 	eagle  *eagle3.Draft
 }
 
-// LoadDrafter loads the drafter info describes for target m, checking that its
-// geometry matches the target's.
+// LoadDrafter loads the drafter info describes for target m. The loaders
+// check the export's config against its weights exactly and refuse
+// non-finite weights; LoadDrafter then checks the export against the
+// drafter.json found for it (kind, shape, feature layers) and its geometry
+// against the target's.
 func LoadDrafter(info *DrafterInfo, m *model.Model) (*Drafter, error) {
+	var d *Drafter
 	switch info.Kind {
 	case KindMedusa:
-		h, err := medusa.LoadHeads(info.Dir)
+		ld, err := medusa.Load(info.Dir)
 		if err != nil {
 			return nil, fmt.Errorf("eval: loading Medusa heads: %w", err)
 		}
-		d, err := NewMedusaDrafter(h, m)
-		if err != nil {
-			return nil, fmt.Errorf("%w (heads from %s)", err, info.Dir)
+		if err := info.checkMedusa(ld); err != nil {
+			return nil, err
 		}
-		d.Info = info
-		return d, nil
+		if d, err = NewMedusaDrafter(ld.Heads, m); err != nil {
+			return nil, fmt.Errorf("%w (heads from %s)", err, ld.Weights)
+		}
 	case KindEagle3:
 		dr, err := eagle3.LoadDraft(info.Dir, m.Embed, m.Backend())
 		if err != nil {
 			return nil, fmt.Errorf("eval: loading the EAGLE-3 draft: %w", err)
 		}
-		d, err := NewEagleDrafter(dr, m)
-		if err != nil {
+		if err := info.checkEagle(dr); err != nil {
+			return nil, err
+		}
+		if d, err = NewEagleDrafter(dr, m); err != nil {
 			return nil, fmt.Errorf("%w (draft from %s)", err, info.Dir)
 		}
-		d.Info = info
-		return d, nil
+	default:
+		return nil, fmt.Errorf("eval: unknown drafter kind %q in %s", info.Kind, info.Dir)
 	}
-	return nil, fmt.Errorf("eval: unknown drafter kind %q in %s", info.Kind, info.Dir)
+	d.Info = info
+	return d, nil
 }
 
 // NewMedusaDrafter wraps Medusa heads held in memory (for example a trainer's)
 // as a drafter for m.
 func NewMedusaDrafter(h *medusa.Heads, m *model.Model) (*Drafter, error) {
 	if h.Hidden != m.HiddenSize() || h.Vocab != m.VocabSize() {
-		return nil, fmt.Errorf("eval: Medusa heads of hidden size %d and vocabulary %d do not fit the target (hidden %d, vocabulary %d)",
+		return nil, fmt.Errorf("eval: the Medusa heads do not fit the target: they read hidden states of size %d and score a vocabulary of %d, the target's hidden_size is %d and vocab_size %d (were they trained for another model?)",
 			h.Hidden, h.Vocab, m.HiddenSize(), m.VocabSize())
 	}
 	return &Drafter{Info: &DrafterInfo{Kind: KindMedusa}, medusa: h}, nil
 }
 
 // NewEagleDrafter wraps an EAGLE-3 draft held in memory as a drafter for m.
+// Feature layers the draft names must pass eagle3.CheckLayerIDs for m's
+// layers; a draft that names none reads the engines' defaults 2, L/2, L-3.
 func NewEagleDrafter(d *eagle3.Draft, m *model.Model) (*Drafter, error) {
 	g := d.Geometry
 	if g.Hidden != m.HiddenSize() || g.Vocab != m.VocabSize() {
-		return nil, fmt.Errorf("eval: EAGLE-3 draft of hidden size %d and vocabulary %d does not fit the target (hidden %d, vocabulary %d)",
+		return nil, fmt.Errorf("eval: the EAGLE-3 draft does not fit the target: it is of hidden_size %d and vocab_size %d, the target's are %d and %d (was it trained for another model?)",
 			g.Hidden, g.Vocab, m.HiddenSize(), m.VocabSize())
 	}
 	L := m.NumLayers()
-	ids := d.LayerIDs
-	if ids == nil {
-		ids = defaultEagleLayers(L)
-	}
-	if len(ids) != 3 {
-		return nil, fmt.Errorf("eval: EAGLE-3 draft fuses %d target layers %v; want 3", len(ids), ids)
-	}
-	for _, id := range ids {
-		if id < 0 || id > L {
-			return nil, fmt.Errorf("eval: EAGLE-3 feature layer %d is outside the target's hidden_states indices 0..%d", id, L)
+	if d.LayerIDs != nil {
+		if err := eagle3.CheckLayerIDs(d.LayerIDs, L); err != nil {
+			return nil, fmt.Errorf("eval: EAGLE-3 draft with feature layers %v: %w", d.LayerIDs, err)
+		}
+	} else {
+		for _, id := range defaultEagleLayers(L) {
+			if id < 1 || id > L {
+				return nil, fmt.Errorf("eval: the EAGLE-3 draft names no feature layers and the engines' defaults %v do not fit a target of %d layers", defaultEagleLayers(L), L)
+			}
 		}
 	}
 	return &Drafter{Info: &DrafterInfo{Kind: KindEagle3}, eagle: d}, nil

@@ -1,15 +1,10 @@
 package eagle3
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
-	"strings"
 
 	"github.com/drafter-ai/drafter/pkg/nn"
-	"github.com/drafter-ai/drafter/pkg/safetensors"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
@@ -36,139 +31,6 @@ type Draft struct {
 // few-row products.
 type draftMats struct {
 	fc, q, k, v, o, gate, up, down, lm *tensor.Transposed
-}
-
-// draftConfig is the part of either export layout's config.json that LoadDraft
-// reads.
-type draftConfig struct {
-	SpeculatorsType string          `json:"speculators_model_type"`
-	Layer           *draftConfig    `json:"transformer_layer_config"`
-	DraftVocab      int             `json:"draft_vocab_size"`
-	NormBeforeRes   *bool           `json:"norm_before_residual"`
-	LayerIDs        []int           `json:"eagle_aux_hidden_state_layer_ids"`
-	Hidden          int             `json:"hidden_size"`
-	Intermediate    int             `json:"intermediate_size"`
-	Heads           int             `json:"num_attention_heads"`
-	KVHeads         int             `json:"num_key_value_heads"`
-	HeadDim         int             `json:"head_dim"`
-	RMSNormEps      float64         `json:"rms_norm_eps"`
-	RopeTheta       float64         `json:"rope_theta"`
-	RopeScaling     json.RawMessage `json:"rope_scaling"`
-	MaxPositions    int             `json:"max_position_embeddings"`
-	Vocab           int             `json:"vocab_size"`
-	TargetHidden    int             `json:"target_hidden_size"`
-}
-
-// LoadDraft reads an exported draft (either layout) from dir. embed is the
-// target's input embedding [V, H] (exports carry none: the engines use the
-// target's).
-func LoadDraft(dir string, embed []float32, be tensor.Backend) (*Draft, error) {
-	cfgPath := filepath.Join(dir, "config.json")
-	b, err := os.ReadFile(cfgPath)
-	if err != nil {
-		return nil, fmt.Errorf("eagle3: loading draft: %w", err)
-	}
-	var c draftConfig
-	if err := json.Unmarshal(b, &c); err != nil {
-		return nil, fmt.Errorf("eagle3: %s: %w", cfgPath, err)
-	}
-	prefix := "midlayer."
-	geo := &c
-	if c.SpeculatorsType != "" {
-		if c.SpeculatorsType != "eagle3" {
-			return nil, fmt.Errorf("eagle3: %s: speculators_model_type %q is not eagle3", cfgPath, c.SpeculatorsType)
-		}
-		if c.NormBeforeRes != nil && *c.NormBeforeRes {
-			return nil, fmt.Errorf("eagle3: %s: norm_before_residual true is a different architecture than this drafter runs", cfgPath)
-		}
-		if c.Layer == nil {
-			return nil, fmt.Errorf("eagle3: %s: speculators config without transformer_layer_config", cfgPath)
-		}
-		geo = c.Layer
-		prefix = "layers.0."
-	}
-	g := Geometry{Hidden: geo.Hidden, Heads: geo.Heads, KVHeads: geo.KVHeads, HeadDim: geo.HeadDim, Intermediate: geo.Intermediate,
-		RMSNormEps: geo.RMSNormEps, RopeTheta: geo.RopeTheta, MaxPositions: geo.MaxPositions, Vocab: geo.Vocab, DraftVocab: c.DraftVocab}
-	if g.HeadDim == 0 && g.Heads > 0 {
-		g.HeadDim = g.Hidden / g.Heads
-	}
-	if g.KVHeads == 0 {
-		g.KVHeads = g.Heads
-	}
-	if len(geo.RopeScaling) > 0 && string(geo.RopeScaling) != "null" {
-		var raw map[string]any
-		if err := json.Unmarshal(geo.RopeScaling, &raw); err != nil {
-			return nil, fmt.Errorf("eagle3: %s: rope_scaling: %w", cfgPath, err)
-		}
-		num := func(k string) float64 { f, _ := raw[k].(float64); return f }
-		typ, _ := raw["rope_type"].(string)
-		if typ == "" {
-			typ, _ = raw["type"].(string)
-		}
-		g.RopeScaling = &nn.RopeScaling{Type: typ, Factor: num("factor"), LowFreqFactor: num("low_freq_factor"),
-			HighFreqFactor: num("high_freq_factor"), OriginalMaxPositions: int(num("original_max_position_embeddings"))}
-	}
-	if err := g.Validate(); err != nil {
-		return nil, fmt.Errorf("%w (from %s)", err, cfgPath)
-	}
-	if c.TargetHidden != 0 && c.TargetHidden != g.Hidden {
-		return nil, fmt.Errorf("eagle3: %s: target_hidden_size %d differs from hidden_size %d, which this drafter does not support", cfgPath, c.TargetHidden, g.Hidden)
-	}
-	if len(embed) != g.Vocab*g.Hidden {
-		return nil, fmt.Errorf("eagle3: target embedding has %d values, the draft config wants vocab %d x hidden %d", len(embed), g.Vocab, g.Hidden)
-	}
-	set, err := safetensors.OpenDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("eagle3: loading draft weights: %w", err)
-	}
-	defer set.Close()
-	p := newParams(g)
-	for _, s := range specs(g) {
-		name := s.name
-		if strings.HasPrefix(name, "midlayer.") {
-			name = prefix + strings.TrimPrefix(name, "midlayer.")
-		}
-		info, ok := set.Info(name)
-		if !ok {
-			return nil, fmt.Errorf("eagle3: %s: missing tensor %q", dir, name)
-		}
-		if !equalShape(info.Shape, s.shape) {
-			return nil, fmt.Errorf("eagle3: %s: tensor %q has shape %v, want %v", dir, name, info.Shape, s.shape)
-		}
-		if err := set.Float32Into(name, *s.field(p)); err != nil {
-			return nil, fmt.Errorf("eagle3: %s: %w", dir, err)
-		}
-	}
-	d2t, shape, err := set.Int64("d2t")
-	if err != nil {
-		return nil, fmt.Errorf("eagle3: %s: d2t: %w", dir, err)
-	}
-	if len(shape) != 1 || shape[0] != g.DraftVocab {
-		return nil, fmt.Errorf("eagle3: %s: d2t has shape %v, want [%d]", dir, shape, g.DraftVocab)
-	}
-	voc, err := VocabFromD2T(d2t, g.Vocab)
-	if err != nil {
-		return nil, fmt.Errorf("%w (in %s)", err, dir)
-	}
-	t2d, shape, err := set.Bool("t2d")
-	if err != nil {
-		return nil, fmt.Errorf("eagle3: %s: t2d: %w", dir, err)
-	}
-	if len(shape) != 1 || shape[0] != g.Vocab {
-		return nil, fmt.Errorf("eagle3: %s: t2d has shape %v, want [%d]", dir, shape, g.Vocab)
-	}
-	for j, in := range t2d {
-		if in != voc.T2D[j] {
-			return nil, fmt.Errorf("eagle3: %s: t2d[%d] = %v disagrees with d2t", dir, j, in)
-		}
-	}
-	d, err := NewDraft(g, p, voc, embed, be)
-	if err != nil {
-		return nil, err
-	}
-	d.LayerIDs = c.LayerIDs
-	d.Freeze()
-	return d, nil
 }
 
 // Freeze prepares the draft for inference with parameters that no longer
@@ -208,18 +70,6 @@ func (d *Draft) mats() draftMats {
 		return *d.t
 	}
 	return draftMats{}
-}
-
-func equalShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // NewDraft wraps parameters (for example a trainer's) as a drafter.

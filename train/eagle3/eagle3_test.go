@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -544,5 +545,46 @@ func TestSameArgsTargetTemperature(t *testing.T) {
 	ds := memory(tt.g.Hidden, tt.samples(40, 4, 8, 12))
 	if _, err := Train(context.Background(), cfg, ds, tensor.CPU(), t.TempDir()); err == nil || !strings.Contains(err.Error(), "target temperature") {
 		t.Fatalf("target temperature -1: err = %v", err)
+	}
+}
+
+// TestExportRefuses: a draft with a NaN or infinite weight, and feature
+// layers out of order, repeated or naming the embedding output, are not
+// exported; nothing is written.
+func TestExportRefuses(t *testing.T) {
+	g := tinyGeometry()
+	tt := newTinyTarget(1, g)
+	counts := make([]int64, g.Vocab)
+	voc, _ := BuildVocab(counts, g.DraftVocab)
+	for _, c := range []struct {
+		set    func(p *Params)
+		layers []int
+		want   []string
+	}{
+		{func(p *Params) { p.Gate[17] = float32(math.NaN()) }, []int{1, 2, 3}, []string{"non-finite", `mlp.gate_proj.weight" (F32 [12, 8]) holds NaN at element 17 (index [2, 1])`}},
+		{func(p *Params) { p.FC[0] = float32(math.Inf(1)) }, []int{1, 2, 3}, []string{"non-finite", `"fc.weight" (F32 [8, 24]) holds +Inf at element 0`}},
+		{func(*Params) {}, []int{5, 3, 1}, []string{"feature layers [5 3 1]: not strictly increasing", "ascending layer order"}},
+		{func(*Params) {}, []int{3, 3, 3}, []string{"feature layers [3 3 3]: not strictly increasing"}},
+		{func(*Params) {}, []int{0, 3, 4}, []string{"layer 0 is not a decoder layer's output"}},
+	} {
+		for _, format := range []string{FormatNative, FormatSpeculators} {
+			p := newParams(g)
+			initParams(p, g, 1, tt.head, voc)
+			c.set(p)
+			dir := filepath.Join(t.TempDir(), "eagle3")
+			err := Export(dir, g, p, voc, ExportOptions{Format: format, LayerIDs: c.layers})
+			if err == nil {
+				t.Fatalf("%s %v: exported", format, c.want)
+			}
+			t.Log(err)
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%s: error %q lacks %q", format, err, w)
+				}
+			}
+			if _, err := os.Stat(dir); !os.IsNotExist(err) {
+				t.Errorf("%s: the refused export created %s (%v)", format, dir, err)
+			}
+		}
 	}
 }

@@ -1,13 +1,18 @@
 package eagle3
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/drafter-ai/drafter/pkg/atomicfile"
+	"github.com/drafter-ai/drafter/pkg/nn"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
+	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
 // Export layouts.
@@ -42,7 +47,9 @@ type ExportOptions struct {
 // Export writes the draft into dir: config.json and model.safetensors (float32
 // weights, d2t int64 offsets, t2d bool; no embedding: the engines use the
 // target's). Files are written atomically. (Train writes drafter.json beside
-// the export folder, at the top of its output folder.)
+// the export folder, at the top of its output folder.) Layer ids must pass
+// CheckLayerIDs; a draft with a NaN or infinite weight is refused before
+// anything is written.
 //
 // Layer ids when they are not the defaults, per engine convention:
 //   - native layout: "eagle_config": {"eagle_aux_hidden_state_layer_ids": ids-1}
@@ -69,11 +76,10 @@ func Export(dir string, g Geometry, p *Params, voc *Vocab, opt ExportOptions) er
 	if format != FormatNative && format != FormatSpeculators {
 		return fmt.Errorf("eagle3: export format %q is not %q or %q", format, FormatNative, FormatSpeculators)
 	}
-	if !opt.DefaultLayers && len(opt.LayerIDs) != 3 {
-		return fmt.Errorf("eagle3: export: %d layer ids given, want the 3 fused feature layers (or DefaultLayers)", len(opt.LayerIDs))
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("eagle3: export: %w", err)
+	if !opt.DefaultLayers {
+		if err := CheckLayerIDs(opt.LayerIDs, 0); err != nil {
+			return fmt.Errorf("eagle3: export: feature layers %v: %w", opt.LayerIDs, err)
+		}
 	}
 	var ts []safetensors.Tensor
 	for _, s := range specs(g) {
@@ -83,7 +89,13 @@ func Export(dir string, g Geometry, p *Params, voc *Vocab, opt ExportOptions) er
 		}
 		ts = append(ts, safetensors.F32Tensor(name, s.shape, *s.field(p)))
 	}
+	if err := safetensors.CheckAllFinite(ts); err != nil {
+		return fmt.Errorf("eagle3: refusing to export a draft with non-finite weights into %s (nothing written): %w; training diverged or resumed from a damaged checkpoint", dir, err)
+	}
 	ts = append(ts, safetensors.I64Tensor("d2t", []int{len(voc.D2T)}, voc.D2T), safetensors.BoolTensor("t2d", []int{len(voc.T2D)}, voc.T2D))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("eagle3: export: %w", err)
+	}
 	if err := safetensors.WriteFile(filepath.Join(dir, "model.safetensors"), ts, map[string]string{"format": "pt"}); err != nil {
 		return fmt.Errorf("eagle3: export: %w", err)
 	}
@@ -169,4 +181,237 @@ func shifted(ids []int, d int) []int {
 		out[i] = v + d
 	}
 	return out
+}
+
+// CheckLayerIDs checks feature-layer ids given as Hugging Face hidden_states
+// indices: three of them, strictly increasing, at least 1 (index 0 is the
+// embedding output) and, when layers > 0, at most layers, the target's
+// num_hidden_layers. The engines gather the auxiliary hidden states in
+// ascending layer order, as the target's forward pass produces them, and a
+// repeated layer once: ids out of order or repeated would feed the draft its
+// features in another order than it was trained on.
+func CheckLayerIDs(ids []int, layers int) error {
+	if len(ids) != 3 {
+		return fmt.Errorf("%d layers; want 3 (low, middle, high)", len(ids))
+	}
+	for i, id := range ids {
+		if i > 0 && id <= ids[i-1] {
+			return errors.New("not strictly increasing: the engines gather the auxiliary hidden states in ascending layer order (a repeated layer once), so the draft would get its features in another order than it was trained on")
+		}
+		if id < 1 {
+			return fmt.Errorf("layer %d is not a decoder layer's output (hidden_states index 0 is the embedding output; layers are 1 and up)", id)
+		}
+		if layers > 0 && id > layers {
+			return fmt.Errorf("layer %d is outside the target's hidden_states indices 1 to %d (its num_hidden_layers)", id, layers)
+		}
+	}
+	return nil
+}
+
+// Config keys naming the feature layers.
+const (
+	layerIDsKey      = "eagle_aux_hidden_state_layer_ids"
+	eagleLayerIDsKey = "eagle_config.eagle_aux_hidden_state_layer_ids"
+)
+
+// draftConfig is the part of either export layout's config.json that LoadDraft
+// reads.
+type draftConfig struct {
+	SpeculatorsType string          `json:"speculators_model_type"`
+	Layer           *draftConfig    `json:"transformer_layer_config"`
+	DraftVocab      int             `json:"draft_vocab_size"`
+	NormBeforeRes   *bool           `json:"norm_before_residual"`
+	LayerIDs        []int           `json:"eagle_aux_hidden_state_layer_ids"`
+	EagleConfig     *eagleConfig    `json:"eagle_config"`
+	NumLayers       *int            `json:"num_hidden_layers"`
+	Hidden          int             `json:"hidden_size"`
+	Intermediate    int             `json:"intermediate_size"`
+	Heads           int             `json:"num_attention_heads"`
+	KVHeads         int             `json:"num_key_value_heads"`
+	HeadDim         int             `json:"head_dim"`
+	RMSNormEps      float64         `json:"rms_norm_eps"`
+	RopeTheta       float64         `json:"rope_theta"`
+	RopeScaling     json.RawMessage `json:"rope_scaling"`
+	MaxPositions    int             `json:"max_position_embeddings"`
+	Vocab           int             `json:"vocab_size"`
+	TargetHidden    int             `json:"target_hidden_size"`
+}
+
+// eagleConfig is the native layout's eagle_config block.
+type eagleConfig struct {
+	// LayerIDs are "output of layer k" ids: HF hidden_states index - 1.
+	LayerIDs []int `json:"eagle_aux_hidden_state_layer_ids"`
+}
+
+// layerIDs returns the feature layers the config names, as HF hidden_states
+// indices, or nil when it names none (each engine then uses its default).
+// Where both keys are present they must name the same layers: SGLang reads
+// eagle_config's, vLLM the top-level one.
+func (c *draftConfig) layerIDs(cfgPath string) ([]int, error) {
+	var ids, raw []int
+	key := ""
+	if c.EagleConfig != nil && len(c.EagleConfig.LayerIDs) > 0 {
+		raw = c.EagleConfig.LayerIDs
+		ids, key = shifted(raw, 1), eagleLayerIDsKey
+	}
+	if len(c.LayerIDs) > 0 {
+		if ids != nil && !slices.Equal(ids, c.LayerIDs) {
+			return nil, fmt.Errorf("eagle3: %s: %s %v (layer outputs, HF index - 1, so hidden_states %v) and %s %v (hidden_states indices) name different layers: SGLang reads the first and vLLM the second, so the engines would feed the draft different features",
+				cfgPath, eagleLayerIDsKey, raw, ids, layerIDsKey, c.LayerIDs)
+		}
+		raw, ids, key = c.LayerIDs, c.LayerIDs, layerIDsKey
+	}
+	if ids == nil {
+		return nil, nil
+	}
+	if err := CheckLayerIDs(ids, 0); err != nil {
+		return nil, fmt.Errorf("eagle3: %s: %s %v: %w", cfgPath, key, raw, err)
+	}
+	return ids, nil
+}
+
+// unusedTensor explains why a draft of this layout (tensor prefix prefix)
+// has no use for tensor name.
+func unusedTensor(name, prefix string) string {
+	other := map[string]string{"midlayer.": "layers.0.", "layers.0.": "midlayer."}[prefix]
+	switch {
+	case strings.HasSuffix(name, "embed_tokens.weight"):
+		return "drafter runs the draft on the target's embedding, as SGLang does (vLLM would use this one instead); export the draft without it"
+	case strings.HasPrefix(name, other):
+		return fmt.Sprintf("the config is of the layout whose decoder-layer keys start with %q, not %q", prefix, other)
+	}
+	return fmt.Sprintf("the draft is one decoder layer: its tensors are fc.weight, %s*, norm.weight, lm_head.weight, d2t and t2d", prefix)
+}
+
+// LoadDraft reads an exported draft (either layout) from dir. embed is the
+// target's input embedding [V, H] (exports carry none: the engines use the
+// target's).
+//
+// The config and the weights must agree exactly: every tensor the config
+// implies is present with its shape and type, every tensor of the weights is
+// one of them, and every weight is finite. The feature layers the config
+// names must be strictly increasing (see CheckLayerIDs); the native layout's
+// two keys for them must agree.
+func LoadDraft(dir string, embed []float32, be tensor.Backend) (*Draft, error) {
+	cfgPath := filepath.Join(dir, "config.json")
+	b, err := os.ReadFile(cfgPath)
+	if err != nil {
+		return nil, fmt.Errorf("eagle3: loading draft: %w", err)
+	}
+	var c draftConfig
+	if err := json.Unmarshal(b, &c); err != nil {
+		return nil, fmt.Errorf("eagle3: %s: %w", cfgPath, err)
+	}
+	prefix := "midlayer."
+	geo := &c
+	if c.SpeculatorsType != "" {
+		if c.SpeculatorsType != "eagle3" {
+			return nil, fmt.Errorf("eagle3: %s: speculators_model_type %q is not eagle3", cfgPath, c.SpeculatorsType)
+		}
+		if c.NormBeforeRes != nil && *c.NormBeforeRes {
+			return nil, fmt.Errorf("eagle3: %s: norm_before_residual true is a different architecture than this drafter runs", cfgPath)
+		}
+		if c.Layer == nil {
+			return nil, fmt.Errorf("eagle3: %s: speculators config without transformer_layer_config", cfgPath)
+		}
+		geo = c.Layer
+		prefix = "layers.0."
+	}
+	if geo.NumLayers != nil && *geo.NumLayers != 1 {
+		return nil, fmt.Errorf("eagle3: %s: num_hidden_layers is %d; drafter runs EAGLE-3 drafts of one decoder layer", cfgPath, *geo.NumLayers)
+	}
+	ids, err := c.layerIDs(cfgPath)
+	if err != nil {
+		return nil, err
+	}
+	g := Geometry{Hidden: geo.Hidden, Heads: geo.Heads, KVHeads: geo.KVHeads, HeadDim: geo.HeadDim, Intermediate: geo.Intermediate,
+		RMSNormEps: geo.RMSNormEps, RopeTheta: geo.RopeTheta, MaxPositions: geo.MaxPositions, Vocab: geo.Vocab, DraftVocab: c.DraftVocab}
+	if g.HeadDim == 0 && g.Heads > 0 {
+		g.HeadDim = g.Hidden / g.Heads
+	}
+	if g.KVHeads == 0 {
+		g.KVHeads = g.Heads
+	}
+	if len(geo.RopeScaling) > 0 && string(geo.RopeScaling) != "null" {
+		var raw map[string]any
+		if err := json.Unmarshal(geo.RopeScaling, &raw); err != nil {
+			return nil, fmt.Errorf("eagle3: %s: rope_scaling: %w", cfgPath, err)
+		}
+		num := func(k string) float64 { f, _ := raw[k].(float64); return f }
+		typ, _ := raw["rope_type"].(string)
+		if typ == "" {
+			typ, _ = raw["type"].(string)
+		}
+		g.RopeScaling = &nn.RopeScaling{Type: typ, Factor: num("factor"), LowFreqFactor: num("low_freq_factor"),
+			HighFreqFactor: num("high_freq_factor"), OriginalMaxPositions: int(num("original_max_position_embeddings"))}
+	}
+	if err := g.Validate(); err != nil {
+		return nil, fmt.Errorf("%w (from %s)", err, cfgPath)
+	}
+	if c.TargetHidden != 0 && c.TargetHidden != g.Hidden {
+		return nil, fmt.Errorf("eagle3: %s: target_hidden_size %d differs from hidden_size %d, which this drafter does not support", cfgPath, c.TargetHidden, g.Hidden)
+	}
+	if len(embed) != g.Vocab*g.Hidden {
+		return nil, fmt.Errorf("eagle3: %s describes a draft for a target of hidden_size %d and vocab_size %d (%d embedding values), but the target's embedding holds %d values: the draft was made for another model",
+			cfgPath, g.Hidden, g.Vocab, g.Vocab*g.Hidden, len(embed))
+	}
+	set, err := safetensors.OpenDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("eagle3: loading draft weights: %w", err)
+	}
+	defer set.Close()
+	file := strings.Join(set.Files(), ", ")
+	p := newParams(g)
+	ss := specs(g)
+	names := make(map[string]bool, len(ss)+2)
+	for i := range ss {
+		if strings.HasPrefix(ss[i].name, "midlayer.") {
+			ss[i].name = prefix + strings.TrimPrefix(ss[i].name, "midlayer.")
+		}
+		names[ss[i].name] = true
+	}
+	names["d2t"], names["t2d"] = true, true
+	for _, name := range set.Names() {
+		if !names[name] {
+			return nil, fmt.Errorf("eagle3: %s holds tensor %q, which the draft %s describes does not use: %s", file, name, cfgPath, unusedTensor(name, prefix))
+		}
+	}
+	for _, s := range ss {
+		if _, ok := set.Info(s.name); !ok {
+			return nil, fmt.Errorf("eagle3: %s has no tensor %q, which the draft %s describes needs", file, s.name, cfgPath)
+		}
+		if err := set.ReadFinite(s.name, s.shape, *s.field(p)); err != nil {
+			return nil, fmt.Errorf("eagle3: %w", err)
+		}
+	}
+	d2t, shape, err := set.Int64("d2t")
+	if err != nil {
+		return nil, fmt.Errorf("eagle3: %s: d2t: %w", dir, err)
+	}
+	if len(shape) != 1 || shape[0] != g.DraftVocab {
+		return nil, fmt.Errorf("eagle3: %s: d2t has shape %v, want [%d] (draft_vocab_size in %s)", file, shape, g.DraftVocab, cfgPath)
+	}
+	voc, err := VocabFromD2T(d2t, g.Vocab)
+	if err != nil {
+		return nil, fmt.Errorf("%w (in %s)", err, file)
+	}
+	t2d, shape, err := set.Bool("t2d")
+	if err != nil {
+		return nil, fmt.Errorf("eagle3: %s: t2d: %w", dir, err)
+	}
+	if len(shape) != 1 || shape[0] != g.Vocab {
+		return nil, fmt.Errorf("eagle3: %s: t2d has shape %v, want [%d] (vocab_size in %s)", file, shape, g.Vocab, cfgPath)
+	}
+	for j, in := range t2d {
+		if in != voc.T2D[j] {
+			return nil, fmt.Errorf("eagle3: %s: t2d[%d] = %v disagrees with d2t", file, j, in)
+		}
+	}
+	d, err := NewDraft(g, p, voc, embed, be)
+	if err != nil {
+		return nil, err
+	}
+	d.LayerIDs = ids
+	d.Freeze()
+	return d, nil
 }

@@ -3,10 +3,12 @@ package medusa
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/drafter-ai/drafter/pkg/safetensors"
@@ -161,3 +163,35 @@ func checkKeys(t *testing.T, s *safetensors.Set, want map[string][]int) {
 }
 
 func sprintf(f string, a ...any) string { return fmt.Sprintf(f, a...) }
+
+// TestExportRefusesNonFinite: heads with a NaN or infinite weight, or a value
+// the export dtype turns into infinity, are not exported; nothing is written.
+func TestExportRefusesNonFinite(t *testing.T) {
+	g := Geometry{Hidden: 8, Vocab: 13, Heads: 3, Layers: 2}
+	for _, c := range []struct {
+		dt   safetensors.DType
+		set  func(m *Heads)
+		want []string
+	}{
+		{safetensors.F32, func(m *Heads) { m.W[1][1][9] = float32(math.NaN()) }, []string{`"blocks.1.layers.1.weight"`, "NaN at element 9 (index [1, 1]"}},
+		{safetensors.BF16, func(m *Heads) { m.LMHead[2][20] = float32(math.Inf(-1)) }, []string{`"lm_heads.2.weight"`, "-Inf at element 20"}},
+		{safetensors.F16, func(m *Heads) { m.B[0][0][3] = 1e5 }, []string{`"blocks.0.layers.0.bias" (F16 [8]) holds +Inf at element 3`, "F16's range"}},
+	} {
+		m, _ := randomHeads(t, g, 3)
+		c.set(m)
+		dir := filepath.Join(t.TempDir(), "out")
+		err := Export(dir, m, ExportInfo{DType: c.dt})
+		if err == nil {
+			t.Fatalf("%s: heads with a non-finite weight exported", c.dt)
+		}
+		t.Log(err)
+		for _, w := range append(c.want, "refusing to export", dir, "nothing written") {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: error %q lacks %q", c.dt, err, w)
+			}
+		}
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("%s: the refused export created %s (%v)", c.dt, dir, err)
+		}
+	}
+}
