@@ -158,6 +158,19 @@ func setFloats(t *testing.T, path, name string, v float32, idx ...int) {
 	}
 }
 
+// replaceTensor replaces the tensor of nt's name with nt.
+func replaceTensor(t *testing.T, path string, nt safetensors.Tensor) {
+	t.Helper()
+	editTensors(t, path, func(ts []safetensors.Tensor) []safetensors.Tensor {
+		for i := range ts {
+			if ts[i].Name == nt.Name {
+				ts[i] = nt
+			}
+		}
+		return ts
+	})
+}
+
 // dropTensors removes the tensors for which drop is true.
 func dropTensors(t *testing.T, path string, drop func(name string) bool) {
 	t.Helper()
@@ -192,6 +205,23 @@ func wantErr(t *testing.T, err error, subs ...string) {
 	}
 }
 
+// setConfig returns an edit that sets key in the export's config.json.
+func setConfig(key string, v any) func(*testing.T, string) {
+	return func(t *testing.T, dir string) {
+		editJSON(t, filepath.Join(dir, "config.json"), func(c map[string]any) { c[key] = v })
+	}
+}
+
+// addTensor returns an edit that adds a small F32 tensor name to the
+// export's weights file.
+func addTensor(file, name string) func(*testing.T, string) {
+	return func(t *testing.T, dir string) {
+		editTensors(t, filepath.Join(dir, file), func(ts []safetensors.Tensor) []safetensors.Tensor {
+			return append(ts, safetensors.F32Tensor(name, []int{2}, []float32{1, 2}))
+		})
+	}
+}
+
 // TestMedusaConfigMatchesWeights: a config that counts fewer heads or blocks
 // than the weights hold, or more, and tensors the config has no use for, are
 // refused in both layouts, naming the tensor, the file and the config field.
@@ -205,63 +235,25 @@ func TestMedusaConfigMatchesWeights(t *testing.T) {
 		edit   func(t *testing.T, dir string) // dir is the layout's folder
 		want   []string
 	}{
-		{"fewer heads", "vllm", func(t *testing.T, dir string) {
-			editJSON(t, filepath.Join(dir, "config.json"), func(c map[string]any) { c["num_heads"] = 4 })
-		}, []string{`"blocks.4.layers.0.bias"`, "model.safetensors", "config.json", "num_heads is 4: heads 0 to 3"}},
-		{"fewer blocks", "vllm", func(t *testing.T, dir string) {
-			editJSON(t, filepath.Join(dir, "config.json"), func(c map[string]any) { c["num_hidden_layers"] = 2 })
-		}, []string{`"blocks.0.layers.2.bias"`, "num_hidden_layers is 2: blocks 0 to 1 in each head"}},
-		{"more heads", "vllm", func(t *testing.T, dir string) {
-			editJSON(t, filepath.Join(dir, "config.json"), func(c map[string]any) { c["num_heads"] = 6 })
-		}, []string{`no tensor "blocks.5.layers.0.weight"`, "num_heads 6"}},
-		{"bias without medusa_fc_bias", "vllm", func(t *testing.T, dir string) {
-			editJSON(t, filepath.Join(dir, "config.json"), func(c map[string]any) { c["medusa_fc_bias"] = false })
-		}, []string{`"blocks.0.layers.0.bias"`, "medusa_fc_bias is false"}},
-		{"unknown tensor", "vllm", func(t *testing.T, dir string) {
-			editTensors(t, filepath.Join(dir, "model.safetensors"), func(ts []safetensors.Tensor) []safetensors.Tensor {
-				return append(ts, safetensors.F32Tensor("medusa_heads.extra.weight", []int{2}, []float32{1, 2}))
-			})
-		}, []string{`"medusa_heads.extra.weight"`, "not a tensor of vLLM's Medusa layout"}},
+		{"fewer heads", "vllm", setConfig("num_heads", 4), []string{`"blocks.4.layers.0.bias"`, "model.safetensors", "config.json", "num_heads is 4: heads 0 to 3"}},
+		{"fewer blocks", "vllm", setConfig("num_hidden_layers", 2), []string{`"blocks.0.layers.2.bias"`, "num_hidden_layers is 2: blocks 0 to 1 in each head"}},
+		{"more heads", "vllm", setConfig("num_heads", 6), []string{`no tensor "blocks.5.layers.0.weight"`, "num_heads 6"}},
+		{"bias without medusa_fc_bias", "vllm", setConfig("medusa_fc_bias", false), []string{`"blocks.0.layers.0.bias"`, "medusa_fc_bias is false"}},
+		{"unknown tensor", "vllm", addTensor("model.safetensors", "medusa_heads.extra.weight"), []string{`"medusa_heads.extra.weight"`, "not a tensor of vLLM's Medusa layout"}},
 		{"missing block", "vllm", func(t *testing.T, dir string) {
 			dropTensors(t, filepath.Join(dir, "model.safetensors"), func(n string) bool { return n == "blocks.2.layers.1.weight" })
 		}, []string{`no tensor "blocks.2.layers.1.weight"`, "num_heads 5, num_hidden_layers 3"}},
 		{"block of another shape", "vllm", func(t *testing.T, dir string) {
-			editTensors(t, filepath.Join(dir, "model.safetensors"), func(ts []safetensors.Tensor) []safetensors.Tensor {
-				for i, x := range ts {
-					if x.Name == "blocks.1.layers.0.bias" {
-						ts[i] = safetensors.F32Tensor(x.Name, []int{32}, make([]float32, 32))
-					}
-				}
-				return ts
-			})
+			replaceTensor(t, filepath.Join(dir, "model.safetensors"), safetensors.F32Tensor("blocks.1.layers.0.bias", []int{32}, make([]float32, 32)))
 		}, []string{`"blocks.1.layers.0.bias" has shape [32], want [64]`}},
 		{"integer weights", "vllm", func(t *testing.T, dir string) {
-			editTensors(t, filepath.Join(dir, "model.safetensors"), func(ts []safetensors.Tensor) []safetensors.Tensor {
-				for i, x := range ts {
-					if x.Name == "blocks.1.layers.0.bias" {
-						ts[i] = safetensors.I32Tensor(x.Name, []int{64}, make([]int32, 64))
-					}
-				}
-				return ts
-			})
+			replaceTensor(t, filepath.Join(dir, "model.safetensors"), safetensors.I32Tensor("blocks.1.layers.0.bias", []int{64}, make([]int32, 64)))
 		}, []string{`"blocks.1.layers.0.bias" has dtype I32`}},
-		{"fewer heads", "medusa", func(t *testing.T, dir string) {
-			editJSON(t, filepath.Join(dir, "config.json"), func(c map[string]any) { c["medusa_num_heads"] = 4 })
-		}, []string{`"4.0.linear.bias"`, "medusa_lm_head.safetensors", "medusa_num_heads is 4: heads 0 to 3"}},
-		{"fewer blocks", "medusa", func(t *testing.T, dir string) {
-			editJSON(t, filepath.Join(dir, "config.json"), func(c map[string]any) { c["medusa_num_layers"] = 2 })
-		}, []string{`"0.2.linear.bias"`, "medusa_num_layers is 2: blocks 0 to 1 in each head"}},
-		{"more blocks", "medusa", func(t *testing.T, dir string) {
-			editJSON(t, filepath.Join(dir, "config.json"), func(c map[string]any) { c["medusa_num_layers"] = 4 })
-		}, []string{`"0.3.weight"`, "medusa_num_layers is 4, so head 0's lm_head is 0.4.weight"}},
-		{"unknown tensor", "medusa", func(t *testing.T, dir string) {
-			editTensors(t, filepath.Join(dir, "medusa_lm_head.safetensors"), func(ts []safetensors.Tensor) []safetensors.Tensor {
-				return append(ts, safetensors.F32Tensor("lm_head.weight", []int{2}, []float32{1, 2}))
-			})
-		}, []string{`"lm_head.weight"`, "not a tensor of FasterDecoding's Medusa layout"}},
-		{"hidden_size against the weights", "medusa", func(t *testing.T, dir string) {
-			editJSON(t, filepath.Join(dir, "config.json"), func(c map[string]any) { c["hidden_size"] = 32 })
-		}, []string{"says hidden_size 32", `"0.3.weight"`, "[512, 64]"}},
+		{"fewer heads", "medusa", setConfig("medusa_num_heads", 4), []string{`"4.0.linear.bias"`, "medusa_lm_head.safetensors", "medusa_num_heads is 4: heads 0 to 3"}},
+		{"fewer blocks", "medusa", setConfig("medusa_num_layers", 2), []string{`"0.2.linear.bias"`, "medusa_num_layers is 2: blocks 0 to 1 in each head"}},
+		{"more blocks", "medusa", setConfig("medusa_num_layers", 4), []string{`"0.3.weight"`, "medusa_num_layers is 4, so head 0's lm_head is 0.4.weight"}},
+		{"unknown tensor", "medusa", addTensor("medusa_lm_head.safetensors", "lm_head.weight"), []string{`"lm_head.weight"`, "not a tensor of FasterDecoding's Medusa layout"}},
+		{"hidden_size against the weights", "medusa", setConfig("hidden_size", 32), []string{"says hidden_size 32", `"0.3.weight"`, "[512, 64]"}},
 	}
 	for _, c := range cases {
 		t.Run(c.layout+"/"+c.name, func(t *testing.T) {

@@ -112,3 +112,22 @@ func TestReadFinite(t *testing.T) {
 		t.Fatalf("integer tensor: %v", err)
 	}
 }
+
+// BenchmarkFirstNonFinite scans 64 MiB of finite weights (the whole scan).
+func BenchmarkFirstNonFinite(b *testing.B) {
+	for _, dt := range []DType{BF16, F32} {
+		b.Run(string(dt), func(b *testing.B) {
+			data := make([]byte, 64<<20)
+			for i := range data {
+				data[i] = byte(i*7) & 0x3f // no byte sets the exponent's top bits: all finite
+			}
+			if i := FirstNonFinite(dt, data); i >= 0 {
+				b.Fatalf("benchmark data non-finite at %d", i)
+			}
+			b.SetBytes(int64(len(data)))
+			for b.Loop() {
+				FirstNonFinite(dt, data)
+			}
+		})
+	}
+}

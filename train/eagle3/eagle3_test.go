@@ -548,6 +548,27 @@ func TestSameArgsTargetTemperature(t *testing.T) {
 	}
 }
 
+// TestTrainRefusesUnorderedLayers: feature layers out of order or repeated
+// are refused before training, not after it at the export; nothing is
+// written.
+func TestTrainRefusesUnorderedLayers(t *testing.T) {
+	g := tinyGeometry()
+	tt := newTinyTarget(35, g)
+	ds := memory(g.Hidden, tt.samples(36, 4, 8, 12))
+	for _, ids := range [][]int{{5, 3, 1}, {3, 3, 3}} {
+		cfg := trainConfig(tt)
+		cfg.Export = ExportOptions{LayerIDs: ids}
+		out := filepath.Join(t.TempDir(), "out")
+		_, err := Train(context.Background(), cfg, ds, tensor.CPU(), out)
+		if err == nil || !strings.Contains(err.Error(), "not strictly increasing") {
+			t.Fatalf("layers %v: err = %v", ids, err)
+		}
+		if _, err := os.Stat(out); !os.IsNotExist(err) {
+			t.Fatalf("layers %v: the refused run created %s (%v)", ids, out, err)
+		}
+	}
+}
+
 // TestExportRefuses: a draft with a NaN or infinite weight, and feature
 // layers out of order, repeated or naming the embedding output, are not
 // exported; nothing is written.

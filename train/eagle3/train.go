@@ -160,6 +160,11 @@ func (c *Config) validate() error {
 	case c.MaxSteps < 0 || c.Patience < 0 || c.EvalEvery < 0 || c.CheckpointEvery < 0 || c.LogEvery < 0:
 		return errors.New("eagle3: max steps, patience and the eval/checkpoint/log intervals must not be negative")
 	}
+	if !c.Export.DefaultLayers { // refused before training rather than at the export
+		if err := CheckLayerIDs(c.Export.LayerIDs, 0); err != nil {
+			return fmt.Errorf("eagle3: feature layers %v: %w", c.Export.LayerIDs, err)
+		}
+	}
 	return nil
 }
 
