@@ -28,9 +28,7 @@ type Checkpoint struct {
 }
 
 // Open reads config.json and, when present, generation_config.json from dir, opens the
-// safetensors weights, and checks that every tensor in Config.Tensors exists with the
-// expected shape and a float dtype (F32, F16 or BF16). Other tensors are ignored, among
-// them an lm_head.weight in a tied model (Hugging Face ignores it too).
+// safetensors weights, and checks them against the configuration (CheckWeights).
 func Open(dir string) (*Checkpoint, error) {
 	cfgPath := filepath.Join(dir, "config.json")
 	if _, err := os.Stat(cfgPath); errors.Is(err, os.ErrNotExist) {
@@ -58,9 +56,13 @@ func Open(dir string) (*Checkpoint, error) {
 }
 
 // CheckWeights verifies that w holds every tensor of cfg.Tensors with the right shape
-// and a float dtype. Errors name the tensor, the files searched and both shapes.
+// and a float dtype, and nothing else (see checkUnused for the tensors a checkpoint may
+// hold beyond them): a config that describes fewer layers or options than the weights
+// hold would otherwise run another model than the file. Errors name the tensors, the
+// files and what config.json says.
 func CheckWeights(cfg *Config, w *safetensors.Set) error {
-	for _, t := range cfg.Tensors() {
+	specs := cfg.Tensors()
+	for _, t := range specs {
 		in, ok := w.Info(t.Name)
 		if !ok {
 			return fmt.Errorf("checkpoint: tensor %s is missing from %s (needed by %s with %s)",
@@ -74,7 +76,7 @@ func CheckWeights(cfg *Config, w *safetensors.Set) error {
 			return fmt.Errorf("checkpoint: tensor %s in %s has dtype %s, expected F32, F16 or BF16", t.Name, in.File, in.DType)
 		}
 	}
-	return nil
+	return checkUnused(cfg, w, specs)
 }
 
 // describeOptions summarises the options that decide which tensors exist.
