@@ -9,7 +9,7 @@ import (
 )
 
 func TestInspectStories260k(t *testing.T) {
-	r, err := Inspect("../../models/stories260k")
+	r, err := Inspect("../../models/stories260k", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +40,7 @@ func TestInspectStories260k(t *testing.T) {
 }
 
 func TestInspectMissingModel(t *testing.T) {
-	_, err := Inspect(t.TempDir())
+	_, err := Inspect(t.TempDir(), nil)
 	if err == nil || !strings.Contains(err.Error(), "config.json is missing") {
 		t.Fatalf("err = %v, want a missing config.json error", err)
 	}
