@@ -72,14 +72,27 @@ type Stats struct {
 
 // String says how the fingerprint was obtained, for people.
 func (s Stats) String() string {
-	gb := func(n int64) string { return fmt.Sprintf("%.3g GB", float64(n)/1e9) }
+	took := time.Duration(s.Seconds * float64(time.Second)).Round(100 * time.Microsecond)
 	switch {
 	case s.FromCache:
-		return fmt.Sprintf("from cache (%d tensors, %s not read again) in %.2f s", s.Tensors, gb(s.TensorBytes), s.Seconds)
+		return fmt.Sprintf("from cache: %d tensors, %s not read again (%v)", s.Tensors, byteSize(s.TensorBytes), took)
 	case s.HashedBytes < s.TensorBytes:
-		return fmt.Sprintf("hashed %s of %s of tensors in %.2f s (%.2f GB/s), the rest from cache", gb(s.HashedBytes), gb(s.TensorBytes), s.Seconds, s.GBPerSecond)
+		return fmt.Sprintf("hashed %s of %s of tensors in %v (%.2f GB/s), the rest from cache", byteSize(s.HashedBytes), byteSize(s.TensorBytes), took, s.GBPerSecond)
 	}
-	return fmt.Sprintf("hashed %s of tensors (%d) in %.2f s (%.2f GB/s)", gb(s.HashedBytes), s.Tensors, s.Seconds, s.GBPerSecond)
+	return fmt.Sprintf("hashed %d tensors, %s, in %v (%.2f GB/s)", s.Tensors, byteSize(s.HashedBytes), took, s.GBPerSecond)
+}
+
+// byteSize writes n bytes in decimal units.
+func byteSize(n int64) string {
+	switch {
+	case n >= 1e9:
+		return fmt.Sprintf("%.2f GB", float64(n)/1e9)
+	case n >= 1e6:
+		return fmt.Sprintf("%.2f MB", float64(n)/1e6)
+	case n >= 1e3:
+		return fmt.Sprintf("%.2f kB", float64(n)/1e3)
+	}
+	return fmt.Sprintf("%d bytes", n)
 }
 
 // Of fingerprints the opened checkpoint ck. The fingerprint is the hex SHA-256
