@@ -254,8 +254,9 @@ func decodeAll(names []string, cached map[string]string, out map[string]digest) 
 }
 
 // hashTensors returns the digest of each named tensor and the bytes hashed.
-// The tensors are cut into ChunkSize pieces hashed by runtime.NumCPU()
-// workers; a tensor's digest is the SHA-256 of its pieces' digests in order.
+// The tensors are cut into ChunkSize pieces hashed by one worker per CPU the
+// process may use (GOMAXPROCS: every core unless limited); a tensor's digest
+// is the SHA-256 of its pieces' digests in order.
 func hashTensors(w *safetensors.Set, names []string) ([]digest, int64, error) {
 	type piece struct {
 		sum *digest
@@ -277,7 +278,7 @@ func hashTensors(w *safetensors.Set, names []string) ([]digest, int64, error) {
 	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range min(runtime.NumCPU(), len(pieces)) {
+	for range min(runtime.GOMAXPROCS(0), len(pieces)) {
 		wg.Go(func() {
 			for {
 				j := next.Add(1) - 1
