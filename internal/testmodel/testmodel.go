@@ -26,13 +26,14 @@ func Copy(tb testing.TB, from string) string {
 	}
 	for _, e := range entries {
 		if e.Type().IsRegular() {
-			copyFile(tb, filepath.Join(from, e.Name()), filepath.Join(dir, e.Name()))
+			CopyFile(tb, filepath.Join(from, e.Name()), filepath.Join(dir, e.Name()))
 		}
 	}
 	return dir
 }
 
-func copyFile(tb testing.TB, from, to string) {
+// CopyFile copies the file from to the path to.
+func CopyFile(tb testing.TB, from, to string) {
 	tb.Helper()
 	in, err := os.Open(from)
 	if err != nil {

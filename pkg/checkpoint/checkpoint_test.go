@@ -3,12 +3,12 @@ package checkpoint
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/drafter-ai/drafter/internal/testmodel"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
 )
 
@@ -103,24 +103,7 @@ func synthetic(t *testing.T, fixture string, mutate func([]safetensors.Tensor) [
 	return dir
 }
 
-func copyFile(t *testing.T, from, to string) {
-	t.Helper()
-	in, err := os.Open(from)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
-	out, err := os.Create(to)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		t.Fatal(err)
-	}
-	if err := out.Close(); err != nil {
-		t.Fatal(err)
-	}
-}
+func copyFile(t *testing.T, from, to string) { testmodel.CopyFile(t, from, to) }
 
 func TestOpenSynthetic(t *testing.T) {
 	for _, f := range []string{"llama3_rope.json", "linear_rope.json", "qwen2.json", "qwen3.json", "mistral.json", "no_head_dim.json"} {
