@@ -102,12 +102,14 @@ func byteSize(n int64) string {
 //   - "config" and the canonical configuration (checkpoint.Config.Canonical:
 //     one "key=value" line per parsed field, so JSON formatting and unknown
 //     keys do not matter);
-//   - one line "tensor NAME DTYPE [SHAPE] DIGEST" per tensor of the weights,
-//     sorted by name, where DIGEST is the hex SHA-256 of the concatenated
+//   - one line `tensor "NAME" DTYPE [SHAPE] DIGEST` per tensor of the weights
+//     (the name quoted as Go's %q does), sorted by name, where DIGEST is the
+//     hex SHA-256 of the concatenated
 //     SHA-256 digests of the tensor's bytes in ChunkSize pieces;
 //   - "tokenizer.json D", D the hex SHA-256 of tokenizer.json decoded and
-//     re-encoded as canonical JSON (sorted keys, no spacing, numbers in
-//     shortest form), or "none" when the folder has no tokenizer.json;
+//     re-encoded as canonical JSON (sorted keys, no spacing, numbers other
+//     than integers in shortest round-trip form), or "none" when the folder
+//     has no tokenizer.json;
 //   - "tokenizer_config.json D", the same for tokenizer_config.json without
 //     its chat_template key (the template is the next line), or "none";
 //   - "chat_template D", D chat.Sources.Hash of the template the chat
@@ -131,7 +133,7 @@ func Of(ck *checkpoint.Checkpoint, cache *filecache.Cache) (*Result, error) {
 	for _, name := range ck.Weights.Names() {
 		in, _ := ck.Weights.Info(name)
 		d := digests[name]
-		fmt.Fprintf(h, "tensor %s %s %s %s\n", name, in.DType, safetensors.ShapeString(in.Shape), hex.EncodeToString(d[:]))
+		fmt.Fprintf(h, "tensor %q %s %s %s\n", name, in.DType, safetensors.ShapeString(in.Shape), hex.EncodeToString(d[:]))
 	}
 	if res.Tokenizer, err = prompting(h, ck.Dir, cache); err != nil {
 		return nil, fmt.Errorf("fingerprint of %s: %w", ck.Dir, err)
