@@ -221,8 +221,15 @@ func (r *ResumeState) Writer(opt ShardOptions) (*Writer, error) {
 }
 
 // compareArgs returns an error listing every argument whose value differs between the
-// manifest and the new run.
+// manifest and the new run. Another model fingerprint gets its own plain error: the
+// samples would come from two checkpoints.
 func compareArgs(dir string, old, cur map[string]string) error {
+	if was, now := old[argFingerprint], cur[argFingerprint]; was != now {
+		return fmt.Errorf("capture: cannot resume the capture in %s: it was made from another checkpoint "+
+			"(model fingerprint %s) than the model given now (fingerprint %s), and one capture must not mix samples of two models; "+
+			"rerun with --model set to the checkpoint it was started with, or capture into a new directory",
+			dir, orNone(was), orNone(now))
+	}
 	keys := map[string]bool{}
 	for k := range old {
 		keys[k] = true
@@ -251,6 +258,16 @@ func compareArgs(dir string, old, cur map[string]string) error {
 		"and mixing samples made with different settings would corrupt the dataset:\n%s\n"+
 		"rerun with the original arguments, or capture into a new directory",
 		dir, len(diffs), strings.Join(diffs, "\n"))
+}
+
+// argFingerprint is the argument recording the model fingerprint.
+const argFingerprint = "model_fingerprint"
+
+func orNone(v string) string {
+	if v == "" {
+		return "(none recorded)"
+	}
+	return v
 }
 
 func argValue(v string, ok bool) string {

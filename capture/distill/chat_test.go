@@ -29,7 +29,7 @@ func chatModel(t testing.TB) *generate.Target {
 		"chat_template": "{{ bos_token }}{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}{% if m['role'] == 'assistant' %}{{ eos_token }}{% endif %}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}"}
 	b, _ := json.Marshal(cfg)
 	writeFile(t, dir, "tokenizer_config.json", string(b))
-	tg, err := generate.Load(dir, nil)
+	tg, err := generate.Load(dir, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ const storiesDir = "../../models/stories260k"
 
 func loadStories(t testing.TB) *generate.Target {
 	t.Helper()
-	tg, err := generate.Load(storiesDir, nil)
+	tg, err := generate.Load(storiesDir, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/drafter-ai/drafter/capture"
+	"github.com/drafter-ai/drafter/pkg/filecache"
 )
 
 // TestKillAndResume runs the real binary, SIGKILLs it after 1, 2 and 3 shards
@@ -22,6 +23,7 @@ func TestKillAndResume(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the drafter binary")
 	}
+	t.Setenv(filecache.EnvDir, t.TempDir()) // the runs must not touch the user's cache
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "drafter")
 	build := exec.Command("go", "build", "-o", bin, "../../cmd/drafter")

@@ -33,7 +33,7 @@ and an appended EOS. Rerunning the same command resumes an interrupted capture.`
 			if !cf.quiet {
 				opt.Progress = os.Stderr
 			}
-			t, err := generate.Load(modelDir, nil)
+			t, err := generate.Load(modelDir, nil, fileCache())
 			if err != nil {
 				return err
 			}

@@ -79,7 +79,7 @@ split one prompt set.`,
 			if !cf.quiet {
 				opt.Progress = os.Stderr
 			}
-			t, err := generate.Load(modelDir, nil)
+			t, err := generate.Load(modelDir, nil, fileCache())
 			if err != nil {
 				return err
 			}

@@ -86,6 +86,7 @@ checks, so a failed run still leaves them for inspection.`,
 			}
 			stderr := cmd.ErrOrStderr()
 			opt.Log = stderr
+			opt.Cache = fileCache()
 			if !quiet {
 				opt.Config.Progress = func(done, total int) {
 					fmt.Fprintf(stderr, "\reval: prompt %d/%d", done, total)

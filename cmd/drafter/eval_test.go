@@ -36,7 +36,7 @@ func runEval(t *testing.T, args ...string) (int, string) {
 // drafter.json records fingerprint fp.
 func exportRandomHeads(t *testing.T, fp string) string {
 	t.Helper()
-	tg, err := generate.Load(evalTestModel, nil)
+	tg, err := generate.Load(evalTestModel, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

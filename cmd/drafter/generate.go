@@ -65,7 +65,7 @@ do_sample); flags override them.`,
   drafter generate --model /models/my-sft --chat --prompt "Write a haiku" --temperature 0.7 --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			t, err := generate.Load(modelDir, nil)
+			t, err := generate.Load(modelDir, nil, fileCache())
 			if err != nil {
 				return err
 			}

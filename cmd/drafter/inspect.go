@@ -23,7 +23,7 @@ and the checkpoint fingerprint that drafters are bound to.`,
   drafter inspect --model /models/my-sft --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			r, err := inspect.Inspect(model)
+			r, err := inspect.Inspect(model, fileCache())
 			if err != nil {
 				return err
 			}

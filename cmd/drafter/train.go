@@ -57,6 +57,7 @@ is identical to an uninterrupted run. A resume with different settings is refuse
 			if err != nil {
 				return err
 			}
+			opt.Cache = fileCache()
 			res, err := run.Run(cmd.Context(), opt)
 			if err != nil {
 				return err

@@ -10,6 +10,8 @@
 package chat
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -111,6 +113,7 @@ type SpecialTokens struct {
 // and safe for concurrent use.
 type Template struct {
 	source    string
+	srcs      map[string]string
 	templates map[string]*jinja.Template
 	names     []string
 	tokens    SpecialTokens
@@ -118,13 +121,24 @@ type Template struct {
 	eot       string
 }
 
-// Load reads the chat template of the model in dir. It looks, in order, for
-// chat_template.jinja (newer transformers save it there), chat_template.json
-// ({"chat_template": ...}) and the chat_template field of
+// Sources are a model's chat templates as found on disk, before compiling.
+type Sources struct {
+	// File is the file the templates were read from.
+	File string
+	// Templates maps each template's name to its Jinja source ("default"
+	// for a single template).
+	Templates map[string]string
+	// Tokens are the special token strings of tokenizer_config.json.
+	Tokens SpecialTokens
+}
+
+// ReadSources finds the chat template of the model in dir. It looks, in
+// order, for chat_template.jinja (newer transformers save it there),
+// chat_template.json ({"chat_template": ...}) and the chat_template field of
 // tokenizer_config.json; special token strings always come from
 // tokenizer_config.json when present. It returns (nil, nil) when the model
 // has no chat template (e.g. base models such as stories260k).
-func Load(dir string) (*Template, error) {
+func ReadSources(dir string) (*Sources, error) {
 	cfgPath := filepath.Join(dir, "tokenizer_config.json")
 	var cfg map[string]json.RawMessage
 	raw, err := os.ReadFile(cfgPath)
@@ -146,7 +160,7 @@ func Load(dir string) (*Template, error) {
 	source := cfgPath
 	var tmplField json.RawMessage
 	if b, err := os.ReadFile(filepath.Join(dir, "chat_template.jinja")); err == nil {
-		return newTemplate(filepath.Join(dir, "chat_template.jinja"), map[string]string{"default": string(b)}, tok)
+		return &Sources{File: filepath.Join(dir, "chat_template.jinja"), Templates: map[string]string{"default": string(b)}, Tokens: tok}, nil
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("chat: %w", err)
 	}
@@ -169,7 +183,43 @@ func Load(dir string) (*Template, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newTemplate(source, srcs, tok)
+	return &Sources{File: source, Templates: srcs, Tokens: tok}, nil
+}
+
+// Load reads and compiles the chat template of the model in dir (see
+// ReadSources for where it is found). It returns (nil, nil) when the model
+// has no chat template.
+func Load(dir string) (*Template, error) {
+	s, err := ReadSources(dir)
+	if err != nil || s == nil {
+		return nil, err
+	}
+	return newTemplate(s.File, s.Templates, s.Tokens)
+}
+
+// Hash returns the hex SHA-256 of what renders a conversation: each
+// template's name and source, in name order, and the special token strings.
+// It does not depend on the file the templates came from, so a template moved
+// from tokenizer_config.json to chat_template.jinja keeps its hash.
+func (s *Sources) Hash() string {
+	h := sha256.New()
+	names := make([]string, 0, len(s.Templates))
+	for name := range s.Templates {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		fmt.Fprintf(h, "template %q %d\n%s\n", name, len(s.Templates[name]), s.Templates[name])
+	}
+	t := s.Tokens
+	fmt.Fprintf(h, "bos %q\neos %q\nunk %q\npad %q\n", t.BOS, t.EOS, t.UNK, t.PAD)
+	if t.Additional == nil {
+		fmt.Fprintf(h, "additional none\n")
+	} else {
+		fmt.Fprintf(h, "additional %q\n", t.Additional)
+	}
+	fmt.Fprintf(h, "special %q\n", t.Special)
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // New compiles a single template source (registered as "default").
@@ -187,7 +237,7 @@ func newTemplate(source string, srcs map[string]string, tok SpecialTokens) (*Tem
 	if len(srcs) == 0 {
 		return nil, fmt.Errorf("chat: %s: no chat template", source)
 	}
-	t := &Template{source: source, templates: make(map[string]*jinja.Template, len(srcs)), tokens: tok}
+	t := &Template{source: source, srcs: srcs, templates: make(map[string]*jinja.Template, len(srcs)), tokens: tok}
 	for name, src := range srcs {
 		c, err := jinja.Compile(src)
 		if err != nil {
@@ -207,6 +257,12 @@ func (t *Template) Names() []string { return append([]string(nil), t.names...) }
 
 // Source returns the file the template was read from.
 func (t *Template) Source() string { return t.source }
+
+// Hash returns the hex SHA-256 of the templates' sources and special tokens
+// (Sources.Hash), independent of the file they came from.
+func (t *Template) Hash() string {
+	return (&Sources{Templates: t.srcs, Tokens: t.tokens}).Hash()
+}
 
 // EndOfTurn returns the marker the template emits after an assistant turn's
 // content (e.g. "<|eot_id|>", "<|im_end|>", "</s>"), found by rendering a

@@ -1,12 +1,8 @@
 package checkpoint
 
 import (
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -28,9 +24,7 @@ type Checkpoint struct {
 }
 
 // Open reads config.json and, when present, generation_config.json from dir, opens the
-// safetensors weights, and checks that every tensor in Config.Tensors exists with the
-// expected shape and a float dtype (F32, F16 or BF16). Other tensors are ignored, among
-// them an lm_head.weight in a tied model (Hugging Face ignores it too).
+// safetensors weights, and checks them against the configuration (CheckWeights).
 func Open(dir string) (*Checkpoint, error) {
 	cfgPath := filepath.Join(dir, "config.json")
 	if _, err := os.Stat(cfgPath); errors.Is(err, os.ErrNotExist) {
@@ -58,9 +52,13 @@ func Open(dir string) (*Checkpoint, error) {
 }
 
 // CheckWeights verifies that w holds every tensor of cfg.Tensors with the right shape
-// and a float dtype. Errors name the tensor, the files searched and both shapes.
+// and a float dtype, and nothing else (see checkUnused for the tensors a checkpoint may
+// hold beyond them): a config that describes fewer layers or options than the weights
+// hold would otherwise run another model than the file. Errors name the tensors, the
+// files and what config.json says.
 func CheckWeights(cfg *Config, w *safetensors.Set) error {
-	for _, t := range cfg.Tensors() {
+	specs := cfg.Tensors()
+	for _, t := range specs {
 		in, ok := w.Info(t.Name)
 		if !ok {
 			return fmt.Errorf("checkpoint: tensor %s is missing from %s (needed by %s with %s)",
@@ -74,7 +72,7 @@ func CheckWeights(cfg *Config, w *safetensors.Set) error {
 			return fmt.Errorf("checkpoint: tensor %s in %s has dtype %s, expected F32, F16 or BF16", t.Name, in.File, in.DType)
 		}
 	}
-	return nil
+	return checkUnused(cfg, w, specs)
 }
 
 // describeOptions summarises the options that decide which tensors exist.
@@ -98,58 +96,8 @@ func sameShape(a, b []int) bool {
 // Close releases the memory-mapped weights.
 func (ck *Checkpoint) Close() error { return ck.Weights.Close() }
 
-// fingerprintVersion starts the hashed stream, so a change of encoding changes every
-// fingerprint.
-const fingerprintVersion = "drafter checkpoint fingerprint v1\n"
-
-// Fingerprint returns a stable lowercase hex SHA-256 identifying the model, independent
-// of the folder it lives in and of JSON formatting. It hashes, in order:
-//
-//   - the line "drafter checkpoint fingerprint v1";
-//   - the canonical configuration (Config.Canonical): one "key=value" line per parsed
-//     field in a fixed order, floats in shortest round-trip form;
-//   - one line "name dtype [shape]" per tensor of the weights, sorted by name;
-//   - "embed N" and the N raw bytes of model.embed_tokens.weight, then, unless the
-//     embeddings are tied, "lm_head N" and the raw bytes of lm_head.weight.
-//
-// The other weights enter only through their names, dtypes and shapes: hashing them all
-// would read the whole checkpoint, and a fine-tune that changed the body almost always
-// changed the embedding or head too.
-func (ck *Checkpoint) Fingerprint() (string, error) {
-	h := sha256.New()
-	h.Write([]byte(fingerprintVersion))
-	h.Write(ck.Config.Canonical())
-	for _, name := range ck.Weights.Names() {
-		in, _ := ck.Weights.Info(name)
-		fmt.Fprintf(h, "%s %s %s\n", name, in.DType, safetensors.ShapeString(in.Shape))
-	}
-	if err := hashTensor(h, ck.Weights, "embed", "model.embed_tokens.weight"); err != nil {
-		return "", err
-	}
-	if !ck.Config.TieWordEmbeddings {
-		if err := hashTensor(h, ck.Weights, "lm_head", "lm_head.weight"); err != nil {
-			return "", err
-		}
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
-// hashTensor writes a label, the byte count and the raw bytes of a tensor.
-func hashTensor(h hash.Hash, w *safetensors.Set, label, name string) error {
-	b, _, err := w.Raw(name)
-	if err != nil {
-		return fmt.Errorf("checkpoint: fingerprint: %w", err)
-	}
-	var n [8]byte
-	binary.LittleEndian.PutUint64(n[:], uint64(len(b)))
-	h.Write([]byte(label + " "))
-	h.Write(n[:])
-	h.Write(b)
-	return nil
-}
-
 // Canonical returns the configuration as "key=value" lines in a fixed order, the form
-// the fingerprint hashes. It covers every parsed field except Path, Raw and DType.
+// the model fingerprint (package fingerprint) hashes. It covers every parsed field except Path, Raw and DType.
 func (c *Config) Canonical() []byte {
 	var b strings.Builder
 	kv := func(k, v string) { b.WriteString(k + "=" + v + "\n") }

@@ -3,12 +3,12 @@ package checkpoint
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/drafter-ai/drafter/internal/testmodel"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
 )
 
@@ -103,24 +103,7 @@ func synthetic(t *testing.T, fixture string, mutate func([]safetensors.Tensor) [
 	return dir
 }
 
-func copyFile(t *testing.T, from, to string) {
-	t.Helper()
-	in, err := os.Open(from)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
-	out, err := os.Create(to)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		t.Fatal(err)
-	}
-	if err := out.Close(); err != nil {
-		t.Fatal(err)
-	}
-}
+func copyFile(t *testing.T, from, to string) { testmodel.CopyFile(t, from, to) }
 
 func TestOpenSynthetic(t *testing.T) {
 	for _, f := range []string{"llama3_rope.json", "linear_rope.json", "qwen2.json", "qwen3.json", "mistral.json", "no_head_dim.json"} {
@@ -213,113 +196,20 @@ func TestOpenSharded(t *testing.T) {
 			b, index[name] = append(b, x), "model-00002-of-00002.safetensors"
 		}
 	}
+	names := append([]string(nil), s.Names()...)
 	s.Close()
-	fp1 := fingerprintOf(t, dir)
 	os.Remove(filepath.Join(dir, "model.safetensors"))
 	safetensors.WriteFile(filepath.Join(dir, "model-00001-of-00002.safetensors"), a, nil)
 	safetensors.WriteFile(filepath.Join(dir, "model-00002-of-00002.safetensors"), b, nil)
 	idx, _ := json.Marshal(map[string]any{"weight_map": index})
 	os.WriteFile(filepath.Join(dir, safetensors.IndexFile), idx, 0o644)
-	if fp2 := fingerprintOf(t, dir); fp2 != fp1 {
-		t.Fatalf("sharding changed the fingerprint: %s vs %s", fp1, fp2)
-	}
-}
-
-func fingerprintOf(t *testing.T, dir string) string {
-	t.Helper()
+	// The fingerprint's independence of sharding is tested in pkg/fingerprint.
 	ck, err := Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ck.Close()
-	fp, err := ck.Fingerprint()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fp
-}
-
-// copyModel copies a model folder and returns the new path.
-func copyModel(t *testing.T, from string) string {
-	t.Helper()
-	dir := t.TempDir()
-	entries, err := os.ReadDir(from)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		copyFile(t, filepath.Join(from, e.Name()), filepath.Join(dir, e.Name()))
-	}
-	return dir
-}
-
-func TestFingerprint(t *testing.T) {
-	fp := fingerprintOf(t, stories260kDir)
-	if len(fp) != 64 {
-		t.Fatalf("fingerprint %q is not 64 hex digits", fp)
-	}
-	ck, err := Open(stories260kDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, _ := ck.Fingerprint()
-	b, _ := ck.Fingerprint()
-	emb, _ := ck.Weights.Info("model.embed_tokens.weight")
-	layer, _ := ck.Weights.Info("model.layers.0.mlp.up_proj.weight")
-	ck.Close()
-	if a != fp || b != fp {
-		t.Fatalf("fingerprint not stable: %s %s %s", fp, a, b)
-	}
-
-	copied := copyModel(t, stories260kDir)
-	if got := fingerprintOf(t, copied); got != fp {
-		t.Fatalf("copy in another folder: %s, want %s", got, fp)
-	}
-	// Reformatting config.json (same values) keeps the fingerprint.
-	cfg, _ := os.ReadFile(filepath.Join(copied, "config.json"))
-	var m map[string]any
-	json.Unmarshal(cfg, &m)
-	compact, _ := json.Marshal(m)
-	os.WriteFile(filepath.Join(copied, "config.json"), compact, 0o644)
-	if got := fingerprintOf(t, copied); got != fp {
-		t.Fatalf("reformatted config: %s, want %s", got, fp)
-	}
-
-	flip := func(dir string, off int64) {
-		t.Helper()
-		p := filepath.Join(dir, "model.safetensors")
-		b, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b[off] ^= 1
-		if err := os.WriteFile(p, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	embDir := copyModel(t, stories260kDir)
-	flip(embDir, emb.Offset+emb.Size/2)
-	if got := fingerprintOf(t, embDir); got == fp {
-		t.Fatal("changing one embedding byte kept the fingerprint")
-	}
-	// A body weight enters only through name, dtype and shape (documented).
-	bodyDir := copyModel(t, stories260kDir)
-	flip(bodyDir, layer.Offset)
-	if got := fingerprintOf(t, bodyDir); got != fp {
-		t.Fatal("the fingerprint hashes body weights, contrary to its documentation")
-	}
-
-	cfgDir := copyModel(t, stories260kDir)
-	m["rope_theta"] = 20000.0
-	changed, _ := json.Marshal(m)
-	os.WriteFile(filepath.Join(cfgDir, "config.json"), changed, 0o644)
-	if got := fingerprintOf(t, cfgDir); got == fp {
-		t.Fatal("changing rope_theta kept the fingerprint")
-	}
-
-	if _, err := os.Stat(storiesUntiedDir); err == nil {
-		if got := fingerprintOf(t, storiesUntiedDir); got == fp {
-			t.Fatal("tied and untied stories260k share a fingerprint")
-		}
+	if fmt.Sprint(ck.Weights.Names()) != fmt.Sprint(names) || len(ck.Weights.Files()) != 2 {
+		t.Fatalf("sharded folder: tensors %v in %v", ck.Weights.Names(), ck.Weights.Files())
 	}
 }

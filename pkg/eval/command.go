@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/drafter-ai/drafter/pkg/filecache"
 	"github.com/drafter-ai/drafter/pkg/generate"
 	"github.com/drafter-ai/drafter/pkg/spec"
 	"github.com/drafter-ai/drafter/pkg/tensor"
@@ -43,6 +44,8 @@ type Options struct {
 	Backend tensor.Backend
 	// Log receives warnings and notes (nil: discarded).
 	Log io.Writer
+	// Cache keeps the model's tensor digests between runs (nil: none).
+	Cache *filecache.Cache
 }
 
 // Evaluate runs the whole command: it checks the drafter against the model's
@@ -70,7 +73,7 @@ func Evaluate(ctx context.Context, opt Options, out io.Writer) (*Report, error) 
 	if err != nil {
 		return nil, err
 	}
-	t, err := generate.Load(opt.ModelDir, opt.Backend)
+	t, err := generate.Load(opt.ModelDir, opt.Backend, opt.Cache)
 	if err != nil {
 		return nil, fmt.Errorf("eval: %w", err)
 	}

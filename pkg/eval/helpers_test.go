@@ -38,7 +38,7 @@ func loadTarget(t testing.TB) *model.Model {
 
 func loadGen(t testing.TB) *generate.Target {
 	t.Helper()
-	g, err := generate.Load(modelDir, nil)
+	g, err := generate.Load(modelDir, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +203,7 @@ func trainedDrafters(t *testing.T) *trained {
 }
 
 func trainDrafters(t *testing.T) (tr trained) {
-	gt, err := generate.Load(modelDir, nil)
+	gt, err := generate.Load(modelDir, nil, nil)
 	if err != nil {
 		tr.err = err
 		return

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/drafter-ai/drafter/internal/testmodel"
 	"github.com/drafter-ai/drafter/pkg/generate"
 	"github.com/drafter-ai/drafter/pkg/spec"
 	"github.com/drafter-ai/drafter/train/medusa"
@@ -171,5 +172,38 @@ func TestEvaluate(t *testing.T) {
 	opt.Log = &log
 	if _, err := Evaluate(context.Background(), opt, &out); err != nil || !strings.Contains(log.String(), "stale") {
 		t.Fatalf("--allow-mismatch: %v, log %q", err, log.String())
+	}
+}
+
+// TestStaleAfterBodyFineTune: a drafter trained for the bundled model is
+// refused for a copy whose decoder weights (all but the norms) were scaled by
+// 0.9, the usual fine-tune that leaves the embedding alone, and the error
+// names both fingerprints.
+func TestStaleAfterBodyFineTune(t *testing.T) {
+	gt := loadGen(t)
+	dir := t.TempDir()
+	if err := medusa.Export(dir, randomMedusa(t, gt.Model, 2, 4).medusa, medusa.ExportInfo{TargetFingerprint: gt.Fingerprint}); err != nil {
+		t.Fatal(err)
+	}
+	tuned := testmodel.Copy(t, modelDir)
+	testmodel.ScaleBody(t, tuned, 0.9)
+	tg, err := generate.Load(tuned, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tuneFP := tg.Fingerprint
+	tg.Close()
+	n := 8
+	opt := Options{ModelDir: tuned, DrafterDir: dir, PromptsPath: evalPrompts, Limit: 1,
+		Sampling: generate.Overrides{MaxNewTokens: &n}, Config: Config{Mode: ModeChain}}
+	_, err = Evaluate(context.Background(), opt, new(bytes.Buffer))
+	var se *StaleError
+	if !errors.As(err, &se) {
+		t.Fatalf("eval of the original's drafter on the body-tuned copy: %v, want a stale-drafter error", err)
+	}
+	for _, want := range []string{"stale", gt.Fingerprint, tuneFP, tuned, "--allow-mismatch"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
 	}
 }

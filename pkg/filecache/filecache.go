@@ -52,6 +52,19 @@ func Stat(path string) (Identity, error) {
 	if err != nil {
 		return Identity{}, err
 	}
+	return Identify(abs, st)
+}
+
+// Identify returns the identity of the file at path described by st, a status
+// taken earlier. Pass the status of an open file ((*os.File).Stat) to describe
+// the bytes that were opened even when the path has been replaced since: Get
+// then serves only a result computed from those bytes, and Put, which compares
+// with a fresh Stat of the path, stores nothing.
+func Identify(path string, st os.FileInfo) (Identity, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return Identity{}, fmt.Errorf("filecache: %w", err)
+	}
 	id := Identity{Path: abs, Size: st.Size(), ModNs: st.ModTime().UnixNano()}
 	sysIdentity(st, &id)
 	return id, nil

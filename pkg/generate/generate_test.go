@@ -16,7 +16,7 @@ import (
 
 func loadStories(t testing.TB) *Target {
 	t.Helper()
-	tg, err := Load(filepath.Join("..", "..", "models", "stories260k"), nil)
+	tg, err := Load(filepath.Join("..", "..", "models", "stories260k"), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

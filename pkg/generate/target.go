@@ -8,17 +8,15 @@
 package generate
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"strconv"
 
 	"github.com/drafter-ai/drafter/data"
 	"github.com/drafter-ai/drafter/pkg/chat"
 	"github.com/drafter-ai/drafter/pkg/checkpoint"
+	"github.com/drafter-ai/drafter/pkg/filecache"
+	"github.com/drafter-ai/drafter/pkg/fingerprint"
 	"github.com/drafter-ai/drafter/pkg/model"
 	"github.com/drafter-ai/drafter/pkg/sample"
 	"github.com/drafter-ai/drafter/pkg/tensor"
@@ -41,9 +39,10 @@ type Target struct {
 	Config *checkpoint.Config
 	// Gen is generation_config.json, nil when absent.
 	Gen *checkpoint.GenerationConfig
-	// Fingerprint is checkpoint.Fingerprint of the folder.
+	// Fingerprint is the model's fingerprint (package fingerprint).
 	Fingerprint string
-	// TokenizerHash is the hex SHA-256 of tokenizer.json ("" when unknown).
+	// TokenizerHash is the hex SHA-256 of tokenizer.json as canonical JSON
+	// ("" when unknown).
 	TokenizerHash string
 	// Stop are the ids that end a generation: generation_config.json's
 	// eos_token_id list (else config.json's), plus the chat template's
@@ -52,17 +51,14 @@ type Target struct {
 }
 
 // Load opens the checkpoint in dir: the weights (converted to float32 on be,
-// tensor.CPU() when nil), tokenizer, chat template and generation config.
-func Load(dir string, be tensor.Backend) (*Target, error) {
+// tensor.CPU() when nil), tokenizer, chat template and generation config, and
+// fingerprints it (package fingerprint) with cache (nil: no cache).
+func Load(dir string, be tensor.Backend, cache *filecache.Cache) (*Target, error) {
 	ck, err := checkpoint.Open(dir)
 	if err != nil {
 		return nil, err
 	}
 	defer ck.Close()
-	fp, err := ck.Fingerprint()
-	if err != nil {
-		return nil, fmt.Errorf("generate: fingerprint of %s: %w", dir, err)
-	}
 	tok, err := tokenizer.LoadDir(dir)
 	if err != nil {
 		return nil, err
@@ -71,13 +67,12 @@ func Load(dir string, be tensor.Backend) (*Target, error) {
 	if err != nil {
 		return nil, err
 	}
+	fp, err := fingerprint.Of(ck, cache)
+	if err != nil {
+		return nil, fmt.Errorf("generate: %w", err)
+	}
 	m, err := model.FromWeights(ck.Config, ck.Weights, be)
 	if err != nil {
-		return nil, err
-	}
-	th, err := fileHash(filepath.Join(dir, "tokenizer.json"))
-	if err != nil {
-		m.Close()
 		return nil, err
 	}
 	t, err := New(m, tok, tmpl, ck.Config, ck.Generation)
@@ -85,7 +80,7 @@ func Load(dir string, be tensor.Backend) (*Target, error) {
 		m.Close()
 		return nil, err
 	}
-	t.Dir, t.Fingerprint, t.TokenizerHash = dir, fp, th
+	t.Dir, t.Fingerprint, t.TokenizerHash = dir, fp.Fingerprint, fp.Tokenizer
 	return t, nil
 }
 
@@ -127,26 +122,14 @@ func New(m *model.Model, tok *tokenizer.Tokenizer, tmpl *chat.Template, cfg *che
 // Close releases the model.
 func (t *Target) Close() error { return t.Model.Close() }
 
-// TemplateHash returns the hex SHA-256 of the chat template source, "" when the
-// model has none.
+// TemplateHash returns the hex SHA-256 of the chat template's sources and
+// special tokens (chat.Sources.Hash: the content, not the file it came from),
+// "" when the model has none.
 func (t *Target) TemplateHash() string {
 	if t.Template == nil {
 		return ""
 	}
-	h := sha256.New()
-	for _, name := range t.Template.Names() {
-		fmt.Fprintf(h, "%s\n", name)
-	}
-	fmt.Fprintf(h, "%s\n", t.Template.Source())
-	// The source is a file name; hash its bytes when it can be read.
-	if b, err := os.ReadFile(t.Template.Source()); err == nil {
-		h.Write(b)
-	} else if t.Dir != "" {
-		if b, err := os.ReadFile(filepath.Join(t.Dir, "tokenizer_config.json")); err == nil {
-			h.Write(b)
-		}
-	}
-	return hex.EncodeToString(h.Sum(nil))
+	return t.Template.Hash()
 }
 
 // EncodePrompt turns a prompt into the model's input ids: a conversation is
@@ -299,13 +282,4 @@ func rawFloat(raw map[string]any, key string) (float64, bool) {
 		}
 	}
 	return 0, false
-}
-
-func fileHash(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("generate: hashing %s: %w", path, err)
-	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:]), nil
 }

@@ -11,6 +11,8 @@ import (
 
 	"github.com/drafter-ai/drafter/pkg/chat"
 	"github.com/drafter-ai/drafter/pkg/checkpoint"
+	"github.com/drafter-ai/drafter/pkg/filecache"
+	"github.com/drafter-ai/drafter/pkg/fingerprint"
 	"github.com/drafter-ai/drafter/pkg/tokenizer"
 )
 
@@ -38,11 +40,15 @@ type Report struct {
 	ChatTemplate      bool           `json:"chat_template"`
 	EAGLE3Layers      [3]int         `json:"eagle3_feature_layers"`
 	Fingerprint       string         `json:"fingerprint"`
+	// Fingerprinting says how the fingerprint was obtained: bytes hashed and
+	// the rate, or from the cache.
+	Fingerprinting fingerprint.Stats `json:"fingerprinting"`
 }
 
 // Inspect opens the checkpoint in dir (weights, configs, tokenizer and chat
-// template) and summarises it.
-func Inspect(dir string) (*Report, error) {
+// template) and summarises it; cache (nil: none) keeps the tensor digests of
+// the fingerprint.
+func Inspect(dir string, cache *filecache.Cache) (*Report, error) {
 	ck, err := checkpoint.Open(dir)
 	if err != nil {
 		return nil, err
@@ -56,9 +62,9 @@ func Inspect(dir string) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	fp, err := ck.Fingerprint()
+	fp, err := fingerprint.Of(ck, cache)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("inspect: %w", err)
 	}
 	c := ck.Config
 	r := &Report{
@@ -67,7 +73,7 @@ func Inspect(dir string) (*Report, error) {
 		IntermediateSize: c.IntermediateSize, Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim,
 		VocabSize: c.VocabSize, MaxPositions: c.MaxPositions, TieWordEmbeddings: c.TieWordEmbeddings,
 		RopeTheta: c.RopeTheta, EOS: eosIDs(ck), TokenizerFamily: tok.Family(), TokenizerVocab: tok.VocabSize(),
-		ChatTemplate: tmpl != nil, EAGLE3Layers: c.EAGLE3DraftLayers(), Fingerprint: fp,
+		ChatTemplate: tmpl != nil, EAGLE3Layers: c.EAGLE3DraftLayers(), Fingerprint: fp.Fingerprint, Fingerprinting: fp.Stats,
 	}
 	if s := c.RopeScaling; s != nil {
 		r.RopeScaling = fmt.Sprintf("%s (factor %g)", s.Type, s.Factor)
@@ -133,6 +139,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		{"chat template", tmpl},
 		{"eagle3 layers", fmt.Sprintf("%v (Hugging Face hidden_states indices 2, L/2, L-3; 1, (L+1)/2, L below 7 layers)", r.EAGLE3Layers)},
 		{"fingerprint", r.Fingerprint},
+		{"fingerprinted", r.Fingerprinting.String()},
 	}
 	for _, l := range lines {
 		if _, err := fmt.Fprintf(w, "%-18s %s\n", l[0]+":", l[1]); err != nil {

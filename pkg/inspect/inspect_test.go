@@ -2,14 +2,17 @@ package inspect
 
 import (
 	"bytes"
+	"encoding/json"
 	"strings"
 	"testing"
 
+	"github.com/drafter-ai/drafter/internal/testmodel"
 	"github.com/drafter-ai/drafter/pkg/chat"
+	"github.com/drafter-ai/drafter/pkg/filecache"
 )
 
 func TestInspectStories260k(t *testing.T) {
-	r, err := Inspect("../../models/stories260k")
+	r, err := Inspect("../../models/stories260k", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,8 +42,70 @@ func TestInspectStories260k(t *testing.T) {
 	}
 }
 
+// TestInspectBodyFineTune: a copy of the model whose decoder weights (all but
+// the norms) are scaled by 0.9 shows another fingerprint, and the report says
+// how it was obtained: hashed the first time, from the cache the next.
+func TestInspectBodyFineTune(t *testing.T) {
+	const orig = "../../models/stories260k"
+	tuned := testmodel.Copy(t, orig)
+	testmodel.ScaleBody(t, tuned, 0.9)
+	cache := filecache.New(t.TempDir())
+	a, err := Inspect(orig, cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Inspect(tuned, cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Fingerprint == b.Fingerprint {
+		t.Fatalf("the body-tuned copy shows the original's fingerprint %s", a.Fingerprint)
+	}
+	var text bytes.Buffer
+	b.WriteText(&text)
+	if !strings.Contains(text.String(), b.Fingerprint) || !strings.Contains(line(text.String(), "fingerprinted:"), "hashed 47 tensors") ||
+		!strings.Contains(text.String(), "GB/s") {
+		t.Errorf("text report:\n%s", text.String())
+	}
+	again, err := Inspect(tuned, cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text.Reset()
+	again.WriteText(&text)
+	if again.Fingerprint != b.Fingerprint || !strings.Contains(line(text.String(), "fingerprinted:"), "from cache") {
+		t.Errorf("second inspect:\n%s", text.String())
+	}
+	js, _ := json.Marshal(again)
+	var back struct {
+		Fingerprint    string `json:"fingerprint"`
+		Fingerprinting struct {
+			TensorBytes int64  `json:"tensor_bytes"`
+			HashedBytes *int64 `json:"hashed_bytes"`
+			FromCache   bool   `json:"from_cache"`
+		} `json:"fingerprinting"`
+	}
+	if err := json.Unmarshal(js, &back); err != nil {
+		t.Fatal(err)
+	}
+	f := back.Fingerprinting
+	if back.Fingerprint != b.Fingerprint || !f.FromCache || f.HashedBytes == nil || *f.HashedBytes != 0 || f.TensorBytes != again.Fingerprinting.TensorBytes || f.TensorBytes == 0 {
+		t.Errorf("--json: %s", js)
+	}
+}
+
+// line returns the line of text that starts with prefix.
+func line(text, prefix string) string {
+	for _, l := range strings.Split(text, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			return l
+		}
+	}
+	return ""
+}
+
 func TestInspectMissingModel(t *testing.T) {
-	_, err := Inspect(t.TempDir())
+	_, err := Inspect(t.TempDir(), nil)
 	if err == nil || !strings.Contains(err.Error(), "config.json is missing") {
 		t.Fatalf("err = %v, want a missing config.json error", err)
 	}

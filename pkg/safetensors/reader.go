@@ -23,6 +23,7 @@ const SingleFile = "model.safetensors"
 type mapped struct {
 	path string
 	data []byte
+	stat os.FileInfo // of the open file that was mapped
 }
 
 // entry locates one tensor: its Info and the mapped file holding it.
@@ -95,7 +96,7 @@ func openFile(path string) (*mapped, []Info, map[string]string, error) {
 		unmapFile(data)
 		return nil, nil, nil, err
 	}
-	return &mapped{path: path, data: data}, infos, meta, nil
+	return &mapped{path: path, data: data, stat: st}, infos, meta, nil
 }
 
 // index is the JSON layout of model.safetensors.index.json.
@@ -210,6 +211,17 @@ func (s *Set) Files() []string {
 	out := make([]string, len(s.files))
 	for i, f := range s.files {
 		out[i] = f.path
+	}
+	return out
+}
+
+// FileStats returns the status of each file of Files, in the same order, as it
+// was when the file was opened and mapped: it describes the bytes the Set
+// reads even if the path has been replaced since.
+func (s *Set) FileStats() []os.FileInfo {
+	out := make([]os.FileInfo, len(s.files))
+	for i, f := range s.files {
+		out[i] = f.stat
 	}
 	return out
 }

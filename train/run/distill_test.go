@@ -18,7 +18,7 @@ import (
 // final_norm), so the manifest fingerprint and columns it writes are the ones
 // Run checks.
 func TestOnDistilledData(t *testing.T) {
-	tg, err := generate.Load(modelDir, nil)
+	tg, err := generate.Load(modelDir, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func TestOnDistilledData(t *testing.T) {
 		Sampling: generate.Overrides{MaxNewTokens: &n}, DType: capture.Float16}); err != nil {
 		t.Fatal(err)
 	}
-	fp := fingerprint(t)
+	fp := modelFingerprint(t)
 	for _, m := range []string{MethodMedusa, MethodEAGLE3} {
 		out := filepath.Join(tmp, "out-"+m)
 		res, err := Run(context.Background(), Options{Method: m, Model: modelDir, Data: []string{dir}, Out: out, Medusa: smallMedusa(), EAGLE3: smallEAGLE3()})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/drafter-ai/drafter/capture"
 	"github.com/drafter-ai/drafter/pkg/atomicfile"
+	"github.com/drafter-ai/drafter/pkg/filecache"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 	"github.com/drafter-ai/drafter/train/eagle3"
@@ -73,6 +74,8 @@ type Options struct {
 	Args map[string]string
 	// Backend runs the matrix products; nil means tensor.CPU().
 	Backend tensor.Backend
+	// Cache keeps the target's tensor digests between runs (nil: none).
+	Cache *filecache.Cache
 }
 
 // Result is what Run did.
@@ -107,7 +110,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		return nil, fmt.Errorf("train: %s already holds a training run (%s): pass --resume to continue it, or choose another --out", opt.Out, CheckpointFile)
 	}
 
-	tg, err := OpenTarget(opt.Model, opt.Method == MethodEAGLE3)
+	tg, err := OpenTarget(opt.Model, opt.Method == MethodEAGLE3, opt.Cache)
 	if err != nil {
 		return nil, err
 	}

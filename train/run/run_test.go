@@ -15,7 +15,6 @@ import (
 	"testing"
 
 	"github.com/drafter-ai/drafter/capture"
-	"github.com/drafter-ai/drafter/pkg/checkpoint"
 	"github.com/drafter-ai/drafter/pkg/model"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
 	"github.com/drafter-ai/drafter/train/dataset"
@@ -27,18 +26,14 @@ import (
 // 512, tied embeddings), from train/run.
 const modelDir = "../../models/stories260k"
 
-func fingerprint(t *testing.T) string {
+// modelFingerprint is the fingerprint Run finds for modelDir.
+func modelFingerprint(t *testing.T) string {
 	t.Helper()
-	ck, err := checkpoint.Open(modelDir)
+	tg, err := OpenTarget(modelDir, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ck.Close()
-	fp, err := ck.Fingerprint()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fp
+	return tg.Fingerprint
 }
 
 // captured is one self-distilled sequence with the target's states at every
@@ -218,7 +213,7 @@ func checkProvenance(t *testing.T, out, method, fp string, dirs ...string) {
 }
 
 func TestMedusaEndToEnd(t *testing.T) {
-	fp := fingerprint(t)
+	fp := modelFingerprint(t)
 	samples := distil(t, 20)
 	tmp := t.TempDir()
 	d1, d2 := filepath.Join(tmp, "cap1"), filepath.Join(tmp, "cap2")
@@ -265,7 +260,7 @@ func TestMedusaEndToEnd(t *testing.T) {
 }
 
 func TestEAGLE3EndToEnd(t *testing.T) {
-	fp := fingerprint(t)
+	fp := modelFingerprint(t)
 	samples := distil(t, 16)
 	tmp := t.TempDir()
 	dir := filepath.Join(tmp, "cap")
@@ -345,7 +340,7 @@ func TestEAGLE3EndToEnd(t *testing.T) {
 }
 
 func TestFingerprintMismatchRefused(t *testing.T) {
-	fp := fingerprint(t)
+	fp := modelFingerprint(t)
 	samples := distil(t, 3)
 	tmp := t.TempDir()
 	good, bad := filepath.Join(tmp, "good"), filepath.Join(tmp, "bad")
@@ -370,7 +365,7 @@ func TestFingerprintMismatchRefused(t *testing.T) {
 }
 
 func TestMissingColumnsRefused(t *testing.T) {
-	fp := fingerprint(t)
+	fp := modelFingerprint(t)
 	samples := distil(t, 3)
 	tmp := t.TempDir()
 	noFinal, low := filepath.Join(tmp, "nofinal"), filepath.Join(tmp, "low")
@@ -416,7 +411,7 @@ func TestMissingColumnsRefused(t *testing.T) {
 // the exports with an uninterrupted run's, byte for byte; then a resume with a
 // changed learning rate is refused with the difference named.
 func TestResume(t *testing.T) {
-	fp := fingerprint(t)
+	fp := modelFingerprint(t)
 	samples := distil(t, 12)
 	tmp := t.TempDir()
 	dir := filepath.Join(tmp, "cap")
@@ -473,7 +468,7 @@ func TestResume(t *testing.T) {
 // reads into separate buffers agree, and that reading a sample into warm
 // buffers allocates nothing (the capture reader itself allocates nothing).
 func TestAdapters(t *testing.T) {
-	fp := fingerprint(t)
+	fp := modelFingerprint(t)
 	samples := distil(t, 4)
 	dir := filepath.Join(t.TempDir(), "cap")
 	writeCapture(t, dir, fp, samples, []int{1, 2, 3}, true)
@@ -589,7 +584,7 @@ func (c *cancelOn) Write(p []byte) (int, error) {
 // TestCancelBeforeFirstStep stops a Medusa run before it trains anything: the
 // checkpoint is still written and a resume completes the run.
 func TestCancelBeforeFirstStep(t *testing.T) {
-	fp := fingerprint(t)
+	fp := modelFingerprint(t)
 	dir := filepath.Join(t.TempDir(), "cap")
 	writeCapture(t, dir, fp, distil(t, 6), []int{1, 3, 5}, true)
 	o := Options{Method: MethodMedusa, Model: modelDir, Data: []string{dir}, Out: filepath.Join(t.TempDir(), "out"), Medusa: smallMedusa()}
@@ -631,7 +626,7 @@ func equalI(a, b []int32) bool {
 // TestVerifyData corrupts one byte of a shard: the default open (schema and
 // row counts only) does not read it, --verify-data refuses it by name.
 func TestVerifyData(t *testing.T) {
-	fp := fingerprint(t)
+	fp := modelFingerprint(t)
 	dir := filepath.Join(t.TempDir(), "cap")
 	writeCapture(t, dir, fp, distil(t, 4), []int{1, 3, 5}, true)
 	shard := filepath.Join(dir, capture.ShardFileName(0))
@@ -654,7 +649,7 @@ func TestVerifyData(t *testing.T) {
 // run before the flag): the target's width given explicitly resumes it, and
 // another width is refused with both values named.
 func TestResumeUnrecordedWidth(t *testing.T) {
-	fp := fingerprint(t)
+	fp := modelFingerprint(t)
 	tmp := t.TempDir()
 	dir := filepath.Join(tmp, "cap")
 	writeCapture(t, dir, fp, distil(t, 12), []int{1, 3, 5}, true)
@@ -726,7 +721,7 @@ func TestTargetTemperatureFromData(t *testing.T) {
 		t.Errorf("mixed data: err = %v, want a request for --target-temperature naming both captures", err)
 	}
 
-	fp := fingerprint(t)
+	fp := modelFingerprint(t)
 	tmp := t.TempDir()
 	dir := filepath.Join(tmp, "cap")
 	writeCapture(t, dir, fp, distil(t, 12), []int{1, 3, 5}, true)

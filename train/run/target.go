@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/drafter-ai/drafter/pkg/checkpoint"
+	"github.com/drafter-ai/drafter/pkg/filecache"
+	"github.com/drafter-ai/drafter/pkg/fingerprint"
 	"github.com/drafter-ai/drafter/pkg/nn"
 	"github.com/drafter-ai/drafter/train/eagle3"
 )
@@ -14,7 +16,8 @@ type Target struct {
 	Dir string
 	// Config is its parsed config.json.
 	Config *checkpoint.Config
-	// Fingerprint is checkpoint.Fingerprint: captures must record the same.
+	// Fingerprint is the target's fingerprint (package fingerprint): captures
+	// must record the same.
 	Fingerprint string
 	// Embed is model.embed_tokens.weight [V, H] as float32, nil unless requested.
 	Embed []float32
@@ -28,21 +31,21 @@ const (
 	lmHeadName = "lm_head.weight"
 )
 
-// OpenTarget opens the checkpoint in dir, fingerprints it and loads its output
-// layer as float32 (and, with withEmbed, its input embedding). The checkpoint
-// files are closed before it returns.
-func OpenTarget(dir string, withEmbed bool) (*Target, error) {
+// OpenTarget opens the checkpoint in dir, fingerprints it (with cache, nil for
+// none) and loads its output layer as float32 (and, with withEmbed, its input
+// embedding). The checkpoint files are closed before it returns.
+func OpenTarget(dir string, withEmbed bool, cache *filecache.Cache) (*Target, error) {
 	ck, err := checkpoint.Open(dir)
 	if err != nil {
 		return nil, err
 	}
 	defer ck.Close()
-	fp, err := ck.Fingerprint()
+	fp, err := fingerprint.Of(ck, cache)
 	if err != nil {
-		return nil, fmt.Errorf("train: fingerprinting %s: %w", dir, err)
+		return nil, fmt.Errorf("train: %w", err)
 	}
 	c := ck.Config
-	t := &Target{Dir: dir, Config: c, Fingerprint: fp}
+	t := &Target{Dir: dir, Config: c, Fingerprint: fp.Fingerprint}
 	load := func(name string) ([]float32, error) {
 		v, shape, err := ck.Weights.Float32(name)
 		if err != nil {

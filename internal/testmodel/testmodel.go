@@ -1,0 +1,137 @@
+// Package testmodel writes model folders for tests: copies of a checkpoint,
+// with the body's weights changed or the weights split over several
+// safetensors files.
+package testmodel
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/drafter-ai/drafter/pkg/safetensors"
+)
+
+// Copy copies the files of the model folder from into a new temporary folder
+// and returns its path.
+func Copy(tb testing.TB, from string) string {
+	tb.Helper()
+	dir := tb.TempDir()
+	entries, err := os.ReadDir(from)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Type().IsRegular() {
+			CopyFile(tb, filepath.Join(from, e.Name()), filepath.Join(dir, e.Name()))
+		}
+	}
+	return dir
+}
+
+// CopyFile copies the file from to the path to.
+func CopyFile(tb testing.TB, from, to string) {
+	tb.Helper()
+	in, err := os.Open(from)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer in.Close()
+	out, err := os.Create(to)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		tb.Fatal(err)
+	}
+	if err := out.Close(); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// read returns every tensor of dir/model.safetensors with its own copy of the
+// bytes, or, for the tensors where change is not nil and returns true, a
+// tensor of the same name, dtype and shape holding change's values.
+func read(tb testing.TB, dir string, change func(name string, v []float32) bool) []safetensors.Tensor {
+	tb.Helper()
+	s, err := safetensors.Open(filepath.Join(dir, safetensors.SingleFile))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer s.Close()
+	ts := make([]safetensors.Tensor, 0, s.Len())
+	for _, name := range s.Names() {
+		raw, in, err := s.Raw(name)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if change != nil && in.DType.IsFloat() {
+			v, _, err := s.Float32(name)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			if change(name, v) {
+				t, err := safetensors.FloatTensor(name, in.DType, in.Shape, v)
+				if err != nil {
+					tb.Fatal(err)
+				}
+				ts = append(ts, t)
+				continue
+			}
+		}
+		ts = append(ts, safetensors.Tensor{Name: name, DType: in.DType, Shape: in.Shape, Data: append([]byte(nil), raw...)})
+	}
+	return ts
+}
+
+// ScaleBody multiplies every weight of the decoder layers (model.layers.*)
+// except the norms by factor in dir/model.safetensors, keeping each tensor's
+// dtype: what a fine-tune of the body only (a merged LoRA, an SFT with frozen
+// embeddings) changes.
+func ScaleBody(tb testing.TB, dir string, factor float32) {
+	tb.Helper()
+	ts := read(tb, dir, func(name string, v []float32) bool {
+		if !strings.HasPrefix(name, "model.layers.") || strings.Contains(name, "norm") {
+			return false
+		}
+		for i := range v {
+			v[i] *= factor
+		}
+		return true
+	})
+	if err := safetensors.WriteFile(filepath.Join(dir, safetensors.SingleFile), ts, nil); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// Reshard replaces dir/model.safetensors with n shards
+// model-0000i-of-0000n.safetensors (tensors dealt round-robin in name order)
+// and a model.safetensors.index.json naming them.
+func Reshard(tb testing.TB, dir string, n int) {
+	tb.Helper()
+	ts := read(tb, dir, nil)
+	shards := make([][]safetensors.Tensor, n)
+	index := map[string]string{}
+	for i, x := range ts {
+		shards[i%n] = append(shards[i%n], x)
+		index[x.Name] = fmt.Sprintf("model-%05d-of-%05d.safetensors", i%n+1, n)
+	}
+	for i, s := range shards {
+		if err := safetensors.WriteFile(filepath.Join(dir, fmt.Sprintf("model-%05d-of-%05d.safetensors", i+1, n)), s, nil); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	idx, err := json.Marshal(map[string]any{"weight_map": index})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, safetensors.IndexFile), idx, 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, safetensors.SingleFile)); err != nil {
+		tb.Fatal(err)
+	}
+}
