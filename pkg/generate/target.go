@@ -155,12 +155,17 @@ func (t *Target) TemplateHash() string {
 // tokenized with the post-processor (BOS where the tokenizer adds one).
 func (t *Target) EncodePrompt(p data.Prompt) ([]int, error) {
 	if p.IsChat() {
+		// Line is 0 for a prompt that comes from no file (drafter generate).
+		where := ""
+		if p.Line > 0 {
+			where = fmt.Sprintf(" line %d:", p.Line)
+		}
 		if t.Template == nil {
-			return nil, fmt.Errorf("generate: line %d: %w", p.Line, data.ErrNoChatTemplate)
+			return nil, fmt.Errorf("generate:%s %w", where, data.ErrNoChatTemplate)
 		}
 		text, err := data.Render(p, t.Template)
 		if err != nil {
-			return nil, fmt.Errorf("generate: line %d: %w", p.Line, err)
+			return nil, fmt.Errorf("generate:%s %w", where, err)
 		}
 		return t.Tok.Encode(text, false), nil
 	}
@@ -182,6 +187,17 @@ type Overrides struct {
 	Temperature, TopP, MinP *float64
 	TopK, MaxNewTokens      *int
 }
+
+// OverrideError is an override the model cannot take (a --max-new-tokens
+// that leaves no room for a prompt in its context): a command-line mistake,
+// unlike an invalid generation_config.json.
+type OverrideError struct{ Err error }
+
+// Error describes the failure.
+func (e *OverrideError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the underlying error.
+func (e *OverrideError) Unwrap() error { return e.Err }
 
 // Settings are resolved generation settings.
 type Settings struct {
@@ -246,11 +262,11 @@ func (t *Target) Settings(o Overrides) (Settings, error) {
 	}
 	if o.MaxNewTokens != nil {
 		if *o.MaxNewTokens <= 0 {
-			return s, fmt.Errorf("generate: --max-new-tokens %d: want a positive count", *o.MaxNewTokens)
+			return s, &OverrideError{fmt.Errorf("generate: --max-new-tokens %d: want a positive count", *o.MaxNewTokens)}
 		}
 		s.MaxNewTokens, s.Explicit = *o.MaxNewTokens, true
 		if s.MaxNewTokens >= t.Model.MaxPositions() {
-			return s, fmt.Errorf("generate: --max-new-tokens %d leaves no room for a prompt in the model's context of %d tokens", s.MaxNewTokens, t.Model.MaxPositions())
+			return s, &OverrideError{fmt.Errorf("generate: --max-new-tokens %d leaves no room for a prompt in the model's context of %d tokens", s.MaxNewTokens, t.Model.MaxPositions())}
 		}
 	}
 	if s.Params.Greedy() {
