@@ -199,6 +199,24 @@ func (e *OverrideError) Error() string { return e.Err.Error() }
 // Unwrap returns the underlying error.
 func (e *OverrideError) Unwrap() error { return e.Err }
 
+// params returns the sampling overrides given, zero (disabled) elsewhere.
+func (o Overrides) params() sample.Params {
+	var p sample.Params
+	if o.Temperature != nil {
+		p.Temperature = *o.Temperature
+	}
+	if o.TopP != nil {
+		p.TopP = *o.TopP
+	}
+	if o.TopK != nil {
+		p.TopK = *o.TopK
+	}
+	if o.MinP != nil {
+		p.MinP = *o.MinP
+	}
+	return p
+}
+
 // Settings are resolved generation settings.
 type Settings struct {
 	// Params is the decoding rule.
@@ -247,6 +265,11 @@ func (t *Target) Settings(o Overrides) (Settings, error) {
 			s.Warnings = append(s.Warnings, fmt.Sprintf("generation_config.json repetition_penalty %g is not applied (drafter does not implement it)", g.RepetitionPenalty))
 		}
 		s.MaxNewTokens, s.MaxLength = g.MaxNewTokens, g.MaxLength
+	}
+	// An override out of range is refused even where greedy decoding would
+	// ignore it: --top-p 2 is a mistake at any temperature.
+	if err := o.params().Validate(); err != nil {
+		return s, &OverrideError{fmt.Errorf("generate: %w", err)}
 	}
 	if o.Temperature != nil {
 		s.Params.Temperature = *o.Temperature
