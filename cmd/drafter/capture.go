@@ -16,11 +16,12 @@ import (
 	"github.com/drafter-ai/drafter/pkg/generate"
 )
 
-// Bounds of the capture flags, against typos: --batch 80000 for 8 would
-// allocate a KV cache for each of 80000 sequences.
+// Bounds of the capture flags, against typos.
 const (
 	// maxBatch bounds --batch: every sequence decoded (or prefilled)
-	// together holds its own KV cache for its whole context.
+	// together holds its own KV cache for its whole context, so a batch in
+	// the thousands only spends memory, and a mistyped --batch 80000000000
+	// would not even allocate its slot table.
 	maxBatch = 1024
 	// maxShardMB bounds --shard-mb at 1 TiB, far above any shard a reader
 	// wants to map, and far below an int64 count of bytes.

@@ -190,11 +190,11 @@ func (opt *Options) checkBaseline(b *Report, hash string, n int, logw io.Writer)
 	if len(diffs) == 0 {
 		return nil
 	}
-	err := &BaselineError{Path: opt.BaselinePath, Diffs: diffs}
 	if !opt.AllowBaselineMismatch {
-		return err
+		return &BaselineError{Path: opt.BaselinePath, Diffs: diffs}
 	}
-	fmt.Fprintf(logw, "warning: %v (comparing anyway: --allow-baseline-mismatch)\n", err)
+	fmt.Fprintf(logw, "warning: the baseline report %s was measured on other prompts: %s (comparing anyway: --allow-baseline-mismatch)\n",
+		opt.BaselinePath, strings.Join(diffs, "; "))
 	return nil
 }
 
