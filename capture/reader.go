@@ -252,8 +252,12 @@ func (ds *Dataset) open(opt DatasetOptions, dirs []string) error {
 			return err
 		}
 		if !m.Complete && !opt.AllowIncomplete {
-			return fmt.Errorf("capture: the capture in %s is incomplete (%d samples in %d shards): finish it with --resume first",
-				dir, m.Totals.Samples, len(m.Shards))
+			cmd := m.Args["command"] // distill or capture
+			if cmd == "" {
+				cmd = "distill (or capture)"
+			}
+			return fmt.Errorf("capture: the capture in %s is incomplete (%d samples in %d shards): rerun the same drafter %s command to finish it",
+				dir, m.Totals.Samples, len(m.Shards), cmd)
 		}
 		if d == 0 {
 			ds.layout = m.Layout()

@@ -120,7 +120,7 @@ func finishConversation(r *record, key string, conv bool) error {
 		return fmt.Errorf("%q: the conversation has no user turn; expected at least one", key)
 	}
 	if conv && assistants == 0 {
-		return fmt.Errorf("%q: the conversation has no assistant turn; a conversation file needs the answers (use ReadPrompts / distill for prompts only)", key)
+		return fmt.Errorf("%q: the conversation has no assistant turn; a conversation file needs the answers (for prompts without answers, use drafter distill)", key)
 	}
 	return nil
 }

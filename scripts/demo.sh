@@ -33,15 +33,15 @@ step "drafter distill (400 prompts, 96 greedy tokens each)"
 
 for method in medusa eagle3; do
   if [ -f "$out/$method/drafter.json" ]; then
-    step "drafter train --method $method: already trained in $out/$method"
+    step "drafter train $method: already trained in $out/$method"
     continue
   fi
   resume=""
   [ -f "$out/$method/checkpoint.safetensors" ] && resume="--resume"
   cap=""
   [ "$method" = eagle3 ] && cap="--epochs 12"
-  step "drafter train --method $method $cap"
-  "$bin" train --method "$method" --model "$model" --data "$out/distill" --out "$out/$method" \
+  step "drafter train $method $cap"
+  "$bin" train "$method" --model "$model" --data "$out/distill" --out "$out/$method" \
     $cap $resume
 done
 

@@ -238,8 +238,8 @@ func Run(ctx context.Context, t *generate.Target, opt Options) (*Summary, error)
 	if opt.DType == "" {
 		opt.DType = capture.Float16
 	}
-	if opt.NumShards == 0 {
-		opt.NumShards = 1
+	if opt.NumShards == 0 && opt.Shard == 0 {
+		opt.NumShards = 1 // all prompts; a Shard without NumShards is refused below as given
 	}
 	switch {
 	case opt.SamplesPerPrompt < 1:
@@ -247,7 +247,7 @@ func Run(ctx context.Context, t *generate.Target, opt Options) (*Summary, error)
 	case opt.Batch < 1:
 		return nil, fmt.Errorf("distill: --batch %d: want at least 1", opt.Batch)
 	case opt.Shard < 0 || opt.Shard >= opt.NumShards:
-		return nil, fmt.Errorf("distill: --shard %d/%d: want i/n with 0 <= i < n", opt.Shard, opt.NumShards)
+		return nil, fmt.Errorf("distill: --shard %d/%d: want i/n with n >= 1 and 0 <= i < n", opt.Shard, opt.NumShards)
 	case opt.Out == "":
 		return nil, fmt.Errorf("distill: no output directory")
 	}

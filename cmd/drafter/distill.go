@@ -1,52 +1,35 @@
 package main
 
 import (
+	"context"
 	"fmt"
-	"os"
+	"io"
+	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 
-	"github.com/drafter-ai/drafter/capture"
 	"github.com/drafter-ai/drafter/capture/distill"
 	"github.com/drafter-ai/drafter/pkg/generate"
 )
 
-// captureFlags are the output flags distill and capture share.
-type captureFlags struct {
-	out, dtype, shard string
-	layers            []int
-	batch             int
-	shardRows         int64
-	shardMB           float64
-	force, quiet      bool
+// maxSamplesPerPrompt bounds --samples-per-prompt against typos: each
+// response is generated in full, so 1024 per prompt is already 1024 times the
+// work of one.
+const maxSamplesPerPrompt = 1024
+
+type distillOptions struct {
+	Model   string
+	Distill distill.Options
+	JSON    bool
+	Out     io.Writer
 }
 
-func (f *captureFlags) add(c *cobra.Command) {
-	c.Flags().StringVar(&f.out, "out", "", "output directory (shards, manifest.json, responses.jsonl)")
-	c.Flags().IntSliceVar(&f.layers, "layers", nil, "Hugging Face hidden_states indices to store, e.g. 2,16,29 (default: the EAGLE-3 layers 2, L/2, L-3, or 1, (L+1)/2, L below 7 layers; index L is the last layer's output before the final norm); the state after the final norm is always stored as final_norm")
-	c.Flags().StringVar(&f.dtype, "dtype", "float16", "storage type of the states: float16 or float32")
-	c.Flags().IntVar(&f.batch, "batch", 8, "sequences run through the model together")
-	c.Flags().Int64Var(&f.shardRows, "shard-rows", 0, "close a shard after this many rows (token positions); 0: no row limit")
-	c.Flags().Float64Var(&f.shardMB, "shard-mb", 1024, "close a shard after this many MiB")
-	c.Flags().BoolVar(&f.force, "force", false, "delete the capture in --out and start over (default: resume it)")
-	c.Flags().BoolVar(&f.quiet, "quiet", false, "no progress bar or summary")
-	c.MarkFlagRequired("out")
-}
-
-func (f *captureFlags) dtypeValue() (capture.DType, error) {
-	d, err := capture.ParseDType(f.dtype)
-	if err != nil {
-		return "", &usageError{err}
-	}
-	return d, nil
-}
-
-func newDistillCmd() *cobra.Command {
-	var modelDir, prompts string
-	var skipInvalid bool
-	var spp int
+func newCmdDistill(runF func(*distillOptions) error) *cobra.Command {
+	o := &distillOptions{}
 	var sf samplingFlags
 	var cf captureFlags
+	var shard string
 	c := &cobra.Command{
 		Use:   "distill --model DIR --prompts FILE --out DIR",
 		Short: "Generate responses with the frozen target and capture its hidden states",
@@ -62,40 +45,79 @@ last complete shard; --shard i/n takes the prompts with index % n == i so n mach
 split one prompt set.`,
 		Example: `  drafter distill --model models/stories260k --prompts data/prompts/stories.jsonl --out runs/d1
   drafter distill --model /models/my-sft --prompts chats.jsonl --out /data/d --batch 16 --shard 3/8`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			dt, err := cf.dtypeValue()
-			if err != nil {
+		Args: noArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			d := &o.Distill
+			var err error
+			own := append(sf.checks(), flagCheck{"samples-per-prompt", d.SamplesPerPrompt < 1 || d.SamplesPerPrompt > maxSamplesPerPrompt,
+				fmt.Sprintf("an integer from 1 to %d", maxSamplesPerPrompt)})
+			if d.DType, d.Progress, err = cf.resolve(c, own...); err != nil {
 				return err
 			}
-			opt := distill.Options{Prompts: prompts, Out: cf.out, SkipInvalid: skipInvalid, Sampling: sf.overrides(cmd),
-				SamplesPerPrompt: spp, Seed: sf.seed, Batch: cf.batch, Layers: cf.layers, DType: dt,
-				ShardRows: cf.shardRows, ShardBytes: int64(cf.shardMB * (1 << 20)), Force: cf.force}
-			if cf.shard != "" {
-				if _, err := fmt.Sscanf(cf.shard, "%d/%d", &opt.Shard, &opt.NumShards); err != nil {
-					return &usageError{fmt.Errorf("--shard %q: want i/n, e.g. 0/4", cf.shard)}
+			d.Shard, d.NumShards = 0, 1
+			if c.Flags().Changed("shard") {
+				if d.Shard, d.NumShards, err = parseShard(shard); err != nil {
+					return err
 				}
 			}
-			if !cf.quiet {
-				opt.Progress = os.Stderr
+			d.Out, d.Batch, d.Layers, d.ShardRows, d.ShardBytes, d.Force = cf.out, cf.batch, cf.layers, cf.shardRows, cf.shardBytes(), cf.force
+			d.Sampling, d.Seed = sf.overrides(c.Flags()), sf.seed
+			o.JSON, o.Out = cf.json, c.OutOrStdout()
+			if runF != nil {
+				return runF(o)
 			}
-			t, err := generate.Load(modelDir, nil, fileCache())
-			if err != nil {
-				return err
-			}
-			defer t.Close()
-			_, err = distill.Run(cmd.Context(), t, opt)
-			return err
+			return runDistill(c.Context(), o)
 		},
 	}
-	c.Flags().StringVar(&modelDir, "model", "", "Hugging Face checkpoint folder")
-	c.Flags().StringVar(&prompts, "prompts", "", "prompt file (.jsonl or .txt)")
-	c.Flags().BoolVar(&skipInvalid, "skip-invalid", false, "skip (and count) malformed records and prompts that leave no room to generate")
-	c.Flags().IntVar(&spp, "samples-per-prompt", 1, "responses per prompt")
-	c.Flags().StringVar(&cf.shard, "shard", "", "i/n: take the prompts whose index modulo n is i")
-	sf.add(c)
-	cf.add(c)
-	c.MarkFlagRequired("model")
-	c.MarkFlagRequired("prompts")
+	fs := c.Flags()
+	fs.StringVar(&o.Model, "model", "", "Hugging Face checkpoint folder")
+	fs.StringVar(&o.Distill.Prompts, "prompts", "", "prompt file (.jsonl or .txt)")
+	fs.BoolVar(&o.Distill.SkipInvalid, "skip-invalid", false, "skip (and count) malformed records and prompts that leave no room to generate")
+	fs.IntVar(&o.Distill.SamplesPerPrompt, "samples-per-prompt", 1, fmt.Sprintf("responses per prompt, 1 to %d", maxSamplesPerPrompt))
+	fs.StringVar(&shard, "shard", "", "i/n with n >= 1 and 0 <= i < n: take the prompts whose index modulo n is i (default: all prompts)")
+	sf.register(fs)
+	cf.register(fs)
+	requireFlags(c, "model", "prompts", "out")
 	return c
+}
+
+// parseShard parses --shard i/n.
+func parseShard(s string) (i, n int, err error) {
+	a, b, ok := strings.Cut(s, "/")
+	i, err1 := strconv.Atoi(strings.TrimSpace(a))
+	n, err2 := strconv.Atoi(strings.TrimSpace(b))
+	if !ok || err1 != nil || err2 != nil {
+		return 0, 0, usagef("--shard %q: want i/n, e.g. 0/4 (the prompts whose index modulo n is i)", s)
+	}
+	if n < 1 || i < 0 || i >= n {
+		return 0, 0, usagef("--shard %s: want i/n with n >= 1 and 0 <= i < n, e.g. 0/4", s)
+	}
+	return i, n, nil
+}
+
+func runDistill(ctx context.Context, o *distillOptions) error {
+	t, err := generate.Load(o.Model, nil, fileCache())
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	if err := checkLayers(t, o.Distill.Layers); err != nil {
+		return err
+	}
+	sum, err := distill.Run(ctx, t, o.Distill)
+	if err != nil {
+		return overrideUsage(err)
+	}
+	if o.JSON {
+		st := sum.Settings
+		return writeJSON(o.Out, struct {
+			summaryJSON
+			Prompts         int     `json:"prompts"`
+			Generated       int64   `json:"generated_tokens"`
+			TokensPerSecond float64 `json:"tokens_per_second"`
+			Sampling        string  `json:"sampling"`
+			MaxNewTokens    int     `json:"max_new_tokens"`
+		}{newSummaryJSON("distill", sum), sum.Prompts, sum.Generated, sum.TokensPerSecond(), st.Params.String(), st.MaxNewTokens})
+	}
+	return nil
 }

@@ -1,16 +1,27 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/drafter-ai/drafter/pkg/eval"
+	"github.com/drafter-ai/drafter/pkg/spec"
 )
 
-func newEvalCmd() *cobra.Command {
-	var opt eval.Options
+type evalOptions struct {
+	Eval eval.Options
+	Out  io.Writer
+}
+
+func newCmdEval(runF func(*evalOptions) error) *cobra.Command {
+	o := &evalOptions{}
+	opt := &o.Eval
 	var sf samplingFlags
 	var mode, tree, typical, maxDrop string
 	var quiet bool
@@ -48,43 +59,63 @@ that every speculative output equals the baseline token for token and fails othe
 Sampling defaults come from generation_config.json as for distill (greedy unless it sets
 do_sample); --max-new-tokens defaults to 96 here, not to the model's limit.
 
+--report and --plot are checked before anything runs (their folder must exist and be
+writable, --report must not be a folder). The report records the prompt file's SHA-256 and
+--limit; a --baseline report measured on other prompts (another file, or another number of
+them) is refused unless --allow-baseline-mismatch, and one that records no prompt hash (made
+by an older drafter) is compared with a warning.
+
 Exit codes: 0 the drafter passed; 1 an error, including a speculative output that differs from
-greedy decoding (a decoder bug); 2 a command-line mistake; 3 the drafter fell short of the gate
-(--min-acceptance, or --baseline with --max-drop). The report and plots are written before the
-checks, so a failed run still leaves them for inspection.`,
+greedy decoding (a decoder bug), a stale drafter and a baseline made on other prompts; 2 a
+command-line mistake; 3 the drafter fell short of the gate (--min-acceptance, or --baseline
+with --max-drop). The report and plots are written before the checks, so a failed run still
+leaves them for inspection.`,
 		Example: `  drafter eval --model models/stories260k --drafter runs/medusa --prompts data/prompts/stories-eval.jsonl
   drafter eval --model models/stories260k --drafter runs/eagle3 --prompts data/prompts/stories-eval.jsonl \
       --mode chain --depth 7 --temperature 1 --report eagle-t1.json --plot plots/
   # release gate: stop a fine-tune whose new drafter lost more than 5% acceptance
   drafter eval --model /models/sft-v2 --drafter out/eagle3 --prompts heldout.jsonl \
       --baseline reports/sft-v1.json --max-drop 5% --min-acceptance 2.5 --report reports/sft-v2.json`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			opt.Sampling = sf.overrides(cmd)
+		Args: noArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			checks := append(sf.checks(),
+				flagCheck{"limit", opt.Limit < 0, "0 (all prompts) or a positive number of prompts"},
+				flagCheck{"mode", mode != string(eval.ModeChain) && mode != string(eval.ModeTree), "chain or tree"},
+				flagCheck{"depth", opt.Config.Depth < 0, "0 (the default for the drafter and --mode) or a positive depth"},
+				flagCheck{"topk", opt.Config.TopK < 0, "0 (the default, 8) or a positive number of children"},
+				flagCheck{"total-tokens", opt.Config.TotalTokens < 0, "0 (the default, 60) or a positive number of tokens"},
+				flagCheck{"min-acceptance", opt.Gate.MinAcceptance < 0, "0 (no gate) or a positive mean acceptance length"},
+			)
+			if err := checkFlags(c, checks); err != nil {
+				return err
+			}
+			opt.Sampling = sf.overrides(c.Flags())
 			opt.Config.Seed = sf.seed
 			opt.Config.Mode = eval.Mode(mode)
 			var err error
 			if tree != "" {
-				if opt.Config.Tree, err = eval.ParseTree(tree); err != nil {
-					return &usageError{err}
+				if opt.Config.Tree, err = parseTree(tree); err != nil {
+					return err
 				}
 			}
 			if typical != "" {
-				if opt.Config.Typical, err = eval.ParseTypical(typical); err != nil {
-					return &usageError{err}
+				if opt.Config.Typical, err = parseTypical(typical); err != nil {
+					return err
 				}
 			}
-			if maxDrop != "" {
-				if opt.BaselinePath == "" {
-					return &usageError{fmt.Errorf("--max-drop needs --baseline OLD.json")}
+			switch {
+			case maxDrop != "" && opt.BaselinePath == "":
+				return usagef("--max-drop needs --baseline OLD.json")
+			case maxDrop == "" && opt.BaselinePath != "":
+				return usagef("--baseline needs --max-drop (e.g. 0.2 or 5%%)")
+			case opt.AllowBaselineMismatch && opt.BaselinePath == "":
+				return usagef("--allow-baseline-mismatch applies to --baseline")
+			case maxDrop != "":
+				if opt.Gate.MaxDrop, opt.Gate.Relative, err = parseDrop(maxDrop); err != nil {
+					return err
 				}
-				if opt.Gate.MaxDrop, opt.Gate.Relative, err = eval.ParseDrop(maxDrop); err != nil {
-					return &usageError{err}
-				}
-			} else if opt.BaselinePath != "" {
-				return &usageError{fmt.Errorf("--baseline needs --max-drop (e.g. 0.2 or 5%%)")}
 			}
-			stderr := cmd.ErrOrStderr()
+			stderr := c.ErrOrStderr()
 			opt.Log = stderr
 			opt.Cache = fileCache()
 			if !quiet {
@@ -95,42 +126,105 @@ checks, so a failed run still leaves them for inspection.`,
 					}
 				}
 			}
-			_, err = eval.Evaluate(cmd.Context(), opt, cmd.OutOrStdout())
-			var ge *eval.GateError
-			var ce *eval.ConfigError
-			switch {
-			case errors.As(err, &ge):
-				return &gateError{msg: ge.Error()}
-			case errors.As(err, &ce):
-				return &usageError{err}
+			o.Out = c.OutOrStdout()
+			if runF != nil {
+				return runF(o)
 			}
-			return err
+			return runEval(c.Context(), o)
 		},
 	}
-	f := c.Flags()
-	f.StringVar(&opt.ModelDir, "model", "", "Hugging Face checkpoint folder of the target")
-	f.StringVar(&opt.DrafterDir, "drafter", "", "train output folder, or one export inside it (vllm/, medusa/, eagle3/)")
-	f.StringVar(&opt.PromptsPath, "prompts", "", "held-out prompt file (.jsonl or .txt, as for distill)")
-	f.IntVar(&opt.Limit, "limit", 0, "evaluate only the first N prompts (0: all)")
-	sf.add(c)
-	f.Lookup("max-new-tokens").Usage = fmt.Sprintf("most tokens to generate per prompt (default %d)", eval.DefaultMaxNewTokens)
-	f.BoolVar(&opt.IgnoreEOS, "ignore-eos", false, "generate --max-new-tokens on every prompt, ignoring end-of-sequence tokens")
-	f.StringVar(&mode, "mode", "tree", "draft shape: chain or tree")
-	f.IntVar(&opt.Config.Depth, "depth", 0, "chain: drafted tokens (Medusa: heads used; default all heads, EAGLE-3: 4); EAGLE-2 tree: expansion rounds (default 7)")
-	f.IntVar(&opt.Config.TopK, "topk", 0, "EAGLE-2 tree: children per node and nodes kept per depth (default 8)")
-	f.IntVar(&opt.Config.TotalTokens, "total-tokens", 0, "EAGLE-2 tree: positions verified, root included (default 60)")
-	f.StringVar(&tree, "tree", "", "Medusa static tree: a JSON list of paths, e.g. [[0],[1],[0,0]], or a file holding one")
-	f.StringVar(&typical, "typical", "", "Medusa typical acceptance EPS,ALPHA (e.g. 0.09,0.3): lossy, needs --temperature > 0")
-	f.BoolVar(&opt.AllowMismatch, "allow-mismatch", false, "measure a drafter trained for another target fingerprint instead of refusing it")
-	f.StringVar(&opt.ReportPath, "report", "", "write the report as JSON to this file")
-	f.StringVar(&opt.PlotDir, "plot", "", "draw PNG charts (acceptance lengths, acceptance by depth) into this folder")
-	f.BoolVar(&opt.JSON, "json", false, "print the report as JSON instead of tables")
-	f.Float64Var(&opt.Gate.MinAcceptance, "min-acceptance", 0, "gate: exit 3 when the mean acceptance length is below this")
-	f.StringVar(&opt.BaselinePath, "baseline", "", "gate: an earlier --report file to compare with (needs --max-drop)")
-	f.StringVar(&maxDrop, "max-drop", "", "gate: exit 3 when the mean acceptance length is below --baseline's by more than this (tokens per forward, e.g. 0.2, or a percentage, e.g. 5%)")
-	f.BoolVar(&quiet, "quiet", false, "no progress line")
-	c.MarkFlagRequired("model")
-	c.MarkFlagRequired("drafter")
-	c.MarkFlagRequired("prompts")
+	fs := c.Flags()
+	fs.StringVar(&opt.ModelDir, "model", "", "Hugging Face checkpoint folder of the target")
+	fs.StringVar(&opt.DrafterDir, "drafter", "", "train output folder, or one export inside it (vllm/, medusa/, eagle3/)")
+	fs.StringVar(&opt.PromptsPath, "prompts", "", "held-out prompt file (.jsonl or .txt, as for distill)")
+	fs.IntVar(&opt.Limit, "limit", 0, "evaluate only the first N prompts (0: all)")
+	sf.register(fs)
+	fs.Lookup("max-new-tokens").Usage = fmt.Sprintf("most tokens to generate per prompt, at least 1 and less than the model's context (default %d)", eval.DefaultMaxNewTokens)
+	fs.BoolVar(&opt.IgnoreEOS, "ignore-eos", false, "generate --max-new-tokens on every prompt, ignoring end-of-sequence tokens")
+	fs.StringVar(&mode, "mode", string(eval.ModeTree), "draft shape: chain or tree")
+	fs.IntVar(&opt.Config.Depth, "depth", 0, "chain: drafted tokens (Medusa: heads used; default all heads, EAGLE-3: 4); EAGLE-2 tree: expansion rounds (default 7)")
+	fs.IntVar(&opt.Config.TopK, "topk", 0, "EAGLE-2 tree: children per node and nodes kept per depth (default 8)")
+	fs.IntVar(&opt.Config.TotalTokens, "total-tokens", 0, "EAGLE-2 tree: positions verified, root included (default 60)")
+	fs.StringVar(&tree, "tree", "", "Medusa static tree: a JSON list of paths, e.g. [[0],[1],[0,0]], or a file holding one")
+	fs.StringVar(&typical, "typical", "", "Medusa typical acceptance EPS,ALPHA (e.g. 0.09,0.3; EPS in [0,1], ALPHA >= 0): lossy, needs --temperature > 0")
+	fs.BoolVar(&opt.AllowMismatch, "allow-mismatch", false, "measure a drafter trained for another target fingerprint instead of refusing it")
+	fs.StringVar(&opt.ReportPath, "report", "", "write the report as JSON to this file (its folder must exist)")
+	fs.StringVar(&opt.PlotDir, "plot", "", "draw PNG charts (acceptance lengths, acceptance by depth) into this folder (created if its parent exists)")
+	fs.BoolVar(&opt.JSON, "json", false, "print the report as JSON instead of tables")
+	floatVar(fs, &opt.Gate.MinAcceptance, "min-acceptance", 0, "gate: exit 3 when the mean acceptance length is below this (0: no gate)")
+	fs.StringVar(&opt.BaselinePath, "baseline", "", "gate: an earlier --report file, made on the same prompts, to compare with (needs --max-drop)")
+	fs.StringVar(&maxDrop, "max-drop", "", "gate: exit 3 when the mean acceptance length is below --baseline's by more than this (tokens per forward, e.g. 0.2, or a percentage, e.g. 5%)")
+	fs.BoolVar(&opt.AllowBaselineMismatch, "allow-baseline-mismatch", false, "compare with a --baseline made on other prompts (another file or --limit), with a warning, instead of refusing it")
+	fs.BoolVar(&quiet, "quiet", false, "no progress line")
+	requireFlags(c, "model", "drafter", "prompts")
 	return c
+}
+
+func runEval(ctx context.Context, o *evalOptions) error {
+	o.Eval.Cache = fileCache()
+	_, err := eval.Evaluate(ctx, o.Eval, o.Out)
+	var ge *eval.GateError
+	var ce *eval.ConfigError
+	switch {
+	case errors.As(err, &ge):
+		return &gateError{err}
+	case errors.As(err, &ce):
+		return &usageError{err}
+	}
+	return overrideUsage(err)
+}
+
+// parseTypical parses --typical "EPS,ALPHA" (e.g. "0.09,0.3", Medusa's
+// defaults).
+func parseTypical(s string) (*spec.TypicalParams, error) {
+	a, b, ok := strings.Cut(s, ",")
+	if !ok {
+		return nil, usagef("--typical %q: want EPS,ALPHA, e.g. 0.09,0.3", s)
+	}
+	eps, err1 := parseFinite(a)
+	alpha, err2 := parseFinite(b)
+	if err := errors.Join(err1, err2); err != nil {
+		return nil, usagef("--typical %q: want two finite numbers EPS,ALPHA, e.g. 0.09,0.3", s)
+	}
+	tp := &spec.TypicalParams{Epsilon: eps, Alpha: alpha}
+	if err := tp.Validate(); err != nil {
+		return nil, usagef("--typical %q: want EPS in [0, 1] and ALPHA >= 0", s)
+	}
+	return tp, nil
+}
+
+// parseTree reads --tree: a JSON list of paths given inline (starting with
+// '[') or the name of a file holding one.
+func parseTree(s string) (spec.Choices, error) {
+	data := []byte(s)
+	if t := strings.TrimSpace(s); !strings.HasPrefix(t, "[") {
+		b, err := os.ReadFile(s)
+		if err != nil {
+			return nil, usagef("--tree: %w (want a JSON list of paths such as [[0],[1],[0,0]], or a file holding one)", err)
+		}
+		data = b
+	}
+	c, err := spec.ParseChoices(data)
+	if err != nil {
+		return nil, usagef("--tree: %w", err)
+	}
+	return c, nil
+}
+
+// parseDrop reads --max-drop: an absolute drop in mean acceptance length
+// ("0.2") or a percentage of the baseline's ("5%").
+func parseDrop(s string) (drop float64, relative bool, err error) {
+	t := strings.TrimSpace(s)
+	if p, ok := strings.CutSuffix(t, "%"); ok {
+		v, err := parseFinite(p)
+		if err != nil || v < 0 || v > 100 {
+			return 0, false, usagef("--max-drop %q: want a percentage between 0%% and 100%%", s)
+		}
+		return v / 100, true, nil
+	}
+	v, err := parseFinite(t)
+	if err != nil || v < 0 {
+		return 0, false, usagef("--max-drop %q: want a non-negative number of tokens per forward (e.g. 0.2) or a percentage (e.g. 5%%)", s)
+	}
+	return v, false, nil
 }

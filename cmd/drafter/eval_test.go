@@ -1,8 +1,8 @@
 package main
 
 import (
-	"bytes"
-	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"math/rand/v2"
 	"os"
@@ -16,19 +16,12 @@ import (
 
 const evalTestModel = "../../models/stories260k"
 
-// runEval runs `drafter eval` with args and returns the exit code main would
+// evalCLI runs `drafter eval` with args and returns the exit code main would
 // use and the error text.
-func runEval(t *testing.T, args ...string) (int, string) {
+func evalCLI(t *testing.T, args ...string) (int, string) {
 	t.Helper()
-	c := newRootCmd()
-	c.SetArgs(append(append([]string{"eval"}, args...), "--quiet"))
-	c.SetOut(new(bytes.Buffer))
-	c.SetErr(new(bytes.Buffer))
-	err := c.ExecuteContext(context.Background())
-	if err != nil {
-		return exitCode(err), err.Error()
-	}
-	return exitOK, ""
+	r := runCLI(t, nil, append(append([]string{"eval"}, args...), "--quiet")...)
+	return r.code, r.msg
 }
 
 // exportRandomHeads writes Medusa heads with random blocks (they rarely guess
@@ -73,7 +66,7 @@ func TestEvalExitCodes(t *testing.T) {
 	base := []string{"--model", evalTestModel, "--drafter", dir, "--prompts", prompts, "--limit", "2", "--max-new-tokens", "16", "--mode", "chain"}
 	report := filepath.Join(t.TempDir(), "r.json")
 
-	if code, msg := runEval(t, append(base, "--report", report, "--min-acceptance", "1")...); code != exitOK {
+	if code, msg := evalCLI(t, append(base, "--report", report, "--min-acceptance", "1")...); code != exitOK {
 		t.Fatalf("passing run: exit %d: %s", code, msg)
 	}
 	var rep struct {
@@ -86,10 +79,10 @@ func TestEvalExitCodes(t *testing.T) {
 	if err := json.Unmarshal(b, &rep); err != nil || rep.Tau < 1 {
 		t.Fatalf("report: %v, τ %v", err, rep.Tau)
 	}
-	if code, msg := runEval(t, append(base, "--min-acceptance", "3")...); code != exitGateHit || !strings.Contains(msg, "--min-acceptance") {
+	if code, msg := evalCLI(t, append(base, "--min-acceptance", "3")...); code != exitGateHit || !strings.Contains(msg, "--min-acceptance") {
 		t.Fatalf("min-acceptance gate: exit %d: %s", code, msg)
 	}
-	if code, msg := runEval(t, append(base, "--baseline", report, "--max-drop", "0")...); code != exitOK {
+	if code, msg := evalCLI(t, append(base, "--baseline", report, "--max-drop", "0")...); code != exitOK {
 		t.Fatalf("baseline gate against itself: exit %d: %s", code, msg)
 	}
 	// A baseline far better than this drafter.
@@ -99,17 +92,17 @@ func TestEvalExitCodes(t *testing.T) {
 	raw["mean_accept_length"] = rep.Tau + 1
 	nb, _ := json.Marshal(raw)
 	os.WriteFile(better, nb, 0o644)
-	if code, msg := runEval(t, append(base, "--baseline", better, "--max-drop", "10%")...); code != exitGateHit || !strings.Contains(msg, "--max-drop") {
+	if code, msg := evalCLI(t, append(base, "--baseline", better, "--max-drop", "10%")...); code != exitGateHit || !strings.Contains(msg, "--max-drop") {
 		t.Fatalf("max-drop gate: exit %d: %s", code, msg)
 	}
 
 	stale := exportRandomHeads(t, "0000stale")
 	staleArgs := append([]string(nil), base...)
 	staleArgs[3] = stale
-	if code, msg := runEval(t, staleArgs...); code != exitError || !strings.Contains(msg, "stale") {
+	if code, msg := evalCLI(t, staleArgs...); code != exitError || !strings.Contains(msg, "stale") {
 		t.Fatalf("stale drafter: exit %d: %s", code, msg)
 	}
-	if code, msg := runEval(t, append(staleArgs, "--allow-mismatch")...); code != exitOK {
+	if code, msg := evalCLI(t, append(staleArgs, "--allow-mismatch")...); code != exitOK {
 		t.Fatalf("--allow-mismatch: exit %d: %s", code, msg)
 	}
 
@@ -125,8 +118,155 @@ func TestEvalExitCodes(t *testing.T) {
 		{"--topk", "4"},           // an EAGLE-2 setting for Medusa heads
 		{"--max-drop", "x", "--baseline", report},
 	} {
-		if code, msg := runEval(t, append(base, bad...)...); code != exitUsage {
+		if code, msg := evalCLI(t, append(base, bad...)...); code != exitUsage {
 			t.Errorf("%v: exit %d (%s); want %d", bad, code, msg, exitUsage)
 		}
+	}
+}
+
+// TestEvalChecksOutputsFirst: --report and --plot that cannot be written are
+// refused before anything runs: the model folder here does not exist, and
+// the error is about the output, not the model.
+func TestEvalChecksOutputsFirst(t *testing.T) {
+	tmp := t.TempDir()
+	file := filepath.Join(tmp, "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"--model", filepath.Join(tmp, "no-model"), "--drafter", tmp, "--prompts", "../../data/prompts/stories-eval.jsonl"}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--report", filepath.Join(tmp, "no-dir", "r.json")}, "the folder " + filepath.Join(tmp, "no-dir") + " does not exist"},
+		{[]string{"--report", tmp}, "--report " + tmp + " is a folder"},
+		{[]string{"--report", filepath.Join(file, "r.json")}, file + " is not a folder"},
+		{[]string{"--plot", file}, "--plot " + file + " is a file"},
+		{[]string{"--plot", filepath.Join(tmp, "a", "b")}, "the folder " + filepath.Join(tmp, "a") + " does not exist"},
+	} {
+		code, msg := evalCLI(t, append(base, c.args...)...)
+		if code != exitError || !strings.Contains(msg, c.want) || strings.Contains(msg, "no-model") {
+			t.Errorf("%v: exit %d (%s); want %d and %q", c.args, code, msg, exitError, c.want)
+		}
+	}
+	if entries, _ := os.ReadDir(tmp); len(entries) != 1 {
+		t.Errorf("the checks left files behind: %v", entries)
+	}
+	// Writable outputs pass the check; the run then fails on its inputs.
+	code, msg := evalCLI(t, append(base, "--report", filepath.Join(tmp, "r.json"), "--plot", filepath.Join(tmp, "plots"))...)
+	if code != exitError || strings.Contains(msg, "--report") || strings.Contains(msg, "--plot") {
+		t.Errorf("writable outputs: exit %d (%s); want a failure on the inputs", code, msg)
+	}
+}
+
+// TestEvalBaselinePrompts: a report records its prompt file's SHA-256 and
+// --limit; a --baseline measured on other prompts is refused (exit 1) unless
+// --allow-baseline-mismatch, which warns; one without a hash (an older
+// drafter's report) is compared with a warning.
+func TestEvalBaselinePrompts(t *testing.T) {
+	if _, err := os.Stat(evalTestModel); err != nil {
+		t.Skip("bundled model missing:", err)
+	}
+	dir := exportRandomHeads(t, "")
+	tmp := t.TempDir()
+	prompts := "../../data/prompts/stories-eval.jsonl"
+	src, err := os.ReadFile(prompts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(tmp, "other.jsonl")
+	if err := os.WriteFile(other, append([]byte(`{"prompt": "Once upon a time there was a cat"}`+"\n"), src...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	report := filepath.Join(tmp, "r.json")
+	args := func(prompts, limit string, extra ...string) []string {
+		return append([]string{"--model", evalTestModel, "--drafter", dir, "--prompts", prompts, "--limit", limit, "--max-new-tokens", "8", "--mode", "chain"}, extra...)
+	}
+	if code, msg := evalCLI(t, args(prompts, "2", "--report", report)...); code != exitOK {
+		t.Fatalf("first report: exit %d: %s", code, msg)
+	}
+	var rep struct {
+		File   string `json:"prompt_file"`
+		SHA256 string `json:"prompt_sha256"`
+		Limit  int    `json:"limit"`
+	}
+	b, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(src)
+	if err := json.Unmarshal(b, &rep); err != nil || rep.SHA256 != hex.EncodeToString(sum[:]) || rep.Limit != 2 || rep.File != prompts {
+		t.Fatalf("report records prompts %+v (%v); want %s, sha256 %x, limit 2", rep, err, prompts, sum)
+	}
+
+	gate := []string{"--baseline", report, "--max-drop", "100%"}
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{args(other, "2", gate...), []string{"measured on other prompts", "sha256 " + rep.SHA256, other, "--allow-baseline-mismatch"}},
+		{args(prompts, "3", gate...), []string{"measured on other prompts", "2 prompts (--limit 2), now 3 (--limit 3)"}},
+	} {
+		r := runCLI(t, nil, append(append([]string{"eval"}, c.args...), "--quiet")...)
+		for _, w := range c.want {
+			if r.code != exitError || !strings.Contains(r.msg, w) {
+				t.Errorf("%v: exit %d (%s); want %d and %q", c.args, r.code, r.msg, exitError, w)
+			}
+		}
+		r = runCLI(t, nil, append(append([]string{"eval"}, c.args...), "--quiet", "--allow-baseline-mismatch")...)
+		if r.code != exitOK || !strings.Contains(r.stderr, "warning: the baseline report "+report+" was measured on other prompts") || !strings.Contains(r.stderr, "comparing anyway") {
+			t.Errorf("%v --allow-baseline-mismatch: exit %d (%s), stderr %q", c.args, r.code, r.msg, r.stderr)
+		}
+	}
+	// An older report without the hash: compared, with a warning.
+	var raw map[string]any
+	if err := json.Unmarshal(b, &raw); err != nil {
+		t.Fatal(err)
+	}
+	delete(raw, "prompt_sha256")
+	delete(raw, "prompt_file")
+	delete(raw, "limit")
+	old := filepath.Join(tmp, "old.json")
+	nb, _ := json.Marshal(raw)
+	if err := os.WriteFile(old, nb, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := runCLI(t, nil, append(append([]string{"eval"}, args(other, "2", "--baseline", old, "--max-drop", "100%")...), "--quiet")...)
+	if r.code != exitOK || !strings.Contains(r.stderr, "records no prompt-file hash") {
+		t.Errorf("baseline without a hash: exit %d (%s), stderr %q", r.code, r.msg, r.stderr)
+	}
+}
+
+func TestParseFlags(t *testing.T) {
+	if d, rel, err := parseDrop("0.25"); err != nil || d != 0.25 || rel {
+		t.Fatalf("0.25: %v %v %v", d, rel, err)
+	}
+	if d, rel, err := parseDrop("5%"); err != nil || d != 0.05 || !rel {
+		t.Fatalf("5%%: %v %v %v", d, rel, err)
+	}
+	for _, bad := range []string{"-1", "x", "150%", ""} {
+		if _, _, err := parseDrop(bad); err == nil {
+			t.Errorf("parseDrop(%q) accepted", bad)
+		}
+	}
+	if tp, err := parseTypical("0.09, 0.3"); err != nil || tp.Epsilon != 0.09 || tp.Alpha != 0.3 {
+		t.Fatalf("typical: %+v %v", tp, err)
+	}
+	for _, bad := range []string{"0.09", "a,b", ""} {
+		if _, err := parseTypical(bad); err == nil {
+			t.Errorf("parseTypical(%q) accepted", bad)
+		}
+	}
+	c, err := parseTree("[[0],[1],[0,0]]")
+	if err != nil || len(c) != 3 {
+		t.Fatalf("inline tree: %v %v", c, err)
+	}
+	f := filepath.Join(t.TempDir(), "tree.json")
+	os.WriteFile(f, []byte("[[0],[0,0],[0,0,0]]\n"), 0o644)
+	if c, err := parseTree(f); err != nil || c.Depth() != 3 {
+		t.Fatalf("tree file: %v %v", c, err)
+	}
+	if _, err := parseTree("[[0,0]]"); err == nil {
+		t.Fatal("a tree missing a prefix was accepted")
 	}
 }

@@ -1,17 +1,21 @@
 package main
 
 import (
-	"encoding/json"
-	"os"
+	"io"
 
 	"github.com/spf13/cobra"
 
 	"github.com/drafter-ai/drafter/pkg/inspect"
 )
 
-func newInspectCmd() *cobra.Command {
-	var model string
-	var asJSON bool
+type inspectOptions struct {
+	Model string
+	JSON  bool
+	Out   io.Writer
+}
+
+func newCmdInspect(runF func(*inspectOptions) error) *cobra.Command {
+	o := &inspectOptions{}
 	c := &cobra.Command{
 		Use:   "inspect --model DIR",
 		Short: "Show what drafter reads from a checkpoint",
@@ -21,22 +25,29 @@ template, the EAGLE-3 default feature layers (Hugging Face hidden_states indices
 and the checkpoint fingerprint that drafters are bound to.`,
 		Example: `  drafter inspect --model models/stories260k
   drafter inspect --model /models/my-sft --json`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			r, err := inspect.Inspect(model, fileCache())
-			if err != nil {
-				return err
+		Args: noArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			o.Out = c.OutOrStdout()
+			if runF != nil {
+				return runF(o)
 			}
-			if asJSON {
-				enc := json.NewEncoder(os.Stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(r)
-			}
-			return r.WriteText(os.Stdout)
+			return runInspect(o)
 		},
 	}
-	c.Flags().StringVar(&model, "model", "", "Hugging Face checkpoint folder (config.json, *.safetensors, tokenizer.json)")
-	c.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
-	c.MarkFlagRequired("model")
+	fs := c.Flags()
+	fs.StringVar(&o.Model, "model", "", "Hugging Face checkpoint folder (config.json, *.safetensors, tokenizer.json)")
+	fs.BoolVar(&o.JSON, "json", false, "print one JSON object")
+	requireFlags(c, "model")
 	return c
+}
+
+func runInspect(o *inspectOptions) error {
+	r, err := inspect.Inspect(o.Model, fileCache())
+	if err != nil {
+		return err
+	}
+	if o.JSON {
+		return writeJSON(o.Out, r)
+	}
+	return r.WriteText(o.Out)
 }

@@ -3,7 +3,12 @@
 // responses from the frozen target, captures the target's hidden states, trains
 // the drafter on them and measures it with real speculative decoding.
 //
-// This package only parses flags and calls one library function per command.
+// Every command follows one pattern: a file per command, an options struct the
+// flags fill, and newCmdX(runF) whose RunE checks the flags (table-driven, see
+// flags.go), builds the library options and calls runF when a test gave one,
+// else the library. Flag names and their parsing live only in this package;
+// the libraries return typed errors that the commands turn into a *usageError
+// naming the flag.
 package main
 
 import (
@@ -12,40 +17,77 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
+
+	"github.com/spf13/cobra"
 )
 
 // Exit codes, documented in the README: a release pipeline can tell a broken
-// run from a drafter that fell short of its gate.
+// run from a command-line mistake and from a drafter that fell short of its
+// gate.
 const (
 	exitOK      = 0
 	exitError   = 1 // bad input, I/O failure, interrupted run
-	exitUsage   = 2 // unknown command or flag
+	exitUsage   = 2 // a command-line mistake, whichever command
 	exitGateHit = 3 // drafter eval: the drafter fell short of --min-acceptance or --max-drop
 )
 
 // gateError marks a failed acceptance gate so main can exit with exitGateHit.
-type gateError struct{ msg string }
+type gateError struct{ err error }
 
-func (e *gateError) Error() string { return e.msg }
+func (e *gateError) Error() string { return e.err.Error() }
+func (e *gateError) Unwrap() error { return e.err }
 
-// usageError marks a command-line mistake.
+// usageError is the one command-line mistake type: an unknown command or
+// flag, a missing required flag, a value a flag cannot take, flags that
+// contradict each other or do not apply. It maps to exitUsage.
 type usageError struct{ err error }
 
 func (e *usageError) Error() string { return e.err.Error() }
 func (e *usageError) Unwrap() error { return e.err }
 
+// usagef returns a *usageError with a formatted message.
+func usagef(format string, a ...any) error {
+	return &usageError{fmt.Errorf(format, a...)}
+}
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	root := newRootCmd()
-	err := root.ExecuteContext(ctx)
+	err := execute(ctx, newRootCmd(nil), os.Args[1:])
 	if err == nil {
 		return
 	}
 	fmt.Fprintln(os.Stderr, "drafter:", err)
+	stop()
 	os.Exit(exitCode(err))
+}
+
+// execute runs the command line args on root. Errors that cobra raises
+// before a command's RunE runs (an unknown command, a missing required flag,
+// a stray argument) are command-line mistakes and come back as *usageError.
+func execute(ctx context.Context, root *cobra.Command, args []string) error {
+	ran := false
+	var wrap func(c *cobra.Command)
+	wrap = func(c *cobra.Command) {
+		if run := c.RunE; run != nil {
+			c.RunE = func(c *cobra.Command, args []string) error {
+				ran = true
+				return run(c, args)
+			}
+		}
+		for _, sub := range c.Commands() {
+			wrap(sub)
+		}
+	}
+	wrap(root)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	var ue *usageError
+	if err != nil && !ran && !errors.As(err, &ue) {
+		return &usageError{err}
+	}
+	return err
 }
 
 // exitCode maps an error returned by a command to the process exit status.
@@ -57,7 +99,7 @@ func exitCode(err error) int {
 		return exitOK
 	case errors.As(err, &ge):
 		return exitGateHit
-	case errors.As(err, &ue), strings.HasPrefix(err.Error(), "required flag"), strings.HasPrefix(err.Error(), "unknown command"):
+	case errors.As(err, &ue):
 		return exitUsage
 	default:
 		return exitError

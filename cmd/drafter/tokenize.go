@@ -2,8 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
-	"os"
+	"io"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -12,9 +13,15 @@ import (
 	"github.com/drafter-ai/drafter/pkg/inspect"
 )
 
-func newTokenizeCmd() *cobra.Command {
-	var model, chatFile string
-	var special, asJSON bool
+type tokenizeOptions struct {
+	Model, Chat   string
+	Texts         []string
+	Special, JSON bool
+	Out           io.Writer
+}
+
+func newCmdTokenize(runF func(*tokenizeOptions) error) *cobra.Command {
+	o := &tokenizeOptions{}
 	c := &cobra.Command{
 		Use:   "tokenize --model DIR [--special] [--json] TEXT... | --chat FILE.json",
 		Short: "Print the exact token ids the model is fed",
@@ -27,52 +34,67 @@ the assistant spans (the token positions a drafter is trained on).
 tokenizer_config.json.`,
 		Example: `  drafter tokenize --model models/stories260k "Once upon a time"
   drafter tokenize --model /models/llama3 --chat conversation.json --json`,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if (chatFile == "") == (len(args) == 0) {
-				return &usageError{fmt.Errorf("give either TEXT arguments or --chat FILE.json")}
+		RunE: func(c *cobra.Command, args []string) error {
+			o.Texts, o.Out = args, c.OutOrStdout()
+			if (o.Chat == "") == (len(args) == 0) {
+				return usagef("give either TEXT arguments or --chat FILE.json")
 			}
-			tok, tmpl, err := inspect.Tokenizer(model)
-			if err != nil {
-				return err
+			if o.Chat != "" && o.Special {
+				return usagef("--special applies to TEXT arguments; a --chat conversation is tokenized as the model is fed it (its template writes the special tokens)")
 			}
-			var outs []inspect.Tokenized
-			if chatFile != "" {
-				msgs, err := data.ReadMessagesFile(chatFile)
-				if err != nil {
-					return err
-				}
-				out, err := inspect.TokenizeChat(tok, tmpl, msgs)
-				if err != nil {
-					return err
-				}
-				outs = append(outs, out)
+			if runF != nil {
+				return runF(o)
 			}
-			for _, text := range args {
-				outs = append(outs, inspect.Tokenize(tok, text, special))
-			}
-			enc := json.NewEncoder(os.Stdout)
-			for _, o := range outs {
-				if asJSON {
-					if err := enc.Encode(o); err != nil {
-						return err
-					}
-					continue
-				}
-				if chatFile != "" {
-					fmt.Printf("text:\n%s\n", o.Text)
-				}
-				fmt.Println(strings.Trim(fmt.Sprint(o.IDs), "[]"))
-				for _, s := range o.AssistantSpans {
-					fmt.Printf("assistant tokens [%d, %d): %q\n", s[0], s[1], strings.Join(o.Tokens[s[0]:s[1]], ""))
-				}
-			}
-			return nil
+			return runTokenize(o)
 		},
 	}
-	c.Flags().StringVar(&model, "model", "", "checkpoint or tokenizer folder")
-	c.Flags().StringVar(&chatFile, "chat", "", "render this conversation (JSON list of messages) with the chat template")
-	c.Flags().BoolVar(&special, "special", false, "apply the post-processor (add BOS and other special tokens)")
-	c.Flags().BoolVar(&asJSON, "json", false, `print one JSON object per input: {"text": ..., "ids": [...]}`)
-	c.MarkFlagRequired("model")
+	fs := c.Flags()
+	fs.StringVar(&o.Model, "model", "", "checkpoint or tokenizer folder")
+	fs.StringVar(&o.Chat, "chat", "", "render this conversation (JSON list of messages) with the chat template")
+	fs.BoolVar(&o.Special, "special", false, "apply the post-processor (add BOS and other special tokens) to TEXT")
+	fs.BoolVar(&o.JSON, "json", false, `print one JSON object per input: {"text": ..., "ids": [...]}`)
+	requireFlags(c, "model")
 	return c
+}
+
+func runTokenize(o *tokenizeOptions) error {
+	tok, tmpl, err := inspect.Tokenizer(o.Model)
+	if err != nil {
+		return err
+	}
+	var outs []inspect.Tokenized
+	if o.Chat != "" {
+		msgs, err := data.ReadMessagesFile(o.Chat)
+		if err != nil {
+			return err
+		}
+		out, err := inspect.TokenizeChat(tok, tmpl, msgs)
+		if errors.Is(err, inspect.ErrNoChatTemplate) {
+			return usagef("--chat: %s has no chat template (tokenizer_config.json sets no chat_template); pass the text as TEXT arguments instead", o.Model)
+		}
+		if err != nil {
+			return fmt.Errorf("--chat %s: %w", o.Chat, err)
+		}
+		outs = append(outs, out)
+	}
+	for _, text := range o.Texts {
+		outs = append(outs, inspect.Tokenize(tok, text, o.Special))
+	}
+	enc := json.NewEncoder(o.Out)
+	for _, t := range outs {
+		if o.JSON {
+			if err := enc.Encode(t); err != nil {
+				return err
+			}
+			continue
+		}
+		if o.Chat != "" {
+			fmt.Fprintf(o.Out, "text:\n%s\n", t.Text)
+		}
+		fmt.Fprintln(o.Out, strings.Trim(fmt.Sprint(t.IDs), "[]"))
+		for _, s := range t.AssistantSpans {
+			fmt.Fprintf(o.Out, "assistant tokens [%d, %d): %q\n", s[0], s[1], strings.Join(t.Tokens[s[0]:s[1]], ""))
+		}
+	}
+	return nil
 }

@@ -70,7 +70,7 @@ func (f fields) int(key string, def int, required bool) (int, error) {
 	}
 	i, ok := toInt(f.m[key])
 	if !ok {
-		return 0, f.errorf(key, "expected an integer, got %v", f.m[key])
+		return 0, f.errorf(key, "expected an integer, got %s", describe(f.m[key]))
 	}
 	return i, nil
 }
@@ -82,11 +82,11 @@ func (f fields) float(key string, def float64) (float64, error) {
 	}
 	n, ok := f.m[key].(json.Number)
 	if !ok {
-		return 0, f.errorf(key, "expected a number, got %v", f.m[key])
+		return 0, f.errorf(key, "expected a number, got %s", describe(f.m[key]))
 	}
 	x, err := n.Float64()
 	if err != nil {
-		return 0, f.errorf(key, "expected a number, got %v", n)
+		return 0, f.errorf(key, "expected a number within float64's range, got %s", n)
 	}
 	return x, nil
 }
@@ -98,7 +98,7 @@ func (f fields) bool(key string, def bool) (bool, error) {
 	}
 	b, ok := f.m[key].(bool)
 	if !ok {
-		return false, f.errorf(key, "expected true or false, got %v", f.m[key])
+		return false, f.errorf(key, "expected true or false, got %s", describe(f.m[key]))
 	}
 	return b, nil
 }
@@ -110,7 +110,7 @@ func (f fields) string(key, def string) (string, error) {
 	}
 	s, ok := f.m[key].(string)
 	if !ok {
-		return "", f.errorf(key, "expected a string, got %v", f.m[key])
+		return "", f.errorf(key, "expected a string, got %s", describe(f.m[key]))
 	}
 	return s, nil
 }
@@ -132,9 +132,30 @@ func (f fields) ids(key string) ([]int, error) {
 	for _, v := range list {
 		i, ok := toInt(v)
 		if !ok || i < 0 {
-			return nil, f.errorf(key, "expected a non-negative token id or a list of them, got %v", f.m[key])
+			return nil, f.errorf(key, "expected a non-negative token id or a list of them, got %s", describe(f.m[key]))
 		}
 		out = append(out, i)
 	}
 	return out, nil
+}
+
+// describe shows a decoded JSON value with its type, so that a string "64"
+// does not read as the number 64 in an error.
+func describe(v any) string {
+	switch x := v.(type) {
+	case string:
+		return fmt.Sprintf("the string %q", x)
+	case json.Number:
+		return "the number " + x.String()
+	case bool:
+		return fmt.Sprint(x)
+	case nil:
+		return "null"
+	case []any:
+		b, _ := json.Marshal(x)
+		return "the list " + string(b)
+	case map[string]any:
+		return "an object"
+	}
+	return fmt.Sprintf("%v", v)
 }

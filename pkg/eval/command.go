@@ -6,13 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
-	"strconv"
+	"path/filepath"
 	"strings"
 
+	"github.com/drafter-ai/drafter/data"
 	"github.com/drafter-ai/drafter/pkg/filecache"
 	"github.com/drafter-ai/drafter/pkg/generate"
-	"github.com/drafter-ai/drafter/pkg/spec"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
@@ -37,9 +38,12 @@ type Options struct {
 	ReportPath, PlotDir string
 	JSON                bool
 	// Gate is the acceptance bar; BaselinePath an earlier report to compare
-	// with (read into Gate.Baseline).
-	Gate         Gate
-	BaselinePath string
+	// with (read into Gate.Baseline). A baseline measured on other prompts
+	// (another prompt file, or another number of prompts) is refused with a
+	// *BaselineError unless AllowBaselineMismatch, which warns instead.
+	Gate                  Gate
+	BaselinePath          string
+	AllowBaselineMismatch bool
 	// Backend runs the target and the drafter (nil: tensor.CPU()).
 	Backend tensor.Backend
 	// Log receives warnings and notes (nil: discarded).
@@ -48,17 +52,27 @@ type Options struct {
 	Cache *filecache.Cache
 }
 
-// Evaluate runs the whole command: it checks the drafter against the model's
-// fingerprint, decodes every prompt both ways, prints the report to out and
-// writes the requested files, then checks losslessness and the gate. The
-// report is returned (with the files written) even when a check fails.
-// Errors a pipeline must tell apart: *StaleError (the drafter was trained
-// for another checkpoint), *LosslessError (speculative output differed from
-// greedy decoding: a decoder bug) and *GateError (the drafter fell short).
+// Evaluate runs the whole command: it checks that the report and plots can
+// be written and that the baseline report was made on the same prompts, checks
+// the drafter against the model's fingerprint, decodes every prompt both
+// ways, prints the report to out and writes the requested files, then checks
+// losslessness and the gate. The report is returned (with the files written)
+// even when a check fails. Errors a pipeline must tell apart: *StaleError
+// (the drafter was trained for another checkpoint), *BaselineError (the
+// baseline was measured on other prompts), *LosslessError (speculative
+// output differed from greedy decoding: a decoder bug) and *GateError (the
+// drafter fell short).
 func Evaluate(ctx context.Context, opt Options, out io.Writer) (*Report, error) {
 	logw := opt.Log
 	if logw == nil {
 		logw = io.Discard
+	}
+	if err := checkOutputs(opt.ReportPath, opt.PlotDir); err != nil {
+		return nil, err
+	}
+	promptHash, err := data.PromptHash(opt.PromptsPath)
+	if err != nil {
+		return nil, fmt.Errorf("eval: --prompts: %w", err)
 	}
 	var baseline *Report
 	if opt.BaselinePath != "" {
@@ -68,6 +82,12 @@ func Evaluate(ctx context.Context, opt Options, out io.Writer) (*Report, error) 
 		}
 		baseline = b
 		opt.Gate.Baseline = b
+		if b.PromptSHA256 == "" {
+			fmt.Fprintf(logw, "warning: the baseline report %s records no prompt-file hash (an older drafter wrote it): cannot check that it was measured on the same prompts\n", opt.BaselinePath)
+		}
+		if err := opt.checkBaseline(b, promptHash, -1, logw); err != nil {
+			return nil, err
+		}
 	}
 	info, err := Detect(opt.DrafterDir)
 	if err != nil {
@@ -103,6 +123,11 @@ func Evaluate(ctx context.Context, opt Options, out io.Writer) (*Report, error) 
 	if err != nil {
 		return nil, err
 	}
+	if baseline != nil {
+		if err := opt.checkBaseline(baseline, promptHash, len(prompts), logw); err != nil {
+			return nil, err
+		}
+	}
 	d, err := LoadDrafter(info, t.Model)
 	if err != nil {
 		return nil, err
@@ -117,6 +142,7 @@ func Evaluate(ctx context.Context, opt Options, out io.Writer) (*Report, error) 
 		return nil, err
 	}
 	rep.Model, rep.ModelFingerprint = opt.ModelDir, fp
+	rep.PromptFile, rep.PromptSHA256, rep.Limit = opt.PromptsPath, promptHash, opt.Limit
 	if baseline != nil {
 		for _, diff := range rep.Comparable(baseline) {
 			fmt.Fprintf(logw, "warning: the baseline report %s was measured differently: %s\n", opt.BaselinePath, diff)
@@ -148,57 +174,95 @@ func Evaluate(ctx context.Context, opt Options, out io.Writer) (*Report, error) 
 	return rep, opt.Gate.Check(rep)
 }
 
-// ParseTypical parses --typical "EPS,ALPHA" (e.g. "0.09,0.3", Medusa's
-// defaults).
-func ParseTypical(s string) (*spec.TypicalParams, error) {
-	a, b, ok := strings.Cut(s, ",")
-	if !ok {
-		return nil, fmt.Errorf("--typical %q: want EPS,ALPHA, e.g. 0.09,0.3", s)
+// checkBaseline refuses (or, with AllowBaselineMismatch, warns about) a
+// baseline report measured on other prompts than this run's: another prompt
+// file (by SHA-256), or, once they are known (n >= 0), another number of
+// prompts. A baseline without a recorded hash was warned about by the caller
+// and passes.
+func (opt *Options) checkBaseline(b *Report, hash string, n int, logw io.Writer) error {
+	if b.PromptSHA256 == "" {
+		return nil
 	}
-	eps, err1 := strconv.ParseFloat(strings.TrimSpace(a), 64)
-	alpha, err2 := strconv.ParseFloat(strings.TrimSpace(b), 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return nil, fmt.Errorf("--typical %q: want two numbers EPS,ALPHA: %w", s, err)
+	var diffs []string
+	if n < 0 && b.PromptSHA256 != hash {
+		diffs = append(diffs, fmt.Sprintf("prompt file %s (sha256 %s), now %s (sha256 %s)", b.PromptFile, b.PromptSHA256, opt.PromptsPath, hash))
 	}
-	tp := &spec.TypicalParams{Epsilon: eps, Alpha: alpha}
-	if err := tp.Validate(); err != nil {
-		return nil, fmt.Errorf("--typical %q: %w", s, err)
+	if n >= 0 && b.Prompts != n {
+		diffs = append(diffs, fmt.Sprintf("%d prompts (--limit %d), now %d (--limit %d)", b.Prompts, b.Limit, n, opt.Limit))
 	}
-	return tp, nil
+	if len(diffs) == 0 {
+		return nil
+	}
+	if !opt.AllowBaselineMismatch {
+		return &BaselineError{Path: opt.BaselinePath, Diffs: diffs}
+	}
+	fmt.Fprintf(logw, "warning: the baseline report %s was measured on other prompts: %s (comparing anyway: --allow-baseline-mismatch)\n",
+		opt.BaselinePath, strings.Join(diffs, "; "))
+	return nil
 }
 
-// ParseTree reads --tree: a JSON list of paths given inline (starting with
-// '[') or the name of a file holding one.
-func ParseTree(s string) (spec.Choices, error) {
-	data := []byte(s)
-	if t := strings.TrimSpace(s); !strings.HasPrefix(t, "[") {
-		b, err := os.ReadFile(s)
+// BaselineError is a baseline report measured on other prompts than the run
+// it would gate: the comparison would measure the prompts, not the drafter.
+type BaselineError struct {
+	// Path is the baseline report; Diffs say how its prompts differ.
+	Path  string
+	Diffs []string
+}
+
+// Error describes the mismatch and the way out.
+func (e *BaselineError) Error() string {
+	return fmt.Sprintf("eval: the baseline report %s was measured on other prompts: %s; compare with a report made on the same prompts, or pass --allow-baseline-mismatch",
+		e.Path, strings.Join(e.Diffs, "; "))
+}
+
+// checkOutputs checks, before anything runs, that the report file and the
+// plot folder can be written: the report's folder exists and takes a new
+// file, the report is not a folder, and the plot folder is a writable folder
+// or can be made in an existing one. It creates nothing that stays.
+func checkOutputs(reportPath, plotDir string) error {
+	if reportPath != "" {
+		if fi, err := os.Stat(reportPath); err == nil && fi.IsDir() {
+			return fmt.Errorf("eval: --report %s is a folder; give a file name", reportPath)
+		}
+		if err := checkWritableDir(filepath.Dir(reportPath)); err != nil {
+			return fmt.Errorf("eval: --report %s: %w", reportPath, err)
+		}
+	}
+	if plotDir != "" {
+		fi, err := os.Stat(plotDir)
+		switch {
+		case err == nil && !fi.IsDir():
+			return fmt.Errorf("eval: --plot %s is a file; give a folder", plotDir)
+		case err == nil:
+			err = checkWritableDir(plotDir)
+		case errors.Is(err, fs.ErrNotExist):
+			err = checkWritableDir(filepath.Dir(plotDir))
+		}
 		if err != nil {
-			return nil, fmt.Errorf("--tree: %w (want a JSON list of paths such as [[0],[1],[0,0]], or a file holding one)", err)
+			return fmt.Errorf("eval: --plot %s: %w", plotDir, err)
 		}
-		data = b
 	}
-	c, err := spec.ParseChoices(data)
-	if err != nil {
-		return nil, fmt.Errorf("--tree: %w", err)
-	}
-	return c, nil
+	return nil
 }
 
-// ParseDrop reads --max-drop: an absolute drop in mean acceptance length
-// ("0.2") or a percentage of the baseline's ("5%").
-func ParseDrop(s string) (drop float64, relative bool, err error) {
-	t := strings.TrimSpace(s)
-	if p, ok := strings.CutSuffix(t, "%"); ok {
-		v, err := strconv.ParseFloat(strings.TrimSpace(p), 64)
-		if err != nil || v < 0 || v > 100 {
-			return 0, false, fmt.Errorf("--max-drop %q: want a percentage between 0%% and 100%%", s)
-		}
-		return v / 100, true, nil
+// checkWritableDir checks that dir is an existing folder in which a file can
+// be created, by creating and removing one.
+func checkWritableDir(dir string) error {
+	fi, err := os.Stat(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("the folder %s does not exist", dir)
 	}
-	v, err := strconv.ParseFloat(t, 64)
-	if err != nil || v < 0 {
-		return 0, false, fmt.Errorf("--max-drop %q: want a non-negative number of tokens per forward (e.g. 0.2) or a percentage (e.g. 5%%)", s)
+	if err != nil {
+		return err
 	}
-	return v, false, nil
+	if !fi.IsDir() {
+		return fmt.Errorf("%s is not a folder", dir)
+	}
+	f, err := os.CreateTemp(dir, ".drafter-eval-check-*")
+	if err != nil {
+		return fmt.Errorf("cannot write in the folder %s: %w", dir, err)
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
 }

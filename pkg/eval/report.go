@@ -40,6 +40,13 @@ type Report struct {
 	Acceptance string `json:"acceptance"`
 	Lossy      bool   `json:"lossy"`
 	Prompts    int    `json:"prompts"`
+	// PromptFile is the prompt file (--prompts), PromptSHA256 its bytes'
+	// SHA-256 and Limit the --limit used (0: all prompts), filled by the
+	// caller: a baseline report must have been measured on the same prompts.
+	// Reports of older drafters lack the hash.
+	PromptFile   string `json:"prompt_file,omitempty"`
+	PromptSHA256 string `json:"prompt_sha256,omitempty"`
+	Limit        int    `json:"limit"`
 
 	// MeanAcceptLength is the tokens committed per verification forward,
 	// the target's own token included (τ).
@@ -359,7 +366,7 @@ func ReadReport(path string) (*Report, error) {
 
 func writeFileAtomic(path string, data []byte) error {
 	if err := atomicfile.WriteFile(path, data); err != nil {
-		return fmt.Errorf("eval: writing %s: %w", path, err)
+		return fmt.Errorf("eval: %w", err) // atomicfile names the file
 	}
 	return nil
 }

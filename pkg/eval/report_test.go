@@ -44,40 +44,6 @@ func TestGateCheck(t *testing.T) {
 	}
 }
 
-func TestParseFlags(t *testing.T) {
-	if d, rel, err := ParseDrop("0.25"); err != nil || d != 0.25 || rel {
-		t.Fatalf("0.25: %v %v %v", d, rel, err)
-	}
-	if d, rel, err := ParseDrop("5%"); err != nil || d != 0.05 || !rel {
-		t.Fatalf("5%%: %v %v %v", d, rel, err)
-	}
-	for _, bad := range []string{"-1", "x", "150%", ""} {
-		if _, _, err := ParseDrop(bad); err == nil {
-			t.Errorf("ParseDrop(%q) accepted", bad)
-		}
-	}
-	if tp, err := ParseTypical("0.09, 0.3"); err != nil || tp.Epsilon != 0.09 || tp.Alpha != 0.3 {
-		t.Fatalf("typical: %+v %v", tp, err)
-	}
-	for _, bad := range []string{"0.09", "a,b", ""} {
-		if _, err := ParseTypical(bad); err == nil {
-			t.Errorf("ParseTypical(%q) accepted", bad)
-		}
-	}
-	c, err := ParseTree("[[0],[1],[0,0]]")
-	if err != nil || len(c) != 3 {
-		t.Fatalf("inline tree: %v %v", c, err)
-	}
-	f := filepath.Join(t.TempDir(), "tree.json")
-	os.WriteFile(f, []byte("[[0],[0,0],[0,0,0]]\n"), 0o644)
-	if c, err := ParseTree(f); err != nil || c.Depth() != 3 {
-		t.Fatalf("tree file: %v %v", c, err)
-	}
-	if _, err := ParseTree("[[0,0]]"); err == nil {
-		t.Fatal("a tree missing a prefix was accepted")
-	}
-}
-
 // TestConfigErrors: settings that do not fit the drafter are ConfigErrors.
 func TestConfigErrors(t *testing.T) {
 	m := loadTarget(t)

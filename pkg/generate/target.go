@@ -138,12 +138,17 @@ func (t *Target) TemplateHash() string {
 // tokenized with the post-processor (BOS where the tokenizer adds one).
 func (t *Target) EncodePrompt(p data.Prompt) ([]int, error) {
 	if p.IsChat() {
+		// Line is 0 for a prompt that comes from no file (drafter generate).
+		where := ""
+		if p.Line > 0 {
+			where = fmt.Sprintf(" line %d:", p.Line)
+		}
 		if t.Template == nil {
-			return nil, fmt.Errorf("generate: line %d: %w", p.Line, data.ErrNoChatTemplate)
+			return nil, fmt.Errorf("generate:%s %w", where, data.ErrNoChatTemplate)
 		}
 		text, err := data.Render(p, t.Template)
 		if err != nil {
-			return nil, fmt.Errorf("generate: line %d: %w", p.Line, err)
+			return nil, fmt.Errorf("generate:%s %w", where, err)
 		}
 		return t.Tok.Encode(text, false), nil
 	}
@@ -164,6 +169,35 @@ func (t *Target) IsStop(id int) bool {
 type Overrides struct {
 	Temperature, TopP, MinP *float64
 	TopK, MaxNewTokens      *int
+}
+
+// OverrideError is an override the model cannot take (a --max-new-tokens
+// that leaves no room for a prompt in its context): a command-line mistake,
+// unlike an invalid generation_config.json.
+type OverrideError struct{ Err error }
+
+// Error describes the failure.
+func (e *OverrideError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the underlying error.
+func (e *OverrideError) Unwrap() error { return e.Err }
+
+// params returns the sampling overrides given, zero (disabled) elsewhere.
+func (o Overrides) params() sample.Params {
+	var p sample.Params
+	if o.Temperature != nil {
+		p.Temperature = *o.Temperature
+	}
+	if o.TopP != nil {
+		p.TopP = *o.TopP
+	}
+	if o.TopK != nil {
+		p.TopK = *o.TopK
+	}
+	if o.MinP != nil {
+		p.MinP = *o.MinP
+	}
+	return p
 }
 
 // Settings are resolved generation settings.
@@ -215,6 +249,11 @@ func (t *Target) Settings(o Overrides) (Settings, error) {
 		}
 		s.MaxNewTokens, s.MaxLength = g.MaxNewTokens, g.MaxLength
 	}
+	// An override out of range is refused even where greedy decoding would
+	// ignore it: --top-p 2 is a mistake at any temperature.
+	if err := o.params().Validate(); err != nil {
+		return s, &OverrideError{fmt.Errorf("generate: %w", err)}
+	}
 	if o.Temperature != nil {
 		s.Params.Temperature = *o.Temperature
 	}
@@ -229,11 +268,11 @@ func (t *Target) Settings(o Overrides) (Settings, error) {
 	}
 	if o.MaxNewTokens != nil {
 		if *o.MaxNewTokens <= 0 {
-			return s, fmt.Errorf("generate: --max-new-tokens %d: want a positive count", *o.MaxNewTokens)
+			return s, &OverrideError{fmt.Errorf("generate: --max-new-tokens %d: want a positive count", *o.MaxNewTokens)}
 		}
 		s.MaxNewTokens, s.Explicit = *o.MaxNewTokens, true
 		if s.MaxNewTokens >= t.Model.MaxPositions() {
-			return s, fmt.Errorf("generate: --max-new-tokens %d leaves no room for a prompt in the model's context of %d tokens", s.MaxNewTokens, t.Model.MaxPositions())
+			return s, &OverrideError{fmt.Errorf("generate: --max-new-tokens %d leaves no room for a prompt in the model's context of %d tokens", s.MaxNewTokens, t.Model.MaxPositions())}
 		}
 	}
 	if s.Params.Greedy() {

@@ -1,7 +1,7 @@
 package inspect
 
 import (
-	"fmt"
+	"errors"
 
 	"github.com/drafter-ai/drafter/pkg/chat"
 	"github.com/drafter-ai/drafter/pkg/tokenizer"
@@ -17,6 +17,10 @@ type Tokenized struct {
 	// positions that are assistant content (the loss mask), end-of-turn included.
 	AssistantSpans [][2]int `json:"assistant_spans,omitempty"`
 }
+
+// ErrNoChatTemplate is returned by TokenizeChat for a model without a chat
+// template.
+var ErrNoChatTemplate = errors.New("the model has no chat template")
 
 // Tokenizer loads the tokenizer and the chat template of dir, which may be a
 // whole checkpoint or a folder with only tokenizer.json and tokenizer_config.json.
@@ -46,7 +50,7 @@ func Tokenize(tok *tokenizer.Tokenizer, text string, special bool) Tokenized {
 // added. It returns the assistant spans in token positions.
 func TokenizeChat(tok *tokenizer.Tokenizer, tmpl *chat.Template, msgs []chat.Message) (Tokenized, error) {
 	if tmpl == nil {
-		return Tokenized{}, fmt.Errorf("inspect: the model has no chat template; tokenize raw text instead")
+		return Tokenized{}, ErrNoChatTemplate
 	}
 	text, spans, err := tmpl.AssistantSpans(msgs)
 	if err != nil {

@@ -100,12 +100,32 @@ func (t *Target) EAGLE3Target() (*eagle3.Target, error) {
 	return &eagle3.Target{Geometry: g, Embed: t.Embed, LMHead: t.LMHead}, nil
 }
 
+// LayerError is a set of EAGLE-3 feature layers the target cannot use: an
+// index outside [1, L], or not 3 of them. FromOverride tells whether the
+// layers were the caller's (the --layers flag) rather than the target's
+// defaults.
+type LayerError struct {
+	FromOverride bool
+	Err          error
+}
+
+// Error describes the failure.
+func (e *LayerError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the underlying error.
+func (e *LayerError) Unwrap() error { return e.Err }
+
 // FeatureLayers returns the three Hugging Face hidden_states indices EAGLE-3
 // fuses: override when given (it must hold 3), else drafter's defaults for
 // the target (checkpoint.Config.EAGLE3DraftLayers: 2, L/2, L-3 from 7 layers
 // up). It reports whether they are the engines' defaults (2, L/2, L-3),
 // which an export may leave unwritten, and refuses indices outside [1, L]
-// (0 is the embedding output, L the last layer's output).
+// (0 is the embedding output, L the last layer's output) with a *LayerError.
+//
+// It takes the override's order as given: the engines' own defaults repeat a
+// layer below 7 layers (2, 2, 2 for 5), and a caller may train on them.
+// drafter train refuses --layers that are not ascending and distinct, since
+// the serving engines gather the states in ascending order, each once.
 func (t *Target) FeatureLayers(override []int) (layers [3]int, isDefault bool, err error) {
 	def := t.Config.EAGLE3Layers()
 	L := t.Config.NumLayers
@@ -114,7 +134,7 @@ func (t *Target) FeatureLayers(override []int) (layers [3]int, isDefault bool, e
 		isDefault = layers == def
 	} else {
 		if len(override) != 3 {
-			return layers, false, fmt.Errorf("train: --layers for eagle3 takes 3 Hugging Face hidden_states indices (low,mid,high), got %d: %v", len(override), override)
+			return layers, false, &LayerError{true, fmt.Errorf("train: --layers for eagle3 takes 3 Hugging Face hidden_states indices (low,mid,high), got %d: %v", len(override), override)}
 		}
 		copy(layers[:], override)
 		isDefault = layers == def
@@ -125,8 +145,8 @@ func (t *Target) FeatureLayers(override []int) (layers [3]int, isDefault bool, e
 			if override != nil {
 				src = "--layers"
 			}
-			return layers, false, fmt.Errorf("train: EAGLE-3 %s feature layer is hidden_states index %d from %s, outside [1, %d] for this %d-layer target (0 is the embedding output)%s",
-				featureName(c), k, src, L, L, smallModelHint(L, override))
+			return layers, false, &LayerError{override != nil, fmt.Errorf("train: EAGLE-3 %s feature layer is hidden_states index %d from %s, outside [1, %d] for this %d-layer target (0 is the embedding output)%s",
+				featureName(c), k, src, L, L, smallModelHint(L, override))}
 		}
 	}
 	return layers, isDefault, nil

@@ -1,0 +1,256 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+
+	"github.com/drafter-ai/drafter/train/eagle3"
+	"github.com/drafter-ai/drafter/train/medusa"
+	"github.com/drafter-ai/drafter/train/run"
+)
+
+// trainOpts parses a drafter train command line without running it and
+// returns the options it would train with.
+func trainOpts(t *testing.T, args ...string) *trainOptions {
+	t.Helper()
+	var got *trainOptions
+	r := runCLI(t, func(o any) error { got = o.(*trainOptions); return nil }, args...)
+	if r.code != exitOK || got == nil {
+		t.Fatalf("drafter %s: exit %d: %s", strings.Join(args, " "), r.code, r.msg)
+	}
+	return got
+}
+
+func TestTrainDefaults(t *testing.T) {
+	// Flags left out keep the trainer defaults, in every spelling.
+	for _, args := range [][]string{byMedusa, medusaArgs} {
+		o := trainOpts(t, args...).Run
+		if !reflect.DeepEqual(o.Medusa, medusa.DefaultConfig()) || o.Method != run.MethodMedusa {
+			t.Errorf("%v: medusa config %+v, want DefaultConfig %+v", args, o.Medusa, medusa.DefaultConfig())
+		}
+		if o.Progress == nil {
+			t.Errorf("%v: progress writer dropped without --quiet", args)
+		}
+	}
+	for _, args := range [][]string{byEAGLE3, eagle3Args} {
+		o := trainOpts(t, with(args, "--quiet")...).Run
+		if !reflect.DeepEqual(o.EAGLE3, eagle3.DefaultConfig()) || o.Layers != nil || o.Format != "" || o.Progress != nil || o.Method != run.MethodEAGLE3 {
+			t.Errorf("%v: eagle3 options %+v, want DefaultConfig %+v and no progress", args, o, eagle3.DefaultConfig())
+		}
+	}
+	// --batch-tokens does not bound --max-length: a longer sample trains as
+	// a batch of its own.
+	e := eagle3.DefaultConfig()
+	o := trainOpts(t, with(byEAGLE3, "--batch-tokens", "64", "--max-length", "4096")...).Run
+	if o.EAGLE3.MaxLength != 4096 || o.EAGLE3.BatchTokens != 64 {
+		t.Errorf("--batch-tokens 64 --max-length 4096: max length %d, batch %d; want 4096, 64", o.EAGLE3.MaxLength, o.EAGLE3.BatchTokens)
+	}
+	o = trainOpts(t, with(eagle3Args, "--batch-tokens", "64")...).Run
+	if o.EAGLE3.MaxLength != e.MaxLength || o.EAGLE3.BatchTokens != 64 {
+		t.Errorf("--batch-tokens 64: max length %d, batch %d; want %d, 64", o.EAGLE3.MaxLength, o.EAGLE3.BatchTokens, e.MaxLength)
+	}
+}
+
+// TestTrainMapping: every flag lands in its trainer setting, and the two
+// spellings of the same settings give the same options.
+func TestTrainMapping(t *testing.T) {
+	common := []string{"--lr", "3e-3", "--weight-decay", "0.1", "--epochs", "9", "--max-steps", "50", "--patience", "0", "--batch-tokens", "512",
+		"--val-fraction", "0.1", "--eval-every", "25", "--checkpoint-every", "10", "--seed", "0"}
+	medusaFlags := append([]string{"--heads", "3", "--shared-lm-head", "--head-decay", "1", "--dtype", "bf16"}, common...)
+	byMethod := trainOpts(t, append(with(byMedusa, "--layers", "2", "--warmup", "17"), medusaFlags...)...).Run
+	sub := trainOpts(t, append(with(medusaArgs, "--blocks", "2", "--warmup-steps", "17"), medusaFlags...)...).Run
+	want := medusa.DefaultConfig()
+	want.Heads, want.Layers, want.SharedLMHead, want.Decay, want.LR, want.WeightDecay, want.WarmupSteps = 3, 2, true, 1, 3e-3, 0.1, 17
+	want.MaxEpochs, want.MaxSteps, want.Patience, want.BatchTokens, want.HeldOut, want.EvalEvery, want.CheckpointEvery, want.Seed = 9, 50, 0, 512, 0.1, 25, 10, 0
+	if !reflect.DeepEqual(byMethod.Medusa, want) || byMethod.DType != "BF16" {
+		t.Errorf("medusa config = %+v dtype %s, want %+v BF16", byMethod.Medusa, byMethod.DType, want)
+	}
+	sameSettings(t, byMethod, sub)
+
+	eagle3Flags := []string{"--layers", "1, 3,4", "--ttt-steps", "3", "--ttt-decay", "0.5", "--draft-vocab", "100", "--intermediate", "96",
+		"--target-temperature", "0.7", "--max-length", "64", "--format", "speculators", "--lr", "1e-3", "--warmup", "0", "--clip-norm", "0",
+		"--patience", "0", "--epochs", "5", "--max-steps", "40", "--eval-every", "7", "--val-fraction", "0.2", "--seed", "4"}
+	byMethod = trainOpts(t, append(byEAGLE3, eagle3Flags...)...).Run
+	sub = trainOpts(t, append(eagle3Args, eagle3Flags...)...).Run
+	we := eagle3.DefaultConfig()
+	we.Steps, we.StepDecay, we.DraftVocab, we.MaxLength, we.LR, we.WarmupFrac, we.ClipNorm, we.Patience = 3, 0.5, 100, 64, 1e-3, 0, 0, 0
+	we.Epochs, we.MaxSteps, we.EvalEvery, we.EvalFraction, we.Seed, we.Intermediate, we.TargetTemperature = 5, 40, 7, 0.2, 4, 96, 0.7
+	if !reflect.DeepEqual(byMethod.EAGLE3, we) || !reflect.DeepEqual(byMethod.Layers, []int{1, 3, 4}) || byMethod.Format != "speculators" {
+		t.Errorf("eagle3 options = %+v layers %v format %q, want %+v [1 3 4] speculators", byMethod.EAGLE3, byMethod.Layers, byMethod.Format, we)
+	}
+	sameSettings(t, byMethod, sub)
+}
+
+// sameSettings fails unless a and b train the same drafter: they may differ
+// only in the arguments recorded as typed.
+func sameSettings(t *testing.T, a, b run.Options) {
+	t.Helper()
+	a.Args, b.Args = nil, nil
+	a.Progress, b.Progress = nil, nil
+	if !reflect.DeepEqual(a, b) {
+		t.Errorf("the two spellings differ:\n%+v\n%+v", a, b)
+	}
+}
+
+// TestTrainHelpQuotesTrainerDefaults: the help texts quote the trainers' own
+// defaults, for both methods under --method and for each subcommand.
+func TestTrainHelpQuotesTrainerDefaults(t *testing.T) {
+	m, e := medusa.DefaultConfig(), eagle3.DefaultConfig()
+	lookup := func(path ...string) *cobra.Command {
+		c, _, err := newRootCmd(nil).Find(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	for _, c := range []struct {
+		cmd  *cobra.Command
+		flag string
+		text string
+	}{
+		{lookup("train"), "lr", fmt.Sprintf("medusa %v, eagle3 %v", m.LR, e.LR)},
+		{lookup("train"), "epochs", fmt.Sprintf("medusa %s, eagle3 %v", medusaAuto(m.MaxEpochs, "enough epochs to see 1.5M positions, 2 to 40"), e.Epochs)},
+		{lookup("train"), "patience", fmt.Sprintf("medusa %v, eagle3 %v", m.Patience, e.Patience)},
+		{lookup("train"), "clip-norm", fmt.Sprintf("medusa %v, eagle3 %v", m.ClipNorm, e.ClipNorm)},
+		{lookup("train"), "warmup", fmt.Sprintf("(default %g)", e.WarmupFrac)},
+		{lookup("train"), "max-length", fmt.Sprintf("(default %d)", e.MaxLength)},
+		{lookup("train", "medusa"), "lr", fmt.Sprintf("(default %v)", m.LR)},
+		{lookup("train", "medusa"), "warmup-steps", "2% of the scheduled steps"},
+		{lookup("train", "eagle3"), "lr", fmt.Sprintf("(default %v)", e.LR)},
+		{lookup("train", "eagle3"), "patience", fmt.Sprintf("(default %v)", e.Patience)},
+	} {
+		if u := c.cmd.Flags().Lookup(c.flag).Usage; !strings.Contains(u, c.text) {
+			t.Errorf("%s --%s help %q does not quote %q", c.cmd.CommandPath(), c.flag, u, c.text)
+		}
+	}
+	for path, def := range map[string]string{"train ttt-steps": fmt.Sprint(e.Steps), "train eagle3 ttt-steps": fmt.Sprint(e.Steps),
+		"train medusa blocks": fmt.Sprint(m.Layers), "train medusa heads": fmt.Sprint(m.Heads), "train eagle3 warmup": fmt.Sprint(e.WarmupFrac)} {
+		f := strings.Fields(path)
+		if d := lookup(f[:len(f)-1]...).Flags().Lookup(f[len(f)-1]).DefValue; d != def {
+			t.Errorf("%s default %s, want %s", path, d, def)
+		}
+	}
+	var help bytes.Buffer
+	c := lookup("train")
+	c.SetOut(&help)
+	c.Help()
+	if !strings.Contains(help.String(), "the subcommands are preferred") {
+		t.Errorf("drafter train --help does not point to the subcommands:\n%s", help.String())
+	}
+}
+
+const testModel = "../../models/stories260k"
+
+// distillCapture runs drafter distill on a few prompts into a new folder and
+// returns it.
+func distillCapture(t *testing.T, prompts int, extra ...string) string {
+	t.Helper()
+	tmp := t.TempDir()
+	src, err := os.ReadFile("../../data/prompts/stories-train.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitAfterN(string(src), "\n", prompts+1)
+	p := filepath.Join(tmp, "prompts.jsonl")
+	if err := os.WriteFile(p, []byte(strings.Join(lines[:prompts], "")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(tmp, "capture")
+	args := append([]string{"distill", "--model", testModel, "--prompts", p, "--out", out, "--max-new-tokens", "24", "--quiet"}, extra...)
+	if r := runCLI(t, nil, args...); r.code != exitOK {
+		t.Fatalf("distill: exit %d: %s", r.code, r.msg)
+	}
+	return out
+}
+
+// TestTrainSpellingsShareArgsFile trains with both spellings of the same
+// settings and compares the train_args.json a resume checks, byte for byte;
+// then each spelling resumes the other's run.
+func TestTrainSpellingsShareArgsFile(t *testing.T) {
+	data := distillCapture(t, 8)
+	tmp := t.TempDir()
+	for _, c := range []struct {
+		method            string
+		byMethod, subArgs []string
+	}{
+		{"medusa", []string{"--layers", "1", "--warmup", "3", "--heads", "2"}, []string{"--blocks", "1", "--warmup-steps", "3", "--heads", "2"}},
+		{"eagle3", []string{"--layers", "1,3,5", "--warmup", "0.1", "--draft-vocab", "64"}, []string{"--layers", "1,3,5", "--warmup", "0.1", "--draft-vocab", "64"}},
+	} {
+		outA, outB := filepath.Join(tmp, c.method+"-by-method"), filepath.Join(tmp, c.method+"-sub")
+		base := []string{"--model", testModel, "--data", data, "--max-steps", "2", "--quiet"}
+		a := append(append([]string{"train", "--method", c.method, "--out", outA}, base...), c.byMethod...)
+		b := append(append([]string{"train", c.method, "--out", outB}, base...), c.subArgs...)
+		for _, args := range [][]string{a, b} {
+			if r := runCLI(t, nil, args...); r.code != exitOK {
+				t.Fatalf("drafter %s: exit %d: %s", strings.Join(args, " "), r.code, r.msg)
+			}
+		}
+		ja, err := os.ReadFile(filepath.Join(outA, run.ArgsFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		jb, err := os.ReadFile(filepath.Join(outB, run.ArgsFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(ja, jb) {
+			t.Errorf("%s: train_args.json differs between the spellings:\n%s\n%s", c.method, ja, jb)
+		}
+		// Each spelling resumes the other's run: the settings are the same.
+		a[4], b[3] = outB, outA
+		for _, args := range [][]string{a, b} {
+			if r := runCLI(t, nil, append(args, "--resume")...); r.code != exitOK {
+				t.Errorf("drafter %s --resume: exit %d: %s", strings.Join(args, " "), r.code, r.msg)
+			}
+		}
+		// A different setting is still refused on resume.
+		if r := runCLI(t, nil, append(b, "--resume", "--lr", "0.5")...); r.code != exitError || !strings.Contains(r.msg, "different settings") {
+			t.Errorf("%s: resume with another --lr: exit %d: %s", c.method, r.code, r.msg)
+		}
+	}
+}
+
+// TestTrainLayersBeyondDepth: --layers past the model's depth is found once
+// the model is read, and is still a command-line mistake.
+func TestTrainLayersBeyondDepth(t *testing.T) {
+	data := distillCapture(t, 2)
+	for _, args := range [][]string{
+		{"train", "eagle3", "--layers", "1,3,9"},
+		{"train", "--method", "eagle3", "--layers", "1,3,9"},
+	} {
+		args = append(args, "--model", testModel, "--data", data, "--out", filepath.Join(t.TempDir(), "out"), "--quiet")
+		r := runCLI(t, nil, args...)
+		if r.code != exitUsage || !strings.Contains(r.msg, "index 9") || !strings.Contains(r.msg, "outside [1, 5]") {
+			t.Errorf("drafter %s: exit %d: %s; want %d and the index outside [1, 5]", strings.Join(args, " "), r.code, r.msg, exitUsage)
+		}
+	}
+}
+
+// TestTrainIncompleteCapture: an interrupted capture is refused with the way
+// to finish it: rerun the command that made it (distill has no --resume).
+func TestTrainIncompleteCapture(t *testing.T) {
+	data := distillCapture(t, 2)
+	p := filepath.Join(data, "manifest.json")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nb := bytes.Replace(b, []byte(`"complete": true`), []byte(`"complete": false`), 1)
+	if bytes.Equal(nb, b) {
+		t.Fatal("manifest.json holds no \"complete\": true")
+	}
+	if err := os.WriteFile(p, nb, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := runCLI(t, nil, "train", "medusa", "--model", testModel, "--data", data, "--out", filepath.Join(t.TempDir(), "out"), "--quiet")
+	if r.code != exitError || !strings.Contains(r.msg, "incomplete") || !strings.Contains(r.msg, "rerun the same drafter distill command") || strings.Contains(r.msg, "--resume") {
+		t.Errorf("train on an incomplete capture: exit %d: %s", r.code, r.msg)
+	}
+}
