@@ -53,6 +53,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -422,7 +423,7 @@ func Run(ctx context.Context, t *generate.Target, opt Options) (*Summary, error)
 				return err
 			}
 			if err := w.Write(capture.Sample{ID: it.id, Tokens: tok32, LossMask: mask, States: d.States}); err != nil {
-				return fmt.Errorf("distill: prompt line %d: %w", it.prompt.Line, err)
+				return promptError(opt.Prompts, it, err)
 			}
 			writeTime += time.Since(t0)
 			if bar != nil {
@@ -432,6 +433,10 @@ func Run(ctx context.Context, t *generate.Target, opt Options) (*Summary, error)
 			}
 			return nil
 		})
+		var je *generate.JobError
+		if errors.As(err, &je) {
+			err = promptError(opt.Prompts, &items[b0+je.Job], err)
+		}
 		if err != nil {
 			return fail(err)
 		}
@@ -458,6 +463,13 @@ func Run(ctx context.Context, t *generate.Target, opt Options) (*Summary, error)
 		sum.WriteText(opt.Progress)
 	}
 	return sum, nil
+}
+
+// promptError names the prompt (file and line) and the sample a failure
+// happened on: a model that produces NaN or infinity fails on some inputs
+// only, and the user needs to know which.
+func promptError(file string, it *item, err error) error {
+	return fmt.Errorf("distill: %s line %d (sample %d): %w", file, it.prompt.Line, it.id, err)
 }
 
 // WriteText prints the summary for people.
