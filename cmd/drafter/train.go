@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/drafter-ai/drafter/pkg/filecache"
 	"github.com/drafter-ai/drafter/train/run"
 )
 
@@ -57,6 +58,7 @@ is identical to an uninterrupted run. A resume with different settings is refuse
 			if err != nil {
 				return err
 			}
+			opt.Cache = filecache.New(filecache.Dir(os.Getenv(filecache.EnvDir)))
 			res, err := run.Run(cmd.Context(), opt)
 			if err != nil {
 				return err
