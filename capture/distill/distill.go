@@ -10,6 +10,8 @@
 //	responses.jsonl     one line per sample, in sample order (Response)
 //	manifest.json       the capture manifest (package capture)
 //	shard-NNNNN.arrow   the hidden states, one row per position
+//	.drafter.lock       while a run writes here (package outlock): a second
+//	                    run into the same directory is refused
 //
 // # Samples and randomness
 //
@@ -70,6 +72,7 @@ import (
 	"github.com/drafter-ai/drafter/data"
 	"github.com/drafter-ai/drafter/pkg/generate"
 	"github.com/drafter-ai/drafter/pkg/model"
+	"github.com/drafter-ai/drafter/pkg/outlock"
 )
 
 // ResponsesName is the responses file inside the output directory.
@@ -252,6 +255,11 @@ func Run(ctx context.Context, t *generate.Target, opt Options) (*Summary, error)
 	case opt.Out == "":
 		return nil, fmt.Errorf("distill: no output directory")
 	}
+	lock, err := outlock.Acquire(opt.Out, "drafter distill")
+	if err != nil {
+		return nil, fmt.Errorf("distill: %w", err)
+	}
+	defer lock.Release()
 	m := t.Model
 	L := m.NumLayers()
 	layers, err := Layers(t.Config.EAGLE3DraftLayers(), L, opt.Layers)

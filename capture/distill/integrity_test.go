@@ -2,15 +2,19 @@ package distill
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/drafter-ai/drafter/pkg/generate"
 	"github.com/drafter-ai/drafter/pkg/model"
+	"github.com/drafter-ai/drafter/pkg/outlock"
 )
 
 // A checkpoint that produces NaN on one prompt stops distill with an error
@@ -94,5 +98,58 @@ func TestNaNStateRefusedByCapture(t *testing.T) {
 	_, err = Capture(context.Background(), nan, CaptureOptions{Conversations: conv, Out: filepath.Join(dir, "c"), Layers: []int{0, 2}})
 	if err == nil || !strings.Contains(err.Error(), "record 2: capture: sample 1 position 2 column hidden_0 (element 5 of 64): the model produced NaN") {
 		t.Fatalf("NaN state: %v", err)
+	}
+}
+
+// gate is a progress writer that holds up the run writing to it first until
+// the test lets it go.
+type gate struct {
+	once             sync.Once
+	started, proceed chan struct{}
+}
+
+func (g *gate) Write(p []byte) (int, error) {
+	g.once.Do(func() { close(g.started); <-g.proceed })
+	return len(p), nil
+}
+
+// Two distills (or a distill and a capture) into one --out: the second fails
+// at once naming the first, even with --force, and the first completes
+// exactly as if it had been alone.
+func TestConcurrentDistillsOneOut(t *testing.T) {
+	tg := loadStories(t)
+	dir := t.TempDir()
+	ref := baseOptions(promptFile(t, dir), filepath.Join(dir, "ref"))
+	if _, err := Run(context.Background(), tg, ref); err != nil {
+		t.Fatal(err)
+	}
+	first := ref
+	first.Out = filepath.Join(dir, "out")
+	g := &gate{started: make(chan struct{}), proceed: make(chan struct{})}
+	first.Progress = g
+	done := make(chan error, 1)
+	go func() {
+		_, err := Run(context.Background(), tg, first)
+		done <- err
+	}()
+	<-g.started
+	second := ref
+	second.Out, second.Force = first.Out, true
+	_, err := Run(context.Background(), tg, second)
+	var be *outlock.BusyError
+	if !errors.As(err, &be) || !strings.HasPrefix(err.Error(), "distill: "+first.Out+` is in use by "drafter distill" (pid `) {
+		t.Fatalf("second distill into the same --out: %v", err)
+	}
+	_, err = Capture(context.Background(), tg, CaptureOptions{Conversations: ref.Prompts, Out: first.Out, Force: true})
+	if !errors.As(err, &be) || !strings.HasPrefix(err.Error(), "capture: "+first.Out+` is in use by "drafter distill"`) {
+		t.Fatalf("capture into a distill's --out: %v", err)
+	}
+	close(g.proceed)
+	if err := <-done; err != nil {
+		t.Fatalf("first distill: %v", err)
+	}
+	compareDirs(t, ref.Out, first.Out)
+	if _, err := os.Stat(filepath.Join(first.Out, outlock.FileName)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("lock file left after the run: %v", err)
 	}
 }

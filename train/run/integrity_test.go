@@ -7,16 +7,19 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/x448/float16"
 
 	"github.com/drafter-ai/drafter/capture"
 	"github.com/drafter-ai/drafter/pkg/filecache"
+	"github.com/drafter-ai/drafter/pkg/outlock"
 )
 
 // noStepTaken fails the test when out holds anything a training step writes.
@@ -146,5 +149,84 @@ func TestTrainVerifyCache(t *testing.T) {
 		if !strings.Contains(progress.String(), c.want) {
 			t.Fatalf("run %d (VerifyData %v): progress %q, want %q", i+1, c.verify, progress.String(), c.want)
 		}
+	}
+}
+
+// gate is a progress writer that holds up the run writing to it first until
+// the test lets it go.
+type gate struct {
+	once             sync.Once
+	started, proceed chan struct{}
+}
+
+func newGate() *gate { return &gate{started: make(chan struct{}), proceed: make(chan struct{})} }
+
+func (g *gate) Write(p []byte) (int, error) {
+	g.once.Do(func() { close(g.started); <-g.proceed })
+	return len(p), nil
+}
+
+// metricSteps returns the "step" of every line of metrics.jsonl.
+func metricSteps(t *testing.T, out string) []int {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(out, "metrics.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var steps []int
+	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		var m struct{ Step int }
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("metrics.jsonl line %q: %v", line, err)
+		}
+		steps = append(steps, m.Step)
+	}
+	return steps
+}
+
+// Two trainings into one --out: the second fails at once naming the first,
+// which completes exactly as if it had been alone.
+func TestConcurrentTrainsOneOut(t *testing.T) {
+	fp := fingerprint(t)
+	tmp := t.TempDir()
+	dir := filepath.Join(tmp, "cap")
+	writeCapture(t, dir, fp, distil(t, 12), []int{1, 3, 5}, true)
+	opt := Options{Method: MethodMedusa, Model: modelDir, Data: []string{dir}, Medusa: smallMedusa()}
+	ref := opt
+	ref.Out = filepath.Join(tmp, "ref")
+	if _, err := Run(context.Background(), ref); err != nil {
+		t.Fatal(err)
+	}
+
+	first := opt
+	first.Out = filepath.Join(tmp, "out")
+	g := newGate()
+	first.Progress = g
+	done := make(chan error, 1)
+	go func() {
+		_, err := Run(context.Background(), first)
+		done <- err
+	}()
+	<-g.started
+	second := opt
+	second.Out = first.Out
+	_, err := Run(context.Background(), second)
+	var be *outlock.BusyError
+	if !errors.As(err, &be) || !strings.Contains(err.Error(), first.Out+` is in use by "drafter train" (pid `) ||
+		!strings.Contains(err.Error(), "wait for it to finish, or use another --out") {
+		t.Fatalf("second training into the same --out: %v", err)
+	}
+	close(g.proceed)
+	if err := <-done; err != nil {
+		t.Fatalf("first training: %v", err)
+	}
+	if got, want := metricSteps(t, first.Out), metricSteps(t, ref.Out); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("metrics.jsonl steps %v, want %v as in a training alone", got, want)
+	}
+	if got, want := sha(t, filepath.Join(first.Out, "vllm", "model.safetensors")), sha(t, filepath.Join(ref.Out, "vllm", "model.safetensors")); got != want {
+		t.Fatal("the exported heads differ from a training alone")
+	}
+	if _, err := os.Stat(filepath.Join(first.Out, outlock.FileName)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("lock file left after the training: %v", err)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/drafter-ai/drafter/capture"
 	"github.com/drafter-ai/drafter/pkg/atomicfile"
 	"github.com/drafter-ai/drafter/pkg/filecache"
+	"github.com/drafter-ai/drafter/pkg/outlock"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 	"github.com/drafter-ai/drafter/train/eagle3"
@@ -106,6 +107,11 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	if opt.Model == "" || opt.Out == "" {
 		return nil, errors.New("train: --model and --out are required")
 	}
+	lock, err := outlock.Acquire(opt.Out, "drafter train")
+	if err != nil {
+		return nil, fmt.Errorf("train: %w", err)
+	}
+	defer lock.Release()
 	be := opt.Backend
 	if be == nil {
 		be = tensor.CPU()
