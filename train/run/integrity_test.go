@@ -20,6 +20,7 @@ import (
 	"github.com/drafter-ai/drafter/capture"
 	"github.com/drafter-ai/drafter/pkg/filecache"
 	"github.com/drafter-ai/drafter/pkg/outlock"
+	"github.com/drafter-ai/drafter/pkg/safetensors"
 )
 
 // noStepTaken fails the test when out holds anything a training step writes.
@@ -228,5 +229,77 @@ func TestConcurrentTrainsOneOut(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(first.Out, outlock.FileName)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("lock file left after the training: %v", err)
+	}
+}
+
+// A training checkpoint with 400 changed bytes is refused on --resume,
+// naming the file and what to do, instead of training on (and exporting) the
+// damaged weights; the untouched copy resumes.
+func TestResumeRefusesDamagedCheckpoint(t *testing.T) {
+	fp := fingerprint(t)
+	dir := filepath.Join(t.TempDir(), "cap")
+	writeCapture(t, dir, fp, distil(t, 12), []int{1, 3, 5}, true)
+	o := Options{Method: MethodMedusa, Model: modelDir, Data: []string{dir}, Out: filepath.Join(t.TempDir(), "out"), Medusa: smallMedusa()}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	o.Progress = &cancelOn{text: "eval ", cancel: cancel}
+	if _, err := Run(ctx, o); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled run: %v", err)
+	}
+	ckpt := filepath.Join(o.Out, CheckpointFile)
+	good, err := os.ReadFile(ckpt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := append([]byte(nil), good...)
+	start := 8 + int(binary.LittleEndian.Uint64(bad[:8]))
+	for i := start + 1000; i < start+1400; i++ {
+		bad[i] = 0x7f // 0x7f7f7f7f is 3.4e38
+	}
+	if err := os.WriteFile(ckpt, bad, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o.Progress, o.Resume = nil, true
+	_, err = Run(context.Background(), o)
+	if err == nil || !strings.Contains(err.Error(), ckpt+" is damaged") || !strings.Contains(err.Error(), "delete it to start the run over") {
+		t.Fatalf("resume from a damaged checkpoint: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(o.Out, "vllm")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatal("a drafter was exported from the damaged checkpoint")
+	}
+	// The untouched checkpoint, as an older drafter wrote it (no checksum),
+	// resumes with a note.
+	if err := os.WriteFile(ckpt, good, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	set, err := safetensors.Open(ckpt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := set.Metadata()["sha256"]; !ok {
+		t.Fatal("the checkpoint records no sha256")
+	}
+	md := map[string]string{}
+	for k, v := range set.Metadata() {
+		if k != "sha256" {
+			md[k] = v
+		}
+	}
+	var ts []safetensors.Tensor
+	for _, n := range set.Names() {
+		raw, info, _ := set.Raw(n)
+		ts = append(ts, safetensors.Tensor{Name: n, DType: info.DType, Shape: info.Shape, Data: append([]byte(nil), raw...)})
+	}
+	set.Close()
+	if err := safetensors.WriteFile(ckpt, ts, md); err != nil {
+		t.Fatal(err)
+	}
+	var progress bytes.Buffer
+	o.Progress = &progress
+	if _, err := Run(context.Background(), o); err != nil {
+		t.Fatalf("resume from the untouched checkpoint without checksum: %v", err)
+	}
+	if !strings.Contains(progress.String(), "note: "+ckpt+" was written by an older drafter and has no checksum") {
+		t.Fatalf("no note about the missing checksum in %q", progress.String())
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/drafter-ai/drafter/pkg/tensor"
 	"github.com/drafter-ai/drafter/train/eagle3"
 	"github.com/drafter-ai/drafter/train/medusa"
+	"github.com/drafter-ai/drafter/train/optim"
 )
 
 // Methods.
@@ -164,6 +165,11 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	}
 	if err := checkResume(opt, set); err != nil {
 		return nil, err
+	}
+	if opt.Resume {
+		if note := optim.CheckpointNote(ckpt); note != "" {
+			rep.line(note)
+		}
 	}
 	if err := atomicfile.WriteJSON(filepath.Join(opt.Out, ArgsFile), set); err != nil {
 		return nil, fmt.Errorf("train: %w", err)
