@@ -183,8 +183,8 @@ func OpenForResume(dir string, expectedArgs map[string]string) (*ResumeState, er
 			return nil, err
 		}
 	}
-	if _, _, err := openShards(shardRefs(dir, m), checks{Verify: true}); err != nil {
-		return nil, fmt.Errorf("%w; start a new capture in another directory, or restore the file", err)
+	if _, _, err := openShards(shardRefs(dir, m), checks{verify: true}); err != nil {
+		return nil, err
 	}
 	done := map[int64]struct{}{}
 	for _, s := range m.Shards {

@@ -182,7 +182,7 @@ func Verify(dir string) error {
 	if err != nil {
 		return err
 	}
-	_, _, err = openShards(shardRefs(dir, m), checks{Verify: true})
+	_, _, err = openShards(shardRefs(dir, m), checks{verify: true})
 	return err
 }
 

@@ -303,7 +303,7 @@ func (ds *Dataset) open(opt DatasetOptions, dirs []string) error {
 		ds.mans = append(ds.mans, m)
 		refs = append(refs, shardRefs(dir, m)...)
 	}
-	shards, st, err := openShards(refs, checks{Verify: !opt.SkipVerify, Cache: opt.Cache, Recheck: opt.Recheck, keep: true})
+	shards, st, err := openShards(refs, checks{verify: !opt.SkipVerify, cache: opt.Cache, recheck: opt.Recheck, keep: true})
 	if err != nil {
 		return err
 	}

@@ -35,13 +35,13 @@ type VerifyStats struct {
 	Bytes                int64
 }
 
-// checks say how shards are opened: Verify reads every byte of a shard to
-// compare its SHA-256 with the manifest and scans every state for NaN and
-// infinity, unless Cache vouches for the file (Recheck ignores the cache).
+// checks say how shards are opened: verify reads every byte of a shard to
+// compare its SHA-256 with the manifest and tests every state for NaN and
+// infinity, unless cache vouches for the file (recheck ignores the cache).
 type checks struct {
-	Verify  bool
-	Cache   *filecache.Cache
-	Recheck bool
+	verify  bool
+	cache   *filecache.Cache
+	recheck bool
 	// keep leaves the shards open for reading; otherwise each is closed
 	// once verified.
 	keep bool
@@ -54,7 +54,7 @@ type shardRef struct {
 	layout Layout
 }
 
-// openShards opens (and, with c.Verify, verifies) the shards refs lists,
+// openShards opens (and, with c.verify, verifies) the shards refs lists,
 // several at once on the available cores. On error every shard opened is
 // closed and the error of the first failing shard in refs order is returned,
 // whatever the order the shards were done in.
@@ -91,7 +91,7 @@ func openShards(refs []shardRef, c checks) ([]*shard, VerifyStats, error) {
 			closeShards(out)
 			return nil, st, errs[i]
 		}
-		if c.Verify {
+		if c.verify {
 			st.Shards++
 			if r.cached {
 				st.Cached++
@@ -126,7 +126,7 @@ func openChecked(ref shardRef, c checks) (*shard, shardResult, error) {
 	path := filepath.Join(ref.dir, ref.info.File)
 	var res shardResult
 	var before filecache.Identity
-	if c.Verify {
+	if c.verify {
 		var err error
 		if before, err = filecache.Stat(path); err != nil {
 			return nil, res, missingOr(path, err)
@@ -135,7 +135,7 @@ func openChecked(ref shardRef, c checks) (*shard, shardResult, error) {
 			return nil, res, sizeError(path, before.Size, ref.info.Bytes)
 		}
 		var v verified
-		res.cached = !c.Recheck && c.Cache.Get(verifiedKind, before, &v) && v.SHA256 == ref.info.SHA256
+		res.cached = !c.recheck && c.cache.Get(verifiedKind, before, &v) && v.SHA256 == ref.info.SHA256
 	}
 	data, unmap, err := mapFile(path)
 	if err != nil {
@@ -147,7 +147,7 @@ func openChecked(ref shardRef, c checks) (*shard, shardResult, error) {
 			res.cached = false
 		}
 	}
-	verify := c.Verify && !res.cached
+	verify := c.verify && !res.cached
 	if verify {
 		if int64(len(data)) != ref.info.Bytes {
 			unmap()
@@ -168,7 +168,7 @@ func openChecked(ref shardRef, c checks) (*shard, shardResult, error) {
 			sh.close()
 			return nil, res, err
 		}
-		c.Cache.Put(verifiedKind, before, verified{SHA256: ref.info.SHA256}) // losing an entry costs a re-read only
+		c.cache.Put(verifiedKind, before, verified{SHA256: ref.info.SHA256}) // losing an entry costs a re-read only
 	}
 	if !c.keep {
 		sh.close()
@@ -179,19 +179,22 @@ func openChecked(ref shardRef, c checks) (*shard, shardResult, error) {
 
 func missingOr(path string, err error) error {
 	if errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("capture: %s is listed in %s but missing", path, ManifestName)
+		return fmt.Errorf("capture: %s is listed in %s but missing; %s", path, ManifestName, damagedAdvice)
 	}
 	return fmt.Errorf("capture: %w", err)
 }
 
+// damagedAdvice says what to do about a shard that is not what was written.
+const damagedAdvice = "restore it from a copy, or capture again"
+
 func sizeError(path string, size, want int64) error {
-	return fmt.Errorf("capture: %s is %d bytes, %s says %d: the file was truncated, modified or replaced",
-		path, size, ManifestName, want)
+	return fmt.Errorf("capture: %s is %d bytes, %s says %d: the file was truncated, modified or replaced; %s",
+		path, size, ManifestName, want, damagedAdvice)
 }
 
 func checksumError(path, got, want string) error {
-	return fmt.Errorf("capture: %s has SHA-256 %s, %s says %s: the file is corrupted or was modified",
-		path, got, ManifestName, want)
+	return fmt.Errorf("capture: %s has SHA-256 %s, %s says %s: the file is corrupted or was modified; %s",
+		path, got, ManifestName, want, damagedAdvice)
 }
 
 // checkFinite tests every stored state value for NaN and infinity on its raw bits and
