@@ -40,11 +40,12 @@
 //
 // # Verification
 //
-// [OpenDataset] and [Verify] read every byte of every listed shard once: the file's size and
+// [OpenDataset] and [Verify] verify every listed shard, several at once: the file's size and
 // SHA-256 must match the manifest, and every stored state must be finite (tested on the raw
-// float16 or float32 bits, in the same pass as the hash; shards are verified several at once).
-// A mismatch names the file; a non-finite value names the file, row, sample id, position and
-// column. [DatasetOptions.Cache] remembers verified shards by file identity (package
+// float16 or float32 bits, no decoding). The file is hashed before it is parsed, because
+// arrow-go panics or exhausts memory on some damaged Arrow metadata; the states are then
+// scanned from memory (the hash brought the file in, so it is read from disk once). A mismatch
+// names the file; a non-finite value names the file, row, sample id, position and column. [DatasetOptions.Cache] remembers verified shards by file identity (package
 // filecache), so an unchanged shard is not read again; any write to the file, or another file
 // put in its place, makes it verified again.
 //
