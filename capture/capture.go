@@ -140,8 +140,8 @@ func (r *ResumeState) IsDone(id int64) bool {
 
 // OpenForResume prepares to continue the capture in dir. It refuses when expectedArgs
 // differ from the arguments recorded in the manifest, listing every difference. It deletes
-// leftover temporary files and shard files that the manifest does not list, verifies the
-// size and SHA-256 of every listed shard (an error names the first bad file), and returns
+// leftover temporary files and shard files that the manifest does not list, verifies every
+// listed shard as Verify does (an error names the first bad file), and returns
 // the ids of the samples already stored. Call Writer on the result to continue.
 func OpenForResume(dir string, expectedArgs map[string]string) (*ResumeState, error) {
 	m, err := ReadManifest(dir)
@@ -183,11 +183,11 @@ func OpenForResume(dir string, expectedArgs map[string]string) (*ResumeState, er
 			return nil, err
 		}
 	}
+	if _, _, err := openShards(shardRefs(dir, m), checks{verify: true}); err != nil {
+		return nil, err
+	}
 	done := map[int64]struct{}{}
 	for _, s := range m.Shards {
-		if err := verifyShard(dir, s); err != nil {
-			return nil, fmt.Errorf("%w; start a new capture in another directory, or restore the file", err)
-		}
 		sh, err := openShard(dir, s, m.Layout())
 		if err != nil {
 			return nil, err

@@ -233,17 +233,26 @@ func TestUnstorableValueNamesSampleAndSuggestsFloat32(t *testing.T) {
 	if err := w.Write(makeSample(1, 4, testLayout)); err != nil {
 		t.Fatal(err)
 	}
-	for _, bad := range []float32{65520, float32(math.Inf(-1)), float32(math.NaN())} {
+	// An overflow suggests float32; a NaN or an infinity, which no dtype stores, is named
+	// as what the model produced instead.
+	for _, c := range []struct {
+		bad  float32
+		want string
+	}{{65520, "--dtype float32"}, {float32(math.Inf(-1)), "the model produced -Inf"}, {float32(math.NaN()), "the model produced NaN"}} {
+		bad, want := c.bad, c.want
 		s := makeSample(7, 4, testLayout)
 		s.States[2][2*testLayout.Hidden+5] = bad // hidden_3, position 2
 		err := w.Write(s)
 		if err == nil {
 			t.Fatalf("value %g was accepted", bad)
 		}
-		for _, want := range []string{"sample 7", "position 2", "hidden_3", "--dtype float32"} {
+		for _, want := range []string{"sample 7", "position 2", "hidden_3", "element 5", want} {
 			if !strings.Contains(err.Error(), want) {
 				t.Fatalf("error %q does not mention %q", err, want)
 			}
+		}
+		if want != "--dtype float32" && strings.Contains(err.Error(), "float32") {
+			t.Fatalf("error %q suggests float32 storage for a value no dtype stores", err)
 		}
 	}
 	// The rejected sample left nothing behind; the writer is still usable, and sample 7
@@ -273,7 +282,7 @@ func TestUnstorableValueNamesSampleAndSuggestsFloat32(t *testing.T) {
 	}
 	s = makeSample(4, 4, l)
 	s.States[3][l.Hidden] = float32(math.Inf(1))
-	if err := w2.Write(s); err == nil || !strings.Contains(err.Error(), "sample 4 position 1 column final_norm") {
+	if err := w2.Write(s); err == nil || !strings.Contains(err.Error(), "sample 4 position 1 column final_norm") || !strings.Contains(err.Error(), "+Inf") {
 		t.Fatalf("inf in float32: error %v", err)
 	}
 }

@@ -38,6 +38,17 @@
 // sample, position and column; nothing is ever stored as a silent inf. float32 storage also
 // rejects inf and NaN.
 //
+// # Verification
+//
+// [OpenDataset] and [Verify] verify every listed shard, several at once: the file's size and
+// SHA-256 must match the manifest, and every stored state must be finite (tested on the raw
+// float16 or float32 bits, no decoding). The file is hashed before it is parsed, because
+// arrow-go panics or exhausts memory on some damaged Arrow metadata; the states are then
+// scanned from memory (the hash brought the file in, so it is read from disk once). A mismatch
+// names the file; a non-finite value names the file, row, sample id, position and column. [DatasetOptions.Cache] remembers verified shards by file identity (package
+// filecache), so an unchanged shard is not read again; any write to the file, or another file
+// put in its place, makes it verified again.
+//
 // # Crash safety and resume protocol
 //
 // Every file is written under a temporary name in the same directory (shard-NNNNN.arrow.tmp,
@@ -71,5 +82,7 @@
 // Samples should be generated from (seed, sample id) rather than from one running random
 // stream, so that a resumed capture produces the same samples as an uninterrupted one.
 //
-// Two processes must not write into the same directory at the same time; nothing here locks it.
+// Two processes must not write into the same directory at the same time. This package does
+// not lock the directory; its callers do (drafter distill and capture hold the folder's lock,
+// package outlock, for the whole run).
 package capture

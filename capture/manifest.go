@@ -2,11 +2,8 @@ package capture
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 )
@@ -175,47 +172,25 @@ func writeFileAtomic(dir, name string, data []byte) error {
 	return syncDir(dir)
 }
 
-// Verify reads the manifest of dir and recomputes the size and SHA-256 of every listed shard.
-// It returns the first mismatch, naming the file, or nil when all shards match.
+// Verify reads the manifest of dir and verifies every listed shard: its size
+// and SHA-256 against the manifest, and every stored state for NaN and
+// infinity, several shards at once. It returns the first problem in manifest
+// order, naming the file (and for a non-finite value its row, sample,
+// position and column), or nil when all shards are sound.
 func Verify(dir string) error {
 	m, err := ReadManifest(dir)
 	if err != nil {
 		return err
 	}
-	for _, s := range m.Shards {
-		if err := verifyShard(dir, s); err != nil {
-			return err
-		}
-	}
-	return nil
+	_, _, err = openShards(shardRefs(dir, m), checks{verify: true})
+	return err
 }
 
-// verifyShard checks one listed shard's size and checksum.
-func verifyShard(dir string, s ShardInfo) error {
-	path := filepath.Join(dir, s.File)
-	f, err := os.Open(path)
-	if err != nil {
-		if os.IsNotExist(err) {
-			return fmt.Errorf("capture: %s is listed in %s but missing", path, ManifestName)
-		}
-		return fmt.Errorf("capture: open shard: %w", err)
+// shardRefs lists the shards of the capture in dir, described by m.
+func shardRefs(dir string, m *Manifest) []shardRef {
+	refs := make([]shardRef, len(m.Shards))
+	for i, s := range m.Shards {
+		refs[i] = shardRef{dir: dir, info: s, layout: m.Layout()}
 	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return fmt.Errorf("capture: stat shard: %w", err)
-	}
-	if st.Size() != s.Bytes {
-		return fmt.Errorf("capture: %s is %d bytes, %s says %d: the file was truncated, modified or replaced",
-			path, st.Size(), ManifestName, s.Bytes)
-	}
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return fmt.Errorf("capture: read %s: %w", path, err)
-	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != s.SHA256 {
-		return fmt.Errorf("capture: %s has SHA-256 %s, %s says %s: the file is corrupted or was modified",
-			path, got, ManifestName, s.SHA256)
-	}
-	return nil
+	return refs
 }

@@ -10,15 +10,22 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 
+	"github.com/drafter-ai/drafter/pkg/filecache"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
 // shard is one memory-mapped shard file with its record batches decoded (zero-copy).
 type shard struct {
 	path    string
+	data    []byte // the mapped file
 	unmap   func() error
 	fr      *ipc.FileReader
 	batches []*batch
+	// dtype, hidden and cols are the layout's storage type, hidden size
+	// and state column names.
+	dtype  DType
+	hidden int
+	cols   []string
 }
 
 // batch holds typed views of one record batch's columns. All slices point into the
@@ -34,14 +41,21 @@ type batch struct {
 }
 
 // openShard maps dir/info.File, checks its schema against layout and its row count
-// against info, and decodes the record batches.
+// against info, and decodes the record batches. The file's bytes are trusted: arrow-go
+// panics, or exhausts memory, on some damaged files, so verify a file that may be damaged
+// before it is opened (openChecked).
 func openShard(dir string, info ShardInfo, layout Layout) (*shard, error) {
 	path := filepath.Join(dir, info.File)
 	data, unmap, err := mapFile(path)
 	if err != nil {
 		return nil, err
 	}
-	sh := &shard{path: path, unmap: unmap}
+	return newShard(path, data, unmap, info, layout)
+}
+
+// newShard decodes the mapped shard data, unmapping it on error.
+func newShard(path string, data []byte, unmap func() error, info ShardInfo, layout Layout) (*shard, error) {
+	sh := &shard{path: path, data: data, unmap: unmap, dtype: layout.DType, hidden: layout.Hidden, cols: layout.Columns()}
 	if err := sh.load(data, info, layout); err != nil {
 		sh.close()
 		return nil, err
@@ -133,6 +147,7 @@ func (sh *shard) close() error {
 		b.rec.Release()
 	}
 	sh.batches = nil
+	sh.data = nil
 	if sh.fr != nil {
 		sh.fr.Close()
 		sh.fr = nil
@@ -159,6 +174,14 @@ type DatasetOptions struct {
 	// AllowIncomplete opens captures whose manifest is not marked complete (an interrupted
 	// capture), using the shards it lists.
 	AllowIncomplete bool
+	// SkipVerify opens the shards without verifying their bytes: only their schema, row and
+	// sample counts are checked against the manifest.
+	SkipVerify bool
+	// Cache remembers shards verified before, by file identity (see package filecache), so
+	// that a shard unchanged since is not read again; nil verifies every shard.
+	Cache *filecache.Cache
+	// Recheck reads and verifies every shard even when Cache vouches for it.
+	Recheck bool
 }
 
 // Dataset reads the samples of one or more capture directories through memory-mapped
@@ -174,6 +197,8 @@ type Dataset struct {
 	samples []sampleRef
 	tokens  int64
 	resp    int64
+	// verified counts what opening verified.
+	verified VerifyStats
 	// decoders holds *decoder values, one per concurrent large State call.
 	decoders sync.Pool
 }
@@ -229,9 +254,12 @@ func OpenDataset(dirs ...string) (*Dataset, error) {
 }
 
 // OpenDatasetWith opens the captures in dirs. All must agree on model fingerprint, hidden
-// size, layers and final_norm (the storage dtype may differ). Every shard's schema and
-// row count is checked against its manifest, and an index of every sample is built;
-// checksums are not recomputed (use Verify).
+// size, layers and final_norm (the storage dtype may differ). Every shard is verified
+// unless opt.SkipVerify: its size and SHA-256 must match its manifest and every stored
+// state must be finite (no NaN, no infinity), several shards at once; an error names the
+// file, and for a non-finite value its row, sample id, position and column. Every shard's
+// schema and row count is checked against its manifest, and an index of every sample is
+// built.
 func OpenDatasetWith(opt DatasetOptions, dirs ...string) (*Dataset, error) {
 	if len(dirs) == 0 {
 		return nil, errors.New("capture: no capture directory given")
@@ -246,6 +274,7 @@ func OpenDatasetWith(opt DatasetOptions, dirs ...string) (*Dataset, error) {
 }
 
 func (ds *Dataset) open(opt DatasetOptions, dirs []string) error {
+	var refs []shardRef
 	for d, dir := range dirs {
 		m, err := ReadManifest(dir)
 		if err != nil {
@@ -276,22 +305,27 @@ func (ds *Dataset) open(opt DatasetOptions, dirs []string) error {
 		}
 		ds.dirs = append(ds.dirs, dir)
 		ds.mans = append(ds.mans, m)
-		if err := ds.index(int32(d), dir, m); err != nil {
+		refs = append(refs, shardRefs(dir, m)...)
+	}
+	shards, st, err := openShards(refs, checks{verify: !opt.SkipVerify, cache: opt.Cache, recheck: opt.Recheck, keep: true})
+	if err != nil {
+		return err
+	}
+	ds.shards, ds.verified = shards, st
+	for d, m := range ds.mans {
+		if err := ds.index(int32(d), ds.dirs[d], m, shards[:len(m.Shards)]); err != nil {
 			return err
 		}
+		shards = shards[len(m.Shards):]
 	}
 	return nil
 }
 
-// index opens the shards of one directory and appends its samples.
-func (ds *Dataset) index(d int32, dir string, m *Manifest) error {
+// index appends the samples of the shards of one directory.
+func (ds *Dataset) index(d int32, dir string, m *Manifest, shards []*shard) error {
 	seen := make(map[int64]struct{}, m.Totals.Samples)
-	for _, info := range m.Shards {
-		sh, err := openShard(dir, info, m.Layout())
-		if err != nil {
-			return err
-		}
-		ds.shards = append(ds.shards, sh)
+	for si, info := range m.Shards {
+		sh := shards[si]
 		var samples int64
 		var prev *batch
 		var prevID int64
@@ -339,6 +373,10 @@ func (ds *Dataset) Close() error {
 	ds.samples = nil
 	return first
 }
+
+// Verified returns what opening the dataset verified: how many shards were read and how
+// many the cache vouched for.
+func (ds *Dataset) Verified() VerifyStats { return ds.verified }
 
 // Dirs returns the capture directories in order.
 func (ds *Dataset) Dirs() []string { return append([]string(nil), ds.dirs...) }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 
@@ -15,6 +16,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/drafter-ai/drafter/pkg/finite"
 )
 
 // Sample is one sequence to store: its tokens, which of them are response tokens, and the
@@ -271,6 +274,9 @@ func (w *ShardWriter) Write(s Sample) error {
 	return nil
 }
 
+// unstorable describes the first value of column c of s that the storage dtype cannot
+// hold: a NaN or an infinity (never stored, whatever the dtype: the model produced it), or a
+// finite value beyond float16's range (float32 storage holds it).
 func (w *ShardWriter) unstorable(s Sample, c int) error {
 	H := w.layout.Hidden
 	i := firstUnstorable(s.States[c], w.layout.DType)
@@ -278,13 +284,13 @@ func (w *ShardWriter) unstorable(s Sample, c int) error {
 		return fmt.Errorf("capture: sample %d column %s: value not storable as %s", s.ID, w.cols[c], w.layout.DType)
 	}
 	v := s.States[c][i]
-	if w.layout.DType == Float16 {
-		return fmt.Errorf("capture: sample %d position %d column %s (element %d of %d): value %g does not fit float16 "+
-			"(largest finite float16 is 65504; inf and NaN are never stored); capture with --dtype float32",
-			s.ID, i/H, w.cols[c], i%H, H, v)
+	where := fmt.Sprintf("capture: sample %d position %d column %s (element %d of %d)", s.ID, i/H, w.cols[c], i%H, H)
+	if kind := finite.Kind32(math.Float32bits(v)); kind != "" {
+		return fmt.Errorf("%s: the model produced %s; a hidden state that is not finite is never stored, "+
+			"in any dtype: the checkpoint's weights hold NaN or infinity, or its activations overflow on this input", where, kind)
 	}
-	return fmt.Errorf("capture: sample %d position %d column %s (element %d of %d): value %g is not finite",
-		s.ID, i/H, w.cols[c], i%H, H, v)
+	return fmt.Errorf("%s: value %g does not fit float16 (largest finite float16 is 65504); capture with --dtype float32",
+		where, v)
 }
 
 func (w *ShardWriter) pendingBytes() int64 {

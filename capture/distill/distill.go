@@ -10,6 +10,8 @@
 //	responses.jsonl     one line per sample, in sample order (Response)
 //	manifest.json       the capture manifest (package capture)
 //	shard-NNNNN.arrow   the hidden states, one row per position
+//	.drafter.lock       while a run writes here (package outlock): a second
+//	                    run into the same directory is refused
 //
 // # Samples and randomness
 //
@@ -53,6 +55,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -69,6 +72,7 @@ import (
 	"github.com/drafter-ai/drafter/data"
 	"github.com/drafter-ai/drafter/pkg/generate"
 	"github.com/drafter-ai/drafter/pkg/model"
+	"github.com/drafter-ai/drafter/pkg/outlock"
 )
 
 // ResponsesName is the responses file inside the output directory.
@@ -251,6 +255,11 @@ func Run(ctx context.Context, t *generate.Target, opt Options) (*Summary, error)
 	case opt.Out == "":
 		return nil, fmt.Errorf("distill: no output directory")
 	}
+	lock, err := outlock.Acquire(opt.Out, "drafter distill")
+	if err != nil {
+		return nil, fmt.Errorf("distill: %w", err)
+	}
+	defer lock.Release()
 	m := t.Model
 	L := m.NumLayers()
 	layers, err := Layers(t.Config.EAGLE3DraftLayers(), L, opt.Layers)
@@ -422,7 +431,7 @@ func Run(ctx context.Context, t *generate.Target, opt Options) (*Summary, error)
 				return err
 			}
 			if err := w.Write(capture.Sample{ID: it.id, Tokens: tok32, LossMask: mask, States: d.States}); err != nil {
-				return fmt.Errorf("distill: prompt line %d: %w", it.prompt.Line, err)
+				return promptError(opt.Prompts, it, err)
 			}
 			writeTime += time.Since(t0)
 			if bar != nil {
@@ -432,6 +441,10 @@ func Run(ctx context.Context, t *generate.Target, opt Options) (*Summary, error)
 			}
 			return nil
 		})
+		var je *generate.JobError
+		if errors.As(err, &je) {
+			err = promptError(opt.Prompts, &items[b0+je.Job], err)
+		}
 		if err != nil {
 			return fail(err)
 		}
@@ -458,6 +471,13 @@ func Run(ctx context.Context, t *generate.Target, opt Options) (*Summary, error)
 		sum.WriteText(opt.Progress)
 	}
 	return sum, nil
+}
+
+// promptError names the prompt (file and line) and the sample a failure
+// happened on: a model that produces NaN or infinity fails on some inputs
+// only, and the user needs to know which.
+func promptError(file string, it *item, err error) error {
+	return fmt.Errorf("distill: %s line %d (sample %d): %w", file, it.prompt.Line, it.id, err)
 }
 
 // WriteText prints the summary for people.

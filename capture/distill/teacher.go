@@ -14,6 +14,7 @@ import (
 	"github.com/drafter-ai/drafter/pkg/chat"
 	"github.com/drafter-ai/drafter/pkg/generate"
 	"github.com/drafter-ai/drafter/pkg/model"
+	"github.com/drafter-ai/drafter/pkg/outlock"
 )
 
 // CaptureOptions configure Capture.
@@ -54,6 +55,14 @@ func Capture(ctx context.Context, t *generate.Target, opt CaptureOptions) (*Summ
 	if opt.Batch < 1 {
 		return nil, fmt.Errorf("capture: --batch %d: want at least 1", opt.Batch)
 	}
+	if opt.Out == "" {
+		return nil, fmt.Errorf("capture: no output directory")
+	}
+	lock, err := outlock.Acquire(opt.Out, "drafter capture")
+	if err != nil {
+		return nil, fmt.Errorf("capture: %w", err)
+	}
+	defer lock.Release()
 	m := t.Model
 	L := m.NumLayers()
 	layers, err := Layers(t.Config.EAGLE3DraftLayers(), L, opt.Layers)

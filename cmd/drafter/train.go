@@ -170,7 +170,7 @@ func (f *trainFlags) register(fs *pflag.FlagSet, sp trainSpelling) {
 	fs.IntVar(&f.logEvery, "log-every", 0, "optimiser steps between training lines in metrics.jsonl, 0 = none "+sp.def(m.LogEvery, e.LogEvery))
 	fs.Uint64Var(&f.seed, "seed", 0, "seed of the held-out split, the sample order and the initialisation "+sp.def(m.Seed, e.Seed))
 	fs.BoolVar(&f.resume, "resume", false, "continue the run whose checkpoint is in --out (same settings required)")
-	fs.BoolVar(&f.verifyData, "verify-data", false, "recompute every shard's SHA-256 against its manifest before training")
+	fs.BoolVar(&f.verifyData, "verify-data", false, "verify every shard again, ignoring the verification cache (shards are always verified before training; an unchanged shard is otherwise not read again)")
 	fs.BoolVarP(&f.quiet, "quiet", "q", false, "no progress bar or evaluation lines on stderr")
 	fs.BoolVar(&f.json, "json", false, "print drafter.json on stdout when done")
 }

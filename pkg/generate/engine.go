@@ -264,7 +264,7 @@ func (e *Engine) Run(ctx context.Context, jobs []Job, emit func(Done) error) err
 			}
 			id, err := e.sampler.Sample(res.LogitsOf(b), &s.rng)
 			if err != nil {
-				return fmt.Errorf("generate: job %d, token %d: %w", s.job, len(s.gen), err)
+				return &JobError{Job: s.job, Token: len(s.gen), Err: err}
 			}
 			e.stats.Generated++
 			s.gen = append(s.gen, id)

@@ -11,14 +11,17 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/drafter-ai/drafter/capture"
 	"github.com/drafter-ai/drafter/pkg/atomicfile"
 	"github.com/drafter-ai/drafter/pkg/filecache"
+	"github.com/drafter-ai/drafter/pkg/outlock"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 	"github.com/drafter-ai/drafter/train/eagle3"
 	"github.com/drafter-ai/drafter/train/medusa"
+	"github.com/drafter-ai/drafter/train/optim"
 )
 
 // Methods.
@@ -65,8 +68,14 @@ type Options struct {
 	// Resume continues the run whose checkpoint is in Out. Without it, an Out
 	// holding a checkpoint is refused.
 	Resume bool
-	// VerifyData recomputes every shard's SHA-256 against its manifest first.
+	// VerifyData verifies every shard of Data again, ignoring Cache. Shards
+	// are always verified before training (size and SHA-256 against the
+	// manifest, every state finite); Cache spares reading a shard unchanged
+	// since it was last verified.
 	VerifyData bool
+	// Cache remembers the target's tensor digests and the verified shards
+	// between runs (nil: none); the command passes the user's cache folder.
+	Cache *filecache.Cache
 	// Progress receives the progress bar and evaluation lines; nil is quiet.
 	Progress io.Writer
 	// Args are the command-line arguments as given (flag name to value), for
@@ -74,8 +83,6 @@ type Options struct {
 	Args map[string]string
 	// Backend runs the matrix products; nil means tensor.CPU().
 	Backend tensor.Backend
-	// Cache keeps the target's tensor digests between runs (nil: none).
-	Cache *filecache.Cache
 }
 
 // Result is what Run did.
@@ -101,6 +108,11 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	if opt.Model == "" || opt.Out == "" {
 		return nil, errors.New("train: --model and --out are required")
 	}
+	lock, err := outlock.Acquire(opt.Out, "drafter train")
+	if err != nil {
+		return nil, fmt.Errorf("train: %w", err)
+	}
+	defer lock.Release()
 	be := opt.Backend
 	if be == nil {
 		be = tensor.CPU()
@@ -129,18 +141,15 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if opt.VerifyData {
-		for _, d := range dirs {
-			if err := capture.Verify(d.Dir); err != nil {
-				return nil, fmt.Errorf("train: verifying capture %s: %w", d.Dir, err)
-			}
-		}
-	}
-	ds, err := capture.OpenDataset(opt.Data...)
+	start := time.Now()
+	ds, err := capture.OpenDatasetWith(capture.DatasetOptions{Cache: opt.Cache, Recheck: opt.VerifyData}, opt.Data...)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("train: --data: %w", err)
 	}
 	defer ds.Close()
+	rep := newReporter(opt.Progress)
+	defer rep.finish()
+	rep.line(verifiedLine(ds.Verified(), time.Since(start)))
 
 	if opt.Method == MethodEAGLE3 && opt.EAGLE3.TargetTemperature == 0 {
 		if opt.EAGLE3.TargetTemperature, err = dataTargetTemperature(dirs); err != nil {
@@ -157,6 +166,11 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	if err := checkResume(opt, set); err != nil {
 		return nil, err
 	}
+	if opt.Resume {
+		if note := optim.CheckpointNote(ckpt); note != "" {
+			rep.line(note)
+		}
+	}
 	if err := atomicfile.WriteJSON(filepath.Join(opt.Out, ArgsFile), set); err != nil {
 		return nil, fmt.Errorf("train: %w", err)
 	}
@@ -172,8 +186,6 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		"out":      opt.Out,
 		"settings": set,
 	}
-	rep := newReporter(opt.Progress)
-	defer rep.finish()
 	res := &Result{Method: opt.Method, Out: opt.Out}
 
 	var featureLayers []int
@@ -386,4 +398,17 @@ func readJSONMap(path string) (map[string]any, error) {
 		return nil, fmt.Errorf("train: %s: %w", path, err)
 	}
 	return m, nil
+}
+
+// verifiedLine says what verifying the data took.
+func verifiedLine(st capture.VerifyStats, took time.Duration) string {
+	s := fmt.Sprintf("data: %d shards verified", st.Shards)
+	if st.Read > 0 {
+		s += fmt.Sprintf(", %d read (%.1f MiB in %s, %.2f GB/s)", st.Read, float64(st.Bytes)/(1<<20),
+			took.Round(time.Millisecond), float64(st.Bytes)/1e9/max(took.Seconds(), 1e-9))
+	}
+	if st.Cached > 0 {
+		s += fmt.Sprintf(", %d unchanged since verified", st.Cached)
+	}
+	return s
 }

@@ -623,8 +623,8 @@ func equalI(a, b []int32) bool {
 	return true
 }
 
-// TestVerifyData corrupts one byte of a shard: the default open (schema and
-// row counts only) does not read it, --verify-data refuses it by name.
+// TestVerifyData corrupts one byte of a shard: with or without --verify-data
+// (which only ignores the verification cache), it is refused by name.
 func TestVerifyData(t *testing.T) {
 	fp := modelFingerprint(t)
 	dir := filepath.Join(t.TempDir(), "cap")
@@ -641,6 +641,10 @@ func TestVerifyData(t *testing.T) {
 	o := Options{Method: MethodMedusa, Model: modelDir, Data: []string{dir}, Out: filepath.Join(t.TempDir(), "out"), Medusa: smallMedusa(), VerifyData: true}
 	if _, err := Run(context.Background(), o); err == nil || !strings.Contains(err.Error(), capture.ShardFileName(0)) {
 		t.Errorf("corrupt shard with VerifyData: err = %v, want an error naming %s", err, capture.ShardFileName(0))
+	}
+	o.VerifyData = false
+	if _, err := Run(context.Background(), o); err == nil || !strings.Contains(err.Error(), capture.ShardFileName(0)) {
+		t.Errorf("corrupt shard: err = %v, want an error naming %s", err, capture.ShardFileName(0))
 	}
 }
 
