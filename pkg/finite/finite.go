@@ -14,6 +14,8 @@ const (
 	expMask16 = 0x7c007c007c007c00
 	expUnit16 = 0x0400040004000400
 	signs16   = 0x8000800080008000
+	expMaskBF = 0x7f807f807f807f80
+	expUnitBF = 0x0080008000800080
 	expMask32 = 0x7f8000007f800000
 	expUnit32 = 0x0080000000800000
 	signs32   = 0x8000000080000000
@@ -25,21 +27,28 @@ const blockBytes = 32
 // F16 returns the index of the first float16 value in b (little-endian,
 // len(b)/2 values; a trailing odd byte is ignored) that is NaN or infinite,
 // or -1 when all are finite.
-func F16(b []byte) int {
+func F16(b []byte) int { return first16(b, expMask16, expUnit16, 0x7c00) }
+
+// BF16 is F16 for bfloat16 values (8 exponent bits, as float32's).
+func BF16(b []byte) int { return first16(b, expMaskBF, expUnitBF, 0x7f80) }
+
+// first16 scans 2-byte floats whose exponent bits are mask (one lane of
+// mask64; unit64 is one unit of the lowest exponent bit in each lane).
+func first16(b []byte, mask64, unit64 uint64, mask uint16) int {
 	n := len(b) &^ 1
 	i := 0
 	for ; i+blockBytes <= n; i += blockBytes {
 		c := b[i : i+blockBytes : i+blockBytes]
-		x := (binary.LittleEndian.Uint64(c[0:])&expMask16 + expUnit16) |
-			(binary.LittleEndian.Uint64(c[8:])&expMask16 + expUnit16) |
-			(binary.LittleEndian.Uint64(c[16:])&expMask16 + expUnit16) |
-			(binary.LittleEndian.Uint64(c[24:])&expMask16 + expUnit16)
+		x := (binary.LittleEndian.Uint64(c[0:])&mask64 + unit64) |
+			(binary.LittleEndian.Uint64(c[8:])&mask64 + unit64) |
+			(binary.LittleEndian.Uint64(c[16:])&mask64 + unit64) |
+			(binary.LittleEndian.Uint64(c[24:])&mask64 + unit64)
 		if x&signs16 != 0 {
 			break // one of this block's values: the loop below finds it
 		}
 	}
 	for ; i+2 <= n; i += 2 {
-		if binary.LittleEndian.Uint16(b[i:])&0x7c00 == 0x7c00 {
+		if binary.LittleEndian.Uint16(b[i:])&mask == mask {
 			return i / 2
 		}
 	}

@@ -28,6 +28,25 @@ func TestF16AllPatterns(t *testing.T) {
 	}
 }
 
+// Every bfloat16 bit pattern: not finite exactly when it is the upper half
+// of a float32 that is not.
+func TestBF16AllPatterns(t *testing.T) {
+	const n = 37
+	buf := make([]byte, 2*n)
+	for h := 0; h < 1<<16; h++ {
+		f := float64(math.Float32frombits(uint32(h) << 16))
+		want := math.IsNaN(f) || math.IsInf(f, 0)
+		for _, at := range []int{0, 3, 15, 16, 36} {
+			clear(buf)
+			binary.LittleEndian.PutUint16(buf[2*at:], uint16(h))
+			got := BF16(buf)
+			if want && got != at || !want && got != -1 {
+				t.Fatalf("bits %#04x at %d: BF16 = %d", h, at, got)
+			}
+		}
+	}
+}
+
 func TestF32Patterns(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	pats := []uint32{0, 0x80000000, 0x7f7fffff, 0xff7fffff, 0x7f800000, 0xff800000, 0x7fc00000, 0x7f800001, 0xffffffff, 0x00800000, 1}

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"unsafe"
 
+	"github.com/drafter-ai/drafter/pkg/finite"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
@@ -74,52 +74,21 @@ func FirstNonFinite(dt DType, data []byte) int {
 
 // scanNonFinite returns the index of the first non-finite element in [lo, hi), or -1.
 func scanNonFinite(dt DType, data []byte, lo, hi int) int {
+	var i int
 	switch dt {
 	case F32:
-		s := data[4*lo : 4*hi]
-		if u, ok := nativeU32(s); ok {
-			for i, v := range u {
-				if v&0x7f800000 == 0x7f800000 {
-					return lo + i
-				}
-			}
-			return -1
-		}
-		for i := 0; i < hi-lo; i++ {
-			if s[4*i+3]&0x7f == 0x7f && s[4*i+2]&0x80 == 0x80 {
-				return lo + i
-			}
-		}
-	case BF16, F16:
-		mask := uint16(0x7f80) // bfloat16: 8 exponent bits
-		if dt == F16 {
-			mask = 0x7c00 // half: 5 exponent bits
-		}
-		s := data[2*lo : 2*hi]
-		if u, ok := nativeU16(s); ok {
-			for i, v := range u {
-				if v&mask == mask {
-					return lo + i
-				}
-			}
-			return -1
-		}
-		for i := 0; i < hi-lo; i++ {
-			if (uint16(s[2*i])|uint16(s[2*i+1])<<8)&mask == mask {
-				return lo + i
-			}
-		}
+		i = finite.F32(data[4*lo : 4*hi])
+	case F16:
+		i = finite.F16(data[2*lo : 2*hi])
+	case BF16:
+		i = finite.BF16(data[2*lo : 2*hi])
+	default:
+		return -1
 	}
-	return -1
-}
-
-// nativeU32 is nativeU16 for 4-byte values.
-func nativeU32(b []byte) (u []uint32, ok bool) {
-	one := uint16(1)
-	if len(b) < 4 || *(*byte)(unsafe.Pointer(&one)) != 1 || uintptr(unsafe.Pointer(&b[0]))%4 != 0 {
-		return nil, false
+	if i < 0 {
+		return -1
 	}
-	return unsafe.Slice((*uint32)(unsafe.Pointer(&b[0])), len(b)/4), true
+	return lo + i
 }
 
 // elementValue decodes element i of float data of type dt.
