@@ -45,7 +45,7 @@ func Create(dir string, m Manifest, opt ShardOptions) (*Writer, error) {
 	}
 	for _, e := range entries {
 		if e.Name() == ManifestName || shardFileRe.MatchString(e.Name()) {
-			return nil, fmt.Errorf("capture: %s already holds a capture (%s): resume it (--resume) or choose another directory",
+			return nil, fmt.Errorf("capture: %s already holds a capture (%s) without a manifest to resume it from: start over (distill and capture: --force) or choose another directory",
 				dir, e.Name())
 		}
 	}

@@ -404,7 +404,7 @@ func TestDeterministicFiles(t *testing.T) {
 func TestCreateRefusesExistingCapture(t *testing.T) {
 	dir := t.TempDir()
 	writeCapture(t, dir, testLayout, ShardOptions{}, idRange(0, 2))
-	if _, err := Create(dir, testManifest(testLayout), ShardOptions{}); err == nil || !strings.Contains(err.Error(), "--resume") {
+	if _, err := Create(dir, testManifest(testLayout), ShardOptions{}); err == nil || !strings.Contains(err.Error(), "--force") {
 		t.Fatalf("Create over a capture: %v", err)
 	}
 	bad := testManifest(testLayout)
