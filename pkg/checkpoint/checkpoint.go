@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/drafter-ai/drafter/pkg/arch"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
 )
 
@@ -51,20 +53,24 @@ func Open(dir string) (*Checkpoint, error) {
 	return ck, nil
 }
 
-// CheckWeights verifies that w holds every tensor of cfg.Tensors with the right shape
-// and a float dtype, and nothing else (see checkUnused for the tensors a checkpoint may
-// hold beyond them): a config that describes fewer layers or options than the weights
+// CheckWeights verifies that w holds every tensor of cfg.Tensors (its family's
+// arch.Family.Tensors) with the right shape and a float dtype, and nothing else (see
+// checkUnused for the tensors a checkpoint may hold beyond them): a config that describes fewer layers or options than the weights
 // hold would otherwise run another model than the file. Errors name the tensors, the
 // files and what config.json says.
 func CheckWeights(cfg *Config, w *safetensors.Set) error {
-	specs := cfg.Tensors()
+	fam, ok := cfg.Family()
+	if !ok {
+		return fmt.Errorf("checkpoint: %s: model_type %q is not supported (supported: %s)", cfg.Path, cfg.ModelType, arch.Supported())
+	}
+	specs := fam.Tensors(cfg.Dims())
 	for _, t := range specs {
 		in, ok := w.Info(t.Name)
 		if !ok {
 			return fmt.Errorf("checkpoint: tensor %s is missing from %s (needed by %s with %s)",
 				t.Name, strings.Join(w.Files(), ", "), cfg.ModelType, describeOptions(cfg))
 		}
-		if !sameShape(in.Shape, t.Shape) {
+		if !slices.Equal(in.Shape, t.Shape) {
 			return fmt.Errorf("checkpoint: tensor %s in %s has shape %s, expected %s from %s",
 				t.Name, in.File, safetensors.ShapeString(in.Shape), safetensors.ShapeString(t.Shape), cfg.Path)
 		}
@@ -72,25 +78,13 @@ func CheckWeights(cfg *Config, w *safetensors.Set) error {
 			return fmt.Errorf("checkpoint: tensor %s in %s has dtype %s, expected F32, F16 or BF16", t.Name, in.File, in.DType)
 		}
 	}
-	return checkUnused(cfg, w, specs)
+	return checkUnused(cfg, fam, w, specs)
 }
 
 // describeOptions summarises the options that decide which tensors exist.
 func describeOptions(c *Config) string {
 	return fmt.Sprintf("tie_word_embeddings=%v, q/k/v bias=%v, o_proj bias=%v, qk norm=%v",
 		c.TieWordEmbeddings, c.AttentionBias, c.OProjBias, c.QKNorm)
-}
-
-func sameShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // Close releases the memory-mapped weights.

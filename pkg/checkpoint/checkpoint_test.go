@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/drafter-ai/drafter/internal/testmodel"
+	"github.com/drafter-ai/drafter/pkg/arch"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
 )
 
@@ -163,7 +164,7 @@ func TestOpenBadWeights(t *testing.T) {
 		dir := t.TempDir()
 		os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"model_type": "gpt2"}`), 0o644)
 		_, err := Open(dir)
-		wantErr(t, err, `"gpt2" is not supported`, SupportedModelTypes)
+		wantErr(t, err, `"gpt2" is not supported`, arch.Supported())
 	})
 	t.Run("no weights", func(t *testing.T) {
 		dir := t.TempDir()

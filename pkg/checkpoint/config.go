@@ -1,8 +1,9 @@
 // Package checkpoint reads a Hugging Face causal-LM checkpoint folder: config.json,
-// generation_config.json and the safetensors weights, for the architectures drafter
-// runs (Llama, Mistral, Qwen2, Qwen3). It validates the configuration, checks that every
-// tensor the architecture needs is present with the right shape, and fingerprints the
-// checkpoint so captured data can be tied to the exact model that produced it.
+// generation_config.json and the safetensors weights, for the architecture families
+// pkg/arch describes. It validates the configuration, checks that every
+// tensor the architecture needs is present with the right shape and that the weights
+// hold nothing else, so that the model run (and fingerprinted, pkg/fingerprint) is the
+// one the files describe.
 package checkpoint
 
 import (
@@ -10,20 +11,16 @@ import (
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/drafter-ai/drafter/pkg/arch"
 )
-
-// SupportedModelTypes lists the config.json model_type values drafter accepts.
-const SupportedModelTypes = "llama, mistral, qwen2, qwen3"
-
-// supportedArchitectures lists the accepted config.json architectures entries.
-const supportedArchitectures = "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM"
 
 // Config is the parsed config.json of a supported decoder-only model. Defaults for
 // absent optional keys follow the Hugging Face Transformers config classes.
 type Config struct {
 	// Path is the file the configuration was read from.
 	Path string
-	// ModelType is "llama", "mistral", "qwen2" or "qwen3".
+	// ModelType is the model_type of a family of pkg/arch (arch.Supported).
 	ModelType string
 	// Architectures is the config's architectures list (may be empty).
 	Architectures []string
@@ -65,7 +62,7 @@ type Config struct {
 	// SlidingWindow is the attention window in tokens for every layer, 0 for none
 	// (mistral's sliding_window).
 	SlidingWindow int
-	// HiddenAct is the MLP activation; only "silu" is accepted.
+	// HiddenAct is the MLP activation; only the family's (arch.Family.Activation) is accepted.
 	HiddenAct string
 	// DType is torch_dtype (or dtype), e.g. "bfloat16"; empty when absent.
 	DType string
@@ -85,33 +82,6 @@ type RopeScaling struct {
 	LowFreqFactor, HighFreqFactor float64
 	// OriginalMaxPositions is llama3's original_max_position_embeddings.
 	OriginalMaxPositions int
-}
-
-// family holds what differs between the supported model types.
-type family struct {
-	arch        string
-	defKVHeads  int // 0: same as heads
-	defHeadDim  int // 0: hidden / heads
-	defMaxPos   int
-	qkvBias     string // "always", "never" or "config" (attention_bias)
-	oBias       string
-	qkNorm      bool
-	slidingKeys bool // qwen-style use_sliding_window / layer_types
-}
-
-// familyOf returns the description of a supported model_type.
-func familyOf(modelType string) (family, bool) {
-	switch modelType {
-	case "llama":
-		return family{arch: "LlamaForCausalLM", defMaxPos: 2048, qkvBias: "config", oBias: "config"}, true
-	case "mistral":
-		return family{arch: "MistralForCausalLM", defKVHeads: 8, defMaxPos: 4096 * 32, qkvBias: "never", oBias: "never"}, true
-	case "qwen2":
-		return family{arch: "Qwen2ForCausalLM", defMaxPos: 32768, qkvBias: "always", oBias: "never", slidingKeys: true}, true
-	case "qwen3":
-		return family{arch: "Qwen3ForCausalLM", defHeadDim: 128, defMaxPos: 32768, qkvBias: "config", oBias: "config", qkNorm: true, slidingKeys: true}, true
-	}
-	return family{}, false
 }
 
 // LoadConfig reads and validates a config.json.
@@ -138,11 +108,11 @@ func parseConfig(path string, m map[string]any) (*Config, error) {
 		return nil, err
 	}
 	if c.ModelType == "" {
-		return nil, f.errorf("model_type", "missing (supported: %s)", SupportedModelTypes)
+		return nil, f.errorf("model_type", "missing (supported: %s)", arch.Supported())
 	}
-	fam, ok := familyOf(c.ModelType)
+	fam, ok := arch.Lookup(c.ModelType)
 	if !ok {
-		return nil, f.errorf("model_type", "%q is not supported (supported: %s)", c.ModelType, SupportedModelTypes)
+		return nil, f.errorf("model_type", "%q is not supported (supported: %s)", c.ModelType, arch.Supported())
 	}
 	if f.present("architectures") {
 		list, ok := m["architectures"].([]any)
@@ -154,8 +124,8 @@ func parseConfig(path string, m map[string]any) (*Config, error) {
 			if !ok {
 				return nil, f.errorf("architectures", "expected a list of strings, got %v", m["architectures"])
 			}
-			if s != fam.arch {
-				return nil, f.errorf("architectures", "%q is not supported for model_type %q (supported: %s)", s, c.ModelType, supportedArchitectures)
+			if s != fam.Architecture {
+				return nil, f.errorf("architectures", "%q is not supported for model_type %q (supported: %s)", s, c.ModelType, arch.SupportedArchitectures())
 			}
 			c.Architectures = append(c.Architectures, s)
 		}
@@ -172,7 +142,7 @@ func parseConfig(path string, m map[string]any) (*Config, error) {
 		{"num_hidden_layers", &c.NumLayers, 0, true},
 		{"num_attention_heads", &c.NumHeads, 0, true},
 		{"vocab_size", &c.VocabSize, 0, true},
-		{"max_position_embeddings", &c.MaxPositions, fam.defMaxPos, false},
+		{"max_position_embeddings", &c.MaxPositions, fam.DefaultMaxPositions, false},
 	}
 	for _, it := range ints {
 		if *it.dst, err = f.int(it.key, it.def, it.required); err != nil {
@@ -182,7 +152,7 @@ func parseConfig(path string, m map[string]any) (*Config, error) {
 			return nil, f.errorf(it.key, "must be positive, got %d", *it.dst)
 		}
 	}
-	defKV := fam.defKVHeads
+	defKV := fam.DefaultKVHeads
 	if defKV == 0 {
 		defKV = c.NumHeads
 	}
@@ -195,7 +165,7 @@ func parseConfig(path string, m map[string]any) (*Config, error) {
 	if c.NumHeads%c.NumKVHeads != 0 {
 		return nil, f.errorf("num_key_value_heads", "%d does not divide num_attention_heads %d", c.NumKVHeads, c.NumHeads)
 	}
-	defHD := fam.defHeadDim
+	defHD := fam.DefaultHeadDim
 	if defHD == 0 {
 		if !f.present("head_dim") && c.HiddenSize%c.NumHeads != 0 {
 			return nil, f.errorf("head_dim", "missing, and hidden_size %d is not divisible by num_attention_heads %d", c.HiddenSize, c.NumHeads)
@@ -224,18 +194,17 @@ func parseConfig(path string, m map[string]any) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	pick := func(rule string) bool { return rule == "always" || (rule == "config" && attnBias) }
-	c.AttentionBias, c.OProjBias, c.QKNorm = pick(fam.qkvBias), pick(fam.oBias), fam.qkNorm
+	c.AttentionBias, c.OProjBias, c.QKNorm = fam.QKVBias.Present(attnBias), fam.OBias.Present(attnBias), fam.QKNorm
 	if mlpBias, err := f.bool("mlp_bias", false); err != nil {
 		return nil, err
 	} else if mlpBias {
 		return nil, f.errorf("mlp_bias", "true is not supported (MLP projections with bias)")
 	}
-	if c.HiddenAct, err = f.string("hidden_act", "silu"); err != nil {
+	if c.HiddenAct, err = f.string("hidden_act", fam.Activation); err != nil {
 		return nil, err
 	}
-	if c.HiddenAct != "silu" {
-		return nil, f.errorf("hidden_act", "%q is not supported (only silu)", c.HiddenAct)
+	if c.HiddenAct != fam.Activation {
+		return nil, f.errorf("hidden_act", "%q is not supported (only %s for model_type %s)", c.HiddenAct, fam.Activation, c.ModelType)
 	}
 	if err := parseSliding(f, c, fam); err != nil {
 		return nil, err
@@ -267,9 +236,14 @@ func parseConfig(path string, m map[string]any) (*Config, error) {
 	return c, nil
 }
 
-// parseSliding records mistral's sliding window and refuses Qwen sliding-window layers.
-func parseSliding(f fields, c *Config, fam family) error {
-	if c.ModelType == "mistral" {
+// parseSliding reads the sliding-window keys as the family's Sliding rule
+// says: mistral's window for every layer, Qwen's keys only to turn sliding
+// layers off.
+func parseSliding(f fields, c *Config, fam arch.Family) error {
+	switch fam.Sliding {
+	case arch.NoSliding:
+		return nil
+	case arch.SlidingAllLayers:
 		w, err := f.int("sliding_window", 4096, false)
 		if err != nil {
 			return err
@@ -283,9 +257,6 @@ func parseSliding(f fields, c *Config, fam family) error {
 			return f.errorf("sliding_window", "must not be negative, got %d", w)
 		}
 		c.SlidingWindow = w
-		return nil
-	}
-	if !fam.slidingKeys {
 		return nil
 	}
 	use, err := f.bool("use_sliding_window", false)

@@ -1,49 +1,31 @@
 package checkpoint
 
-import "fmt"
+import "github.com/drafter-ai/drafter/pkg/arch"
 
-// TensorSpec is one tensor the architecture needs: its checkpoint name and shape.
-type TensorSpec struct {
-	Name  string
-	Shape []int
+// Family returns the architecture family of c.ModelType; ok is false for a
+// model_type drafter does not support (only a Config built by hand can have
+// one: LoadConfig refuses it).
+func (c *Config) Family() (f arch.Family, ok bool) {
+	return arch.Lookup(c.ModelType)
 }
 
-// Tensors lists every tensor the model needs, in forward order: the embedding, each
-// layer's tensors, the final norm, and lm_head.weight unless the embeddings are tied.
-// Linear weights use the Hugging Face [out, in] layout.
-func (c *Config) Tensors() []TensorSpec {
-	h, q, kv := c.HiddenSize, c.NumHeads*c.HeadDim, c.NumKVHeads*c.HeadDim
-	out := []TensorSpec{{"model.embed_tokens.weight", []int{c.VocabSize, h}}}
-	for i := 0; i < c.NumLayers; i++ {
-		p := fmt.Sprintf("model.layers.%d.", i)
-		add := func(name string, shape ...int) { out = append(out, TensorSpec{p + name, shape}) }
-		add("input_layernorm.weight", h)
-		add("self_attn.q_proj.weight", q, h)
-		add("self_attn.k_proj.weight", kv, h)
-		add("self_attn.v_proj.weight", kv, h)
-		if c.AttentionBias {
-			add("self_attn.q_proj.bias", q)
-			add("self_attn.k_proj.bias", kv)
-			add("self_attn.v_proj.bias", kv)
-		}
-		if c.QKNorm {
-			add("self_attn.q_norm.weight", c.HeadDim)
-			add("self_attn.k_norm.weight", c.HeadDim)
-		}
-		add("self_attn.o_proj.weight", h, q)
-		if c.OProjBias {
-			add("self_attn.o_proj.bias", h)
-		}
-		add("post_attention_layernorm.weight", h)
-		add("mlp.gate_proj.weight", c.IntermediateSize, h)
-		add("mlp.up_proj.weight", c.IntermediateSize, h)
-		add("mlp.down_proj.weight", h, c.IntermediateSize)
+// Dims returns what decides the tensors besides the family.
+func (c *Config) Dims() arch.Dims {
+	return arch.Dims{
+		Hidden: c.HiddenSize, Intermediate: c.IntermediateSize, Layers: c.NumLayers,
+		Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim, Vocab: c.VocabSize,
+		TiedEmbeddings: c.TieWordEmbeddings, QKVBias: c.AttentionBias, OBias: c.OProjBias,
 	}
-	out = append(out, TensorSpec{"model.norm.weight", []int{h}})
-	if !c.TieWordEmbeddings {
-		out = append(out, TensorSpec{"lm_head.weight", []int{c.VocabSize, h}})
+}
+
+// Tensors lists every tensor the model needs (arch.Family.Tensors), nil for
+// an unsupported model_type.
+func (c *Config) Tensors() []arch.Tensor {
+	f, ok := c.Family()
+	if !ok {
+		return nil
 	}
-	return out
+	return f.Tensors(c.Dims())
 }
 
 // TensorShapes returns Tensors as a map from name to shape.

@@ -4,24 +4,23 @@ import (
 	"bytes"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sort"
-	"strconv"
 	"strings"
 
+	"github.com/drafter-ai/drafter/pkg/arch"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
 )
 
-// checkUnused refuses tensors of w that the model described by cfg (whose tensors are
-// specs) would not use. Two kinds are allowed:
+// checkUnused refuses tensors of w that the model of family fam described by cfg
+// (whose tensors are specs) would not use. Two kinds are allowed:
 //
-//   - rotary "inv_freq" buffers (model.layers.N.self_attn.rotary_emb.inv_freq): older
-//     Transformers saved the rotary embedding's inverse frequencies with the weights;
-//     they are computed from rope_theta (and rope_scaling), not learned, and current
-//     Transformers ignores them on loading as drafter does;
+//   - the family's computed buffers (arch.Family.Buffers: the rotary inverse
+//     frequencies older Transformers saved);
 //   - lm_head.weight in a model with tied embeddings, when its dtype, shape and bytes
 //     equal model.embed_tokens.weight's (some exporters write the tied matrix twice).
 //     If it differs, the file holds an output layer the model would not compute with.
-func checkUnused(cfg *Config, w *safetensors.Set, specs []TensorSpec) error {
+func checkUnused(cfg *Config, fam arch.Family, w *safetensors.Set, specs []arch.Tensor) error {
 	used := make(map[string]bool, len(specs))
 	for _, t := range specs {
 		used[t.Name] = true
@@ -29,8 +28,8 @@ func checkUnused(cfg *Config, w *safetensors.Set, specs []TensorSpec) error {
 	var extra []string
 	for _, name := range w.Names() {
 		switch {
-		case used[name], strings.HasSuffix(name, ".rotary_emb.inv_freq"):
-		case name == lmHeadName && cfg.TieWordEmbeddings:
+		case used[name], fam.IsBuffer(name):
+		case name == arch.LMHeadName && cfg.TieWordEmbeddings:
 			if err := checkTiedHead(cfg, w); err != nil {
 				return err
 			}
@@ -44,24 +43,19 @@ func checkUnused(cfg *Config, w *safetensors.Set, specs []TensorSpec) error {
 	return unusedError(cfg, w, extra)
 }
 
-const (
-	embedName  = "model.embed_tokens.weight"
-	lmHeadName = "lm_head.weight"
-)
-
 // checkTiedHead refuses an lm_head.weight that differs from the embedding it is tied to.
 func checkTiedHead(cfg *Config, w *safetensors.Set) error {
-	head, hi, err := w.Raw(lmHeadName)
+	head, hi, err := w.Raw(arch.LMHeadName)
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
-	emb, ei, err := w.Raw(embedName)
+	emb, ei, err := w.Raw(arch.EmbedName)
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	var differ string
 	switch {
-	case hi.DType != ei.DType || !sameShape(hi.Shape, ei.Shape):
+	case hi.DType != ei.DType || !slices.Equal(hi.Shape, ei.Shape):
 		differ = fmt.Sprintf("%s %s against %s %s", hi.DType, safetensors.ShapeString(hi.Shape), ei.DType, safetensors.ShapeString(ei.Shape))
 	case !bytes.Equal(head, emb):
 		differ = "same dtype and shape, different values"
@@ -70,7 +64,7 @@ func checkTiedHead(cfg *Config, w *safetensors.Set) error {
 	}
 	return fmt.Errorf("checkpoint: %s holds %s, but %s has tie_word_embeddings true, so the model computes its output with %s, and the two differ (%s); "+
 		"set tie_word_embeddings to false if the file's lm_head is the model's output layer, or remove it",
-		hi.File, lmHeadName, cfg.Path, embedName, differ)
+		hi.File, arch.LMHeadName, cfg.Path, arch.EmbedName, differ)
 }
 
 // maxListed caps the tensor groups an error lists.
@@ -88,7 +82,7 @@ func unusedError(cfg *Config, w *safetensors.Set, extra []string) error {
 	for _, name := range extra {
 		in, _ := w.Info(name)
 		files[in.File] = true
-		layer, rest, ok := layerOf(name)
+		layer, rest, ok := arch.LayerOf(name)
 		switch {
 		case ok && layer >= cfg.NumLayers:
 			if perLayer[layer] == 0 {
@@ -118,10 +112,10 @@ func unusedError(cfg *Config, w *safetensors.Set, extra []string) error {
 	var listed []string
 	for _, s := range suffixes {
 		if n := bySuffix[s]; n > 1 {
-			listed = append(listed, fmt.Sprintf("model.layers.*.%s (%d layers)", s, n))
+			listed = append(listed, fmt.Sprintf("%s (%d layers)", arch.LayerPattern(-1, s), n))
 		} else {
 			for _, name := range extra {
-				if _, rest, ok := layerOf(name); ok && rest == s {
+				if _, rest, ok := arch.LayerOf(name); ok && rest == s {
 					listed = append(listed, name)
 				}
 			}
@@ -144,27 +138,10 @@ func unusedError(cfg *Config, w *safetensors.Set, extra []string) error {
 	return fmt.Errorf("checkpoint: %s; the weights and config.json must describe the same model", strings.Join(parts, "; "))
 }
 
-// layerOf splits "model.layers.N.rest" into N and rest.
-func layerOf(name string) (int, string, bool) {
-	s, ok := strings.CutPrefix(name, "model.layers.")
-	if !ok {
-		return 0, "", false
-	}
-	num, rest, ok := strings.Cut(s, ".")
-	if !ok {
-		return 0, "", false
-	}
-	n, err := strconv.Atoi(num)
-	if err != nil || n < 0 {
-		return 0, "", false
-	}
-	return n, rest, true
-}
-
 // layerRange names sorted layers: "model.layers.4.*", "model.layers.4.* to
 // model.layers.7.*" when contiguous, else a list.
 func layerRange(layers []int) string {
-	name := func(l int) string { return fmt.Sprintf("model.layers.%d.*", l) }
+	name := func(l int) string { return arch.LayerPattern(l, "*") }
 	if len(layers) == 1 {
 		return name(layers[0])
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/drafter-ai/drafter/pkg/arch"
 	"github.com/drafter-ai/drafter/pkg/checkpoint"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
 	"github.com/drafter-ai/drafter/pkg/tensor"
@@ -36,62 +37,68 @@ type binding struct {
 	dst   *[]float32
 }
 
-// bindings lists every tensor of the model, in checkpoint naming. This is the
-// one place that knows tensor names.
+// bindings lists every tensor of the model in its family's order
+// (arch.Family.Tensors, which keeps the weights of fused products adjacent),
+// each with the field it fills.
 func (m *Model) bindings() []binding {
-	cfg := m.Config
-	h, v, hd := m.h, m.vocab, m.hd
-	// Which biases exist is fixed by the architecture and config, exactly as
-	// Transformers builds the modules: Qwen2 always has q/k/v biases and never
-	// an o_proj bias; Llama, Mistral and Qwen3 have all four iff
-	// attention_bias; Llama's MLP has biases iff mlp_bias.
-	qkvBias := cfg.AttentionBias || cfg.ModelType == "qwen2"
-	oBias := cfg.AttentionBias && cfg.ModelType != "qwen2"
-	mlpBias, _ := cfg.Raw["mlp_bias"].(bool)
-	qkNorm := cfg.QKNorm || cfg.ModelType == "qwen3"
-
-	b := []binding{{name: "model.embed_tokens.weight", shape: []int{v, h}, dst: &m.Embed}}
-	// Biases are listed after the weights of their group so that q/k/v and
-	// gate/up weights lie back to back in the arena and can be multiplied as
-	// one matrix (see fuse).
-	var biases []binding
-	lin := func(name string, l *Linear, in, out int, bias bool) {
-		l.In, l.Out = in, out
-		b = append(b, binding{name: name + ".weight", shape: []int{out, in}, dst: &l.W})
-		if bias {
-			biases = append(biases, binding{name: name + ".bias", shape: []int{out}, dst: &l.B})
-		}
-	}
-	flush := func() {
-		b = append(b, biases...)
-		biases = biases[:0]
-	}
-	for i := range m.Layers {
-		l := &m.Layers[i]
-		p := fmt.Sprintf("model.layers.%d.", i)
-		b = append(b, binding{name: p + "input_layernorm.weight", shape: []int{h}, dst: &l.AttnNorm})
-		lin(p+"self_attn.q_proj", &l.Attn.Q, h, m.qDim, qkvBias)
-		lin(p+"self_attn.k_proj", &l.Attn.K, h, m.kvDim, qkvBias)
-		lin(p+"self_attn.v_proj", &l.Attn.V, h, m.kvDim, qkvBias)
-		flush()
-		lin(p+"self_attn.o_proj", &l.Attn.O, m.qDim, h, oBias)
-		flush()
-		if qkNorm {
-			b = append(b, binding{name: p + "self_attn.q_norm.weight", shape: []int{hd}, dst: &l.Attn.QNorm},
-				binding{name: p + "self_attn.k_norm.weight", shape: []int{hd}, dst: &l.Attn.KNorm})
-		}
-		b = append(b, binding{name: p + "post_attention_layernorm.weight", shape: []int{h}, dst: &l.MLPNorm})
-		lin(p+"mlp.gate_proj", &l.MLP.Gate, h, m.inter, mlpBias)
-		lin(p+"mlp.up_proj", &l.MLP.Up, h, m.inter, mlpBias)
-		flush()
-		lin(p+"mlp.down_proj", &l.MLP.Down, m.inter, h, mlpBias)
-		flush()
-	}
-	b = append(b, binding{name: "model.norm.weight", shape: []int{h}, dst: &m.Norm})
-	if !cfg.TieWordEmbeddings {
-		b = append(b, binding{name: "lm_head.weight", shape: []int{v, h}, dst: &m.LMHead})
+	ts := m.fam.Tensors(m.Config.Dims())
+	b := make([]binding, len(ts))
+	for i, t := range ts {
+		b[i] = binding{name: t.Name, shape: t.Shape, dst: m.field(t)}
 	}
 	return b
+}
+
+// field returns the weight field a tensor fills, and sets the sizes of the
+// linear layer it belongs to. Roles without a field here (a family's extra
+// norms) are refused by newModel before any binding.
+func (m *Model) field(t arch.Tensor) *[]float32 {
+	switch t.Role {
+	case arch.Embed:
+		return &m.Embed
+	case arch.FinalNorm:
+		return &m.Norm
+	case arch.LMHead:
+		return &m.LMHead
+	}
+	l := &m.Layers[t.Layer]
+	weight := func(lin *Linear) *[]float32 {
+		lin.Out, lin.In = t.Shape[0], t.Shape[1]
+		return &lin.W
+	}
+	switch t.Role {
+	case arch.AttnNorm:
+		return &l.AttnNorm
+	case arch.QProj:
+		return weight(&l.Attn.Q)
+	case arch.KProj:
+		return weight(&l.Attn.K)
+	case arch.VProj:
+		return weight(&l.Attn.V)
+	case arch.OProj:
+		return weight(&l.Attn.O)
+	case arch.QBias:
+		return &l.Attn.Q.B
+	case arch.KBias:
+		return &l.Attn.K.B
+	case arch.VBias:
+		return &l.Attn.V.B
+	case arch.OProjBias:
+		return &l.Attn.O.B
+	case arch.QNorm:
+		return &l.Attn.QNorm
+	case arch.KNorm:
+		return &l.Attn.KNorm
+	case arch.MLPNorm:
+		return &l.MLPNorm
+	case arch.GateProj:
+		return weight(&l.MLP.Gate)
+	case arch.UpProj:
+		return weight(&l.MLP.Up)
+	case arch.DownProj:
+		return weight(&l.MLP.Down)
+	}
+	panic(fmt.Sprintf("model: tensor %s has role %d, which no weight field takes (newModel admits only families it implements)", t.Name, t.Role))
 }
 
 // FromWeights builds a model from a parsed config and a tensor store. Every
@@ -102,7 +109,6 @@ func FromWeights(cfg *checkpoint.Config, w WeightSource, be tensor.Backend) (*Mo
 	if err != nil {
 		return nil, err
 	}
-	m.Layers = make([]Layer, cfg.NumLayers)
 	binds := m.bindings()
 	total := 0
 	for _, b := range binds {

@@ -1,7 +1,8 @@
-// Package model runs the frozen target model: Llama, Mistral, Qwen2 and Qwen3
-// decoder-only transformers held as float32 in memory, with a per-sequence KV
-// cache, batched prefill and decode over many sequences in one pass, tree
-// verification for speculative decoding, hidden-state taps and pruned logits.
+// Package model runs the frozen target model: a decoder-only transformer of
+// one of the families pkg/arch describes, held as float32 in memory, with a
+// per-sequence KV cache, batched prefill and decode over many sequences in
+// one pass, tree verification for speculative decoding, hidden-state taps and
+// pruned logits.
 //
 // The architecture, as every one of these checkpoints computes it:
 //
@@ -22,7 +23,9 @@ package model
 
 import (
 	"fmt"
+	"strings"
 
+	"github.com/drafter-ai/drafter/pkg/arch"
 	"github.com/drafter-ai/drafter/pkg/checkpoint"
 	"github.com/drafter-ai/drafter/pkg/nn"
 	"github.com/drafter-ai/drafter/pkg/tensor"
@@ -76,8 +79,9 @@ type Layer struct {
 	MLP      MLP
 }
 
-// Model is a loaded target model. The weight fields are bound to checkpoint
-// tensor names in one place, bindings (load.go). They are read-only once the
+// Model is a loaded target model. The weight fields are bound to the
+// tensors of its architecture family (arch.Family.Tensors) in one place,
+// bindings (load.go). They are read-only once the
 // model is built: a small model also keeps transposed copies of its
 // matrices (see transposeSmall), which would not see a change.
 type Model struct {
@@ -90,6 +94,7 @@ type Model struct {
 
 	lmT *tensor.Transposed // LMHead transposed, or nil; see transposeSmall
 
+	fam    arch.Family // Config's architecture family
 	be     tensor.Backend
 	rope   *nn.RoPE
 	eps    float32
@@ -139,10 +144,12 @@ func newModel(cfg *checkpoint.Config, be tensor.Backend) (*Model, error) {
 	if be == nil {
 		be = tensor.CPU()
 	}
-	switch cfg.ModelType {
-	case "llama", "mistral", "qwen2", "qwen3":
-	default:
-		return nil, fmt.Errorf("model: config.json model_type %q is not supported (supported: llama, mistral, qwen2, qwen3)", cfg.ModelType)
+	fam, ok := cfg.Family()
+	if !ok {
+		return nil, fmt.Errorf("model: config.json model_type %q is not supported (supported: %s)", cfg.ModelType, arch.Supported())
+	}
+	if err := implements(fam); err != nil {
+		return nil, err
 	}
 	pos := func(name string, v int) error {
 		if v <= 0 {
@@ -169,27 +176,16 @@ func newModel(cfg *checkpoint.Config, be tensor.Backend) (*Model, error) {
 	if !(cfg.RMSNormEps > 0) {
 		return nil, fmt.Errorf("model: config.json rms_norm_eps %g must be positive", cfg.RMSNormEps)
 	}
-	if act, ok := cfg.Raw["hidden_act"].(string); ok && act != "silu" {
-		return nil, fmt.Errorf("model: config.json hidden_act %q is not supported (only silu)", act)
+	if act := cfg.HiddenAct; act != "" && act != fam.Activation {
+		return nil, fmt.Errorf("model: config.json hidden_act %q is not supported (only %s for model_type %s)", act, fam.Activation, cfg.ModelType)
 	}
+	// Within its window a sliding-window layer attends to the whole sequence,
+	// as full causal attention does, so the model is exact up to the
+	// smallest window of any layer.
 	maxPos := cfg.MaxPositions
-	if sw, ok := cfg.Raw["sliding_window"].(float64); ok && sw > 0 {
-		useSW := true
-		if u, ok := cfg.Raw["use_sliding_window"].(bool); ok {
-			useSW = u
-		}
-		if cfg.ModelType == "qwen2" || cfg.ModelType == "qwen3" {
-			// Qwen configs carry a sliding_window value that is only used with
-			// use_sliding_window=true.
-			useSW, _ = cfg.Raw["use_sliding_window"].(bool)
-			if useSW {
-				return nil, fmt.Errorf("model: config.json use_sliding_window=true (%s) is not supported", cfg.ModelType)
-			}
-		}
-		if useSW && int(sw) < maxPos {
-			// Within the window sliding-window attention is full causal
-			// attention, so the model is exact up to that length.
-			maxPos = int(sw)
+	for l := range cfg.NumLayers {
+		if w := fam.Window(l, cfg.SlidingWindow); w > 0 && w < maxPos {
+			maxPos = w
 		}
 	}
 	var rs *nn.RopeScaling
@@ -214,7 +210,7 @@ func newModel(cfg *checkpoint.Config, be tensor.Backend) (*Model, error) {
 		return nil, fmt.Errorf("model: config.json rope settings: %w", err)
 	}
 	m := &Model{
-		Config: cfg, be: be, rope: rope, eps: float32(cfg.RMSNormEps),
+		Config: cfg, fam: fam, Layers: make([]Layer, cfg.NumLayers), be: be, rope: rope, eps: float32(cfg.RMSNormEps),
 		h: cfg.HiddenSize, hd: cfg.HeadDim, nHeads: cfg.NumHeads, nKV: cfg.NumKVHeads,
 		qDim: cfg.NumHeads * cfg.HeadDim, kvDim: cfg.NumKVHeads * cfg.HeadDim,
 		inter: cfg.IntermediateSize, vocab: cfg.VocabSize, maxPos: maxPos,
@@ -228,4 +224,33 @@ func newModel(cfg *checkpoint.Config, be tensor.Backend) (*Model, error) {
 	m.goBLAS = be.Name() == "go"
 	m.split = splits(be)
 	return m, nil
+}
+
+// implements refuses a family whose hooks ask for computation the forward
+// pass does not have yet (arch.Family: each hook's zero value is what it
+// computes), so that no hook is silently ignored.
+func implements(f arch.Family) error {
+	var missing []string
+	if f.Activation != "silu" {
+		missing = append(missing, fmt.Sprintf("activation %q (only silu)", f.Activation))
+	}
+	if f.EmbedScale != arch.Unscaled {
+		missing = append(missing, "a scaled embedding")
+	}
+	if f.NormOffset != 0 {
+		missing = append(missing, fmt.Sprintf("RMSNorm weights offset by %g", f.NormOffset))
+	}
+	if len(f.ExtraNorms) > 0 {
+		missing = append(missing, "extra norms "+strings.Join(f.ExtraNorms, ", "))
+	}
+	if f.AttnSoftcap != 0 {
+		missing = append(missing, fmt.Sprintf("attention soft-capping at %g", f.AttnSoftcap))
+	}
+	if f.FinalSoftcap != 0 {
+		missing = append(missing, fmt.Sprintf("final logit soft-capping at %g", f.FinalSoftcap))
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("model: model_type %s needs %s, which pkg/model does not implement yet", f.ModelType, strings.Join(missing, ", "))
+	}
+	return nil
 }

@@ -28,7 +28,6 @@ func NewRandom(cfg *checkpoint.Config, seed uint64, be tensor.Backend) (*Model, 
 	if err != nil {
 		return nil, err
 	}
-	m.Layers = make([]Layer, cfg.NumLayers)
 	binds := m.bindings()
 	total := 0
 	for _, b := range binds {

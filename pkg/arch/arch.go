@@ -1,0 +1,335 @@
+// Package arch describes the architecture families drafter runs, one Family
+// per config.json model_type: how its config.json is read, which tensors its
+// checkpoints hold (names, shapes, biases, norms), its activation, and the
+// hooks the next families need (embedding scale, norm offset, extra norms,
+// soft-capping, sliding windows). It is the one place that knows them:
+// pkg/checkpoint derives its config checks and its required and unused
+// tensors from a Family, pkg/model binds its weights from Family.Tensors in
+// one generic pass and refuses what it does not implement, and every
+// "supported" message names Supported.
+//
+// Adding a family is one file here (a function returning its Family, listed
+// in Families) plus the forward-pass branches its hooks need in pkg/model.
+package arch
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Family describes one architecture family.
+type Family struct {
+	// ModelType is config.json's model_type; Architecture is the one
+	// architectures entry its checkpoints may carry.
+	ModelType, Architecture string
+
+	// DefaultKVHeads, DefaultHeadDim and DefaultMaxPositions are the values
+	// the family's Transformers config class gives num_key_value_heads,
+	// head_dim and max_position_embeddings when config.json leaves them out
+	// (DefaultKVHeads 0: num_attention_heads; DefaultHeadDim 0:
+	// hidden_size / num_attention_heads).
+	DefaultKVHeads, DefaultHeadDim, DefaultMaxPositions int
+
+	// QKVBias and OBias say when q_proj, k_proj and v_proj, and o_proj,
+	// carry a bias.
+	QKVBias, OBias Bias
+	// QKNorm means per-head RMSNorms (self_attn.q_norm and k_norm,
+	// [head_dim]) apply to the queries and keys before RoPE.
+	QKNorm bool
+	// Activation is the gated MLP's activation: config.json's hidden_act
+	// when absent, and the only value accepted.
+	Activation string
+	// Sliding says how config.json describes sliding-window attention.
+	Sliding Sliding
+	// Buffers are name suffixes of tensors a checkpoint may hold that are
+	// computed, not learned, and that loading ignores (the rotary inverse
+	// frequencies older Transformers saved with the weights).
+	Buffers []string
+
+	// The hooks below are where the next families compute differently
+	// (Gemma-2 sets every one). Their zero values are what the families
+	// here compute; pkg/model refuses a family that sets one it does not
+	// implement yet, so a hook is never silently ignored.
+
+	// EmbedScale multiplies the embedding output.
+	EmbedScale EmbedScale
+	// NormOffset is added to every RMSNorm weight: x·(NormOffset+w)
+	// (Gemma's 1+w).
+	NormOffset float32
+	// ExtraNorms are per-layer RMSNorm weights ([hidden_size]) beyond
+	// input_layernorm and post_attention_layernorm, by name after the layer
+	// prefix (Gemma-2: pre_feedforward_layernorm.weight and
+	// post_feedforward_layernorm.weight).
+	ExtraNorms []string
+	// AttnSoftcap and FinalSoftcap cap the attention scores and the final
+	// logits at c·tanh(x/c); 0 is off (Gemma-2: 50 and 30).
+	AttnSoftcap, FinalSoftcap float64
+}
+
+// Bias says when a projection carries a bias.
+type Bias uint8
+
+const (
+	// NoBias: never.
+	NoBias Bias = iota
+	// AlwaysBias: always, whatever config.json says (Qwen2's q/k/v).
+	AlwaysBias
+	// ConfigBias: when config.json's attention_bias is true.
+	ConfigBias
+)
+
+// Present reports whether the projection has a bias, given config.json's
+// attention_bias.
+func (b Bias) Present(attentionBias bool) bool {
+	return b == AlwaysBias || (b == ConfigBias && attentionBias)
+}
+
+// Sliding says how a family's config.json describes sliding-window attention.
+type Sliding uint8
+
+const (
+	// NoSliding: the family has no sliding-window attention and reads no
+	// key for it.
+	NoSliding Sliding = iota
+	// SlidingAllLayers: sliding_window (default 4096, null for none) is
+	// the window of every layer (Mistral).
+	SlidingAllLayers
+	// SlidingOff: use_sliding_window and layer_types may only say that no
+	// layer slides (Qwen2, Qwen3: their sliding layers are not supported).
+	SlidingOff
+)
+
+// Window returns layer's attention window given config.json's sliding
+// window (0 when none), 0 for full causal attention.
+func (f *Family) Window(layer, slidingWindow int) int {
+	if f.Sliding == SlidingAllLayers {
+		return slidingWindow
+	}
+	return 0
+}
+
+// EmbedScale is what multiplies the embedding output.
+type EmbedScale uint8
+
+const (
+	// Unscaled: the embedding rows as stored (scale 1).
+	Unscaled EmbedScale = iota
+	// ScaleSqrtHidden: by √hidden_size (Gemma).
+	ScaleSqrtHidden
+)
+
+// Families returns every supported family, in the order messages list them.
+func Families() []Family {
+	return []Family{Llama(), Mistral(), Qwen2(), Qwen3()}
+}
+
+// Lookup returns the family of a config.json model_type.
+func Lookup(modelType string) (Family, bool) {
+	for _, f := range Families() {
+		if f.ModelType == modelType {
+			return f, true
+		}
+	}
+	return Family{}, false
+}
+
+// Supported lists the supported model_type values, for messages:
+// "llama, mistral, qwen2, qwen3".
+func Supported() string {
+	return list(func(f Family) string { return f.ModelType })
+}
+
+// SupportedArchitectures lists the supported architectures entries, for
+// messages.
+func SupportedArchitectures() string {
+	return list(func(f Family) string { return f.Architecture })
+}
+
+func list(field func(Family) string) string {
+	var s []string
+	for _, f := range Families() {
+		s = append(s, field(f))
+	}
+	return strings.Join(s, ", ")
+}
+
+// Dims are what decides a checkpoint's tensors besides its family: the
+// sizes of config.json and which biases it has (the family's Bias rules
+// applied to attention_bias).
+type Dims struct {
+	Hidden, Intermediate, Layers, Heads, KVHeads, HeadDim, Vocab int
+	// TiedEmbeddings means the output layer is the embedding (no
+	// lm_head.weight).
+	TiedEmbeddings bool
+	// QKVBias and OBias say whether q/k/v_proj and o_proj carry biases.
+	QKVBias, OBias bool
+}
+
+// Role is what a tensor is to the forward pass.
+type Role uint8
+
+// The roles. Linear weights use the Hugging Face [out, in] layout.
+const (
+	Embed     Role = iota // model.embed_tokens.weight [vocab, hidden]
+	AttnNorm              // input_layernorm.weight [hidden]
+	QProj                 // self_attn.q_proj.weight [heads·head_dim, hidden]
+	KProj                 // self_attn.k_proj.weight [kv_heads·head_dim, hidden]
+	VProj                 // self_attn.v_proj.weight [kv_heads·head_dim, hidden]
+	QBias                 // self_attn.q_proj.bias [heads·head_dim]
+	KBias                 // self_attn.k_proj.bias [kv_heads·head_dim]
+	VBias                 // self_attn.v_proj.bias [kv_heads·head_dim]
+	OProj                 // self_attn.o_proj.weight [hidden, heads·head_dim]
+	OProjBias             // self_attn.o_proj.bias [hidden]
+	QNorm                 // self_attn.q_norm.weight [head_dim]
+	KNorm                 // self_attn.k_norm.weight [head_dim]
+	MLPNorm               // post_attention_layernorm.weight [hidden]
+	ExtraNorm             // one of Family.ExtraNorms [hidden]
+	GateProj              // mlp.gate_proj.weight [intermediate, hidden]
+	UpProj                // mlp.up_proj.weight [intermediate, hidden]
+	DownProj              // mlp.down_proj.weight [hidden, intermediate]
+	FinalNorm             // model.norm.weight [hidden]
+	LMHead                // lm_head.weight [vocab, hidden]
+)
+
+// Tensor is one tensor of a checkpoint.
+type Tensor struct {
+	// Name is the checkpoint name; Shape the shape config.json implies.
+	Name  string
+	Shape []int
+	// Role is what the tensor is; Layer its decoder layer, -1 for the
+	// embedding, the final norm and lm_head.
+	Role  Role
+	Layer int
+}
+
+// Checkpoint names of the tensors outside the decoder layers, and the prefix
+// of those inside layer N ("model.layers.N.").
+const (
+	EmbedName     = "model.embed_tokens.weight"
+	FinalNormName = "model.norm.weight"
+	LMHeadName    = "lm_head.weight"
+	layerPrefix   = "model.layers."
+)
+
+// layerNames are the names of the per-layer roles after the layer prefix.
+func layerName(r Role) string {
+	switch r {
+	case AttnNorm:
+		return "input_layernorm.weight"
+	case QProj:
+		return "self_attn.q_proj.weight"
+	case KProj:
+		return "self_attn.k_proj.weight"
+	case VProj:
+		return "self_attn.v_proj.weight"
+	case QBias:
+		return "self_attn.q_proj.bias"
+	case KBias:
+		return "self_attn.k_proj.bias"
+	case VBias:
+		return "self_attn.v_proj.bias"
+	case OProj:
+		return "self_attn.o_proj.weight"
+	case OProjBias:
+		return "self_attn.o_proj.bias"
+	case QNorm:
+		return "self_attn.q_norm.weight"
+	case KNorm:
+		return "self_attn.k_norm.weight"
+	case MLPNorm:
+		return "post_attention_layernorm.weight"
+	case GateProj:
+		return "mlp.gate_proj.weight"
+	case UpProj:
+		return "mlp.up_proj.weight"
+	case DownProj:
+		return "mlp.down_proj.weight"
+	}
+	panic(fmt.Sprintf("arch: role %d has no per-layer name", r))
+}
+
+// Tensors lists every tensor a checkpoint of the family with dims holds, in
+// forward order: the embedding; per layer its input norm, the q, k and v
+// weights back to back and then their biases, o_proj (and its bias), the
+// q/k norms, the MLP norm and any extra norms, the gate and up weights back
+// to back, down_proj; the final norm; lm_head unless tied. pkg/model lays
+// its weights out in this order, so that the matrices that share an input
+// (q/k/v, gate/up) are adjacent and multiply as one.
+func (f *Family) Tensors(d Dims) []Tensor {
+	h, q, kv, in := d.Hidden, d.Heads*d.HeadDim, d.KVHeads*d.HeadDim, d.Intermediate
+	out := make([]Tensor, 0, 3+d.Layers*(17+len(f.ExtraNorms)))
+	out = append(out, Tensor{EmbedName, []int{d.Vocab, h}, Embed, -1})
+	for l := 0; l < d.Layers; l++ {
+		p := layerPrefix + strconv.Itoa(l) + "."
+		add := func(r Role, shape ...int) { out = append(out, Tensor{p + layerName(r), shape, r, l}) }
+		add(AttnNorm, h)
+		add(QProj, q, h)
+		add(KProj, kv, h)
+		add(VProj, kv, h)
+		if d.QKVBias {
+			add(QBias, q)
+			add(KBias, kv)
+			add(VBias, kv)
+		}
+		add(OProj, h, q)
+		if d.OBias {
+			add(OProjBias, h)
+		}
+		if f.QKNorm {
+			add(QNorm, d.HeadDim)
+			add(KNorm, d.HeadDim)
+		}
+		add(MLPNorm, h)
+		for _, name := range f.ExtraNorms {
+			out = append(out, Tensor{p + name, []int{h}, ExtraNorm, l})
+		}
+		add(GateProj, in, h)
+		add(UpProj, in, h)
+		add(DownProj, h, in)
+	}
+	out = append(out, Tensor{FinalNormName, []int{h}, FinalNorm, -1})
+	if !d.TiedEmbeddings {
+		out = append(out, Tensor{LMHeadName, []int{d.Vocab, h}, LMHead, -1})
+	}
+	return out
+}
+
+// IsBuffer reports whether name is a computed buffer of the family
+// (Buffers) that loading ignores.
+func (f *Family) IsBuffer(name string) bool {
+	for _, s := range f.Buffers {
+		if strings.HasSuffix(name, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// LayerOf splits a per-layer tensor name "model.layers.N.rest" into N and
+// rest.
+func LayerOf(name string) (layer int, rest string, ok bool) {
+	s, ok := strings.CutPrefix(name, layerPrefix)
+	if !ok {
+		return 0, "", false
+	}
+	num, rest, ok := strings.Cut(s, ".")
+	if !ok {
+		return 0, "", false
+	}
+	n, err := strconv.Atoi(num)
+	if err != nil || n < 0 {
+		return 0, "", false
+	}
+	return n, rest, true
+}
+
+// LayerPattern names tensors of layer N by pattern: "model.layers.N.*" for
+// rest "*", "model.layers.*.rest" for N < 0.
+func LayerPattern(layer int, rest string) string {
+	n := "*"
+	if layer >= 0 {
+		n = strconv.Itoa(layer)
+	}
+	return layerPrefix + n + "." + rest
+}

@@ -1,0 +1,12 @@
+package arch
+
+// Mistral is MistralForCausalLM: Llama's layers without biases, 8 KV heads by
+// default, and one sliding window (sliding_window) for every layer.
+func Mistral() Family {
+	return Family{
+		ModelType: "mistral", Architecture: "MistralForCausalLM",
+		DefaultKVHeads: 8, DefaultMaxPositions: 4096 * 32,
+		QKVBias: NoBias, OBias: NoBias,
+		Activation: "silu", Sliding: SlidingAllLayers, Buffers: rotaryBuffers(),
+	}
+}
