@@ -44,6 +44,7 @@ import (
 	"strings"
 
 	"github.com/drafter-ai/drafter/pkg/chat"
+	"github.com/drafter-ai/drafter/pkg/tokenizer"
 )
 
 // MaxLineBytes is the default longest record line accepted (64 MiB).
@@ -283,6 +284,22 @@ func RenderWith(p Prompt, tmpl *chat.Template, opt chat.Options) (string, error)
 		return "", fmt.Errorf("data: prompt %d (line %d): %w", p.Index, p.Line, err)
 	}
 	return s, nil
+}
+
+// Encode returns the token ids a model with tokenizer tok and chat template
+// tmpl (nil when it has none) is fed for a prompt: a conversation is rendered
+// with Render and tokenized without special tokens (the template writes BOS
+// itself); raw text is tokenized with the post-processor (BOS where the
+// tokenizer adds one).
+func Encode(p Prompt, tok *tokenizer.Tokenizer, tmpl *chat.Template) ([]int, error) {
+	if !p.IsChat() {
+		return tok.Encode(p.Text, true), nil
+	}
+	text, err := Render(p, tmpl)
+	if err != nil {
+		return nil, err
+	}
+	return tok.Encode(text, false), nil
 }
 
 // RenderConversation returns the model input for a conversation and the

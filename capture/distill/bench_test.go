@@ -9,6 +9,7 @@ import (
 	"github.com/drafter-ai/drafter/capture"
 	"github.com/drafter-ai/drafter/pkg/generate"
 	"github.com/drafter-ai/drafter/pkg/model"
+	"github.com/drafter-ai/drafter/pkg/target"
 )
 
 // BenchmarkDistill measures distillation with capture (float16, EAGLE-3
@@ -24,13 +25,13 @@ func BenchmarkDistill(b *testing.B) {
 	defer m60.Close()
 	// The random model uses the stories tokenizer for its prompts; its
 	// generations run to the length limit.
-	t60, err := generate.New(m60, stories.Tok, nil, nil, nil)
+	t60, err := target.New(m60, stories.Tok, nil, nil, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
 	for _, c := range []struct {
 		name   string
-		t      *generate.Target
+		t      *target.Target
 		newTok int
 	}{{"stories260k", stories, 128}, {"random60M", t60, 32}} {
 		for _, batch := range []int{1, 8} {

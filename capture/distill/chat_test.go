@@ -10,12 +10,12 @@ import (
 	"time"
 
 	"github.com/drafter-ai/drafter/capture"
-	"github.com/drafter-ai/drafter/pkg/generate"
+	"github.com/drafter-ai/drafter/pkg/target"
 )
 
 // chatModel copies stories260k into a folder whose tokenizer_config.json has
 // a small chat template, so that chat prompts and assistant spans are tested.
-func chatModel(t testing.TB) *generate.Target {
+func chatModel(t testing.TB) *target.Target {
 	t.Helper()
 	dir := t.TempDir()
 	for _, f := range []string{"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "special_tokens_map.json"} {
@@ -29,7 +29,7 @@ func chatModel(t testing.TB) *generate.Target {
 		"chat_template": "{{ bos_token }}{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}{% if m['role'] == 'assistant' %}{{ eos_token }}{% endif %}\n{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}"}
 	b, _ := json.Marshal(cfg)
 	writeFile(t, dir, "tokenizer_config.json", string(b))
-	tg, err := generate.Load(dir, nil, nil)
+	tg, err := target.Load(dir, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -73,6 +73,7 @@ import (
 	"github.com/drafter-ai/drafter/pkg/generate"
 	"github.com/drafter-ai/drafter/pkg/model"
 	"github.com/drafter-ai/drafter/pkg/outlock"
+	"github.com/drafter-ai/drafter/pkg/target"
 )
 
 // ResponsesName is the responses file inside the output directory.
@@ -231,7 +232,7 @@ func taps(layers []int, L int) []int {
 
 // Run distils the prompts of opt.Prompts with t into opt.Out, resuming an
 // interrupted run with the same arguments.
-func Run(ctx context.Context, t *generate.Target, opt Options) (*Summary, error) {
+func Run(ctx context.Context, t *target.Target, opt Options) (*Summary, error) {
 	start := time.Now()
 	if opt.SamplesPerPrompt == 0 {
 		opt.SamplesPerPrompt = 1
@@ -266,7 +267,7 @@ func Run(ctx context.Context, t *generate.Target, opt Options) (*Summary, error)
 	if err != nil {
 		return nil, err
 	}
-	st, err := t.Settings(opt.Sampling)
+	st, err := generate.Resolve(t, opt.Sampling)
 	if err != nil {
 		return nil, err
 	}
@@ -289,7 +290,7 @@ func Run(ctx context.Context, t *generate.Target, opt Options) (*Summary, error)
 		if p.Index%opt.NumShards != opt.Shard {
 			continue
 		}
-		ids, err := t.EncodePrompt(*p)
+		ids, err := data.Encode(*p, t.Tok, t.Template)
 		if err == nil {
 			var b int
 			b, err = st.Budget(len(ids), m.MaxPositions())
@@ -493,7 +494,7 @@ func (s *Summary) WriteText(w io.Writer) {
 		len(m.Shards), m.Totals.Rows, m.Totals.ResponseTokens, float64(m.Totals.Bytes)/(1<<20), m.BytesPerToken, m.Layers, m.DType)
 }
 
-func response(t *generate.Target, it *item, d generate.Done) *Response {
+func response(t *target.Target, it *item, d generate.Done) *Response {
 	p := it.prompt
 	r := &Response{ID: it.id, PromptIndex: p.Index, Sample: it.k, PromptLine: p.Line, PromptID: p.ID,
 		Response: t.Tok.Decode(d.Tokens, true), ResponseIDs: d.Tokens, FinishReason: d.Finish}

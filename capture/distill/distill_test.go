@@ -14,13 +14,14 @@ import (
 	"github.com/drafter-ai/drafter/capture"
 	"github.com/drafter-ai/drafter/pkg/generate"
 	"github.com/drafter-ai/drafter/pkg/model"
+	"github.com/drafter-ai/drafter/pkg/target"
 )
 
 const storiesDir = "../../models/stories260k"
 
-func loadStories(t testing.TB) *generate.Target {
+func loadStories(t testing.TB) *target.Target {
 	t.Helper()
-	tg, err := generate.Load(storiesDir, nil, nil)
+	tg, err := target.Load(storiesDir, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +63,7 @@ func baseOptions(prompts, out string) Options {
 
 // withPeriodStop makes "." a stop id too, so that short test generations end
 // at a stop id as well as at the length limit (stories260k rarely emits eos).
-func withPeriodStop(t testing.TB, tg *generate.Target) *generate.Target {
+func withPeriodStop(t testing.TB, tg *target.Target) *target.Target {
 	t.Helper()
 	dot, ok := tg.Tok.TokenID(".")
 	if !ok {
@@ -327,7 +328,7 @@ func TestFloat16Overflow(t *testing.T) {
 	for i := range m.Embed[:m.HiddenSize()*m.VocabSize()] {
 		m.Embed[i] *= 1e6
 	}
-	big, err := generate.New(m, tg.Tok, nil, tg.Config, tg.Gen)
+	big, err := target.New(m, tg.Tok, nil, tg.Config, tg.Gen)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,9 +12,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/drafter-ai/drafter/pkg/generate"
 	"github.com/drafter-ai/drafter/pkg/model"
 	"github.com/drafter-ai/drafter/pkg/outlock"
+	"github.com/drafter-ai/drafter/pkg/target"
 )
 
 // A checkpoint that produces NaN on one prompt stops distill with an error
@@ -63,7 +63,7 @@ func TestNaNModelNamesPrompt(t *testing.T) {
 	H := m.HiddenSize()
 	m.LMHead = slices.Clone(m.LMHead) // untie: only the token's input embedding is broken
 	m.Embed[badID*H] = float32(math.NaN())
-	nan, err := generate.New(m, tg.Tok, nil, tg.Config, tg.Gen)
+	nan, err := target.New(m, tg.Tok, nil, tg.Config, tg.Gen)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestNaNStateRefusedByCapture(t *testing.T) {
 	m.LMHead = slices.Clone(m.LMHead)
 	ids := tg.Tok.Encode("Once upon a time", true)
 	m.Embed[ids[2]*H+5] = float32(math.NaN()) // position 2 of the second record, hidden_states index 0 upwards
-	nan, err := generate.New(m, tg.Tok, nil, tg.Config, tg.Gen)
+	nan, err := target.New(m, tg.Tok, nil, tg.Config, tg.Gen)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/drafter-ai/drafter/capture"
 	"github.com/drafter-ai/drafter/internal/testmodel"
-	"github.com/drafter-ai/drafter/pkg/generate"
+	"github.com/drafter-ai/drafter/pkg/target"
 )
 
 // snapshot returns the content and modification time of every file in dir.
@@ -45,7 +45,7 @@ func TestResumeRefusesAnotherCheckpoint(t *testing.T) {
 	orig := loadStories(t)
 	tunedDir := testmodel.Copy(t, storiesDir)
 	testmodel.ScaleBody(t, tunedDir, 0.9)
-	tuned, err := generate.Load(tunedDir, nil, nil)
+	tuned, err := target.Load(tunedDir, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,9 +12,9 @@ import (
 	"github.com/drafter-ai/drafter/capture"
 	"github.com/drafter-ai/drafter/data"
 	"github.com/drafter-ai/drafter/pkg/chat"
-	"github.com/drafter-ai/drafter/pkg/generate"
 	"github.com/drafter-ai/drafter/pkg/model"
 	"github.com/drafter-ai/drafter/pkg/outlock"
+	"github.com/drafter-ai/drafter/pkg/target"
 )
 
 // CaptureOptions configure Capture.
@@ -44,7 +44,7 @@ type CaptureOptions struct {
 // marker, and a drafter must learn where answers end). Sample i is the i-th
 // valid record. Groups of Batch consecutive samples share a pass, so a resumed
 // capture reproduces an uninterrupted one bit for bit.
-func Capture(ctx context.Context, t *generate.Target, opt CaptureOptions) (*Summary, error) {
+func Capture(ctx context.Context, t *target.Target, opt CaptureOptions) (*Summary, error) {
 	start := time.Now()
 	if opt.Batch == 0 {
 		opt.Batch = 1
@@ -224,7 +224,7 @@ func has(m map[int64]struct{}, k int64) bool {
 // mask: assistant spans for chat (tokenized without special tokens: the
 // template writes BOS), the response plus an appended eos for a raw pair
 // (tokenized with the post-processor, as a raw prompt is).
-func encodeConversation(t *generate.Target, c *data.Conversation, eos int) ([]int, []bool, error) {
+func encodeConversation(t *target.Target, c *data.Conversation, eos int) ([]int, []bool, error) {
 	if c.IsChat() && t.Template == nil {
 		return nil, nil, data.ErrNoChatTemplate
 	}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/drafter-ai/drafter/capture"
 	"github.com/drafter-ai/drafter/capture/distill"
-	"github.com/drafter-ai/drafter/pkg/generate"
+	"github.com/drafter-ai/drafter/pkg/target"
 )
 
 // Bounds of the capture flags, against typos.
@@ -83,7 +83,7 @@ func (f *captureFlags) shardBytes() int64 {
 
 // checkLayers resolves --layers for t as the capture will, so that an index
 // the model does not have is a command-line mistake found before any work.
-func checkLayers(t *generate.Target, layers []int) error {
+func checkLayers(t *target.Target, layers []int) error {
 	if layers == nil {
 		return nil
 	}
@@ -137,7 +137,7 @@ and an appended EOS. Rerunning the same command resumes an interrupted capture.`
 }
 
 func runCapture(ctx context.Context, o *captureOptions) error {
-	t, err := generate.Load(o.Model, nil, fileCache())
+	t, err := target.Load(o.Model, nil, fileCache())
 	if err != nil {
 		return err
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/drafter-ai/drafter/capture/distill"
-	"github.com/drafter-ai/drafter/pkg/generate"
+	"github.com/drafter-ai/drafter/pkg/target"
 )
 
 // maxSamplesPerPrompt bounds --samples-per-prompt against typos: each
@@ -96,7 +96,7 @@ func parseShard(s string) (i, n int, err error) {
 }
 
 func runDistill(ctx context.Context, o *distillOptions) error {
-	t, err := generate.Load(o.Model, nil, fileCache())
+	t, err := target.Load(o.Model, nil, fileCache())
 	if err != nil {
 		return err
 	}

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/drafter-ai/drafter/pkg/generate"
+	"github.com/drafter-ai/drafter/pkg/target"
 	"github.com/drafter-ai/drafter/train/medusa"
 )
 
@@ -29,7 +29,7 @@ func evalCLI(t *testing.T, args ...string) (int, string) {
 // drafter.json records fingerprint fp.
 func exportRandomHeads(t *testing.T, fp string) string {
 	t.Helper()
-	tg, err := generate.Load(evalTestModel, nil, nil)
+	tg, err := target.Load(evalTestModel, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

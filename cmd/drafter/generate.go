@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/drafter-ai/drafter/pkg/generate"
+	"github.com/drafter-ai/drafter/pkg/target"
 )
 
 type generateOptions struct {
@@ -58,7 +59,7 @@ do_sample); flags override them.`,
 }
 
 func runGenerate(ctx context.Context, o *generateOptions) error {
-	t, err := generate.Load(o.Model, nil, fileCache())
+	t, err := target.Load(o.Model, nil, fileCache())
 	if err != nil {
 		return err
 	}
@@ -66,7 +67,7 @@ func runGenerate(ctx context.Context, o *generateOptions) error {
 	if o.Chat && t.Template == nil {
 		return usagef("--chat: %s has no chat template (tokenizer_config.json sets no chat_template); leave out --chat to send the prompt as raw text", o.Model)
 	}
-	st, err := t.Settings(o.Sampling)
+	st, err := generate.Resolve(t, o.Sampling)
 	if err != nil {
 		return overrideUsage(err)
 	}
@@ -77,7 +78,7 @@ func runGenerate(ctx context.Context, o *generateOptions) error {
 	if !o.JSON {
 		req.OnText = func(s string) error { _, err := io.WriteString(o.Out, s); return err }
 	}
-	res, err := t.Generate(ctx, req)
+	res, err := generate.Generate(ctx, t, req)
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/drafter-ai/drafter/data"
 	"github.com/drafter-ai/drafter/pkg/filecache"
 	"github.com/drafter-ai/drafter/pkg/generate"
+	"github.com/drafter-ai/drafter/pkg/target"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
@@ -93,7 +94,7 @@ func Evaluate(ctx context.Context, opt Options, out io.Writer) (*Report, error) 
 	if err != nil {
 		return nil, err
 	}
-	t, err := generate.Load(opt.ModelDir, opt.Backend, opt.Cache)
+	t, err := target.Load(opt.ModelDir, opt.Backend, opt.Cache)
 	if err != nil {
 		return nil, fmt.Errorf("eval: %w", err)
 	}
@@ -112,7 +113,7 @@ func Evaluate(ctx context.Context, opt Options, out io.Writer) (*Report, error) 
 		n := DefaultMaxNewTokens
 		ov.MaxNewTokens = &n
 	}
-	st, err := t.Settings(ov)
+	st, err := generate.Resolve(t, ov)
 	if err != nil {
 		return nil, fmt.Errorf("eval: %w", err)
 	}

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/drafter-ai/drafter/pkg/generate"
 	"github.com/drafter-ai/drafter/pkg/model"
 	"github.com/drafter-ai/drafter/pkg/nn"
+	"github.com/drafter-ai/drafter/pkg/target"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 	"github.com/drafter-ai/drafter/train/dataset"
 	"github.com/drafter-ai/drafter/train/eagle3"
@@ -36,9 +36,9 @@ func loadTarget(t testing.TB) *model.Model {
 	return loadGen(t).Model
 }
 
-func loadGen(t testing.TB) *generate.Target {
+func loadGen(t testing.TB) *target.Target {
 	t.Helper()
-	g, err := generate.Load(modelDir, nil, nil)
+	g, err := target.Load(modelDir, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +203,7 @@ func trainedDrafters(t *testing.T) *trained {
 }
 
 func trainDrafters(t *testing.T) (tr trained) {
-	gt, err := generate.Load(modelDir, nil, nil)
+	gt, err := target.Load(modelDir, nil, nil)
 	if err != nil {
 		tr.err = err
 		return

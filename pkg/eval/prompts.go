@@ -4,14 +4,14 @@ import (
 	"fmt"
 
 	"github.com/drafter-ai/drafter/data"
-	"github.com/drafter-ai/drafter/pkg/generate"
+	"github.com/drafter-ai/drafter/pkg/target"
 )
 
 // LoadPrompts reads a prompt file (the formats data.ReadPrompts accepts:
 // JSONL raw text, OpenAI messages or ShareGPT, or .txt) and tokenises each
-// prompt for target t as generation does (generate.Target.EncodePrompt).
+// prompt for target t as generation does (data.Encode).
 // limit > 0 keeps only the first limit prompts.
-func LoadPrompts(t *generate.Target, path string, limit int) ([]Prompt, error) {
+func LoadPrompts(t *target.Target, path string, limit int) ([]Prompt, error) {
 	ps, _, err := data.ReadPrompts(path, data.ReadOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("eval: %w", err)
@@ -21,7 +21,7 @@ func LoadPrompts(t *generate.Target, path string, limit int) ([]Prompt, error) {
 	}
 	out := make([]Prompt, len(ps))
 	for i, p := range ps {
-		ids, err := t.EncodePrompt(p)
+		ids, err := data.Encode(p, t.Tok, t.Template)
 		if err != nil {
 			return nil, fmt.Errorf("eval: %s line %d: %w", path, p.Line, err)
 		}

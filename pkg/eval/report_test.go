@@ -13,6 +13,7 @@ import (
 	"github.com/drafter-ai/drafter/internal/testmodel"
 	"github.com/drafter-ai/drafter/pkg/generate"
 	"github.com/drafter-ai/drafter/pkg/spec"
+	"github.com/drafter-ai/drafter/pkg/target"
 	"github.com/drafter-ai/drafter/train/medusa"
 )
 
@@ -153,7 +154,7 @@ func TestStaleAfterBodyFineTune(t *testing.T) {
 	}
 	tuned := testmodel.Copy(t, modelDir)
 	testmodel.ScaleBody(t, tuned, 0.9)
-	tg, err := generate.Load(tuned, nil, nil)
+	tg, err := target.Load(tuned, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,3 +1,12 @@
+// Package generate runs the frozen target model as a text generator: prompt to
+// tokens, a batched decode loop over pkg/model and pkg/sample that stops at any
+// end-of-sequence or end-of-turn token, optional hidden-state capture from the
+// very forward passes that produce the tokens, and streaming text.
+//
+// `drafter generate` uses Generate (one prompt of a target.Target);
+// distillation uses Engine (many sequences of a model decoded together,
+// refilled as they finish); Resolve turns generation_config.json and the
+// command line into Settings for both.
 package generate
 
 import (
@@ -6,8 +15,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/drafter-ai/drafter/data"
 	"github.com/drafter-ai/drafter/pkg/chat"
+	"github.com/drafter-ai/drafter/pkg/target"
 )
 
 // Request is one `drafter generate` call.
@@ -17,7 +26,7 @@ type Request struct {
 	// tokenized with the post-processor (BOS where the tokenizer adds one).
 	Prompt string
 	Chat   bool
-	// Settings are the resolved generation settings (Target.Settings).
+	// Settings are the resolved generation settings (Resolve).
 	Settings Settings
 	// Seed keys the random stream (stream 0).
 	Seed uint64
@@ -36,18 +45,14 @@ type Result struct {
 	TokensPerSecond float64 `json:"tokens_per_second"`
 }
 
-// Generate answers one prompt, streaming text through OnText. Generated ids
-// include the stop id when the generation ended at one; Text leaves special
-// tokens out.
-func (t *Target) Generate(ctx context.Context, r Request) (*Result, error) {
+// Generate answers one prompt with target t (loaded by target.Load),
+// streaming text through OnText. Generated ids include the stop id when the
+// generation ended at one; Text leaves special tokens out.
+func Generate(ctx context.Context, t *target.Target, r Request) (*Result, error) {
 	if strings.TrimSpace(r.Prompt) == "" {
 		return nil, fmt.Errorf("generate: empty prompt")
 	}
-	p := data.Prompt{Text: r.Prompt}
-	if r.Chat {
-		p = data.Prompt{Messages: []chat.Message{{Role: "user", Content: r.Prompt}}}
-	}
-	ids, err := t.EncodePrompt(p)
+	ids, err := encode(t, r)
 	if err != nil {
 		return nil, err
 	}
@@ -93,4 +98,22 @@ func (t *Target) Generate(ctx context.Context, r Request) (*Result, error) {
 		res.TokensPerSecond = float64(len(res.GeneratedIDs)) / res.Seconds
 	}
 	return res, nil
+}
+
+// encode returns the model input of r's prompt: raw text tokenized with the
+// post-processor (BOS where the tokenizer adds one), or, with Chat, one user
+// message rendered with the chat template and add_generation_prompt and
+// tokenized without special tokens (the template writes BOS itself).
+func encode(t *target.Target, r Request) ([]int, error) {
+	if !r.Chat {
+		return t.Tok.Encode(r.Prompt, true), nil
+	}
+	if t.Template == nil {
+		return nil, fmt.Errorf("generate: a chat prompt needs a chat template, and the model has no chat template; send the prompt as raw text")
+	}
+	text, err := t.Template.Render([]chat.Message{{Role: "user", Content: r.Prompt}}, chat.Options{AddGenerationPrompt: true})
+	if err != nil {
+		return nil, fmt.Errorf("generate: %w", err)
+	}
+	return t.Tok.Encode(text, false), nil
 }

@@ -12,11 +12,12 @@ import (
 
 	"github.com/drafter-ai/drafter/pkg/model"
 	"github.com/drafter-ai/drafter/pkg/sample"
+	"github.com/drafter-ai/drafter/pkg/target"
 )
 
-func loadStories(t testing.TB) *Target {
+func loadStories(t testing.TB) *target.Target {
 	t.Helper()
-	tg, err := Load(filepath.Join("..", "..", "models", "stories260k"), nil, nil)
+	tg, err := target.Load(filepath.Join("..", "..", "models", "stories260k"), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +49,7 @@ func TestGreedyReference(t *testing.T) {
 	}
 	tg := loadStories(t)
 	n := want.NGen
-	st, err := tg.Settings(Overrides{MaxNewTokens: &n})
+	st, err := Resolve(tg, Overrides{MaxNewTokens: &n})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +57,7 @@ func TestGreedyReference(t *testing.T) {
 		t.Fatalf("stories260k has no do_sample: want greedy defaults, got %v", st.Params)
 	}
 	var streamed strings.Builder
-	res, err := tg.Generate(context.Background(), Request{Prompt: want.Prompt, Settings: st,
+	res, err := Generate(context.Background(), tg, Request{Prompt: want.Prompt, Settings: st,
 		OnText: func(s string) error { streamed.WriteString(s); return nil }})
 	if err != nil {
 		t.Fatal(err)
@@ -77,29 +78,29 @@ func TestGreedyReference(t *testing.T) {
 
 func TestBadInput(t *testing.T) {
 	tg := loadStories(t)
-	st, _ := tg.Settings(Overrides{})
-	if _, err := tg.Generate(context.Background(), Request{Prompt: "  ", Settings: st}); err == nil || !strings.Contains(err.Error(), "empty prompt") {
+	st, _ := Resolve(tg, Overrides{})
+	if _, err := Generate(context.Background(), tg, Request{Prompt: "  ", Settings: st}); err == nil || !strings.Contains(err.Error(), "empty prompt") {
 		t.Fatalf("empty prompt: %v", err)
 	}
 	n := 2000
-	st, err := tg.Settings(Overrides{MaxNewTokens: &n})
+	st, err := Resolve(tg, Overrides{MaxNewTokens: &n})
 	if err != nil {
 		t.Fatal(err)
 	}
 	long := strings.Repeat("Once upon a time ", 20)
-	if _, err := tg.Generate(context.Background(), Request{Prompt: long, Settings: st}); err == nil || !strings.Contains(err.Error(), "exceeds the model's context") {
+	if _, err := Generate(context.Background(), tg, Request{Prompt: long, Settings: st}); err == nil || !strings.Contains(err.Error(), "exceeds the model's context") {
 		t.Fatalf("long generation: %v", err)
 	}
 	huge := strings.Repeat("Once upon a time ", 600)
-	st, _ = tg.Settings(Overrides{})
-	if _, err := tg.Generate(context.Background(), Request{Prompt: huge, Settings: st}); err == nil || !strings.Contains(err.Error(), "context") {
+	st, _ = Resolve(tg, Overrides{})
+	if _, err := Generate(context.Background(), tg, Request{Prompt: huge, Settings: st}); err == nil || !strings.Contains(err.Error(), "context") {
 		t.Fatalf("long prompt: %v", err)
 	}
 	n = 4096
-	if _, err := tg.Settings(Overrides{MaxNewTokens: &n}); err == nil {
+	if _, err := Resolve(tg, Overrides{MaxNewTokens: &n}); err == nil {
 		t.Fatal("max-new-tokens beyond the context accepted")
 	}
-	if _, err := tg.Generate(context.Background(), Request{Prompt: "hi", Chat: true, Settings: st}); err == nil || !strings.Contains(err.Error(), "no chat template") {
+	if _, err := Generate(context.Background(), tg, Request{Prompt: "hi", Chat: true, Settings: st}); err == nil || !strings.Contains(err.Error(), "no chat template") {
 		t.Fatalf("chat without template: %v", err)
 	}
 }

@@ -19,14 +19,14 @@ func TestOverridesCheckedWhenGreedy(t *testing.T) {
 		{Overrides{Temperature: &zero, MinP: &two}, "min-p 2"},
 		{Overrides{TopK: &minus}, "top-k -5"},
 	} {
-		_, err := tg.Settings(c.o)
+		_, err := Resolve(tg, c.o)
 		var oe *OverrideError
 		if !errors.As(err, &oe) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: got %v, want an OverrideError about %q", c.o, err, c.want)
 		}
 	}
 	one := 1.0
-	if _, err := tg.Settings(Overrides{Temperature: &zero, TopP: &one}); err != nil {
+	if _, err := Resolve(tg, Overrides{Temperature: &zero, TopP: &one}); err != nil {
 		t.Errorf("a valid override refused: %v", err)
 	}
 }

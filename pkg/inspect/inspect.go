@@ -9,11 +9,10 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/drafter-ai/drafter/pkg/chat"
 	"github.com/drafter-ai/drafter/pkg/checkpoint"
 	"github.com/drafter-ai/drafter/pkg/filecache"
 	"github.com/drafter-ai/drafter/pkg/fingerprint"
-	"github.com/drafter-ai/drafter/pkg/tokenizer"
+	"github.com/drafter-ai/drafter/pkg/target"
 )
 
 // Report is the summary of one checkpoint.
@@ -45,41 +44,30 @@ type Report struct {
 	Fingerprinting fingerprint.Stats `json:"fingerprinting"`
 }
 
-// Inspect opens the checkpoint in dir (weights, configs, tokenizer and chat
-// template) and summarises it; cache (nil: none) keeps the tensor digests of
-// the fingerprint.
+// Inspect opens the checkpoint in dir as the stages do (target.Open: configs
+// and weights checked, fingerprinted), with its tokenizer and chat template,
+// and summarises it; cache (nil: none) keeps the tensor digests of the
+// fingerprint. No weight is converted.
 func Inspect(dir string, cache *filecache.Cache) (*Report, error) {
-	ck, err := checkpoint.Open(dir)
+	t, err := target.OpenWithTokenizer(dir, cache)
 	if err != nil {
 		return nil, err
 	}
-	defer ck.Close()
-	tok, err := tokenizer.LoadDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	tmpl, err := chat.Load(dir)
-	if err != nil {
-		return nil, err
-	}
-	fp, err := fingerprint.Of(ck, cache)
-	if err != nil {
-		return nil, fmt.Errorf("inspect: %w", err)
-	}
-	c := ck.Config
+	defer t.Close()
+	c := t.Config
 	r := &Report{
 		Dir: dir, ModelType: c.ModelType, Architectures: c.Architectures, Parameters: c.NumParams(),
 		DTypes: map[string]int{}, Layers: c.NumLayers, HiddenSize: c.HiddenSize,
 		IntermediateSize: c.IntermediateSize, Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim,
 		VocabSize: c.VocabSize, MaxPositions: c.MaxPositions, TieWordEmbeddings: c.TieWordEmbeddings,
-		RopeTheta: c.RopeTheta, EOS: eosIDs(ck), TokenizerFamily: tok.Family(), TokenizerVocab: tok.VocabSize(),
-		ChatTemplate: tmpl != nil, EAGLE3Layers: c.EAGLE3DraftLayers(), Fingerprint: fp.Fingerprint, Fingerprinting: fp.Stats,
+		RopeTheta: c.RopeTheta, EOS: eosIDs(c, t.Gen), TokenizerFamily: t.Tok.Family(), TokenizerVocab: t.Tok.VocabSize(),
+		ChatTemplate: t.Template != nil, EAGLE3Layers: c.EAGLE3DraftLayers(), Fingerprint: t.Fingerprint, Fingerprinting: t.Fingerprinting,
 	}
 	if s := c.RopeScaling; s != nil {
 		r.RopeScaling = fmt.Sprintf("%s (factor %g)", s.Type, s.Factor)
 	}
 	for _, spec := range c.Tensors() {
-		if info, ok := ck.Weights.Info(spec.Name); ok {
+		if info, ok := t.Weights.Info(spec.Name); ok {
 			r.DTypes[string(info.DType)]++
 		}
 	}
@@ -88,14 +76,14 @@ func Inspect(dir string, cache *filecache.Cache) (*Report, error) {
 
 // eosIDs merges the end-of-sequence ids of generation_config.json (which
 // serving engines prefer) and config.json, in that order, without duplicates.
-func eosIDs(ck *checkpoint.Checkpoint) []int {
+func eosIDs(c *checkpoint.Config, gen *checkpoint.GenerationConfig) []int {
 	var ids []int
 	seen := map[int]bool{}
 	var lists [][]int
-	if ck.Generation != nil {
-		lists = append(lists, ck.Generation.EOS)
+	if gen != nil {
+		lists = append(lists, gen.EOS)
 	}
-	lists = append(lists, ck.Config.EOS)
+	lists = append(lists, c.EOS)
 	for _, l := range lists {
 		for _, id := range l {
 			if !seen[id] {

@@ -11,6 +11,7 @@ import (
 	"github.com/drafter-ai/drafter/capture"
 	"github.com/drafter-ai/drafter/capture/distill"
 	"github.com/drafter-ai/drafter/pkg/generate"
+	"github.com/drafter-ai/drafter/pkg/target"
 )
 
 // TestOnDistilledData trains both methods on a capture made by the real
@@ -18,7 +19,7 @@ import (
 // final_norm), so the manifest fingerprint and columns it writes are the ones
 // Run checks.
 func TestOnDistilledData(t *testing.T) {
-	tg, err := generate.Load(modelDir, nil, nil)
+	tg, err := target.Load(modelDir, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/drafter-ai/drafter/pkg/filecache"
 	"github.com/drafter-ai/drafter/pkg/outlock"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
+	"github.com/drafter-ai/drafter/pkg/target"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 	"github.com/drafter-ai/drafter/train/eagle3"
 	"github.com/drafter-ai/drafter/train/medusa"
@@ -60,7 +61,7 @@ type Options struct {
 	// are set by Run.
 	EAGLE3 eagle3.Config
 	// Layers overrides the EAGLE-3 feature layers (3 Hugging Face hidden_states
-	// indices); nil uses the target's defaults (Target.FeatureLayers).
+	// indices); nil uses the target's defaults (see eagle3FeatureLayers).
 	Layers []int
 	// Format is the EAGLE-3 export layout: eagle3.FormatNative (default) or
 	// eagle3.FormatSpeculators.
@@ -122,15 +123,16 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		return nil, fmt.Errorf("train: %s already holds a training run (%s): pass --resume to continue it, or choose another --out", opt.Out, CheckpointFile)
 	}
 
-	tg, err := OpenTarget(opt.Model, opt.Method == MethodEAGLE3, opt.Cache)
+	tg, err := target.Open(opt.Model, opt.Cache)
 	if err != nil {
 		return nil, err
 	}
+	defer tg.Close()
 	need := Needs{Method: opt.Method, FinalNorm: true}
 	var layers [3]int
 	var defaultLayers bool
 	if opt.Method == MethodEAGLE3 {
-		if layers, defaultLayers, err = tg.FeatureLayers(opt.Layers); err != nil {
+		if layers, defaultLayers, err = eagle3FeatureLayers(tg.Config, opt.Layers); err != nil {
 			return nil, err
 		}
 		need.Layers, need.LayersFromFlag = layers[:], opt.Layers != nil
@@ -196,11 +198,20 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	embed, lmHead, err := tg.OutputLayers(opt.Method == MethodEAGLE3)
+	if err != nil {
+		return nil, fmt.Errorf("train: %w", err)
+	}
+	// The trainers hold float32 copies: unmap the checkpoint, which the
+	// fingerprint read through, for the rest of the run.
+	if err := tg.Close(); err != nil {
+		return nil, fmt.Errorf("train: %w", err)
+	}
 	switch opt.Method {
 	case MethodMedusa:
 		cfg := opt.Medusa
 		cfg.Resume, cfg.Progress = opt.Resume, rep.medusa
-		mr, err := medusa.Train(ctx, cfg, medusa.Target{Vocab: tg.Config.VocabSize, LMHead: tg.LMHead}, data, be, opt.Out)
+		mr, err := medusa.Train(ctx, cfg, medusa.Target{Vocab: tg.Config.VocabSize, LMHead: lmHead}, data, be, opt.Out)
 		if err != nil {
 			return nil, interrupted(ctx, opt, err)
 		}
@@ -215,12 +226,8 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		rep.line(fmt.Sprintf("trained %d steps (%s); exports in %s", mr.Steps, mr.Stopped, strings.Join(res.Exports, ", ")))
 
 	case MethodEAGLE3:
-		et, err := tg.EAGLE3Target()
-		if err != nil {
-			return nil, err
-		}
 		cfg := opt.EAGLE3
-		cfg.Target, cfg.Resume, cfg.Progress = et, opt.Resume, rep.eagle3
+		cfg.Target, cfg.Resume, cfg.Progress = eagle3Target(tg.Config, embed, lmHead), opt.Resume, rep.eagle3
 		cfg.Export = eagle3.ExportOptions{Format: opt.Format, LayerIDs: layers[:], DefaultLayers: defaultLayers,
 			TargetName: tg.Name(), TargetArchitectures: tg.Config.Architectures}
 		cfg.Provenance = eagle3.Provenance{BaseModel: tg.Name(), TargetFingerprint: tg.Fingerprint, DataManifests: manifests, Args: args}
@@ -275,7 +282,7 @@ func notCompared(key string) bool {
 	return false
 }
 
-func newSettings(opt Options, tg *Target, dirs []DataDir, layers [3]int) (*settings, error) {
+func newSettings(opt Options, tg *target.Target, dirs []DataDir, layers [3]int) (*settings, error) {
 	s := &settings{Method: opt.Method, TargetFingerprint: tg.Fingerprint, Data: dirs}
 	var v any
 	switch opt.Method {

@@ -17,6 +17,7 @@ import (
 	"github.com/drafter-ai/drafter/capture"
 	"github.com/drafter-ai/drafter/pkg/model"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
+	"github.com/drafter-ai/drafter/pkg/target"
 	"github.com/drafter-ai/drafter/train/dataset"
 	"github.com/drafter-ai/drafter/train/eagle3"
 	"github.com/drafter-ai/drafter/train/medusa"
@@ -29,10 +30,11 @@ const modelDir = "../../models/stories260k"
 // modelFingerprint is the fingerprint Run finds for modelDir.
 func modelFingerprint(t *testing.T) string {
 	t.Helper()
-	tg, err := OpenTarget(modelDir, false, nil)
+	tg, err := target.Open(modelDir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer tg.Close()
 	return tg.Fingerprint
 }
 

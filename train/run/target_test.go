@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/drafter-ai/drafter/internal/testmodel"
+	"github.com/drafter-ai/drafter/pkg/target"
 )
 
 // TestBodyTunedTargetRefused: a copy of the model whose decoder weights (all
@@ -17,10 +18,11 @@ func TestBodyTunedTargetRefused(t *testing.T) {
 	fp := modelFingerprint(t)
 	tuned := testmodel.Copy(t, modelDir)
 	testmodel.ScaleBody(t, tuned, 0.9)
-	tg, err := OpenTarget(tuned, false, nil)
+	tg, err := target.Open(tuned, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer tg.Close()
 	tunedFP := tg.Fingerprint
 	if tunedFP == fp {
 		t.Fatalf("the body-tuned copy has the original's fingerprint %s", fp)
