@@ -50,9 +50,20 @@ func (m *Model) bindings() []binding {
 }
 
 // field returns the weight field a tensor fills, and sets the sizes of the
-// linear layer it belongs to. Roles without a field here (a family's extra
-// norms) are refused by newModel before any binding.
+// linear layer a weight belongs to. Roles without a field here (a family's
+// extra norms) are refused by newModel before any binding.
 func (m *Model) field(t arch.Tensor) *[]float32 {
+	var l *Layer
+	if t.Layer >= 0 {
+		l = &m.Layers[t.Layer]
+		if lin, bias := l.linear(t.Role); lin != nil {
+			if bias {
+				return &lin.B
+			}
+			lin.Out, lin.In = t.Shape[0], t.Shape[1]
+			return &lin.W
+		}
+	}
 	switch t.Role {
 	case arch.Embed:
 		return &m.Embed
@@ -60,45 +71,38 @@ func (m *Model) field(t arch.Tensor) *[]float32 {
 		return &m.Norm
 	case arch.LMHead:
 		return &m.LMHead
-	}
-	l := &m.Layers[t.Layer]
-	weight := func(lin *Linear) *[]float32 {
-		lin.Out, lin.In = t.Shape[0], t.Shape[1]
-		return &lin.W
-	}
-	switch t.Role {
 	case arch.AttnNorm:
 		return &l.AttnNorm
-	case arch.QProj:
-		return weight(&l.Attn.Q)
-	case arch.KProj:
-		return weight(&l.Attn.K)
-	case arch.VProj:
-		return weight(&l.Attn.V)
-	case arch.OProj:
-		return weight(&l.Attn.O)
-	case arch.QBias:
-		return &l.Attn.Q.B
-	case arch.KBias:
-		return &l.Attn.K.B
-	case arch.VBias:
-		return &l.Attn.V.B
-	case arch.OProjBias:
-		return &l.Attn.O.B
+	case arch.MLPNorm:
+		return &l.MLPNorm
 	case arch.QNorm:
 		return &l.Attn.QNorm
 	case arch.KNorm:
 		return &l.Attn.KNorm
-	case arch.MLPNorm:
-		return &l.MLPNorm
-	case arch.GateProj:
-		return weight(&l.MLP.Gate)
-	case arch.UpProj:
-		return weight(&l.MLP.Up)
-	case arch.DownProj:
-		return weight(&l.MLP.Down)
 	}
 	panic(fmt.Sprintf("model: tensor %s has role %d, which no weight field takes (newModel admits only families it implements)", t.Name, t.Role))
+}
+
+// linear returns the linear layer of l a projection role belongs to, and
+// whether the role is its bias; nil for other roles.
+func (l *Layer) linear(r arch.Role) (lin *Linear, bias bool) {
+	switch r {
+	case arch.QProj, arch.QBias:
+		return &l.Attn.Q, r == arch.QBias
+	case arch.KProj, arch.KBias:
+		return &l.Attn.K, r == arch.KBias
+	case arch.VProj, arch.VBias:
+		return &l.Attn.V, r == arch.VBias
+	case arch.OProj, arch.OProjBias:
+		return &l.Attn.O, r == arch.OProjBias
+	case arch.GateProj:
+		return &l.MLP.Gate, false
+	case arch.UpProj:
+		return &l.MLP.Up, false
+	case arch.DownProj:
+		return &l.MLP.Down, false
+	}
+	return nil, false
 }
 
 // FromWeights builds a model from a parsed config and a tensor store. Every

@@ -1,0 +1,139 @@
+package target
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/drafter-ai/drafter/internal/testmodel"
+)
+
+const (
+	storiesDir = "../../models/stories260k"
+	// untiedDir has an lm_head of its own; it lives only in shared/.
+	untiedDir = "../../../shared/models/stories260k-untied"
+)
+
+// TestLevels: Open reads no tokenizer and builds no model, OpenWithTokenizer
+// adds the tokenizer, Load the stop ids and the model and releases the
+// files; all three find the same fingerprint.
+func TestLevels(t *testing.T) {
+	o, err := Open(storiesDir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	if o.Weights == nil || o.Model != nil || o.Tok != nil || o.Stop != nil || o.Fingerprint == "" {
+		t.Fatalf("Open: weights %v, model %v, tokenizer %v, stop %v, fingerprint %q", o.Weights != nil, o.Model != nil, o.Tok != nil, o.Stop, o.Fingerprint)
+	}
+	w, err := OpenWithTokenizer(storiesDir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if w.Tok == nil || w.Model != nil || w.Weights == nil {
+		t.Fatalf("OpenWithTokenizer: tokenizer %v, model %v, weights %v", w.Tok != nil, w.Model != nil, w.Weights != nil)
+	}
+	l, err := Load(storiesDir, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Model == nil || l.Tok == nil || l.Weights != nil || !slices.Equal(l.Stop, []int{2}) {
+		t.Fatalf("Load: model %v, tokenizer %v, weights still mapped %v, stop %v", l.Model != nil, l.Tok != nil, l.Weights != nil, l.Stop)
+	}
+	if o.Fingerprint != w.Fingerprint || o.Fingerprint != l.Fingerprint || o.TokenizerHash == "" || o.TokenizerHash != l.TokenizerHash {
+		t.Fatalf("fingerprints differ: %s %s %s", o.Fingerprint, w.Fingerprint, l.Fingerprint)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, _, err := l.OutputLayers(false); err == nil || !strings.Contains(err.Error(), "closed") {
+		t.Fatalf("OutputLayers after Close: %v", err)
+	}
+	if l.Name() != storiesDir || l.Config == nil {
+		t.Fatal("the configs must stay readable after Close")
+	}
+}
+
+// TestOutputLayers: the embedding and lm_head read from the files without
+// building the model are the model's own, for a tied and an untied model.
+func TestOutputLayers(t *testing.T) {
+	for _, dir := range []string{storiesDir, untiedDir} {
+		if _, err := os.Stat(dir); err != nil {
+			t.Skip("shared/ is not beside the checkout: ", dir)
+		}
+		o, err := Open(dir, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer o.Close()
+		embed, head, err := o.OutputLayers(true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		none, head2, err := o.OutputLayers(false)
+		if err != nil || none != nil || !slices.Equal(head, head2) {
+			t.Fatalf("%s: without the embedding: %v, embed %v", dir, err, none != nil)
+		}
+		l, err := Load(dir, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		if !slices.Equal(embed, l.Model.Embed) || !slices.Equal(head, l.Model.LMHead) {
+			t.Fatalf("%s: the files' output layers differ from the model's", dir)
+		}
+		tied := o.Config.TieWordEmbeddings
+		if tied != (&embed[0] == &head[0]) {
+			t.Fatalf("%s: tied %v, but lm_head shares the embedding: %v", dir, tied, &embed[0] == &head[0])
+		}
+		fromModel, headFromModel, err := l.OutputLayers(true)
+		if err != nil || &fromModel[0] != &l.Model.Embed[0] || &headFromModel[0] != &l.Model.LMHead[0] {
+			t.Fatalf("%s: a loaded target's output layers are not the model's: %v", dir, err)
+		}
+	}
+}
+
+// TestStopIDs: generation_config.json's eos list wins over config.json's;
+// a model with neither can be opened (train and inspect need no stop id) but
+// not loaded to generate.
+func TestStopIDs(t *testing.T) {
+	dir := testmodel.Copy(t, storiesDir)
+	write(t, filepath.Join(dir, "generation_config.json"), `{"bos_token_id": 1, "eos_token_id": [3, 2, 3]}`)
+	l, err := Load(dir, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if !slices.Equal(l.Stop, []int{3, 2}) {
+		t.Fatalf("stop ids %v, want [3 2]", l.Stop)
+	}
+
+	none := testmodel.Copy(t, storiesDir)
+	os.Remove(filepath.Join(none, "generation_config.json"))
+	cfg, err := os.ReadFile(filepath.Join(none, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(none, "config.json"), strings.Replace(string(cfg), `"eos_token_id": 2`, `"eos_token_id": null`, 1))
+	w, err := OpenWithTokenizer(none, nil)
+	if err != nil {
+		t.Fatalf("a model without eos_token_id must open: %v", err)
+	}
+	w.Close()
+	if _, err := Load(none, nil, nil); err == nil || !strings.Contains(err.Error(), "no eos_token_id") {
+		t.Fatalf("Load without eos ids: %v", err)
+	}
+}
+
+func write(t *testing.T, path, text string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
