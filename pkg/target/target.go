@@ -76,20 +76,6 @@ func OpenWithTokenizer(dir string, cache *filecache.Cache) (*Target, error) {
 	return open(dir, cache, true)
 }
 
-// loadTokenizer loads the tokenizer and the chat template.
-func (t *Target) loadTokenizer() error {
-	tok, err := tokenizer.LoadDir(t.Dir)
-	if err != nil {
-		return err
-	}
-	tmpl, err := chat.Load(t.Dir)
-	if err != nil {
-		return err
-	}
-	t.Tok, t.Template = tok, tmpl
-	return nil
-}
-
 // Load opens the checkpoint in dir for running it: OpenWithTokenizer (with
 // cache), the stop ids, and the model converted to float32 on be
 // (tensor.CPU() when nil). The checkpoint files are released once the model
@@ -128,6 +114,20 @@ func open(dir string, cache *filecache.Cache, withTokenizer bool) (*Target, erro
 	}
 	t.Fingerprint, t.Fingerprinting, t.TokenizerHash = fp.Fingerprint, fp.Stats, fp.Tokenizer
 	return t, nil
+}
+
+// loadTokenizer loads the tokenizer and the chat template.
+func (t *Target) loadTokenizer() error {
+	tok, err := tokenizer.LoadDir(t.Dir)
+	if err != nil {
+		return err
+	}
+	tmpl, err := chat.Load(t.Dir)
+	if err != nil {
+		return err
+	}
+	t.Tok, t.Template = tok, tmpl
+	return nil
 }
 
 // loadModel resolves the stop ids, builds the model from the mapped weights
@@ -264,8 +264,8 @@ func (t *Target) releaseWeights() error {
 	return nil
 }
 
-// Close releases the model and the mapped files. The target must not be
-// used after.
+// Close releases the model and the mapped files; the configs, fingerprint,
+// tokenizer and stop ids stay readable. Closing twice is harmless.
 func (t *Target) Close() error {
 	var err error
 	if t.Model != nil {
