@@ -114,7 +114,6 @@ func FromWeights(cfg *checkpoint.Config, w WeightSource, be tensor.Backend) (*Mo
 		return nil, err
 	}
 	binds := m.bindings()
-	total := 0
 	for _, b := range binds {
 		info, ok := w.Info(b.name)
 		if !ok {
@@ -126,7 +125,23 @@ func FromWeights(cfg *checkpoint.Config, w WeightSource, be tensor.Backend) (*Mo
 			return nil, fmt.Errorf("model: tensor %q in %s has shape %s, config.json implies %s",
 				b.name, info.File, safetensors.ShapeString(info.Shape), safetensors.ShapeString(b.shape))
 		}
-		total += info.NumElements()
+	}
+	err = m.fill(binds, func(b binding, dst []float32) error { return w.Float32Into(b.name, dst) })
+	if err != nil {
+		m.Close()
+		return nil, fmt.Errorf("model: loading weights: %w", err)
+	}
+	return m, nil
+}
+
+// fill lays the weights of binds out back to back in one float32 allocation,
+// in order (so that fuse finds q/k/v and gate/up adjacent), fills each with
+// set, ties the output layer to the embedding when the config says so, and
+// fuses.
+func (m *Model) fill(binds []binding, set func(b binding, dst []float32) error) error {
+	total := 0
+	for _, b := range binds {
+		total += product(b.shape)
 	}
 	arena := make([]float32, total)
 	off := 0
@@ -134,17 +149,16 @@ func FromWeights(cfg *checkpoint.Config, w WeightSource, be tensor.Backend) (*Mo
 		n := product(b.shape)
 		dst := arena[off : off+n]
 		off += n
-		if err := w.Float32Into(b.name, dst); err != nil {
-			m.Close()
-			return nil, fmt.Errorf("model: loading weights: %w", err)
+		if err := set(b, dst); err != nil {
+			return err
 		}
 		*b.dst = dst
 	}
-	if cfg.TieWordEmbeddings {
+	if m.Config.TieWordEmbeddings {
 		m.LMHead = m.Embed
 	}
 	m.fuse()
-	return m, nil
+	return nil
 }
 
 // fuse sets each layer's fused q/k/v and gate/up matrices when the weights lie

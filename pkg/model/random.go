@@ -28,19 +28,9 @@ func NewRandom(cfg *checkpoint.Config, seed uint64, be tensor.Backend) (*Model, 
 	if err != nil {
 		return nil, err
 	}
-	binds := m.bindings()
-	total := 0
-	for _, b := range binds {
-		total += product(b.shape)
-	}
-	arena := make([]float32, total)
 	rng := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
 	const a = 0.02 * 1.7320508 // uniform on [-a, a] has standard deviation 0.02
-	off := 0
-	for _, b := range binds {
-		n := product(b.shape)
-		dst := arena[off : off+n]
-		off += n
+	err = m.fill(m.bindings(), func(b binding, dst []float32) error {
 		norm := strings.HasSuffix(b.name, "norm.weight")
 		for i := range dst {
 			u := float32(rng.Float64()*2-1) * a
@@ -49,12 +39,11 @@ func NewRandom(cfg *checkpoint.Config, seed uint64, be tensor.Backend) (*Model, 
 			}
 			dst[i] = u
 		}
-		*b.dst = dst
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	if cfg.TieWordEmbeddings {
-		m.LMHead = m.Embed
-	}
-	m.fuse()
 	return m, nil
 }
 
