@@ -109,6 +109,21 @@ func (f *Family) Window(layer, slidingWindow int) int {
 	return 0
 }
 
+// Context returns the longest sequence that stays within every layer's
+// window: max_position_embeddings, or the smallest sliding window of any of
+// the layers when that is smaller. Within its window a sliding-window layer
+// attends to the whole sequence, as full causal attention does, so a model
+// that attends over the whole sequence is exact up to Context.
+func (f *Family) Context(layers, maxPositions, slidingWindow int) int {
+	n := maxPositions
+	for l := range layers {
+		if w := f.Window(l, slidingWindow); w > 0 && w < n {
+			n = w
+		}
+	}
+	return n
+}
+
 // EmbedScale is what multiplies the embedding output.
 type EmbedScale uint8
 

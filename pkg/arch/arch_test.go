@@ -66,6 +66,16 @@ func TestBiasAndWindowRules(t *testing.T) {
 	if m.Window(3, 4096) != 4096 || q.Window(3, 4096) != 0 || m.Window(0, 0) != 0 {
 		t.Fatal("windows: mistral slides every layer by sliding_window, qwen2 none")
 	}
+	for _, c := range []struct {
+		f                    Family
+		maxPos, window, want int
+	}{
+		{m, 32768, 4096, 4096}, {m, 2048, 4096, 2048}, {m, 2048, 0, 2048}, {q, 32768, 4096, 32768},
+	} {
+		if got := c.f.Context(3, c.maxPos, c.window); got != c.want {
+			t.Errorf("%s Context(max %d, window %d) = %d, want %d", c.f.ModelType, c.maxPos, c.window, got, c.want)
+		}
+	}
 }
 
 func TestLayerOf(t *testing.T) {

@@ -17,28 +17,31 @@ import (
 
 // Report is the summary of one checkpoint.
 type Report struct {
-	Dir               string         `json:"dir"`
-	ModelType         string         `json:"model_type"`
-	Architectures     []string       `json:"architectures,omitempty"`
-	Parameters        int64          `json:"parameters"`
-	DTypes            map[string]int `json:"dtypes"` // tensor count per dtype
-	Layers            int            `json:"num_hidden_layers"`
-	HiddenSize        int            `json:"hidden_size"`
-	IntermediateSize  int            `json:"intermediate_size"`
-	Heads             int            `json:"num_attention_heads"`
-	KVHeads           int            `json:"num_key_value_heads"`
-	HeadDim           int            `json:"head_dim"`
-	VocabSize         int            `json:"vocab_size"`
-	MaxPositions      int            `json:"max_position_embeddings"`
-	TieWordEmbeddings bool           `json:"tie_word_embeddings"`
-	RopeTheta         float64        `json:"rope_theta"`
-	RopeScaling       string         `json:"rope_scaling,omitempty"`
-	EOS               []int          `json:"eos_token_ids,omitempty"`
-	TokenizerFamily   string         `json:"tokenizer_family"`
-	TokenizerVocab    int            `json:"tokenizer_vocab"`
-	ChatTemplate      bool           `json:"chat_template"`
-	EAGLE3Layers      [3]int         `json:"eagle3_feature_layers"`
-	Fingerprint       string         `json:"fingerprint"`
+	Dir              string         `json:"dir"`
+	ModelType        string         `json:"model_type"`
+	Architectures    []string       `json:"architectures,omitempty"`
+	Parameters       int64          `json:"parameters"`
+	DTypes           map[string]int `json:"dtypes"` // tensor count per dtype
+	Layers           int            `json:"num_hidden_layers"`
+	HiddenSize       int            `json:"hidden_size"`
+	IntermediateSize int            `json:"intermediate_size"`
+	Heads            int            `json:"num_attention_heads"`
+	KVHeads          int            `json:"num_key_value_heads"`
+	HeadDim          int            `json:"head_dim"`
+	VocabSize        int            `json:"vocab_size"`
+	MaxPositions     int            `json:"max_position_embeddings"`
+	// Context is the longest sequence drafter runs: MaxPositions, or the
+	// sliding window when smaller (arch.Family.Context).
+	Context           int     `json:"context"`
+	TieWordEmbeddings bool    `json:"tie_word_embeddings"`
+	RopeTheta         float64 `json:"rope_theta"`
+	RopeScaling       string  `json:"rope_scaling,omitempty"`
+	EOS               []int   `json:"eos_token_ids,omitempty"`
+	TokenizerFamily   string  `json:"tokenizer_family"`
+	TokenizerVocab    int     `json:"tokenizer_vocab"`
+	ChatTemplate      bool    `json:"chat_template"`
+	EAGLE3Layers      [3]int  `json:"eagle3_feature_layers"`
+	Fingerprint       string  `json:"fingerprint"`
 	// Fingerprinting says how the fingerprint was obtained: bytes hashed and
 	// the rate, or from the cache.
 	Fingerprinting fingerprint.Stats `json:"fingerprinting"`
@@ -55,12 +58,14 @@ func Inspect(dir string, cache *filecache.Cache) (*Report, error) {
 	}
 	defer t.Close()
 	c := t.Config
+	fam, _ := c.Family() // Open refused any other model_type
 	r := &Report{
 		Dir: dir, ModelType: c.ModelType, Architectures: c.Architectures, Parameters: c.NumParams(),
 		DTypes: map[string]int{}, Layers: c.NumLayers, HiddenSize: c.HiddenSize,
 		IntermediateSize: c.IntermediateSize, Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim,
-		VocabSize: c.VocabSize, MaxPositions: c.MaxPositions, TieWordEmbeddings: c.TieWordEmbeddings,
-		RopeTheta: c.RopeTheta, EOS: eosIDs(c, t.Gen), TokenizerFamily: t.Tok.Family(), TokenizerVocab: t.Tok.VocabSize(),
+		VocabSize: c.VocabSize, MaxPositions: c.MaxPositions, Context: fam.Context(c.NumLayers, c.MaxPositions, c.SlidingWindow),
+		TieWordEmbeddings: c.TieWordEmbeddings,
+		RopeTheta:         c.RopeTheta, EOS: eosIDs(c, t.Gen), TokenizerFamily: t.Tok.Family(), TokenizerVocab: t.Tok.VocabSize(),
 		ChatTemplate: t.Template != nil, EAGLE3Layers: c.EAGLE3DraftLayers(), Fingerprint: t.Fingerprint, Fingerprinting: t.Fingerprinting,
 	}
 	if s := c.RopeScaling; s != nil {
@@ -106,6 +111,10 @@ func (r *Report) WriteText(w io.Writer) error {
 	if r.ChatTemplate {
 		tmpl = "yes"
 	}
+	context := fmt.Sprint(r.MaxPositions)
+	if r.Context < r.MaxPositions {
+		context = fmt.Sprintf("%d (the sliding window; max_position_embeddings %d: drafter attends over the whole sequence, which is exact within the window)", r.Context, r.MaxPositions)
+	}
 	rope := fmt.Sprintf("theta %g", r.RopeTheta)
 	if r.RopeScaling != "" {
 		rope += ", scaling " + r.RopeScaling
@@ -120,7 +129,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		{"intermediate size", fmt.Sprint(r.IntermediateSize)},
 		{"attention", fmt.Sprintf("%d heads, %d KV heads, head_dim %d", r.Heads, r.KVHeads, r.HeadDim)},
 		{"rope", rope},
-		{"context", fmt.Sprint(r.MaxPositions)},
+		{"context", context},
 		{"vocab", fmt.Sprintf("%d (tokenizer: %s BPE, %d tokens)", r.VocabSize, r.TokenizerFamily, r.TokenizerVocab)},
 		{"tied lm_head", fmt.Sprint(r.TieWordEmbeddings)},
 		{"eos ids", fmt.Sprint(r.EOS)},

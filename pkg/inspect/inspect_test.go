@@ -3,6 +3,8 @@ package inspect
 import (
 	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -128,5 +130,35 @@ func TestTokenizeChatSpansDecodeToAssistantContent(t *testing.T) {
 	got := tok.Decode(out.IDs[s[0]:s[1]], false)
 	if !strings.Contains(got, "Hello! How can I help?") || !strings.HasSuffix(got, "<|im_end|>") || strings.Contains(got, "assistant\n") {
 		t.Fatalf("assistant span decodes to %q", got)
+	}
+}
+
+// TestInspectSlidingWindowContext: a Mistral whose sliding_window is below
+// max_position_embeddings shows the window as its context, and why.
+func TestInspectSlidingWindowContext(t *testing.T) {
+	dir := testmodel.Copy(t, "../../models/stories260k")
+	p := filepath.Join(dir, "config.json")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := strings.NewReplacer(`"LlamaForCausalLM"`, `"MistralForCausalLM"`,
+		`"model_type": "llama",`, `"model_type": "mistral", "sliding_window": 64,`).Replace(string(b))
+	if err := os.WriteFile(p, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Inspect(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.ModelType != "mistral" || r.MaxPositions != 2048 || r.Context != 64 {
+		t.Fatalf("model_type %s, max_position_embeddings %d, context %d; want mistral, 2048, 64", r.ModelType, r.MaxPositions, r.Context)
+	}
+	var buf bytes.Buffer
+	if err := r.WriteText(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "context:           64 (the sliding window; max_position_embeddings 2048") {
+		t.Fatalf("text report:\n%s", buf.String())
 	}
 }

@@ -179,15 +179,9 @@ func newModel(cfg *checkpoint.Config, be tensor.Backend) (*Model, error) {
 	if act := cfg.HiddenAct; act != "" && act != fam.Activation {
 		return nil, fmt.Errorf("model: config.json hidden_act %q is not supported (only %s for model_type %s)", act, fam.Activation, cfg.ModelType)
 	}
-	// Within its window a sliding-window layer attends to the whole sequence,
-	// as full causal attention does, so the model is exact up to the
-	// smallest window of any layer.
-	maxPos := cfg.MaxPositions
-	for l := range cfg.NumLayers {
-		if w := fam.Window(l, cfg.SlidingWindow); w > 0 && w < maxPos {
-			maxPos = w
-		}
-	}
+	// The model attends over the whole sequence: it is exact within every
+	// layer's sliding window.
+	maxPos := fam.Context(cfg.NumLayers, cfg.MaxPositions, cfg.SlidingWindow)
 	var rs *nn.RopeScaling
 	if s := cfg.RopeScaling; s != nil {
 		switch s.Type {
