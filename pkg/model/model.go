@@ -40,19 +40,6 @@ type Linear struct {
 	wt *tensor.Transposed // W transposed for few-row products, or nil; see transposeSmall
 }
 
-// Forward computes out[rows, Out] = x[rows, In]·W^T + B, or adds that to out
-// when acc is true (used to fold the residual add into the projection).
-func (l *Linear) Forward(be tensor.Backend, out, x []float32, rows int, acc bool) {
-	if acc {
-		tensor.MatMulTAcc(be, out, x, l.W, rows, l.Out, l.In)
-	} else {
-		tensor.MatMulT(be, out, x, l.W, rows, l.Out, l.In)
-	}
-	if l.B != nil {
-		addBias(out[:rows*l.Out], l.B)
-	}
-}
-
 // Attention is one self-attention block's weights. QNorm and KNorm are the
 // per-head RMSNorm weights [HeadDim] of Qwen3, nil elsewhere.
 type Attention struct {

@@ -28,25 +28,8 @@ type Backend interface {
 // through the backend's Sgemm.
 func MatMulT(be Backend, out, x, w []float32, m, n, k int) {
 	if m <= SmallRows {
-		matMulTSmall(out, x, w, m, n, k, false)
-		return
-	}
-	if m == 1 {
-		be.Sgemv(false, n, k, 1, w, k, x, 0, out)
+		matMulTSmall(out, x, w, m, n, k)
 		return
 	}
 	be.Sgemm(false, true, m, n, k, 1, x, k, w, k, 0, out, n)
-}
-
-// MatMulTAcc is MatMulT that adds into out instead of overwriting it.
-func MatMulTAcc(be Backend, out, x, w []float32, m, n, k int) {
-	if m <= SmallRows {
-		matMulTSmall(out, x, w, m, n, k, true)
-		return
-	}
-	if m == 1 {
-		be.Sgemv(false, n, k, 1, w, k, x, 1, out)
-		return
-	}
-	be.Sgemm(false, true, m, n, k, 1, x, k, w, k, 1, out, n)
 }

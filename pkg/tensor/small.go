@@ -6,7 +6,7 @@ import (
 	"github.com/drafter-ai/drafter/pkg/tensor/internal/kernel"
 )
 
-// SmallRows is the largest number of rows MatMulT and MatMulTAcc hand to
+// SmallRows is the largest number of rows MatMulT hands to
 // DotRows instead of the backend's Sgemm. At the sizes drafter's models have
 // (a few hundred features) DotRows, which reads each weight row once for all
 // rows and pays no call or packing overhead, beat OpenBLAS's Sgemm for every
@@ -75,11 +75,11 @@ const (
 	smallBlock = 64
 )
 
-// matMulTSmall runs DotRows for MatMulT and MatMulTAcc, over the workers when
-// the product is large.
-func matMulTSmall(out, x, w []float32, m, n, k int, acc bool) {
+// matMulTSmall runs DotRows for MatMulT, over the workers when the product is
+// large.
+func matMulTSmall(out, x, w []float32, m, n, k int) {
 	if m*n*k < smallSplit || n < 2*smallBlock || Workers() < 2 {
-		DotRows(out, n, x, k, w, k, m, n, k, acc)
+		DotRows(out, n, x, k, w, k, m, n, k, false)
 		return
 	}
 	if len(out) < m*n {
@@ -87,7 +87,7 @@ func matMulTSmall(out, x, w []float32, m, n, k int, acc bool) {
 	}
 	ParallelChunks((n+smallBlock-1)/smallBlock, Workers(), func(_, lo, hi int) {
 		lo, hi = lo*smallBlock, min(hi*smallBlock, n)
-		DotRows(out[lo:], n, x, k, w[lo*k:], k, m, hi-lo, k, acc)
+		DotRows(out[lo:], n, x, k, w[lo*k:], k, m, hi-lo, k, false)
 	})
 }
 
