@@ -20,9 +20,9 @@ import (
 )
 
 const (
-	modelDir    = "../../models/stories260k"
-	evalPrompts = "../../data/prompts/stories-eval.jsonl"
-	trainPrompt = "../../data/prompts/stories-train.jsonl"
+	modelDir    = "../models/stories260k"
+	evalPrompts = "../data/prompts/stories-eval.jsonl"
+	trainPrompt = "../data/prompts/stories-train.jsonl"
 	eosID       = 2
 
 	// Training budget of the test drafters: small, but enough for
