@@ -1,7 +1,6 @@
 package eval
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -9,31 +8,16 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-)
 
-// Kind is a drafter architecture.
-type Kind string
-
-// Drafter kinds.
-const (
-	KindMedusa Kind = "medusa"
-	KindEagle3 Kind = "eagle3"
-)
-
-// Export layouts a drafter can be found in.
-const (
-	LayoutMedusaVLLM   = "vllm"        // vLLM "medusa" model type: config.json + model.safetensors
-	LayoutMedusaFD     = "medusa"      // FasterDecoding/Medusa (TensorRT-LLM): medusa_lm_head.safetensors
-	LayoutEagleNative  = "native"      // EAGLE/SpecForge/SGLang: LlamaForCausalLMEagle3, midlayer.*
-	LayoutSpeculators  = "speculators" // vLLM speculators: speculators_model_type eagle3, layers.0.*
-	provenanceFileName = "drafter.json"
+	"github.com/drafter-ai/drafter/pkg/drafters"
+	"github.com/drafter-ai/drafter/pkg/drafters/methods"
 )
 
 // DrafterInfo says what a --drafter folder holds.
 type DrafterInfo struct {
-	// Kind is the architecture and Layout the export format found.
-	Kind   Kind   `json:"kind"`
-	Layout string `json:"layout"`
+	// Kind is the method and Layout the export format found.
+	Kind   drafters.Kind `json:"kind"`
+	Layout string        `json:"layout"`
 	// Dir is the export folder the drafter is loaded from (for Medusa in the
 	// vLLM or FasterDecoding layout, the folder holding that layout's files).
 	Dir string `json:"dir"`
@@ -44,20 +28,24 @@ type DrafterInfo struct {
 	// trained against, as recorded in Provenance ("" when not recorded).
 	TargetFingerprint string `json:"target_fingerprint,omitempty"`
 
-	// prov is what Provenance records, which LoadDrafter checks the export
-	// against; nil when there is none.
-	prov *provenance
+	// prov is the drafter.json found, which the method's Load checks the
+	// export against; nil when there is none.
+	prov *drafters.Provenance
 }
 
-// Detect finds the drafter in dir: either one export folder (Medusa vLLM or
-// FasterDecoding layout, EAGLE-3 native or speculators layout), or the train
-// command's output folder holding export subfolders (vllm/, medusa/, eagle3/,
-// ...). In an output folder holding both Medusa layouts the vLLM one is used
-// (they carry the same weights); one holding two different kinds is an error
-// that asks for the export to use. The target fingerprint is read from
-// drafter.json in the export folder or, failing that, in its parent (the
-// train output folder).
-func Detect(dir string) (*DrafterInfo, error) {
+// Detect finds the drafter in dir with the methods of methods.All (see
+// detect).
+func Detect(dir string) (*DrafterInfo, error) { return detect(methods.All(), dir) }
+
+// detect finds the drafter in dir with the methods ms: either one export
+// folder (a layout some method's Detect recognises), or the train command's
+// output folder holding export subfolders (vllm/, medusa/, eagle3/, ...). In
+// an output folder holding several layouts of one method the one the method
+// lists first is used (they carry the same weights); one holding drafters of
+// two kinds, or two exports of one layout, is an error that asks for the
+// export to use. The target fingerprint is read from drafter.json in the
+// export folder or, failing that, in its parent (the train output folder).
+func detect(ms []drafters.Method, dir string) (*DrafterInfo, error) {
 	st, err := os.Stat(dir)
 	if err != nil {
 		return nil, fmt.Errorf("eval: drafter: %w", err)
@@ -65,12 +53,12 @@ func Detect(dir string) (*DrafterInfo, error) {
 	if !st.IsDir() {
 		return nil, fmt.Errorf("eval: drafter %s is a file; want the train output folder or one export folder inside it", dir)
 	}
-	info, err := classify(dir)
+	info, err := classify(ms, dir)
 	if err != nil {
 		return nil, err
 	}
 	if info == nil {
-		info, err = detectInside(dir)
+		info, err = detectInside(ms, dir)
 		if err != nil {
 			return nil, err
 		}
@@ -82,7 +70,7 @@ func Detect(dir string) (*DrafterInfo, error) {
 }
 
 // detectInside looks one level down for export folders.
-func detectInside(dir string) (*DrafterInfo, error) {
+func detectInside(ms []drafters.Method, dir string) (*DrafterInfo, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("eval: drafter: %w", err)
@@ -92,7 +80,7 @@ func detectInside(dir string) (*DrafterInfo, error) {
 		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
 			continue
 		}
-		info, err := classify(filepath.Join(dir, e.Name()))
+		info, err := classify(ms, filepath.Join(dir, e.Name()))
 		if err != nil {
 			return nil, err
 		}
@@ -101,10 +89,14 @@ func detectInside(dir string) (*DrafterInfo, error) {
 		}
 	}
 	if len(found) == 0 {
-		return nil, fmt.Errorf("eval: %s holds no drafter: looked for Medusa heads (vllm/ config.json with model_type medusa and model.safetensors, or medusa/medusa_lm_head.safetensors) and EAGLE-3 drafts (config.json with architectures LlamaForCausalLMEagle3 or speculators_model_type eagle3) in the folder and its subfolders", dir)
+		wants := make([]string, len(ms))
+		for i, m := range ms {
+			wants[i] = m.Wants()
+		}
+		return nil, fmt.Errorf("eval: %s holds no drafter: looked for %s in the folder and its subfolders", dir, strings.Join(wants, " and "))
 	}
-	rank := map[string]int{LayoutMedusaVLLM: 0, LayoutMedusaFD: 1, LayoutEagleNative: 0, LayoutSpeculators: 1}
-	slices.SortStableFunc(found, func(a, b *DrafterInfo) int { return rank[a.Layout] - rank[b.Layout] })
+	rank := func(info *DrafterInfo) int { return slices.Index(methodOf(ms, info.Kind).Layouts(), info.Layout) }
+	slices.SortStableFunc(found, func(a, b *DrafterInfo) int { return rank(a) - rank(b) })
 	for _, f := range found[1:] {
 		if f.Kind != found[0].Kind {
 			return nil, fmt.Errorf("eval: %s holds drafters of two kinds, %s in %s and %s in %s; pass the export folder to evaluate as --drafter", dir, found[0].Kind, found[0].Dir, f.Kind, f.Dir)
@@ -116,42 +108,25 @@ func detectInside(dir string) (*DrafterInfo, error) {
 	return found[0], nil
 }
 
-// classify reports the drafter export held directly in dir, or nil.
-func classify(dir string) (*DrafterInfo, error) {
-	if fileExists(filepath.Join(dir, "medusa_lm_head.safetensors")) {
-		return &DrafterInfo{Kind: KindMedusa, Layout: LayoutMedusaFD, Dir: dir}, nil
-	}
-	cfgPath := filepath.Join(dir, "config.json")
-	b, err := os.ReadFile(cfgPath)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("eval: drafter: %w", err)
-	}
-	var c struct {
-		ModelType     string   `json:"model_type"`
-		Architectures []string `json:"architectures"`
-		Speculators   string   `json:"speculators_model_type"`
-	}
-	if err := json.Unmarshal(b, &c); err != nil {
-		return nil, fmt.Errorf("eval: drafter config %s: %w", cfgPath, err)
-	}
-	switch {
-	case c.Speculators != "":
-		if c.Speculators != "eagle3" {
-			return nil, fmt.Errorf("eval: %s: speculators_model_type %q is not supported (want eagle3)", cfgPath, c.Speculators)
+// classify reports the drafter export held directly in dir, or nil: the
+// layout the one method that recognises it names. A folder two methods
+// recognise is refused: loading either would be a guess.
+func classify(ms []drafters.Method, dir string) (*DrafterInfo, error) {
+	var info *DrafterInfo
+	for _, m := range ms {
+		layout, err := m.Detect(dir)
+		if err != nil {
+			return nil, fmt.Errorf("eval: %w", err)
 		}
-		return &DrafterInfo{Kind: KindEagle3, Layout: LayoutSpeculators, Dir: dir}, nil
-	case slices.Contains(c.Architectures, "LlamaForCausalLMEagle3"):
-		return &DrafterInfo{Kind: KindEagle3, Layout: LayoutEagleNative, Dir: dir}, nil
-	case c.ModelType == "medusa" || slices.Contains(c.Architectures, "MedusaModel"):
-		if !fileExists(filepath.Join(dir, "model.safetensors")) {
-			return nil, fmt.Errorf("eval: %s describes vLLM Medusa heads but %s has no model.safetensors", cfgPath, dir)
+		if layout == "" {
+			continue
 		}
-		return &DrafterInfo{Kind: KindMedusa, Layout: LayoutMedusaVLLM, Dir: dir}, nil
+		if info != nil {
+			return nil, fmt.Errorf("eval: %s holds drafters of two kinds, %s (%s layout) and %s (%s layout); keep one export per folder", dir, info.Kind, info.Layout, m.Kind(), layout)
+		}
+		info = &DrafterInfo{Kind: m.Kind(), Layout: layout, Dir: dir}
 	}
-	return nil, nil
+	return info, nil
 }
 
 // readProvenance fills the provenance fields from drafter.json in the export
@@ -159,7 +134,7 @@ func classify(dir string) (*DrafterInfo, error) {
 func readProvenance(info *DrafterInfo, given string) error {
 	cands := []string{info.Dir, given, filepath.Dir(info.Dir)}
 	for _, d := range cands {
-		p := filepath.Join(d, provenanceFileName)
+		p := filepath.Join(d, drafters.ProvenanceFile)
 		b, err := os.ReadFile(p)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
@@ -167,14 +142,18 @@ func readProvenance(info *DrafterInfo, given string) error {
 		if err != nil {
 			return fmt.Errorf("eval: drafter provenance: %w", err)
 		}
-		var prov provenance
-		if err := json.Unmarshal(b, &prov); err != nil {
-			return fmt.Errorf("eval: drafter provenance %s: %w", p, err)
+		prov := &drafters.Provenance{Path: p, Data: b}
+		var fp struct {
+			Fingerprint       string `json:"target_fingerprint"`
+			LegacyFingerprint string `json:"fingerprint"`
 		}
-		info.Provenance, info.prov = p, &prov
-		info.TargetFingerprint = prov.Fingerprint
+		if err := prov.Decode(&fp); err != nil {
+			return fmt.Errorf("eval: %w", err)
+		}
+		info.Provenance, info.prov = p, prov
+		info.TargetFingerprint = fp.Fingerprint
 		if info.TargetFingerprint == "" {
-			info.TargetFingerprint = prov.LegacyFingerprint
+			info.TargetFingerprint = fp.LegacyFingerprint
 		}
 		return nil
 	}
@@ -203,9 +182,4 @@ func CheckFingerprint(info *DrafterInfo, modelDir, modelFingerprint string) erro
 	}
 	return &StaleError{DrafterDir: info.Dir, Provenance: info.Provenance, DrafterFingerprint: info.TargetFingerprint,
 		ModelDir: modelDir, ModelFingerprint: modelFingerprint}
-}
-
-func fileExists(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && !st.IsDir()
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/drafter-ai/drafter/pkg/checkpoint"
+	deagle3 "github.com/drafter-ai/drafter/pkg/drafters/eagle3"
 	"github.com/drafter-ai/drafter/pkg/filecache"
 	"github.com/drafter-ai/drafter/pkg/fingerprint"
 	"github.com/drafter-ai/drafter/pkg/nn"
@@ -88,7 +89,7 @@ func (t *Target) EAGLE3Target() (*eagle3.Target, error) {
 		return nil, fmt.Errorf("train: target %s was opened without its embedding, which EAGLE-3 needs", t.Dir)
 	}
 	c := t.Config
-	g := eagle3.Geometry{
+	g := deagle3.Geometry{
 		Hidden: c.HiddenSize, Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim,
 		Intermediate: c.IntermediateSize, RMSNormEps: c.RMSNormEps, RopeTheta: c.RopeTheta,
 		MaxPositions: c.MaxPositions, Vocab: c.VocabSize,

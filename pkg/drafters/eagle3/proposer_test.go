@@ -1,14 +1,75 @@
-package eval
+package eagle3
 
 import (
 	"math"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
+	"github.com/drafter-ai/drafter/internal/testmodel"
+	"github.com/drafter-ai/drafter/pkg/drafters"
 	"github.com/drafter-ai/drafter/pkg/model"
 	"github.com/drafter-ai/drafter/pkg/sample"
 	"github.com/drafter-ai/drafter/pkg/spec"
+	"github.com/drafter-ai/drafter/pkg/tokenizer"
 )
+
+const modelDir = "../../../models/stories260k"
+
+// loadTarget loads the bundled model.
+func loadTarget(t testing.TB) *model.Model {
+	t.Helper()
+	m, err := model.Load(modelDir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// promptTokens returns the first eval prompt's tokens as generation encodes
+// raw text (with the tokenizer's special tokens).
+func promptTokens(t testing.TB) []int {
+	t.Helper()
+	tok, err := tokenizer.LoadDir(modelDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok.Encode("Ben and Lucy went to the zoo to", true)
+}
+
+// randomDraft returns a draft for m with random weights (norm weights near
+// one) over a random draft vocabulary of n ids.
+func randomDraft(t testing.TB, m *model.Model, n int, seed uint64) *Draft {
+	t.Helper()
+	g := TargetGeometry(m.Config, n)
+	r := rand.New(rand.NewPCG(seed, 3))
+	p := NewParams(g)
+	for _, tn := range p.Tensors(g) {
+		mean, std := 0.0, 0.1
+		if len(tn.Shape) == 1 {
+			mean = 1 // a norm's weight
+		}
+		if tn.Name == "lm_head.weight" {
+			std = 0.5
+		}
+		for i := range tn.Data {
+			tn.Data[i] = float32(mean + std*r.NormFloat64())
+		}
+	}
+	counts := make([]int64, g.Vocab)
+	for i := range counts {
+		counts[i] = int64(r.IntN(100))
+	}
+	voc, err := BuildVocab(counts, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := NewDraft(g, p, voc, m.Embed, m.Backend())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
 
 // TestEagleSampledChain: at temperature > 0 the EAGLE-3 chain is drawn from
 // the draft distribution q, which the proposer hands to verification: row i
@@ -19,15 +80,19 @@ import (
 func TestEagleSampledChain(t *testing.T) {
 	m := loadTarget(t)
 	V := m.VocabSize()
-	d := randomEagle(t, m, 150, 5)
-	prompt := testPrompts(t, evalPrompts, 1)[0].Tokens
+	draft := randomDraft(t, m, 150, 5)
+	d, err := NewDrafter(draft, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := promptTokens(t)
 	const depth = 3
-	newProp := func(params sample.Params, rng *sample.RNG) (*eagleProposer, *model.Result) {
-		cfg, err := Config{Mode: ModeChain, Depth: depth, Sampling: params, MaxNewTokens: 8}.withDefaults(d)
+	newProp := func(params sample.Params, rng *sample.RNG) (*proposer, *model.Result) {
+		cfg, err := d.Configure(drafters.Decoding{Mode: drafters.ModeChain, Depth: depth, Sampling: params})
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, err := newEagleProposer(m, d.eagle, cfg, len(prompt)+16, rng)
+		p, err := newProposer(m, draft, cfg, len(prompt)+16, rng)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -35,11 +100,11 @@ func TestEagleSampledChain(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := m.Forward([]model.Input{{Seq: seq, Tokens: prompt, Logits: model.LogitsLast}}, model.Options{Taps: p.taps()})
+		res, err := m.Forward([]model.Input{{Seq: seq, Tokens: prompt, Logits: model.LogitsLast}}, model.Options{Taps: p.Taps()})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := p.start(prompt, 7, res); err != nil {
+		if err := p.Start(prompt, 7, res); err != nil {
 			t.Fatal(err)
 		}
 		return p, res
@@ -49,11 +114,11 @@ func TestEagleSampledChain(t *testing.T) {
 	rng := sample.NewRNG(1, 0)
 	p, _ := newProp(sample.Params{}, rng)
 	var tr spec.Tree
-	if err := p.propose(&tr, 0); err != nil {
+	if err := p.Propose(&tr, 0); err != nil {
 		t.Fatal(err)
 	}
-	if p.draftProbs() != nil || tr.Len() != depth {
-		t.Fatalf("greedy chain: %d nodes, draft rows %v; want %d nodes and none", tr.Len(), p.draftProbs() != nil, depth)
+	if p.DraftProbs() != nil || tr.Len() != depth {
+		t.Fatalf("greedy chain: %d nodes, draft rows %v; want %d nodes and none", tr.Len(), p.DraftProbs() != nil, depth)
 	}
 	var ids [1]int32
 	var lp [1]float32
@@ -64,7 +129,7 @@ func TestEagleSampledChain(t *testing.T) {
 
 	// Temperature 1: q is the draft softmax.
 	p, _ = newProp(sample.Params{Temperature: 1}, rng)
-	N := d.eagle.Geometry.DraftVocab
+	N := draft.Geometry.DraftVocab
 	top := make([]int32, N)
 	logp := make([]float32, N)
 	if n := p.s.TopK(-1, N, top, logp); n != N {
@@ -78,10 +143,10 @@ func TestEagleSampledChain(t *testing.T) {
 	counts := make([]int, V)
 	for s := range draws {
 		rng.Reset(3, uint64(s))
-		if err := p.propose(&tr, 0); err != nil {
+		if err := p.Propose(&tr, 0); err != nil {
 			t.Fatal(err)
 		}
-		q := p.draftProbs()
+		q := p.DraftProbs()
 		if len(q) != (depth+1)*V || tr.Len() != depth {
 			t.Fatalf("sampled chain of %d nodes with %d draft values, want %d and %d", tr.Len(), len(q), depth, (depth+1)*V)
 		}
@@ -89,8 +154,8 @@ func TestEagleSampledChain(t *testing.T) {
 			row := q[i*V : (i+1)*V]
 			var sum float64
 			for id, x := range row {
-				if x < 0 || (x > 0 && !d.eagle.Vocab.T2D[id]) {
-					t.Fatalf("q row %d holds %v at id %d (in draft vocabulary: %v)", i, x, id, d.eagle.Vocab.T2D[id])
+				if x < 0 || (x > 0 && !draft.Vocab.T2D[id]) {
+					t.Fatalf("q row %d holds %v at id %d (in draft vocabulary: %v)", i, x, id, draft.Vocab.T2D[id])
 				}
 				sum += float64(x)
 			}
@@ -107,7 +172,7 @@ func TestEagleSampledChain(t *testing.T) {
 		}
 		counts[tr.Node(0).Token]++
 	}
-	pv, df := chiSquareP(counts, want0, draws)
+	pv, df := testmodel.ChiSquareP(counts, want0, draws)
 	t.Logf("first drafted token vs q: chi-square p = %.3f (%d degrees of freedom)", pv, df)
 	if pv < 1e-3 {
 		t.Fatalf("the first drafted token does not follow the draft distribution: p = %.2g", pv)
@@ -115,14 +180,33 @@ func TestEagleSampledChain(t *testing.T) {
 	// Same stream, same chain.
 	var a, b spec.Tree
 	rng.Reset(9, 9)
-	if err := p.propose(&a, 0); err != nil {
+	if err := p.Propose(&a, 0); err != nil {
 		t.Fatal(err)
 	}
 	rng.Reset(9, 9)
-	if err := p.propose(&b, 0); err != nil {
+	if err := p.Propose(&b, 0); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(a.Tokens(nil), b.Tokens(nil)) {
 		t.Fatalf("same seed drafted %v and %v", a.Tokens(nil), b.Tokens(nil))
+	}
+}
+
+// TestEagleFeatureTaps checks which target states an EAGLE-3 drafter is fed:
+// its feature layers as the capture stored them, the residual stream after
+// each decoder layer, so that index L is the last layer's output before the
+// final norm (model.PreNormLast), not Transformers' post-norm entry L, which
+// verification reads separately for the logits.
+func TestEagleFeatureTaps(t *testing.T) {
+	m := loadTarget(t)
+	L := m.NumLayers()
+	dr := randomDraft(t, m, m.VocabSize(), 3)
+	dr.LayerIDs = []int{1, 3, L}
+	prop, err := newProposer(m, dr, drafters.Decoding{Mode: drafters.ModeChain, Depth: 4}, 64, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []int{1, 3, model.PreNormLast}; !slices.Equal(prop.Taps(), want) {
+		t.Fatalf("feature taps %v for layers %v; want %v", prop.Taps(), dr.LayerIDs, want)
 	}
 }

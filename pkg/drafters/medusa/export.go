@@ -5,42 +5,28 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 
 	"github.com/drafter-ai/drafter/pkg/atomicfile"
+	"github.com/drafter-ai/drafter/pkg/drafters"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
 )
 
 // Export layouts, each a folder loadable as is:
 //
-//	vllm/config.json, vllm/model.safetensors      vLLM's "medusa" model type
+//	vllm/config.json, vllm/model.safetensors      vLLM's "medusa" model type (format_vllm.go)
 //	medusa/config.json, medusa/medusa_lm_head.safetensors
 //	                                              FasterDecoding/Medusa, which
 //	                                              TensorRT-LLM's converter reads
+//	                                              (format_fasterdecoding.go)
 //	drafter.json                                  provenance and final metrics
-//
-// vLLM: keys blocks.{h}.layers.{l}.weight [H,H] and .bias [H] (with
-// "medusa_fc_bias": true; vLLM's default is no bias) and lm_heads.{h}.weight
-// [V,H]. With SharedLMHead the config sets "original_lm_head": true, which makes
-// vLLM build ONE lm_head for all heads from lm_heads.0.weight, so only that key
-// (the target's lm_head) is written.
-//
-// FasterDecoding: keys {h}.{l}.linear.weight, {h}.{l}.linear.bias and
-// {h}.{layers}.weight (the head's lm_head). That format has no shared head, so
-// with SharedLMHead every head gets a copy of the target's lm_head. TensorRT-LLM's
-// converter reads it one block per layer; FasterDecoding/Medusa's own
-// MedusaModel builds [ResBlock] * num_layers, one block applied num_layers
-// times: with more than one layer it loads every layer's keys into that one
-// block (the last wins), so heads of several distinct blocks (the default,
-// see DefaultConfig) are not reproduced there.
 const (
-	VLLMDir        = "vllm"
-	MedusaDir      = "medusa"
-	VLLMWeights    = "model.safetensors"
-	MedusaWeights  = "medusa_lm_head.safetensors"
-	ConfigFile     = "config.json"
-	ProvenanceFile = "drafter.json"
+	// ConfigFile is each layout's config.json.
+	ConfigFile = drafters.ConfigFile
+	// ProvenanceFile is drafter.json, at the top of the export folder.
+	ProvenanceFile = drafters.ProvenanceFile
 )
 
 // ExportInfo is the provenance written to drafter.json and the export options.
@@ -52,9 +38,10 @@ type ExportInfo struct {
 	TargetFingerprint string
 	// DataManifests maps each training data manifest to its hash.
 	DataManifests map[string]string
-	// Args are the training arguments; Metrics the final held-out evaluation.
+	// Args are the training arguments; Metrics the final held-out evaluation
+	// (train/medusa.Metrics), both recorded as JSON.
 	Args    any
-	Metrics *Metrics
+	Metrics any
 	// DType of the exported weights: F32 (default), BF16 or F16.
 	DType safetensors.DType
 }
@@ -72,7 +59,7 @@ type provenance struct {
 	TargetFingerprint string            `json:"target_fingerprint"`
 	DataManifests     map[string]string `json:"data_manifests"`
 	Args              any               `json:"args"`
-	Metrics           *Metrics          `json:"metrics,omitempty"`
+	Metrics           any               `json:"metrics,omitempty"`
 }
 
 // Export writes the heads into dir in both layouts plus drafter.json. Every
@@ -86,7 +73,6 @@ func Export(dir string, m *Heads, info ExportInfo) error {
 	if !dt.IsFloat() {
 		return fmt.Errorf("medusa: export dtype must be F32, BF16 or F16, got %q", dt)
 	}
-	H, V := m.Hidden, m.Vocab
 	tensor := func(name string, shape []int, data []float32) safetensors.Tensor {
 		t, err := safetensors.FloatTensor(name, dt, shape, data)
 		if err != nil { // dt was checked above
@@ -94,19 +80,7 @@ func Export(dir string, m *Heads, info ExportInfo) error {
 		}
 		return t
 	}
-
-	// vLLM layout.
-	var vt []safetensors.Tensor
-	for h := 0; h < m.Heads; h++ {
-		for l := 0; l < m.Layers; l++ {
-			vt = append(vt,
-				tensor(fmt.Sprintf("blocks.%d.layers.%d.weight", h, l), []int{H, H}, m.W[h][l]),
-				tensor(fmt.Sprintf("blocks.%d.layers.%d.bias", h, l), []int{H}, m.B[h][l]))
-		}
-		if !m.SharedLMHead || h == 0 {
-			vt = append(vt, tensor(fmt.Sprintf("lm_heads.%d.weight", h), []int{V, H}, m.LMHead[h]))
-		}
-	}
+	vt := vllmTensors(m, tensor)
 	// Every value of both layouts is in vt, converted to dt as they are.
 	if err := safetensors.CheckAllFinite(vt); err != nil {
 		hint := "training diverged or resumed from a damaged checkpoint"
@@ -120,69 +94,22 @@ func Export(dir string, m *Heads, info ExportInfo) error {
 			return fmt.Errorf("medusa: export: %w", err)
 		}
 	}
-	vcfg := map[string]any{
-		"model_type":           "medusa",
-		"architectures":        []string{"MedusaModel"},
-		"hidden_size":          H,
-		"vocab_size":           V,
-		"truncated_vocab_size": V,
-		"num_heads":            m.Heads,
-		"num_hidden_layers":    m.Layers,
-		"medusa_fc_bias":       true,
-		"original_lm_head":     m.SharedLMHead,
-		"torch_dtype":          torchDType(dt),
-	}
-	if err := safetensors.WriteFile(filepath.Join(dir, VLLMDir, VLLMWeights), vt, map[string]string{"format": "pt"}); err != nil {
-		return fmt.Errorf("medusa: export: %w", err)
-	}
-	if err := atomicfile.WriteJSON(filepath.Join(dir, VLLMDir, ConfigFile), vcfg); err != nil {
+	if err := writeVLLM(filepath.Join(dir, VLLMDir), m, vt, dt); err != nil {
 		return err
 	}
-
-	// FasterDecoding layout.
-	var ft []safetensors.Tensor
-	for h := 0; h < m.Heads; h++ {
-		for l := 0; l < m.Layers; l++ {
-			ft = append(ft,
-				tensor(fmt.Sprintf("%d.%d.linear.weight", h, l), []int{H, H}, m.W[h][l]),
-				tensor(fmt.Sprintf("%d.%d.linear.bias", h, l), []int{H}, m.B[h][l]))
-		}
-		ft = append(ft, tensor(fmt.Sprintf("%d.%d.weight", h, m.Layers), []int{V, H}, m.LMHead[h]))
-	}
-	fcfg := map[string]any{
-		"medusa_num_heads":        m.Heads,
-		"medusa_num_layers":       m.Layers,
-		"base_model_name_or_path": info.BaseModel,
-		"hidden_size":             H,
-		"vocab_size":              V,
-	}
-	if err := safetensors.WriteFile(filepath.Join(dir, MedusaDir, MedusaWeights), ft, map[string]string{"format": "pt"}); err != nil {
-		return fmt.Errorf("medusa: export: %w", err)
-	}
-	if err := atomicfile.WriteJSON(filepath.Join(dir, MedusaDir, ConfigFile), fcfg); err != nil {
+	if err := writeFasterDecoding(filepath.Join(dir, MedusaDir), m, tensor, info.BaseModel); err != nil {
 		return err
 	}
-
 	manifests := info.DataManifests
 	if manifests == nil {
 		manifests = map[string]string{}
 	}
 	return atomicfile.WriteJSON(filepath.Join(dir, ProvenanceFile), provenance{
-		Method: "medusa", Format: []string{VLLMDir, MedusaDir},
-		Heads: m.Heads, Layers: m.Layers, Hidden: H, Vocab: V, SharedLMHead: m.SharedLMHead, DType: dt,
+		Method: string(Kind), Format: []string{VLLMDir, MedusaDir},
+		Heads: m.Heads, Layers: m.Layers, Hidden: m.Hidden, Vocab: m.Vocab, SharedLMHead: m.SharedLMHead, DType: dt,
 		BaseModel: info.BaseModel, TargetFingerprint: info.TargetFingerprint, DataManifests: manifests,
-		Args: info.Args, Metrics: info.Metrics,
+		Args: info.Args, Metrics: nilIfNilPointer(info.Metrics),
 	})
-}
-
-func torchDType(d safetensors.DType) string {
-	switch d {
-	case safetensors.BF16:
-		return "bfloat16"
-	case safetensors.F16:
-		return "float16"
-	}
-	return "float32"
 }
 
 // Loaded is a Medusa export read back by Load.
@@ -317,189 +244,12 @@ func span(field string, n int, noun, scope string) string {
 	return fmt.Sprintf("%s is %d: %s 0 to %d%s", field, n, noun, n-1, scope)
 }
 
-// vllmConfig is the part of vLLM's Medusa config.json that decides the
-// tensors.
-type vllmConfig struct {
-	ModelType    string `json:"model_type"`
-	Hidden       *int   `json:"hidden_size"`
-	Vocab        *int   `json:"vocab_size"`
-	Truncated    *int   `json:"truncated_vocab_size"`
-	Heads        *int   `json:"num_heads"`
-	Layers       *int   `json:"num_hidden_layers"`
-	Bias         bool   `json:"medusa_fc_bias"`
-	OriginalHead bool   `json:"original_lm_head"`
-}
-
-// unused explains why the config has no use for tensor name.
-func (c *vllmConfig) unused(name string) string {
-	for _, p := range []string{"blocks.#.layers.#.weight", "blocks.#.layers.#.bias"} {
-		if ix := indices(name, p); ix != nil {
-			switch {
-			case ix[0] >= *c.Heads:
-				return span("num_heads", *c.Heads, "heads", "")
-			case ix[1] >= *c.Layers:
-				return span("num_hidden_layers", *c.Layers, "blocks", " in each head")
-			}
-			return "medusa_fc_bias is false (blocks without bias, as vLLM builds them by default)"
-		}
+// nilIfNilPointer returns nil for a nil pointer held in v (a *Metrics of a
+// run that held nothing out), so that drafter.json omits it as it omits a
+// nil interface.
+func nilIfNilPointer(v any) any {
+	if r := reflect.ValueOf(v); r.Kind() == reflect.Pointer && r.IsNil() {
+		return nil
 	}
-	if ix := indices(name, "lm_heads.#.weight"); ix != nil {
-		if ix[0] >= *c.Heads {
-			return span("num_heads", *c.Heads, "heads", "")
-		}
-		return "original_lm_head is true (one lm_head, lm_heads.0.weight, for every head)"
-	}
-	return "it is not a tensor of vLLM's Medusa layout (blocks.{h}.layers.{l}.weight and .bias, lm_heads.{h}.weight)"
-}
-
-func loadVLLM(dir string) (*Loaded, error) {
-	var cfg vllmConfig
-	cfgPath := filepath.Join(dir, ConfigFile)
-	if err := readJSON(cfgPath, &cfg); err != nil {
-		return nil, err
-	}
-	if cfg.ModelType != "medusa" {
-		return nil, fmt.Errorf("medusa: %s has model_type %q, want \"medusa\"", cfgPath, cfg.ModelType)
-	}
-	for _, f := range []struct {
-		name string
-		v    *int
-	}{{"hidden_size", cfg.Hidden}, {"vocab_size", cfg.Vocab}, {"num_heads", cfg.Heads}, {"num_hidden_layers", cfg.Layers}} {
-		if f.v == nil {
-			return nil, fmt.Errorf("medusa: %s lacks %s (a vLLM Medusa config states hidden_size, vocab_size, num_heads and num_hidden_layers)", cfgPath, f.name)
-		}
-	}
-	if cfg.Truncated != nil && *cfg.Truncated != *cfg.Vocab {
-		return nil, fmt.Errorf("medusa: %s uses a truncated vocabulary (%d of %d), which drafter does not support", cfgPath, *cfg.Truncated, *cfg.Vocab)
-	}
-	g := Geometry{Hidden: *cfg.Hidden, Vocab: *cfg.Vocab, Heads: *cfg.Heads, Layers: *cfg.Layers, SharedLMHead: cfg.OriginalHead}
-	if err := g.validate(); err != nil {
-		return nil, fmt.Errorf("%s: %w", cfgPath, err)
-	}
-	file := filepath.Join(dir, VLLMWeights)
-	set, err := safetensors.Open(file)
-	if err != nil {
-		return nil, fmt.Errorf("medusa: %w", err)
-	}
-	defer set.Close()
-	var shared []float32
-	if g.SharedLMHead {
-		shared = make([]float32, g.Vocab*g.Hidden)
-	}
-	m := newHeads(g, false, shared)
-	H, V := g.Hidden, g.Vocab
-	var wants []tensorWant
-	if g.SharedLMHead {
-		wants = append(wants, tensorWant{"lm_heads.0.weight", []int{V, H}, shared})
-	}
-	for h := range g.Heads {
-		for l := range g.Layers {
-			wants = append(wants, tensorWant{fmt.Sprintf("blocks.%d.layers.%d.weight", h, l), []int{H, H}, m.W[h][l]})
-			if cfg.Bias {
-				wants = append(wants, tensorWant{fmt.Sprintf("blocks.%d.layers.%d.bias", h, l), []int{H}, m.B[h][l]})
-			}
-		}
-		if !g.SharedLMHead {
-			wants = append(wants, tensorWant{fmt.Sprintf("lm_heads.%d.weight", h), []int{V, H}, m.LMHead[h]})
-		}
-	}
-	desc := fmt.Sprintf("hidden_size %d, vocab_size %d, num_heads %d, num_hidden_layers %d, medusa_fc_bias %v, original_lm_head %v",
-		H, V, g.Heads, g.Layers, cfg.Bias, cfg.OriginalHead)
-	dt, err := readExact(set, file, cfgPath, desc, wants, cfg.unused)
-	if err != nil {
-		return nil, err
-	}
-	return &Loaded{Heads: m, Layout: VLLMDir, Config: cfgPath, Weights: file, DType: dt}, nil
-}
-
-// fdConfig is the part of FasterDecoding's Medusa config.json that decides
-// the tensors; hidden_size and vocab_size, which Export writes, are optional.
-type fdConfig struct {
-	Heads  *int `json:"medusa_num_heads"`
-	Layers *int `json:"medusa_num_layers"`
-	Hidden *int `json:"hidden_size"`
-	Vocab  *int `json:"vocab_size"`
-}
-
-// unused explains why the config has no use for tensor name.
-func (c *fdConfig) unused(name string) string {
-	H, L := *c.Heads, *c.Layers
-	for _, p := range []string{"#.#.linear.weight", "#.#.linear.bias"} {
-		if ix := indices(name, p); ix != nil {
-			if ix[0] >= H {
-				return span("medusa_num_heads", H, "heads", "")
-			}
-			return span("medusa_num_layers", L, "blocks", " in each head")
-		}
-	}
-	if ix := indices(name, "#.#.weight"); ix != nil {
-		if ix[0] >= H {
-			return span("medusa_num_heads", H, "heads", "")
-		}
-		return fmt.Sprintf("medusa_num_layers is %d, so head %d's lm_head is %d.%d.weight; %s is the lm_head of a head with %d blocks",
-			L, ix[0], ix[0], L, name, ix[1])
-	}
-	return "it is not a tensor of FasterDecoding's Medusa layout ({h}.{l}.linear.weight and .bias, {h}.{num_layers}.weight)"
-}
-
-func loadFasterDecoding(dir string) (*Loaded, error) {
-	var cfg fdConfig
-	cfgPath := filepath.Join(dir, ConfigFile)
-	if err := readJSON(cfgPath, &cfg); err != nil {
-		return nil, err
-	}
-	if cfg.Heads == nil || cfg.Layers == nil {
-		return nil, fmt.Errorf("medusa: %s lacks medusa_num_heads or medusa_num_layers", cfgPath)
-	}
-	file := filepath.Join(dir, MedusaWeights)
-	set, err := safetensors.Open(file)
-	if err != nil {
-		return nil, fmt.Errorf("medusa: %w", err)
-	}
-	defer set.Close()
-	// The config gives no sizes: they come from the lm_heads [V, H]. The
-	// first one found decides; the exact check below refuses the rest when
-	// they differ or sit where the config puts none.
-	var info safetensors.Info
-	for _, name := range set.Names() {
-		if indices(name, "#.#.weight") != nil {
-			info, _ = set.Info(name)
-			break
-		}
-	}
-	if len(info.Shape) != 2 {
-		return nil, fmt.Errorf("medusa: %s holds no 2-D lm_head tensor ({h}.{medusa_num_layers}.weight)", file)
-	}
-	lmName := info.Name
-	g := Geometry{Hidden: info.Shape[1], Vocab: info.Shape[0], Heads: *cfg.Heads, Layers: *cfg.Layers}
-	if err := g.validate(); err != nil {
-		return nil, fmt.Errorf("%s: %w", cfgPath, err)
-	}
-	for _, f := range []struct {
-		name      string
-		cfg       *int
-		got, axis int
-	}{{"hidden_size", cfg.Hidden, g.Hidden, 1}, {"vocab_size", cfg.Vocab, g.Vocab, 0}} {
-		if f.cfg != nil && *f.cfg != f.got {
-			return nil, fmt.Errorf("medusa: %s says %s %d, but the lm_head %q in %s is %s (dimension %d is %d)",
-				cfgPath, f.name, *f.cfg, lmName, file, safetensors.ShapeString(info.Shape), f.axis, f.got)
-		}
-	}
-	m := newHeads(g, false, nil)
-	H := g.Hidden
-	var wants []tensorWant
-	for h := range g.Heads {
-		for l := range g.Layers {
-			wants = append(wants,
-				tensorWant{fmt.Sprintf("%d.%d.linear.weight", h, l), []int{H, H}, m.W[h][l]},
-				tensorWant{fmt.Sprintf("%d.%d.linear.bias", h, l), []int{H}, m.B[h][l]})
-		}
-		wants = append(wants, tensorWant{fmt.Sprintf("%d.%d.weight", h, g.Layers), []int{g.Vocab, H}, m.LMHead[h]})
-	}
-	desc := fmt.Sprintf("medusa_num_heads %d, medusa_num_layers %d", g.Heads, g.Layers)
-	dt, err := readExact(set, file, cfgPath, desc, wants, cfg.unused)
-	if err != nil {
-		return nil, err
-	}
-	return &Loaded{Heads: m, Layout: MedusaDir, Config: cfgPath, Weights: file, DType: dt}, nil
+	return v
 }

@@ -1,14 +1,18 @@
-// Package medusa trains Medusa-1 heads on a frozen target's final hidden states
-// and exports them in the layouts vLLM and FasterDecoding/TensorRT-LLM load.
+// Package medusa is the Medusa-1 drafter method: the heads (forward and
+// backward, which both the trainer in train/medusa and the proposer run),
+// the proposer that drafts with them during speculative decoding, and the
+// two export layouts vLLM and FasterDecoding/TensorRT-LLM load, each with
+// its writer, detector and loader.
 //
-// Head h (0-based) reads the target's post-norm hidden state x at position t and
-// predicts the token at t+h+2 (the target's own lm_head predicts t+1):
+// Head h (0-based) reads the target's post-norm hidden state x at position t
+// and predicts the token at t+h+2 (the target's own lm_head predicts t+1):
 //
 //	x_{l+1} = x_l + SiLU(W_{h,l} x_l + b_{h,l})   for l = 0..layers-1
 //	logits  = lm_head_h x_layers
 //
-// The forward and backward passes are written side by side (llm.c style); all
-// matrix products run through tensor.Backend and every buffer is allocated once.
+// The forward and backward passes are written side by side (llm.c style);
+// all matrix products run through tensor.Backend and every buffer is
+// allocated once.
 package medusa
 
 import (
@@ -17,7 +21,6 @@ import (
 
 	"github.com/drafter-ai/drafter/pkg/nn"
 	"github.com/drafter-ai/drafter/pkg/tensor"
-	"github.com/drafter-ai/drafter/train/optim"
 )
 
 // Geometry is the shape of a set of Medusa heads.
@@ -118,19 +121,25 @@ func carve(g Geometry, buf, shared []float32) (w, b [][][]float32, lm [][]float3
 	return w, b, lm
 }
 
+// Param is one trainable tensor under its vLLM name, with its gradient.
+type Param struct {
+	Name       string
+	Data, Grad []float32
+}
+
 // Params lists the trainable tensors with their gradients under their vLLM
 // names (blocks.{h}.layers.{l}.weight|bias, lm_heads.{h}.weight), in a fixed
 // order. The heads must have been built with gradients.
-func (m *Heads) Params() []optim.Param {
-	var ps []optim.Param
+func (m *Heads) Params() []Param {
+	var ps []Param
 	for h := 0; h < m.Heads; h++ {
 		for l := 0; l < m.Layers; l++ {
 			ps = append(ps,
-				optim.Param{Name: fmt.Sprintf("blocks.%d.layers.%d.weight", h, l), Data: m.W[h][l], Grad: m.GW[h][l]},
-				optim.Param{Name: fmt.Sprintf("blocks.%d.layers.%d.bias", h, l), Data: m.B[h][l], Grad: m.GB[h][l]})
+				Param{Name: fmt.Sprintf("blocks.%d.layers.%d.weight", h, l), Data: m.W[h][l], Grad: m.GW[h][l]},
+				Param{Name: fmt.Sprintf("blocks.%d.layers.%d.bias", h, l), Data: m.B[h][l], Grad: m.GB[h][l]})
 		}
 		if !m.SharedLMHead {
-			ps = append(ps, optim.Param{Name: fmt.Sprintf("lm_heads.%d.weight", h), Data: m.LMHead[h], Grad: m.GLMHead[h]})
+			ps = append(ps, Param{Name: fmt.Sprintf("lm_heads.%d.weight", h), Data: m.LMHead[h], Grad: m.GLMHead[h]})
 		}
 	}
 	return ps
@@ -140,76 +149,60 @@ func (m *Heads) Params() []optim.Param {
 // Params order (used to snapshot and restore the best weights).
 func (m *Heads) ParamData() []float32 { return m.params }
 
-// Workspace holds the activations for at most MaxRows positions per head.
-// Heads are processed one after another, so it is sized for one head.
-type Workspace struct {
-	MaxRows, Chunk int
-	xs             [][]float32 // x_0..x_layers, each [MaxRows, H]
-	zs             [][]float32 // pre-activations W x + b, each [MaxRows, H]
-	dx, dz         []float32   // [MaxRows, H]
-	logits         []float32   // [Chunk, V]: logits, then in place their gradient
-	targets        []int32     // [MaxRows] compacted targets of the current head
-	rowW           []float32   // [Chunk] the current head's loss weight per row
-	rowLoss        []float64   // [Chunk] per-row cross-entropy (evaluation)
-	rank           []int32     // [Chunk] per-row rank of the target (evaluation)
-	rowOf          []int32     // [MaxRows] batch row of each gathered row
-	lead           []int32     // [MaxRows] per batch row: heads 0..lead-1 all ranked their target first (evaluation)
-	// statistics of the last pass, per head
-	headLoss           []float64
-	headRows           []int
-	headTop1, headTop5 []int
+// ZeroGrad clears every gradient.
+func (m *Heads) ZeroGrad() {
+	g := m.grads
+	tensor.Parallel(len(g), 1<<16, func(lo, hi int) { clear(g[lo:hi]) })
 }
 
-// NewWorkspace allocates activations for up to maxRows positions. chunk bounds
-// the rows of the [chunk, V] logits buffer (0 means min(maxRows, 512)): the
-// output layer runs as GEMMs of chunk rows, large enough to be efficient.
-func (m *Heads) NewWorkspace(maxRows, chunk int) *Workspace {
-	if chunk <= 0 || chunk > maxRows {
-		chunk = min(maxRows, 512)
-	}
+// Forward runs head h's residual blocks on rows positions: xs[0] holds the
+// input [rows, H], block l writes its output to xs[l+1] and its
+// pre-activation W x + b to zs[l] (each [rows, H]), which Backward reads.
+// Without a backward pass to follow, the xs may all be one slice and the zs
+// another: the blocks then run in place.
+func (m *Heads) Forward(be tensor.Backend, xs, zs [][]float32, h, rows int) {
 	H := m.Hidden
-	ws := &Workspace{MaxRows: maxRows, Chunk: chunk}
-	ws.xs = make([][]float32, m.Layers+1)
-	for l := range ws.xs {
-		ws.xs[l] = make([]float32, maxRows*H)
+	for l := 0; l < m.Layers; l++ {
+		x, z := xs[l][:rows*H], zs[l][:rows*H]
+		nn.Linear(be, z, x, m.W[h][l], m.B[h][l], rows, H, H)
+		residualSiLU(xs[l+1][:rows*H], x, z, rows)
 	}
-	ws.zs = make([][]float32, m.Layers)
-	for l := range ws.zs {
-		ws.zs[l] = make([]float32, maxRows*H)
-	}
-	ws.dx = make([]float32, maxRows*H)
-	ws.dz = make([]float32, maxRows*H)
-	ws.logits = make([]float32, chunk*m.Vocab)
-	ws.targets = make([]int32, maxRows)
-	ws.rowW = make([]float32, chunk)
-	ws.rowLoss = make([]float64, chunk)
-	ws.rank = make([]int32, chunk)
-	ws.rowOf = make([]int32, maxRows)
-	ws.lead = make([]int32, maxRows)
-	ws.headLoss = make([]float64, m.Heads)
-	ws.headRows = make([]int, m.Heads)
-	ws.headTop1 = make([]int, m.Heads)
-	ws.headTop5 = make([]int, m.Heads)
-	return ws
 }
 
-// Batch is a set of positions: their final hidden states and, per head, the
-// token each head must predict there (-1 where that head has no target: beyond
-// the sequence end or not a response token).
-type Batch struct {
-	Rows    int
-	X       []float32 // [Rows, H]
-	Targets [][]int32 // [Heads][Rows]
-}
-
-// residualSiLU computes z = x W^T + b (already in z) then out = x + SiLU(z).
-func residualSiLU(out, x, z []float32) {
-	tensor.Parallel(len(z), 16384, func(lo, hi int) {
-		o, xx, zz := out[lo:hi], x[lo:hi], z[lo:hi]
-		for i, v := range zz {
-			o[i] = xx[i] + v/(1+float32(math.Exp(float64(-v))))
+// Backward takes d(loss)/d(x_layers) in dx and accumulates the block
+// gradients of head h over rows positions, given Forward's xs and zs; dz is
+// scratch. The input x_0 is the frozen target's state: it gets no gradient,
+// and dx is overwritten on the way down.
+func (m *Heads) Backward(be tensor.Backend, dx, dz []float32, xs, zs [][]float32, h, rows int) {
+	H := m.Hidden
+	for l := m.Layers - 1; l >= 0; l-- {
+		dz := dz[:rows*H]
+		residualSiLUBackward(dz, dx[:rows*H], zs[l][:rows*H])
+		var dxl []float32
+		if l > 0 {
+			dxl = dx[:rows*H] // dx_l = dx_{l+1} + dz W: accumulates onto the residual path
 		}
-	})
+		nn.LinearBackward(be, dxl, m.GW[h][l], m.GB[h][l], dz, xs[l][:rows*H], m.W[h][l], rows, H, H)
+	}
+}
+
+// residualSiLU computes out = x + SiLU(z) (z = W x + b) over rows rows;
+// out may alias x. One row (a drafting step) runs on the calling goroutine
+// without building the closure a hand-off to the workers needs, so that
+// drafting does not allocate.
+func residualSiLU(out, x, z []float32, rows int) {
+	if rows == 1 {
+		residualSiLURange(out, x, z)
+		return
+	}
+	tensor.Parallel(len(z), 16384, func(lo, hi int) { residualSiLURange(out[lo:hi], x[lo:hi], z[lo:hi]) })
+}
+
+func residualSiLURange(out, x, z []float32) {
+	x, out = x[:len(z)], out[:len(z)]
+	for i, v := range z {
+		out[i] = x[i] + v/(1+float32(math.Exp(float64(-v))))
+	}
 }
 
 // residualSiLUBackward sets dz = dx * SiLU'(z) (the residual path keeps dx as is).
@@ -223,181 +216,65 @@ func residualSiLUBackward(dz, dx, z []float32) {
 	})
 }
 
-// gather copies the rows of x whose target for head h is valid into ws.xs[0]
-// and their targets into ws.targets, returning how many there are.
-func (ws *Workspace) gather(b *Batch, h, H int) int {
-	n := 0
-	x0 := ws.xs[0]
-	for r, t := range b.Targets[h][:b.Rows] {
-		if t < 0 {
-			continue
-		}
-		copy(x0[n*H:(n+1)*H], b.X[r*H:(r+1)*H])
-		ws.targets[n] = t
-		ws.rowOf[n] = int32(r)
-		n++
-	}
-	return n
+// Scorer runs heads on one position at a time, the way the proposer drafts:
+// on the calling goroutine, without allocating, each head's blocks in place
+// (Forward), then the output products, one batched product over all heads
+// when they share the target's lm_head.
+type Scorer struct {
+	m      *Heads
+	heads  int
+	xs     []float32     // [heads, H] each head's residual stream
+	z      []float32     // [H] a block's pre-activation
+	logits []float32     // [heads, V]
+	rowXs  [][][]float32 // per head, Layers+1 views of its row of xs
+	rowZs  [][]float32   // Layers views of z
+	shared bool          // every head uses the same lm_head slice
 }
 
-// blocksForward runs head h's residual blocks on the first n rows of ws.xs[0].
-func (m *Heads) blocksForward(be tensor.Backend, ws *Workspace, h, n int) {
+// NewScorer allocates a scorer of the first heads heads.
+func (m *Heads) NewScorer(heads int) (*Scorer, error) {
+	if heads < 1 || heads > m.Heads {
+		return nil, fmt.Errorf("medusa: scoring %d of %d heads", heads, m.Heads)
+	}
 	H := m.Hidden
-	for l := 0; l < m.Layers; l++ {
-		x, z := ws.xs[l][:n*H], ws.zs[l][:n*H]
-		nn.Linear(be, z, x, m.W[h][l], m.B[h][l], n, H, H)
-		residualSiLU(ws.xs[l+1][:n*H], x, z)
+	s := &Scorer{m: m, heads: heads, xs: make([]float32, heads*H), z: make([]float32, H),
+		logits: make([]float32, heads*m.Vocab), shared: true}
+	s.rowZs = make([][]float32, m.Layers)
+	for l := range s.rowZs {
+		s.rowZs[l] = s.z
 	}
-}
-
-// blocksBackward takes d(loss)/d(x_layers) in ws.dx and accumulates the block
-// gradients of head h (the input x_0 is the frozen target's state: no gradient).
-func (m *Heads) blocksBackward(be tensor.Backend, ws *Workspace, h, n int) {
-	H := m.Hidden
-	for l := m.Layers - 1; l >= 0; l-- {
-		dz := ws.dz[:n*H]
-		residualSiLUBackward(dz, ws.dx[:n*H], ws.zs[l][:n*H])
-		var dx []float32
-		if l > 0 {
-			dx = ws.dx[:n*H] // dx_l = dx_{l+1} + dz W: accumulates onto the residual path
+	s.rowXs = make([][][]float32, heads)
+	for hd := range heads {
+		if len(m.LMHead[hd]) != m.Vocab*H || &m.LMHead[hd][0] != &m.LMHead[0][0] {
+			s.shared = false
 		}
-		nn.LinearBackward(be, dx, m.GW[h][l], m.GB[h][l], dz, ws.xs[l][:n*H], m.W[h][l], n, H, H)
+		if len(m.W[hd]) != m.Layers || len(m.B[hd]) != m.Layers {
+			return nil, fmt.Errorf("medusa: head %d has %d weight and %d bias blocks, want %d", hd, len(m.W[hd]), len(m.B[hd]), m.Layers)
+		}
+		row := s.xs[hd*H : (hd+1)*H]
+		s.rowXs[hd] = make([][]float32, m.Layers+1)
+		for l := range s.rowXs[hd] {
+			s.rowXs[hd][l] = row
+		}
 	}
+	return s, nil
 }
 
-// Weights returns the per-head loss weights decay^h.
-func Weights(heads int, decay float64) []float64 {
-	w := make([]float64, heads)
-	for h := range w {
-		w[h] = math.Pow(decay, float64(h))
-	}
-	return w
-}
-
-// TrainStep runs forward and backward over the batch and ACCUMULATES the
-// parameter gradients. The loss is
-//
-//	L = sum_h w_h * (1/n_h) * sum_{t valid for h} CE_h(t)
-//
-// with n_h the number of positions in the batch where head h has a target
-// (heads without any contribute nothing): each head's mean cross-entropy,
-// weighted by w_h (Weights). It returns L; per-head means are in ws.HeadLoss.
-func (m *Heads) TrainStep(be tensor.Backend, ws *Workspace, b *Batch, w []float64) float64 {
-	return m.pass(be, ws, b, w, true)
-}
-
-// Evaluate runs the forward pass only and records, per head, the summed
-// cross-entropy, the number of rows and the top-1/top-5 hits (see Stats).
-func (m *Heads) Evaluate(be tensor.Backend, ws *Workspace, b *Batch) {
-	m.pass(be, ws, b, nil, false)
-}
-
-// Stats returns, for the last TrainStep or Evaluate, per head: the number of
-// positions with a target, the summed cross-entropy over them (unweighted), and
-// how many had the target ranked first and within the top five (ties count in
-// the target's favour). The slices are owned by the workspace.
-func (ws *Workspace) Stats() (rows []int, ceSum []float64, top1, top5 []int) {
-	return ws.headRows, ws.headLoss, ws.headTop1, ws.headTop5
-}
-
-// Leads returns, for the last Evaluate, per batch row the length k of the
-// run of leading heads 0..k-1 that all ranked their target first; a head
-// without a target there ends the run. 1+k is what a greedy chain of the
-// heads drafted from that position would have accepted had the target
-// produced the data's tokens. The slice is owned by the workspace.
-func (ws *Workspace) Leads(rows int) []int32 { return ws.lead[:rows] }
-
-func (m *Heads) pass(be tensor.Backend, ws *Workspace, b *Batch, w []float64, train bool) float64 {
-	if b.Rows > ws.MaxRows {
-		panic(fmt.Sprintf("medusa: batch of %d rows exceeds the workspace's %d", b.Rows, ws.MaxRows))
-	}
+// Score runs every head of the scorer on x [H] and returns their logits
+// [heads, V], owned by the scorer until the next Score.
+func (s *Scorer) Score(be tensor.Backend, x []float32) []float32 {
+	m := s.m
 	H, V := m.Hidden, m.Vocab
-	var total float64
-	if !train {
-		clear(ws.lead[:b.Rows])
+	for hd := range s.heads {
+		copy(s.xs[hd*H:(hd+1)*H], x[:H])
+		m.Forward(be, s.rowXs[hd], s.rowZs, hd, 1)
 	}
-	for h := 0; h < m.Heads; h++ {
-		ws.headLoss[h], ws.headRows[h], ws.headTop1[h], ws.headTop5[h] = 0, 0, 0, 0
-		n := ws.gather(b, h, H)
-		ws.headRows[h] = n
-		if n == 0 {
-			continue
-		}
-		m.blocksForward(be, ws, h, n)
-		xL := ws.xs[m.Layers]
-		lm := m.LMHead[h]
-		var rowW float32
-		if train {
-			rowW = float32(w[h] / float64(n))
-			clear(ws.dx[:n*H])
-		}
-		for c0 := 0; c0 < n; c0 += ws.Chunk {
-			c := min(ws.Chunk, n-c0)
-			logits := ws.logits[:c*V]
-			x := xL[c0*H : (c0+c)*H]
-			tensor.MatMulT(be, logits, x, lm, c, V, H)
-			tg := ws.targets[c0 : c0+c]
-			if !train {
-				rl, rank := ws.rowLoss[:c], ws.rank[:c]
-				nn.CrossEntropyEval(logits, c, V, tg, rl, rank)
-				rowOf := ws.rowOf[c0 : c0+c]
-				for i, l := range rl {
-					ws.headLoss[h] += l
-					if rank[i] == 0 {
-						ws.headTop1[h]++
-						// Heads run in order: lead == h means heads 0..h-1 were all right.
-						if r := rowOf[i]; ws.lead[r] == int32(h) {
-							ws.lead[r]++
-						}
-					}
-					if rank[i] < 5 {
-						ws.headTop5[h]++
-					}
-				}
-				continue
-			}
-			// Fused softmax-CE: the logits buffer becomes d(loss)/d(logits).
-			// Every row weighs rowW; the unweighted sum is the head's loss.
-			rw := ws.rowW[:c]
-			for i := range rw {
-				rw[i] = rowW
-			}
-			ws.headLoss[h] += nn.CrossEntropy(logits, c, V, tg, rw, logits) / float64(rowW)
-			var glm []float32
-			if !m.SharedLMHead {
-				glm = m.GLMHead[h]
-			}
-			var dx []float32
-			if m.Layers > 0 {
-				dx = ws.dx[c0*H : (c0+c)*H]
-			}
-			nn.LinearBackward(be, dx, glm, nil, logits, x, lm, c, H, V)
-		}
-		if train {
-			total += w[h] * ws.headLoss[h] / float64(n)
-			if m.Layers > 0 {
-				m.blocksBackward(be, ws, h, n)
-			}
+	if s.shared {
+		tensor.MatMulT(be, s.logits[:s.heads*V], s.xs[:s.heads*H], m.LMHead[0], s.heads, V, H)
+	} else {
+		for hd := range s.heads {
+			tensor.MatMulT(be, s.logits[hd*V:(hd+1)*V], s.xs[hd*H:(hd+1)*H], m.LMHead[hd], 1, V, H)
 		}
 	}
-	return total
-}
-
-// ZeroGrad clears every gradient.
-func (m *Heads) ZeroGrad() {
-	g := m.grads
-	tensor.Parallel(len(g), 1<<16, func(lo, hi int) { clear(g[lo:hi]) })
-}
-
-// Logits computes head h's logits for rows positions: x is [rows, H] (final
-// post-norm target states), out receives [rows, V]. rows must not exceed
-// ws.MaxRows. It is the inference path the evaluation and serving code use.
-func (m *Heads) Logits(be tensor.Backend, ws *Workspace, h int, x []float32, rows int, out []float32) {
-	if rows > ws.MaxRows {
-		panic(fmt.Sprintf("medusa: %d rows exceed the workspace's %d", rows, ws.MaxRows))
-	}
-	H := m.Hidden
-	copy(ws.xs[0][:rows*H], x[:rows*H])
-	m.blocksForward(be, ws, h, rows)
-	tensor.MatMulT(be, out[:rows*m.Vocab], ws.xs[m.Layers][:rows*H], m.LMHead[h], rows, m.Vocab, H)
+	return s.logits
 }
