@@ -179,15 +179,19 @@ func (s *Session) layer(r int, tok []int32, committed bool) error {
 		copy(s.acts.E[i*h:(i+1)*h], d.embed[int(id)*h:(int(id)+1)*h])
 	}
 	s.committed = committed
-	d.layer.Forward(&s.acts, &s.scratch, r, s)
+	d.layer.Forward(&s.acts, &s.scratch, r, (*sessionAttention)(s))
 	return nil
 }
+
+// sessionAttention is the session as the layer's Attention.
+type sessionAttention Session
 
 // Attend implements Attention for the session's rows: committed rows store
 // their keys and values in the cache and attend causally to it, tree nodes
 // store theirs in the node scratch and attend to the whole cache, their
 // ancestors and themselves.
-func (s *Session) Attend(o, q, k, v []float32, r int) {
+func (a *sessionAttention) Attend(o, q, k, v []float32, r int) {
+	s := (*Session)(a)
 	kw := s.d.Geometry.KVDim()
 	base := len(s.nodes) - r
 	if s.committed {

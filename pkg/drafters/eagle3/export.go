@@ -42,17 +42,9 @@ type ExportOptions struct {
 // CheckLayerIDs; a draft with a NaN or infinite weight is refused before
 // anything is written.
 //
-// Layer ids when they are not the defaults, per engine convention:
-//   - native layout: "eagle_config": {"eagle_aux_hidden_state_layer_ids": ids-1}
-//     in the SpecForge/EAGLE "output of layer k" convention (HF index - 1),
-//     which SGLang reads and shifts by +1; and a top-level
-//     "eagle_aux_hidden_state_layer_ids": ids (HF indices), which vLLM reads
-//     verbatim from the draft's config.
-//   - speculators layout: top-level "eagle_aux_hidden_state_layer_ids": ids (HF
-//     indices), which vLLM passes through verbatim.
-//
-// The speculators layout always writes "norm_before_residual": false (vLLM
-// assumes true when the key is absent, which is not this architecture).
+// The layout (opt.Format) writes the config.json: its format file says how
+// (format_native.go, format_speculators.go), the feature layers included,
+// which it leaves out when they are the engines' defaults.
 func Export(dir string, g Geometry, p *Params, voc *Vocab, opt ExportOptions) error {
 	if err := g.Validate(); err != nil {
 		return err

@@ -210,3 +210,32 @@ func TestEagleFeatureTaps(t *testing.T) {
 		t.Fatalf("feature taps %v for layers %v; want %v", prop.Taps(), dr.LayerIDs, want)
 	}
 }
+
+// TestSessionAllocatesNothing: once a prompt is committed, drafting (a
+// node's layer run, its logits and its top-k) allocates nothing.
+func TestSessionAllocatesNothing(t *testing.T) {
+	m := loadTarget(t)
+	d := randomDraft(t, m, 100, 4)
+	H := m.HiddenSize()
+	s := d.NewSession(32, 8)
+	feats := make([]float32, 5*3*H)
+	for i := range feats {
+		feats[i] = float32(i%7) - 3
+	}
+	if err := s.Extend(feats, []int32{5, 6, 7, 8, 9}); err != nil {
+		t.Fatal(err)
+	}
+	par, tok := []int{-1}, []int32{11}
+	ids, logp := make([]int32, 4), make([]float32, 4)
+	a := testing.AllocsPerRun(5, func() {
+		s.ClearTree()
+		nodes, err := s.AddNodes(par, tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.TopK(nodes[0], 4, ids, logp)
+	})
+	if a != 0 {
+		t.Fatalf("a drafting step allocates %v times", a)
+	}
+}

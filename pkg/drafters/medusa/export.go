@@ -14,7 +14,7 @@ import (
 	"github.com/drafter-ai/drafter/pkg/safetensors"
 )
 
-// Export layouts, each a folder loadable as is:
+// The layouts Export writes, each a folder loadable as is:
 //
 //	vllm/config.json, vllm/model.safetensors      vLLM's "medusa" model type (format_vllm.go)
 //	medusa/config.json, medusa/medusa_lm_head.safetensors
@@ -22,12 +22,6 @@ import (
 //	                                              TensorRT-LLM's converter reads
 //	                                              (format_fasterdecoding.go)
 //	drafter.json                                  provenance and final metrics
-const (
-	// ConfigFile is each layout's config.json.
-	ConfigFile = drafters.ConfigFile
-	// ProvenanceFile is drafter.json, at the top of the export folder.
-	ProvenanceFile = drafters.ProvenanceFile
-)
 
 // ExportInfo is the provenance written to drafter.json and the export options.
 type ExportInfo struct {
@@ -104,7 +98,7 @@ func Export(dir string, m *Heads, info ExportInfo) error {
 	if manifests == nil {
 		manifests = map[string]string{}
 	}
-	return atomicfile.WriteJSON(filepath.Join(dir, ProvenanceFile), provenance{
+	return atomicfile.WriteJSON(filepath.Join(dir, drafters.ProvenanceFile), provenance{
 		Method: string(Kind), Format: []string{VLLMDir, MedusaDir},
 		Heads: m.Heads, Layers: m.Layers, Hidden: m.Hidden, Vocab: m.Vocab, SharedLMHead: m.SharedLMHead, DType: dt,
 		BaseModel: info.BaseModel, TargetFingerprint: info.TargetFingerprint, DataManifests: manifests,
@@ -153,11 +147,11 @@ func Load(dir string) (*Loaded, error) {
 		return loadFasterDecoding(filepath.Join(dir, MedusaDir))
 	case exists(filepath.Join(dir, MedusaWeights)):
 		return loadFasterDecoding(dir)
-	case exists(filepath.Join(dir, VLLMWeights)) && exists(filepath.Join(dir, ConfigFile)):
+	case exists(filepath.Join(dir, VLLMWeights)) && exists(filepath.Join(dir, drafters.ConfigFile)):
 		return loadVLLM(dir)
 	}
 	return nil, fmt.Errorf("medusa: %s holds no Medusa heads (looked for %s/%s, %s/%s, %s, or %s with %s)",
-		dir, VLLMDir, VLLMWeights, MedusaDir, MedusaWeights, MedusaWeights, VLLMWeights, ConfigFile)
+		dir, VLLMDir, VLLMWeights, MedusaDir, MedusaWeights, MedusaWeights, VLLMWeights, drafters.ConfigFile)
 }
 
 func readJSON(path string, v any) error {

@@ -201,3 +201,22 @@ func TestExportRefusesNonFinite(t *testing.T) {
 		}
 	}
 }
+
+// TestScorerAllocatesNothing: a drafting step (every head on one position,
+// their blocks in place, shared or own lm_heads) allocates nothing.
+func TestScorerAllocatesNothing(t *testing.T) {
+	for _, shared := range []bool{false, true} {
+		g := Geometry{Hidden: 8, Vocab: 13, Heads: 3, Layers: 2, SharedLMHead: shared}
+		m, _ := randomHeads(t, g, 7)
+		s, err := m.NewScorer(g.Heads)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x := make([]float32, g.Hidden)
+		x[3] = 1
+		be := tensor.CPU()
+		if a := testing.AllocsPerRun(20, func() { s.Score(be, x) }); a != 0 {
+			t.Fatalf("shared=%v: a drafting step allocates %v times", shared, a)
+		}
+	}
+}

@@ -52,7 +52,7 @@ func writeFasterDecoding(dir string, m *Heads, tensor func(name string, shape []
 	if err := safetensors.WriteFile(filepath.Join(dir, MedusaWeights), ft, map[string]string{"format": "pt"}); err != nil {
 		return fmt.Errorf("medusa: export: %w", err)
 	}
-	return atomicfile.WriteJSON(filepath.Join(dir, ConfigFile), fcfg)
+	return atomicfile.WriteJSON(filepath.Join(dir, drafters.ConfigFile), fcfg)
 }
 
 // detectFasterDecoding reports whether dir holds the layout: its weights
@@ -93,7 +93,7 @@ func (c *fdConfig) unused(name string) string {
 
 func loadFasterDecoding(dir string) (*Loaded, error) {
 	var cfg fdConfig
-	cfgPath := filepath.Join(dir, ConfigFile)
+	cfgPath := filepath.Join(dir, drafters.ConfigFile)
 	if err := readJSON(cfgPath, &cfg); err != nil {
 		return nil, err
 	}

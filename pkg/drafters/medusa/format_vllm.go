@@ -61,7 +61,7 @@ func writeVLLM(dir string, m *Heads, vt []safetensors.Tensor, dt safetensors.DTy
 	if err := safetensors.WriteFile(filepath.Join(dir, VLLMWeights), vt, map[string]string{"format": "pt"}); err != nil {
 		return fmt.Errorf("medusa: export: %w", err)
 	}
-	return atomicfile.WriteJSON(filepath.Join(dir, ConfigFile), vcfg)
+	return atomicfile.WriteJSON(filepath.Join(dir, drafters.ConfigFile), vcfg)
 }
 
 func torchDType(d safetensors.DType) string {
@@ -90,7 +90,7 @@ func detectVLLM(dir string) (bool, error) {
 		return false, nil
 	}
 	if !drafters.FileExists(filepath.Join(dir, VLLMWeights)) {
-		return false, fmt.Errorf("%s describes vLLM Medusa heads but %s has no %s", filepath.Join(dir, ConfigFile), dir, VLLMWeights)
+		return false, fmt.Errorf("%s describes vLLM Medusa heads but %s has no %s", filepath.Join(dir, drafters.ConfigFile), dir, VLLMWeights)
 	}
 	return true, nil
 }
@@ -132,7 +132,7 @@ func (c *vllmConfig) unused(name string) string {
 
 func loadVLLM(dir string) (*Loaded, error) {
 	var cfg vllmConfig
-	cfgPath := filepath.Join(dir, ConfigFile)
+	cfgPath := filepath.Join(dir, drafters.ConfigFile)
 	if err := readJSON(cfgPath, &cfg); err != nil {
 		return nil, err
 	}
