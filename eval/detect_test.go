@@ -48,9 +48,9 @@ func TestDetectLayouts(t *testing.T) {
 		layout, from string
 		fp           string
 	}{
-		{medRoot, dmedusa.Kind, dmedusa.LayoutVLLM, "vllm", "fp-medusa"},
-		{filepath.Join(medRoot, "vllm"), dmedusa.Kind, dmedusa.LayoutVLLM, "vllm", "fp-medusa"},
-		{filepath.Join(medRoot, "medusa"), dmedusa.Kind, dmedusa.LayoutFasterDecoding, "medusa", "fp-medusa"},
+		{medRoot, dmedusa.Kind, dmedusa.VLLMDir, "vllm", "fp-medusa"},
+		{filepath.Join(medRoot, "vllm"), dmedusa.Kind, dmedusa.VLLMDir, "vllm", "fp-medusa"},
+		{filepath.Join(medRoot, "medusa"), dmedusa.Kind, dmedusa.MedusaDir, "medusa", "fp-medusa"},
 		{eagleRoot, deagle3.Kind, deagle3.FormatNative, "eagle3", "fp-eagle"},
 		{filepath.Join(eagleRoot, "eagle3"), deagle3.Kind, deagle3.FormatNative, "eagle3", "fp-eagle"},
 		{filepath.Join(eagleRoot, "speculators"), deagle3.Kind, deagle3.FormatSpeculators, "speculators", "fp-eagle"},

@@ -74,32 +74,38 @@ func Export(dir string, m *Heads, info ExportInfo) error {
 		}
 		return t
 	}
-	vt := vllmTensors(m, tensor)
-	// Every value of both layouts is in vt, converted to dt as they are.
-	if err := safetensors.CheckAllFinite(vt); err != nil {
-		hint := "training diverged or resumed from a damaged checkpoint"
-		if dt == safetensors.F16 {
-			hint += ", or a weight exceeds F16's range (65504): export as BF16 or F32"
+	fs := formats()
+	ts := make([][]safetensors.Tensor, len(fs))
+	names := make([]string, len(fs))
+	for i, f := range fs {
+		names[i] = f.name()
+		// The layouts hold the same values (converted to dt as they are):
+		// the first one's names the first bad value.
+		ts[i] = f.tensors(m, tensor)
+		if err := safetensors.CheckAllFinite(ts[i]); err != nil {
+			hint := "training diverged or resumed from a damaged checkpoint"
+			if dt == safetensors.F16 {
+				hint += ", or a weight exceeds F16's range (65504): export as BF16 or F32"
+			}
+			return fmt.Errorf("medusa: refusing to export heads with non-finite weights into %s (nothing written): %w; %s", dir, err, hint)
 		}
-		return fmt.Errorf("medusa: refusing to export heads with non-finite weights into %s (nothing written): %w; %s", dir, err, hint)
 	}
-	for _, sub := range []string{VLLMDir, MedusaDir} {
-		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
+	for _, f := range fs {
+		if err := os.MkdirAll(filepath.Join(dir, f.name()), 0o755); err != nil {
 			return fmt.Errorf("medusa: export: %w", err)
 		}
 	}
-	if err := writeVLLM(filepath.Join(dir, VLLMDir), m, vt, dt); err != nil {
-		return err
-	}
-	if err := writeFasterDecoding(filepath.Join(dir, MedusaDir), m, tensor, info.BaseModel); err != nil {
-		return err
+	for i, f := range fs {
+		if err := f.write(filepath.Join(dir, f.name()), m, ts[i], dt, info); err != nil {
+			return err
+		}
 	}
 	manifests := info.DataManifests
 	if manifests == nil {
 		manifests = map[string]string{}
 	}
 	return atomicfile.WriteJSON(filepath.Join(dir, drafters.ProvenanceFile), provenance{
-		Method: string(Kind), Format: []string{VLLMDir, MedusaDir},
+		Method: string(Kind), Format: names,
 		Heads: m.Heads, Layers: m.Layers, Hidden: m.Hidden, Vocab: m.Vocab, SharedLMHead: m.SharedLMHead, DType: dt,
 		BaseModel: info.BaseModel, TargetFingerprint: info.TargetFingerprint, DataManifests: manifests,
 		Args: info.Args, Metrics: nilIfNilPointer(info.Metrics),
@@ -126,11 +132,11 @@ func LoadHeads(dir string) (*Heads, error) {
 	return l.Heads, nil
 }
 
-// Load reads heads exported by Export (or by another tool in either layout).
-// dir may be the export folder (the vllm/ layout is then preferred, medusa/
-// used when vllm/ is absent) or either layout's own folder, detected by its
-// files: medusa_lm_head.safetensors for FasterDecoding, config.json with
-// model_type "medusa" and model.safetensors for vLLM.
+// Load reads heads exported by Export (or by another tool in any layout).
+// dir may be the export folder (the layouts' subfolders are tried in the
+// order formats lists them: vllm/ first) or one layout's own folder,
+// detected by its files: medusa_lm_head.safetensors for FasterDecoding,
+// config.json with model_type "medusa" and model.safetensors for vLLM.
 //
 // The config and the weights must agree exactly, since an engine builds the
 // heads from the config and ignores what it does not ask for: every tensor the
@@ -139,19 +145,87 @@ func LoadHeads(dir string) (*Heads, error) {
 // under a config of four heads is an error naming the tensor and the config
 // field), and every value must be finite.
 func Load(dir string) (*Loaded, error) {
-	exists := func(p string) bool { _, err := os.Stat(p); return err == nil }
-	switch {
-	case exists(filepath.Join(dir, VLLMDir, VLLMWeights)):
-		return loadVLLM(filepath.Join(dir, VLLMDir))
-	case exists(filepath.Join(dir, MedusaDir, MedusaWeights)):
-		return loadFasterDecoding(filepath.Join(dir, MedusaDir))
-	case exists(filepath.Join(dir, MedusaWeights)):
-		return loadFasterDecoding(dir)
-	case exists(filepath.Join(dir, VLLMWeights)) && exists(filepath.Join(dir, drafters.ConfigFile)):
-		return loadVLLM(dir)
+	for _, f := range formats() {
+		sub := filepath.Join(dir, f.name())
+		if ok, _ := f.detect(sub); ok {
+			return f.load(sub)
+		}
 	}
-	return nil, fmt.Errorf("medusa: %s holds no Medusa heads (looked for %s/%s, %s/%s, %s, or %s with %s)",
-		dir, VLLMDir, VLLMWeights, MedusaDir, MedusaWeights, MedusaWeights, VLLMWeights, drafters.ConfigFile)
+	f, err := detectFormat(dir)
+	if err != nil {
+		return nil, err
+	}
+	if f == nil {
+		return nil, fmt.Errorf("medusa: %s holds no Medusa heads (looked for %s/%s, %s/%s, %s, or %s with %s)",
+			dir, VLLMDir, VLLMWeights, MedusaDir, MedusaWeights, MedusaWeights, VLLMWeights, drafters.ConfigFile)
+	}
+	return f.load(dir)
+}
+
+// exportTensors lists the heads head by head, each head's blocks (weight
+// and bias, named by the patterns of head and block index) and then its
+// lm_head, named by lmHead ("" leaves it out).
+func exportTensors(m *Heads, tensor tensorFunc, weight, bias string, lmHead func(h int) string) []safetensors.Tensor {
+	H, V := m.Hidden, m.Vocab
+	var ts []safetensors.Tensor
+	for h := 0; h < m.Heads; h++ {
+		for l := 0; l < m.Layers; l++ {
+			ts = append(ts,
+				tensor(fmt.Sprintf(weight, h, l), []int{H, H}, m.W[h][l]),
+				tensor(fmt.Sprintf(bias, h, l), []int{H}, m.B[h][l]))
+		}
+		if name := lmHead(h); name != "" {
+			ts = append(ts, tensor(name, []int{V, H}, m.LMHead[h]))
+		}
+	}
+	return ts
+}
+
+// tensorFunc makes a tensor of the export's dtype.
+type tensorFunc func(name string, shape []int, data []float32) safetensors.Tensor
+
+// format is one export layout of the heads: a format_*.go file holds its
+// writer, detector and loader.
+type format interface {
+	// name is the layout's name (eval's reports, drafter.json) and its
+	// subfolder of an export.
+	name() string
+	// tensors lists the heads as the layout stores them.
+	tensors(m *Heads, tensor tensorFunc) []safetensors.Tensor
+	// write writes the layout's files into dir: the tensors ts and its
+	// config.
+	write(dir string, m *Heads, ts []safetensors.Tensor, dt safetensors.DType, info ExportInfo) error
+	// detect reports whether dir holds the layout; an error when it holds a
+	// broken one.
+	detect(dir string) (bool, error)
+	// load reads the heads of the layout in dir.
+	load(dir string) (*Loaded, error)
+}
+
+// formats lists the layouts Export writes, in the order of preference
+// (Method.Layouts): both carry the same weights, only vLLM's records a shared
+// lm_head.
+func formats() []format { return []format{vllm{}, fasterDecoding{}} }
+
+// detectFormat returns the layout held directly in dir, nil when none. A
+// folder holding two layouts' files is refused: one folder holds one export
+// (their configs would be one config.json).
+func detectFormat(dir string) (format, error) {
+	var found format
+	for _, f := range formats() {
+		ok, err := f.detect(dir)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue
+		}
+		if found != nil {
+			return nil, fmt.Errorf("%s holds Medusa heads in two layouts, %s and %s; keep one export per folder", dir, found.name(), f.name())
+		}
+		found = f
+	}
+	return found, nil
 }
 
 func readJSON(path string, v any) error {

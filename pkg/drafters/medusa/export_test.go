@@ -220,3 +220,36 @@ func TestScorerAllocatesNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestDetectOneLayoutPerFolder: each layout's folder is detected as that
+// layout, and a folder holding both layouts' files (FasterDecoding's weights
+// beside a vLLM config and weights: one config.json cannot describe both)
+// is refused, naming both, where it was read as FasterDecoding's and then
+// failed on the config.
+func TestDetectOneLayoutPerFolder(t *testing.T) {
+	g := Geometry{Hidden: 8, Vocab: 13, Heads: 2, Layers: 1}
+	m, _ := randomHeads(t, g, 5)
+	dir := t.TempDir()
+	if err := Export(dir, m, ExportInfo{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range (Method{}).Layouts() {
+		if got, err := (Method{}).Detect(filepath.Join(dir, l)); err != nil || got != l {
+			t.Fatalf("%s/: detected %q (%v)", l, got, err)
+		}
+	}
+	both := filepath.Join(dir, MedusaDir)
+	for _, f := range []string{"config.json", VLLMWeights} {
+		b, err := os.ReadFile(filepath.Join(dir, VLLMDir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(both, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := (Method{}).Detect(both)
+	if err == nil || !strings.Contains(err.Error(), "two layouts, vllm and medusa") || !strings.Contains(err.Error(), both) {
+		t.Fatalf("a folder of both layouts: %v", err)
+	}
+}

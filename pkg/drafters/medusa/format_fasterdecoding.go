@@ -20,32 +20,34 @@ import (
 // of several distinct blocks (train/medusa's default) are not reproduced
 // there.
 const (
-	// LayoutFasterDecoding names the layout in eval's reports.
-	LayoutFasterDecoding = "medusa"
-	// MedusaDir is the layout's subfolder of an export.
+	// MedusaDir is the layout's name (in eval's reports, drafter.json) and
+	// its subfolder of an export.
 	MedusaDir = "medusa"
 	// MedusaWeights is its weights file.
 	MedusaWeights = "medusa_lm_head.safetensors"
 )
 
-// writeFasterDecoding writes the layout into dir, converting the weights
-// with tensor (checked finite by the caller); baseModel is the target's Hub
-// id or path.
-func writeFasterDecoding(dir string, m *Heads, tensor func(name string, shape []int, data []float32) safetensors.Tensor, baseModel string) error {
+// fasterDecoding is FasterDecoding's layout.
+type fasterDecoding struct{}
+
+func (fasterDecoding) name() string { return MedusaDir }
+
+// tensors lists the heads under the layout's names: every head's own
+// lm_head, the target's copied where they share it.
+func (fasterDecoding) tensors(m *Heads, tensor tensorFunc) []safetensors.Tensor {
+	return exportTensors(m, tensor, "%d.%d.linear.weight", "%d.%d.linear.bias", func(h int) string {
+		return fmt.Sprintf("%d.%d.weight", h, m.Layers)
+	})
+}
+
+// write writes the layout into dir: the tensors ft that tensors listed, and
+// the config, which names the target (info.BaseModel).
+func (fasterDecoding) write(dir string, m *Heads, ft []safetensors.Tensor, _ safetensors.DType, info ExportInfo) error {
 	H, V := m.Hidden, m.Vocab
-	var ft []safetensors.Tensor
-	for h := 0; h < m.Heads; h++ {
-		for l := 0; l < m.Layers; l++ {
-			ft = append(ft,
-				tensor(fmt.Sprintf("%d.%d.linear.weight", h, l), []int{H, H}, m.W[h][l]),
-				tensor(fmt.Sprintf("%d.%d.linear.bias", h, l), []int{H}, m.B[h][l]))
-		}
-		ft = append(ft, tensor(fmt.Sprintf("%d.%d.weight", h, m.Layers), []int{V, H}, m.LMHead[h]))
-	}
 	fcfg := map[string]any{
 		"medusa_num_heads":        m.Heads,
 		"medusa_num_layers":       m.Layers,
-		"base_model_name_or_path": baseModel,
+		"base_model_name_or_path": info.BaseModel,
 		"hidden_size":             H,
 		"vocab_size":              V,
 	}
@@ -55,10 +57,9 @@ func writeFasterDecoding(dir string, m *Heads, tensor func(name string, shape []
 	return atomicfile.WriteJSON(filepath.Join(dir, drafters.ConfigFile), fcfg)
 }
 
-// detectFasterDecoding reports whether dir holds the layout: its weights
-// file.
-func detectFasterDecoding(dir string) bool {
-	return drafters.FileExists(filepath.Join(dir, MedusaWeights))
+// detect reports whether dir holds the layout: its weights file.
+func (fasterDecoding) detect(dir string) (bool, error) {
+	return drafters.FileExists(filepath.Join(dir, MedusaWeights)), nil
 }
 
 // fdConfig is the part of FasterDecoding's Medusa config.json that decides
@@ -91,7 +92,8 @@ func (c *fdConfig) unused(name string) string {
 	return "it is not a tensor of FasterDecoding's Medusa layout ({h}.{l}.linear.weight and .bias, {h}.{num_layers}.weight)"
 }
 
-func loadFasterDecoding(dir string) (*Loaded, error) {
+// load reads the heads in dir.
+func (fasterDecoding) load(dir string) (*Loaded, error) {
 	var cfg fdConfig
 	cfgPath := filepath.Join(dir, drafters.ConfigFile)
 	if err := readJSON(cfgPath, &cfg); err != nil {

@@ -17,35 +17,32 @@ import (
 // build ONE lm_head for all heads from lm_heads.0.weight, so only that key
 // (the target's lm_head) is written.
 const (
-	// LayoutVLLM names the layout in eval's reports.
-	LayoutVLLM = "vllm"
-	// VLLMDir is the layout's subfolder of an export.
+	// VLLMDir is the layout's name (in eval's reports, drafter.json) and its
+	// subfolder of an export.
 	VLLMDir = "vllm"
 	// VLLMWeights is its weights file.
 	VLLMWeights = "model.safetensors"
 )
 
-// vllmTensors lists the heads as the vLLM layout stores them, converted by
-// tensor to the export's dtype.
-func vllmTensors(m *Heads, tensor func(name string, shape []int, data []float32) safetensors.Tensor) []safetensors.Tensor {
-	H, V := m.Hidden, m.Vocab
-	var vt []safetensors.Tensor
-	for h := 0; h < m.Heads; h++ {
-		for l := 0; l < m.Layers; l++ {
-			vt = append(vt,
-				tensor(fmt.Sprintf("blocks.%d.layers.%d.weight", h, l), []int{H, H}, m.W[h][l]),
-				tensor(fmt.Sprintf("blocks.%d.layers.%d.bias", h, l), []int{H}, m.B[h][l]))
+// vllm is the vLLM layout.
+type vllm struct{}
+
+func (vllm) name() string { return VLLMDir }
+
+// tensors lists the heads under the layout's names; with a shared lm_head
+// only head 0's (the target's).
+func (vllm) tensors(m *Heads, tensor tensorFunc) []safetensors.Tensor {
+	return exportTensors(m, tensor, "blocks.%d.layers.%d.weight", "blocks.%d.layers.%d.bias", func(h int) string {
+		if m.SharedLMHead && h > 0 {
+			return ""
 		}
-		if !m.SharedLMHead || h == 0 {
-			vt = append(vt, tensor(fmt.Sprintf("lm_heads.%d.weight", h), []int{V, H}, m.LMHead[h]))
-		}
-	}
-	return vt
+		return fmt.Sprintf("lm_heads.%d.weight", h)
+	})
 }
 
-// writeVLLM writes the layout into dir: the tensors vllmTensors listed, and
+// write writes the layout into dir: the tensors ts that tensors listed, and
 // the config.
-func writeVLLM(dir string, m *Heads, vt []safetensors.Tensor, dt safetensors.DType) error {
+func (vllm) write(dir string, m *Heads, vt []safetensors.Tensor, dt safetensors.DType, _ ExportInfo) error {
 	vcfg := map[string]any{
 		"model_type":           "medusa",
 		"architectures":        []string{"MedusaModel"},
@@ -74,10 +71,10 @@ func torchDType(d safetensors.DType) string {
 	return "float32"
 }
 
-// detectVLLM reports whether dir holds the layout: a config.json of
-// model_type medusa (or architectures MedusaModel), which needs its
-// model.safetensors beside it.
-func detectVLLM(dir string) (bool, error) {
+// detect reports whether dir holds the layout: a config.json of model_type
+// medusa (or architectures MedusaModel), which needs its model.safetensors
+// beside it.
+func (vllm) detect(dir string) (bool, error) {
 	var c struct {
 		ModelType     string   `json:"model_type"`
 		Architectures []string `json:"architectures"`
@@ -130,7 +127,8 @@ func (c *vllmConfig) unused(name string) string {
 	return "it is not a tensor of vLLM's Medusa layout (blocks.{h}.layers.{l}.weight and .bias, lm_heads.{h}.weight)"
 }
 
-func loadVLLM(dir string) (*Loaded, error) {
+// load reads the heads in dir.
+func (vllm) load(dir string) (*Loaded, error) {
 	var cfg vllmConfig
 	cfgPath := filepath.Join(dir, drafters.ConfigFile)
 	if err := readJSON(cfgPath, &cfg); err != nil {

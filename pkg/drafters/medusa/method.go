@@ -20,19 +20,21 @@ func (Method) Kind() drafters.Kind { return Kind }
 
 // Layouts implements drafters.Method: vLLM's first (both carry the same
 // weights; only vLLM's records a shared lm_head).
-func (Method) Layouts() []string { return []string{LayoutVLLM, LayoutFasterDecoding} }
-
-// Detect implements drafters.Method. A folder holding FasterDecoding's
-// weights file is of that layout whatever its config.json says.
-func (Method) Detect(dir string) (string, error) {
-	if detectFasterDecoding(dir) {
-		return LayoutFasterDecoding, nil
+func (Method) Layouts() []string {
+	var ls []string
+	for _, f := range formats() {
+		ls = append(ls, f.name())
 	}
-	ok, err := detectVLLM(dir)
-	if err != nil || !ok {
+	return ls
+}
+
+// Detect implements drafters.Method.
+func (Method) Detect(dir string) (string, error) {
+	f, err := detectFormat(dir)
+	if err != nil || f == nil {
 		return "", err
 	}
-	return LayoutVLLM, nil
+	return f.name(), nil
 }
 
 // Wants implements drafters.Method.
@@ -45,14 +47,11 @@ func (Method) Wants() string {
 // (method, shape, dtype) and its geometry must fit the target.
 func (Method) Load(dir, layout string, m *model.Model, prov *drafters.Provenance) (drafters.Drafter, error) {
 	var ld *Loaded
-	var err error
-	switch layout {
-	case LayoutVLLM:
-		ld, err = loadVLLM(dir)
-	case LayoutFasterDecoding:
-		ld, err = loadFasterDecoding(dir)
-	default:
-		err = fmt.Errorf("medusa: unknown export layout %q", layout)
+	err := fmt.Errorf("medusa: unknown export layout %q", layout)
+	for _, f := range formats() {
+		if f.name() == layout {
+			ld, err = f.load(dir)
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("loading Medusa heads: %w", err)

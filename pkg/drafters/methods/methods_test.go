@@ -52,8 +52,8 @@ func TestDetectEachLayout(t *testing.T) {
 	if err := medusa.Export(filepath.Join(root, "medusa-run"), heads, medusa.ExportInfo{}); err != nil {
 		t.Fatal(err)
 	}
-	want[filepath.Join(root, "medusa-run", medusa.VLLMDir)] = [2]string{string(medusa.Kind), medusa.LayoutVLLM}
-	want[filepath.Join(root, "medusa-run", medusa.MedusaDir)] = [2]string{string(medusa.Kind), medusa.LayoutFasterDecoding}
+	want[filepath.Join(root, "medusa-run", medusa.VLLMDir)] = [2]string{string(medusa.Kind), medusa.VLLMDir}
+	want[filepath.Join(root, "medusa-run", medusa.MedusaDir)] = [2]string{string(medusa.Kind), medusa.MedusaDir}
 
 	eg := eagle3.Geometry{Hidden: 8, Heads: 2, KVHeads: 1, HeadDim: 4, Intermediate: 12, RMSNormEps: 1e-5,
 		RopeTheta: 10000, MaxPositions: 64, Vocab: 16, DraftVocab: 10}
