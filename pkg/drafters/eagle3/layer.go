@@ -27,6 +27,8 @@ import (
 //
 // The norms are nn.RMSNorm in both.
 type Layer struct {
+	// G is the layer's geometry and P its parameters (a trainer's are
+	// updated in place between passes).
 	G    Geometry
 	P    *Params
 	be   tensor.Backend
