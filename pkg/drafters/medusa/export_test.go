@@ -253,3 +253,17 @@ func TestDetectOneLayoutPerFolder(t *testing.T) {
 		t.Fatalf("a folder of both layouts: %v", err)
 	}
 }
+
+// TestExportOmitsNilMetrics: a run that held nothing out hands Export a nil
+// *Metrics; drafter.json then has no metrics, as when the field was typed.
+func TestExportOmitsNilMetrics(t *testing.T) {
+	type metrics struct{ Step int }
+	m, _ := randomHeads(t, Geometry{Hidden: 4, Vocab: 5, Heads: 1, Layers: 1}, 1)
+	dir := t.TempDir()
+	if err := Export(dir, m, ExportInfo{Metrics: (*metrics)(nil)}); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := readConfig(t, filepath.Join(dir, "drafter.json"))["metrics"]; ok {
+		t.Fatalf("drafter.json records metrics %v for a nil *Metrics", v)
+	}
+}
