@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/drafter-ai/drafter/pkg/eval"
+	"github.com/drafter-ai/drafter/eval"
 	"github.com/drafter-ai/drafter/pkg/spec"
 )
 

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/drafter-ai/drafter/pkg/drafters/medusa"
 	"github.com/drafter-ai/drafter/pkg/target"
-	"github.com/drafter-ai/drafter/train/medusa"
 )
 
 const evalTestModel = "../../models/stories260k"

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	deagle3 "github.com/drafter-ai/drafter/pkg/drafters/eagle3"
 	"github.com/drafter-ai/drafter/train/eagle3"
 	"github.com/drafter-ai/drafter/train/medusa"
 	"github.com/drafter-ai/drafter/train/run"
@@ -136,7 +137,7 @@ func (f *trainFlags) register(fs *pflag.FlagSet, sp trainSpelling) {
 		fs.IntVar(&f.intermediate, "intermediate", 0, sp.only("eagle3", "MLP width of the draft layer, 1 or more, written as its intermediate_size (default: the target's intermediate_size)"))
 		floatVar(fs, &f.targetTemp, "target-temperature", 0, sp.only("eagle3", fmt.Sprintf("the draft learns softmax(target logits / this), in (0, 100] (default %g when all --data was distilled greedily, else 1)", eagle3.GreedyTargetTemperature)))
 		fs.IntVar(&f.maxLength, "max-length", 0, sp.only("eagle3", fmt.Sprintf("truncate samples to this many tokens, 3 or more (default %d); a sample longer than --batch-tokens trains as a batch of its own", e.MaxLength)))
-		fs.StringVar(&f.format, "format", eagle3.FormatNative, sp.only("eagle3", "export layout: native (EAGLE/SpecForge/SGLang, also loaded by vLLM) or speculators"))
+		fs.StringVar(&f.format, "format", deagle3.FormatNative, sp.only("eagle3", "export layout: native (EAGLE/SpecForge/SGLang, also loaded by vLLM) or speculators"))
 	}
 
 	metric := map[trainSpelling]string{byMethodFlag: "medusa: greedy chain acceptance; eagle3: loss", medusaCmd: "greedy chain acceptance", eagle3Cmd: "loss"}[sp]
@@ -301,8 +302,8 @@ func (f *trainFlags) options(c *cobra.Command, sp trainSpelling, progress io.Wri
 			valFraction: &cfg.EvalFraction, epochs: &cfg.Epochs, maxSteps: &cfg.MaxSteps, patience: &cfg.Patience, evalEvery: &cfg.EvalEvery,
 			batchTokens: &cfg.BatchTokens, checkpointEvery: &cfg.CheckpointEvery, logEvery: &cfg.LogEvery, seed: &cfg.Seed})
 		if set("format") {
-			if f.format != eagle3.FormatNative && f.format != eagle3.FormatSpeculators {
-				return o, usagef("--format %s: want %s or %s", f.format, eagle3.FormatNative, eagle3.FormatSpeculators)
+			if f.format != deagle3.FormatNative && f.format != deagle3.FormatSpeculators {
+				return o, usagef("--format %s: want %s or %s", f.format, deagle3.FormatNative, deagle3.FormatSpeculators)
 			}
 			o.Format = f.format
 		}

@@ -98,6 +98,30 @@ func TestRMSNormForwardBackward(t *testing.T) {
 	assertClose(t, "rmsnorm dw", dw, wantDw, 1e-4)
 }
 
+// TestRMSNormRowsAlike: RMSNorm over many rows, split over the workers, gives
+// each row the bits RMSNorm gives it alone, which runs on the caller without
+// allocating (a drafting step norms a row or a few: the EAGLE-3 session and
+// the trainer share the layer's norms).
+func TestRMSNormRowsAlike(t *testing.T) {
+	r := rand.New(rand.NewPCG(2, 2))
+	rows, n, eps := 4096, 64, float32(1e-6)
+	x, w := randn(r, rows*n, 3), randn(r, n, 1)
+	all := make([]float32, rows*n)
+	RMSNorm(all, x, w, rows, n, eps)
+	one := make([]float32, n)
+	for row := 0; row < rows; row++ {
+		RMSNorm(one, x[row*n:(row+1)*n], w, 1, n, eps)
+		for i, v := range one {
+			if math.Float32bits(v) != math.Float32bits(all[row*n+i]) {
+				t.Fatalf("row %d element %d: %v alone, %v among %d rows", row, i, v, all[row*n+i], rows)
+			}
+		}
+	}
+	if a := testing.AllocsPerRun(20, func() { RMSNorm(one, x[:n], w, 1, n, eps) }); a != 0 {
+		t.Fatalf("RMSNorm of one row allocates %v times", a)
+	}
+}
+
 func silu64(v float64) float64 { return v / (1 + math.Exp(-v)) }
 
 func TestSiLUAndSwiGLU(t *testing.T) {

@@ -10,16 +10,25 @@ import (
 // rows of length n, as Hugging Face's LlamaRMSNorm does in float32. out may
 // alias x.
 func RMSNorm(out, x, w []float32, rows, n int, eps float32) {
-	tensor.Parallel(rows, rowChunk(n), func(lo, hi int) {
-		for r := lo; r < hi; r++ {
-			xr := x[r*n : r*n+n]
-			or := out[r*n : r*n+n]
-			rs := rmsScale(xr, eps)
-			for i, v := range xr {
-				or[i] = v * rs * w[i]
-			}
+	if c := rowChunk(n); rows < 2*c {
+		// One chunk, which Parallel would run inline: without the closure
+		// a hand-off needs, a few rows (a drafting step) do not allocate.
+		rmsNormRows(out, x, w, 0, rows, n, eps)
+		return
+	}
+	tensor.Parallel(rows, rowChunk(n), func(lo, hi int) { rmsNormRows(out, x, w, lo, hi, n, eps) })
+}
+
+// rmsNormRows is RMSNorm on rows [lo, hi).
+func rmsNormRows(out, x, w []float32, lo, hi, n int, eps float32) {
+	for r := lo; r < hi; r++ {
+		xr := x[r*n : r*n+n]
+		or := out[r*n : r*n+n]
+		rs := rmsScale(xr, eps)
+		for i, v := range xr {
+			or[i] = v * rs * w[i]
 		}
-	})
+	}
 }
 
 // rmsScale returns 1/sqrt(mean(x^2)+eps), accumulating in float64.

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/drafter-ai/drafter/pkg/eval"
+	"github.com/drafter-ai/drafter/eval"
 )
 
 func main() {

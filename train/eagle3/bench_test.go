@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	deagle3 "github.com/drafter-ai/drafter/pkg/drafters/eagle3"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 	"github.com/drafter-ai/drafter/train/dataset"
 )
@@ -14,7 +15,7 @@ import (
 // V=N=32000, and reports tokens/s, the achieved GFLOP/s (FLOPsPerToken) and the
 // raw sgemm rate of an lm_head-shaped product measured in the same run.
 func BenchmarkTrainStep(b *testing.B) {
-	g := Geometry{Hidden: 512, Heads: 8, KVHeads: 4, HeadDim: 64, Intermediate: 1536, RMSNormEps: 1e-5,
+	g := deagle3.Geometry{Hidden: 512, Heads: 8, KVHeads: 4, HeadDim: 64, Intermediate: 1536, RMSNormEps: 1e-5,
 		RopeTheta: 10000, MaxPositions: 2048, Vocab: 32000, DraftVocab: 32000}
 	const steps, seqs, seqLen = 7, 4, 256
 	be := tensor.CPU()
@@ -40,8 +41,8 @@ func BenchmarkTrainStep(b *testing.B) {
 		samples = append(samples, smp)
 	}
 	counts := make([]int64, g.Vocab)
-	voc, _ := BuildVocab(counts, g.DraftVocab)
-	p := newParams(g)
+	voc, _ := deagle3.BuildVocab(counts, g.DraftVocab)
+	p := deagle3.NewParams(g)
 	initParams(p, g, 1, head, voc)
 	n, err := newNet(g, steps, 0.8, be, p, embed, head, voc, seqs*seqLen, seqLen, true)
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -13,65 +12,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/drafter-ai/drafter/pkg/safetensors"
+	deagle3 "github.com/drafter-ai/drafter/pkg/drafters/eagle3"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 )
-
-func TestBuildVocab(t *testing.T) {
-	//            id: 0  1  2  3  4  5  6  7
-	counts := []int64{5, 0, 9, 5, 1, 0, 9, 0}
-	v, err := BuildVocab(counts, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Most frequent: 2 and 6 (9), then 0 and 3 (5, tie broken by lower id: both fit).
-	if want := []int32{0, 2, 3, 6}; !reflect.DeepEqual(v.IDs, want) {
-		t.Fatalf("ids %v, want %v", v.IDs, want)
-	}
-	if want := []int64{0, 1, 1, 3}; !reflect.DeepEqual(v.D2T, want) {
-		t.Fatalf("d2t %v, want %v", v.D2T, want)
-	}
-	for i, id := range v.IDs {
-		if int64(i)+v.D2T[i] != int64(id) || !v.T2D[id] || v.Index[id] != int32(i) {
-			t.Fatalf("mapping of draft %d / target %d inconsistent", i, id)
-		}
-	}
-	if n := countTrue(v.T2D); n != 4 {
-		t.Fatalf("t2d has %d set, want 4", n)
-	}
-	// Tie at the cut: count 5 for ids 0 and 3, only one slot left -> id 0.
-	v, _ = BuildVocab(counts, 3)
-	if want := []int32{0, 2, 6}; !reflect.DeepEqual(v.IDs, want) {
-		t.Fatalf("tie: ids %v, want %v", v.IDs, want)
-	}
-	// Padding: 5 ids seen, 7 wanted -> the two lowest unseen ids (1, 5).
-	v, _ = BuildVocab(counts, 7)
-	if want := []int32{0, 1, 2, 3, 4, 5, 6}; !reflect.DeepEqual(v.IDs, want) || v.Seen != 5 {
-		t.Fatalf("padding: ids %v seen %d, want %v seen 5", v.IDs, v.Seen, want)
-	}
-	// N above V is capped.
-	v, _ = BuildVocab(counts, 100)
-	if len(v.IDs) != 8 {
-		t.Fatalf("capped vocabulary has %d ids, want 8", len(v.IDs))
-	}
-	back, err := VocabFromD2T(v.D2T, 8)
-	if err != nil || !reflect.DeepEqual(back.IDs, v.IDs) {
-		t.Fatalf("VocabFromD2T: %v %v", back, err)
-	}
-	if _, err := VocabFromD2T([]int64{0, -1}, 8); err == nil {
-		t.Fatal("non-ascending d2t accepted")
-	}
-}
-
-func countTrue(b []bool) int {
-	n := 0
-	for _, v := range b {
-		if v {
-			n++
-		}
-	}
-	return n
-}
 
 // TestExportLoadReproducesTrainer exports a (perturbed) draft, reloads it with
 // the inference-only drafter and checks that, fed the same ground-truth tokens,
@@ -88,22 +31,22 @@ func TestExportLoadReproducesTrainer(t *testing.T) {
 		n.p.All[i] += float32(0.5 * r.NormFloat64())
 	}
 	n.forward(false)
-	for _, format := range []string{FormatNative, FormatSpeculators} {
+	for _, format := range []string{deagle3.FormatNative, deagle3.FormatSpeculators} {
 		dir := filepath.Join(t.TempDir(), format)
-		if err := Export(dir, g, n.p, voc, ExportOptions{Format: format, DefaultLayers: true}); err != nil {
+		if err := deagle3.Export(dir, g, n.p, voc, deagle3.ExportOptions{Format: format, DefaultLayers: true}); err != nil {
 			t.Fatal(err)
 		}
-		d, err := LoadDraft(dir, tt.embed, tensor.CPU())
+		d, err := deagle3.LoadDraft(dir, tt.embed, tensor.CPU())
 		if err != nil {
 			t.Fatal(err)
 		}
 		checked := 0
 		var ids [1]int32
 		var lp [1]float32
-		for si, sp := range n.seqs {
+		for si, sp := range n.attn.Seqs {
 			s := samples[si]
 			h := g.Hidden
-			for i := 0; i+1 < sp.n; i++ {
+			for i := 0; i+1 < sp.N; i++ {
 				sess := d.NewSession(16, 8)
 				feats := make([]float32, 0, (i+1)*3*h)
 				for j := 0; j <= i; j++ {
@@ -115,7 +58,7 @@ func TestExportLoadReproducesTrainer(t *testing.T) {
 					t.Fatal(err)
 				}
 				cur := -1
-				for k := 0; k < steps && i+1+k < sp.n; k++ {
+				for k := 0; k < steps && i+1+k < sp.N; k++ {
 					if k > 0 {
 						nodes, err := sess.AddNodes([]int{cur}, []int32{s.Tokens[i+1+k]})
 						if err != nil {
@@ -124,7 +67,7 @@ func TestExportLoadReproducesTrainer(t *testing.T) {
 						cur = nodes[0]
 					}
 					sess.TopK(cur, 1, ids[:], lp[:])
-					want := voc.IDs[n.act[k].pred[sp.start+i]]
+					want := voc.IDs[n.act[k].pred[sp.Start+i]]
 					if ids[0] != want {
 						t.Fatalf("%s: sequence %d position %d step %d: drafter says %d, trainer %d", format, si, i, k, ids[0], want)
 					}
@@ -136,101 +79,11 @@ func TestExportLoadReproducesTrainer(t *testing.T) {
 	}
 }
 
-func TestExportLayout(t *testing.T) {
-	g := tinyGeometry()
-	tt := newTinyTarget(1, g)
-	counts := make([]int64, g.Vocab)
-	for i := range counts {
-		counts[i] = int64(i % 5)
-	}
-	voc, _ := BuildVocab(counts, g.DraftVocab)
-	p := newParams(g)
-	initParams(p, g, 1, tt.head, voc)
-	dir := t.TempDir()
-	err := Export(dir, g, p, voc, ExportOptions{LayerIDs: []int{2, 4, 9}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	set, err := safetensors.OpenDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer set.Close()
-	want := map[string][]int{
-		"fc.weight": {8, 24}, "midlayer.hidden_norm.weight": {8}, "midlayer.input_layernorm.weight": {8},
-		"midlayer.self_attn.q_proj.weight": {8, 16}, "midlayer.self_attn.k_proj.weight": {4, 16},
-		"midlayer.self_attn.v_proj.weight": {4, 16}, "midlayer.self_attn.o_proj.weight": {8, 8},
-		"midlayer.post_attention_layernorm.weight": {8}, "midlayer.mlp.gate_proj.weight": {12, 8},
-		"midlayer.mlp.up_proj.weight": {12, 8}, "midlayer.mlp.down_proj.weight": {8, 12}, "norm.weight": {8},
-		"lm_head.weight": {10, 8}, "d2t": {10}, "t2d": {16},
-	}
-	if len(set.Names()) != len(want) {
-		t.Fatalf("tensors %v, want exactly %d", set.Names(), len(want))
-	}
-	for name, shape := range want {
-		info, ok := set.Info(name)
-		if !ok || !reflect.DeepEqual(info.Shape, shape) {
-			t.Fatalf("%s: %+v, want shape %v", name, info, shape)
-		}
-		wantType := safetensors.F32
-		switch name {
-		case "d2t":
-			wantType = safetensors.I64
-		case "t2d":
-			wantType = safetensors.BOOL
-		}
-		if info.DType != wantType {
-			t.Fatalf("%s has dtype %s, want %s", name, info.DType, wantType)
-		}
-	}
-	var cfg map[string]any
-	b, _ := os.ReadFile(filepath.Join(dir, "config.json"))
-	if err := json.Unmarshal(b, &cfg); err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(cfg["architectures"], []any{"LlamaForCausalLMEagle3"}) || cfg["tie_word_embeddings"] != false ||
-		cfg["draft_vocab_size"] != 10.0 || cfg["vocab_size"] != 16.0 || cfg["num_hidden_layers"] != 1.0 {
-		t.Fatalf("native config: %v", cfg)
-	}
-	if !reflect.DeepEqual(cfg["eagle_config"], map[string]any{"eagle_aux_hidden_state_layer_ids": []any{1.0, 3.0, 8.0}}) ||
-		!reflect.DeepEqual(cfg["eagle_aux_hidden_state_layer_ids"], []any{2.0, 4.0, 9.0}) {
-		t.Fatalf("layer ids written as %v / %v", cfg["eagle_config"], cfg["eagle_aux_hidden_state_layer_ids"])
-	}
-	if _, err := os.Stat(filepath.Join(dir, "drafter.json")); err == nil {
-		t.Fatal("Export wrote drafter.json into the export folder; Train writes it at the top of its output folder")
-	}
-	// Speculators layout with default layers: no ids, norm_before_residual false.
-	dir2 := t.TempDir()
-	if err := Export(dir2, g, p, voc, ExportOptions{Format: FormatSpeculators, DefaultLayers: true, TargetName: "x"}); err != nil {
-		t.Fatal(err)
-	}
-	b, _ = os.ReadFile(filepath.Join(dir2, "config.json"))
-	cfg = nil
-	json.Unmarshal(b, &cfg)
-	if v, ok := cfg["norm_before_residual"]; !ok || v != false {
-		t.Fatalf("speculators config lacks norm_before_residual false: %s", b)
-	}
-	if _, ok := cfg["eagle_aux_hidden_state_layer_ids"]; ok {
-		t.Fatal("default layers written into the speculators config")
-	}
-	if !bytes.Contains(b, []byte(`"speculators_model_type": "eagle3"`)) {
-		t.Fatalf("speculators config: %s", b)
-	}
-	set2, err := safetensors.OpenDir(dir2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer set2.Close()
-	if _, ok := set2.Info("layers.0.self_attn.q_proj.weight"); !ok {
-		t.Fatalf("speculators tensors: %v", set2.Names())
-	}
-}
-
 func trainConfig(tt *tinyTarget) Config {
 	c := DefaultConfig()
 	c.Target = &Target{Geometry: tt.g, Embed: tt.embed, LMHead: tt.head}
 	c.DraftVocab, c.Steps, c.BatchTokens, c.MaxLength, c.Epochs, c.Patience, c.Seed, c.LogEvery = 12, 3, 64, 24, 6, 0, 3, 1
-	c.Export = ExportOptions{DefaultLayers: true}
+	c.Export = deagle3.ExportOptions{DefaultLayers: true}
 	return c
 }
 
@@ -256,7 +109,7 @@ func TestTrainLearnsAndExports(t *testing.T) {
 	if !(last.Loss < 0.8*first.Loss) || !(last.Accuracy[0] > first.Accuracy[0]) {
 		t.Fatalf("training did not learn: loss %.4f -> %.4f, step-0 accuracy %.3f -> %.3f", first.Loss, last.Loss, first.Accuracy[0], last.Accuracy[0])
 	}
-	if _, err := LoadDraft(res.ExportDir, tt.embed, tensor.CPU()); err != nil {
+	if _, err := deagle3.LoadDraft(res.ExportDir, tt.embed, tensor.CPU()); err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range []string{MetricsFile, CheckpointFile, ProvenanceFile, "eagle3/config.json", "eagle3/model.safetensors"} {
@@ -289,7 +142,7 @@ func TestTrainWiderDraft(t *testing.T) {
 	if err := json.Unmarshal(raw, &c); err != nil || c.Intermediate != 3*g.Intermediate {
 		t.Fatalf("config.json intermediate_size = %d (%v), want %d", c.Intermediate, err, 3*g.Intermediate)
 	}
-	d, err := LoadDraft(res.ExportDir, tt.embed, tensor.CPU())
+	d, err := deagle3.LoadDraft(res.ExportDir, tt.embed, tensor.CPU())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -465,7 +318,7 @@ func TestMaxStepsEvalEveryAndNoWarmup(t *testing.T) {
 	if err := json.Unmarshal(b, &prov); err != nil {
 		t.Fatal(err)
 	}
-	if m, ok := prov["metrics"].(map[string]any); !ok || m["accept_length"] == nil || prov["method"] != "eagle3" || prov["format"] != FormatNative {
+	if m, ok := prov["metrics"].(map[string]any); !ok || m["accept_length"] == nil || prov["method"] != "eagle3" || prov["format"] != deagle3.FormatNative {
 		t.Fatalf("drafter.json: %s", b)
 	}
 }
@@ -557,7 +410,7 @@ func TestTrainRefusesUnorderedLayers(t *testing.T) {
 	ds := memory(g.Hidden, tt.samples(36, 4, 8, 12))
 	for _, ids := range [][]int{{5, 3, 1}, {3, 3, 3}} {
 		cfg := trainConfig(tt)
-		cfg.Export = ExportOptions{LayerIDs: ids}
+		cfg.Export = deagle3.ExportOptions{LayerIDs: ids}
 		out := filepath.Join(t.TempDir(), "out")
 		_, err := Train(context.Background(), cfg, ds, tensor.CPU(), out)
 		if err == nil || !strings.Contains(err.Error(), "not strictly increasing") {
@@ -565,47 +418,6 @@ func TestTrainRefusesUnorderedLayers(t *testing.T) {
 		}
 		if _, err := os.Stat(out); !os.IsNotExist(err) {
 			t.Fatalf("layers %v: the refused run created %s (%v)", ids, out, err)
-		}
-	}
-}
-
-// TestExportRefuses: a draft with a NaN or infinite weight, and feature
-// layers out of order, repeated or naming the embedding output, are not
-// exported; nothing is written.
-func TestExportRefuses(t *testing.T) {
-	g := tinyGeometry()
-	tt := newTinyTarget(1, g)
-	counts := make([]int64, g.Vocab)
-	voc, _ := BuildVocab(counts, g.DraftVocab)
-	for _, c := range []struct {
-		set    func(p *Params)
-		layers []int
-		want   []string
-	}{
-		{func(p *Params) { p.Gate[17] = float32(math.NaN()) }, []int{1, 2, 3}, []string{"non-finite", `mlp.gate_proj.weight" (F32 [12, 8]) holds NaN at element 17 (index [2, 1])`}},
-		{func(p *Params) { p.FC[0] = float32(math.Inf(1)) }, []int{1, 2, 3}, []string{"non-finite", `"fc.weight" (F32 [8, 24]) holds +Inf at element 0`}},
-		{func(*Params) {}, []int{5, 3, 1}, []string{"feature layers [5 3 1]: not strictly increasing", "ascending layer order"}},
-		{func(*Params) {}, []int{3, 3, 3}, []string{"feature layers [3 3 3]: not strictly increasing"}},
-		{func(*Params) {}, []int{0, 3, 4}, []string{"layer 0 is not a decoder layer's output"}},
-	} {
-		for _, format := range []string{FormatNative, FormatSpeculators} {
-			p := newParams(g)
-			initParams(p, g, 1, tt.head, voc)
-			c.set(p)
-			dir := filepath.Join(t.TempDir(), "eagle3")
-			err := Export(dir, g, p, voc, ExportOptions{Format: format, LayerIDs: c.layers})
-			if err == nil {
-				t.Fatalf("%s %v: exported", format, c.want)
-			}
-			t.Log(err)
-			for _, w := range c.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("%s: error %q lacks %q", format, err, w)
-				}
-			}
-			if _, err := os.Stat(dir); !os.IsNotExist(err) {
-				t.Errorf("%s: the refused export created %s (%v)", format, dir, err)
-			}
 		}
 	}
 }

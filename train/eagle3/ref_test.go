@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	deagle3 "github.com/drafter-ai/drafter/pkg/drafters/eagle3"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 	"github.com/drafter-ai/drafter/train/dataset"
 )
@@ -19,7 +20,7 @@ type refParams struct {
 	fc, hn, in, q, k, v, o, pn, gate, up, down, norm, lm []float64
 }
 
-func toRef(p *Params) refParams {
+func toRef(p *deagle3.Params) refParams {
 	c := func(x []float32) []float64 {
 		y := make([]float64, len(x))
 		for i, v := range x {
@@ -76,7 +77,7 @@ func refRope(x []float64, heads, hd int, pos int, theta float64) {
 }
 
 // refLoss computes the TTT loss of samples (whole sequences) in float64.
-func refLoss(g Geometry, steps int, decay, tau float64, P refParams, embed, head []float64, voc *Vocab, samples []*dataset.Sample) float64 {
+func refLoss(g deagle3.Geometry, steps int, decay, tau float64, P refParams, embed, head []float64, voc *deagle3.Vocab, samples []*dataset.Sample) float64 {
 	H, nq, nkv, hd, I, N, V := g.Hidden, g.Heads, g.KVHeads, g.HeadDim, g.Intermediate, g.DraftVocab, g.Vocab
 	eps := g.RMSNormEps
 	type rowState struct {
@@ -230,7 +231,7 @@ func refLoss(g Geometry, steps int, decay, tau float64, P refParams, embed, head
 // functions of the current token and position, so the target distribution is
 // learnable from the draft's inputs.
 type tinyTarget struct {
-	g     Geometry
+	g     deagle3.Geometry
 	embed []float32
 	head  []float32
 	trans [][]float64 // Markov transition rows
@@ -238,7 +239,7 @@ type tinyTarget struct {
 	tokS  []float32   // [V, H] per-token final state
 }
 
-func newTinyTarget(seed uint64, g Geometry) *tinyTarget {
+func newTinyTarget(seed uint64, g deagle3.Geometry) *tinyTarget {
 	r := rand.New(rand.NewPCG(seed, 1))
 	H, V := g.Hidden, g.Vocab
 	t := &tinyTarget{g: g}
@@ -306,23 +307,23 @@ func (t *tinyTarget) samples(seed uint64, count, minLen, maxLen int) []*dataset.
 	return out
 }
 
-func tinyGeometry() Geometry {
-	return Geometry{Hidden: 8, Heads: 2, KVHeads: 1, HeadDim: 4, Intermediate: 12, RMSNormEps: 1e-5,
+func tinyGeometry() deagle3.Geometry {
+	return deagle3.Geometry{Hidden: 8, Heads: 2, KVHeads: 1, HeadDim: 4, Intermediate: 12, RMSNormEps: 1e-5,
 		RopeTheta: 10000, MaxPositions: 64, Vocab: 16, DraftVocab: 10}
 }
 
 // buildTiny makes a net over the given samples, with initialised parameters.
-func buildTiny(t *testing.T, g Geometry, tt *tinyTarget, samples []*dataset.Sample, steps int, tau float64, withGrad bool) (*net, *Vocab) {
+func buildTiny(t *testing.T, g deagle3.Geometry, tt *tinyTarget, samples []*dataset.Sample, steps int, tau float64, withGrad bool) (*net, *deagle3.Vocab) {
 	t.Helper()
 	counts, err := CountResponseTokens(memory(g.Hidden, samples), g.Vocab)
 	if err != nil {
 		t.Fatal(err)
 	}
-	voc, err := BuildVocab(counts, g.DraftVocab)
+	voc, err := deagle3.BuildVocab(counts, g.DraftVocab)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := newParams(g)
+	p := deagle3.NewParams(g)
 	initParams(p, g, 7, tt.head, voc)
 	rows, maxLen := 0, 0
 	for _, s := range samples {
@@ -382,7 +383,7 @@ func gradientCheck(t *testing.T, tau float64) {
 			t.Fatalf("step %d keeps no rows: the check would not exercise it", k)
 		}
 	}
-	ss := specs(g)
+	ss := n.p.Tensors(g)
 	an := n.gr
 	analytic := [][]float32{an.FC, an.HiddenNorm, an.InputNorm, an.Q, an.K, an.V, an.O, an.PostNorm, an.Gate, an.Up, an.Down, an.Norm, an.LMHead}
 	worst := 0.0
@@ -400,7 +401,7 @@ func gradientCheck(t *testing.T, tau float64) {
 			err := math.Abs(a-num) / (1e-3 + math.Abs(num))
 			worst = math.Max(worst, err)
 			if math.Abs(a-num) > 1e-4+2e-3*math.Abs(num) {
-				t.Errorf("%s[%d]: analytic %.7g, finite difference %.7g", ss[ti].name, i, a, num)
+				t.Errorf("%s[%d]: analytic %.7g, finite difference %.7g", ss[ti].Name, i, a, num)
 			}
 		}
 	}

@@ -1,3 +1,12 @@
+// Package eagle3 trains an EAGLE-3 draft layer (pkg/drafters/eagle3) on
+// captured target hidden states: it packs samples into batches, computes the
+// target distributions and the soft cross-entropy of the draft unrolled for
+// several steps ("training-time test", TTT) with gradients flowing through
+// the unroll, and runs the training loop (schedule, held-out evaluation,
+// early stopping, checkpoints and resume). Parameters, gradients and
+// activations are carved once from contiguous buffers, so a training step
+// allocates nothing. The layer, its export layouts and its proposer live in
+// pkg/drafters/eagle3.
 package eagle3
 
 import (
@@ -13,6 +22,8 @@ import (
 	"time"
 
 	"github.com/drafter-ai/drafter/pkg/atomicfile"
+	"github.com/drafter-ai/drafter/pkg/drafters"
+	deagle3 "github.com/drafter-ai/drafter/pkg/drafters/eagle3"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 	"github.com/drafter-ai/drafter/train/dataset"
 	"github.com/drafter-ai/drafter/train/optim"
@@ -84,7 +95,7 @@ type Config struct {
 	// updates (0: none).
 	LogEvery int `json:"log_every"`
 	// Export says how to write the result (layout, layer ids).
-	Export ExportOptions `json:"-"`
+	Export deagle3.ExportOptions `json:"-"`
 	// Provenance is recorded in drafter.json.
 	Provenance Provenance `json:"-"`
 	// Progress, when set, is called after every update and evaluation.
@@ -120,7 +131,7 @@ func (c *Config) targetTemp() float64 {
 // best weights.
 func DefaultConfig() Config {
 	return Config{
-		DraftVocab: DefaultDraftVocab, Steps: 7, StepDecay: 0.8,
+		DraftVocab: deagle3.DefaultDraftVocab, Steps: 7, StepDecay: 0.8,
 		LR: 3e-3, WarmupFrac: 0.015, ClipNorm: 0.5, Beta2: 0.999,
 		BatchTokens: 128, MaxLength: 2048, Epochs: 40, Patience: 4,
 		EvalFraction: 0.1, LogEvery: 10,
@@ -161,7 +172,7 @@ func (c *Config) validate() error {
 		return errors.New("eagle3: max steps, patience and the eval/checkpoint/log intervals must not be negative")
 	}
 	if !c.Export.DefaultLayers { // refused before training rather than at the export
-		if err := CheckLayerIDs(c.Export.LayerIDs, 0); err != nil {
+		if err := deagle3.CheckLayerIDs(c.Export.LayerIDs, 0); err != nil {
 			return fmt.Errorf("eagle3: feature layers %v: %w", c.Export.LayerIDs, err)
 		}
 	}
@@ -217,8 +228,8 @@ type Result struct {
 	// Stopped says why training ended: "early-stop", "max-epochs",
 	// "max-steps" or "resumed-complete".
 	Stopped   string
-	Vocab     *Vocab
-	Geometry  Geometry
+	Vocab     *deagle3.Vocab
+	Geometry  deagle3.Geometry
 	ExportDir string
 }
 
@@ -228,7 +239,7 @@ const (
 	ExportDir = "eagle3"
 	// ProvenanceFile is drafter.json, at the top of the output folder as
 	// Medusa's.
-	ProvenanceFile = "drafter.json"
+	ProvenanceFile = drafters.ProvenanceFile
 	// CheckpointFile is the resumable training state.
 	CheckpointFile = "checkpoint.safetensors"
 	// MetricsFile is the metrics log.
@@ -324,12 +335,12 @@ func Train(ctx context.Context, cfg Config, ds dataset.Dataset, be tensor.Backen
 		}
 		countInto(counts, &smp)
 	}
-	voc, err := BuildVocab(counts, g.DraftVocab)
+	voc, err := deagle3.BuildVocab(counts, g.DraftVocab)
 	if err != nil {
 		return nil, err
 	}
 
-	p := newParams(g)
+	p := deagle3.NewParams(g)
 	initParams(p, g, cfg.Seed, tg.LMHead, voc)
 	n, err := newNet(g, cfg.Steps, cfg.StepDecay, be, p, tg.Embed, tg.LMHead, voc, max(cfg.BatchTokens, cfg.MaxLength), cfg.MaxLength, true)
 	if err != nil {
@@ -337,8 +348,9 @@ func Train(ctx context.Context, cfg Config, ds dataset.Dataset, be tensor.Backen
 	}
 	n.invTau = 1 / cfg.targetTemp()
 	var params []optim.Param
-	for _, s := range specs(g) {
-		params = append(params, optim.Param{Name: s.name, Data: *s.field(p), Grad: *s.field(n.gr)})
+	grads := n.gr.Tensors(g)
+	for i, t := range p.Tensors(g) {
+		params = append(params, optim.Param{Name: t.Name, Data: t.Data, Grad: grads[i].Data})
 	}
 	opt, err := optim.NewAdamW(params, optim.AdamWConfig{Beta1: 0.9, Beta2: cfg.Beta2, Eps: 1e-8, WeightDecay: cfg.WeightDecay})
 	if err != nil {
@@ -443,12 +455,12 @@ func Train(ctx context.Context, cfg Config, ds dataset.Dataset, be tensor.Backen
 		}
 		res := &Result{Best: extra.BestEval, Steps: int(opt.StepCount), Epochs: min(st.Epoch+1, cfg.Epochs), Stopped: reason,
 			Vocab: voc, Geometry: g, ExportDir: filepath.Join(out, ExportDir)}
-		if err := Export(res.ExportDir, g, p, voc, cfg.Export); err != nil {
+		if err := deagle3.Export(res.ExportDir, g, p, voc, cfg.Export); err != nil {
 			return nil, err
 		}
 		format := cfg.Export.Format
 		if format == "" {
-			format = FormatNative
+			format = deagle3.FormatNative
 		}
 		var layers []int
 		if !cfg.Export.DefaultLayers {
@@ -459,7 +471,7 @@ func Train(ctx context.Context, cfg Config, ds dataset.Dataset, be tensor.Backen
 			manifests = map[string]string{}
 		}
 		if err := atomicfile.WriteJSON(filepath.Join(out, ProvenanceFile), provenance{
-			Method: "eagle3", Formats: []string{ExportDir}, Format: format,
+			Method: string(deagle3.Kind), Formats: []string{ExportDir}, Format: format,
 			Hidden: g.Hidden, Vocab: g.Vocab, DraftVocab: g.DraftVocab, DraftVocabSeen: voc.Seen, TTTSteps: cfg.Steps,
 			FeatureLayers: layers, DefaultLayers: cfg.Export.DefaultLayers,
 			BaseModel: cfg.Provenance.BaseModel, TargetFingerprint: cfg.Provenance.TargetFingerprint, DataManifests: manifests,

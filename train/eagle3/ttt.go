@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	deagle3 "github.com/drafter-ai/drafter/pkg/drafters/eagle3"
 	"github.com/drafter-ai/drafter/pkg/nn"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 	"github.com/drafter-ai/drafter/train/dataset"
@@ -14,49 +15,41 @@ import (
 // trainer), its input embedding [V, H] and its lm_head [V, H] (the embedding
 // again when the target ties them).
 type Target struct {
-	Geometry Geometry
+	Geometry deagle3.Geometry
 	Embed    []float32
 	LMHead   []float32
 }
 
-// stepAct holds what one unrolled step keeps for its backward pass.
+// stepAct holds what one unrolled step keeps for its backward pass: the
+// layer's activations (deagle3.Acts; Acts.H is the step's hidden input, fc's
+// output or the previous step's Out) and the step's rows.
 type stepAct struct {
-	hIn      []float32 // [R,H] the step's hidden input (fc output, or the previous step's out)
-	x        []float32 // [R,2H] cat(input_layernorm(emb), hidden_norm(hIn))
-	q, k, v  []float32 // RoPE'd queries and keys, values
-	o        []float32 // attention output, before o_proj
-	lse      []float32 // [R,nq] attention log-sum-exp
-	a1       []float32 // hIn + o_proj(o)
-	n2       []float32 // post_attention_layernorm(a1)
-	gate, up []float32 // [R,I]
-	out      []float32 // [R,H] a1 + mlp(n2): the pre-norm output, next step's hIn
-	dfn      []float32 // [R,H] gradient at norm(out), from the lm_head
-	tok      []int32   // input token per row (-1: past the end, zero embedding)
-	pos      []int32   // RoPE position per row: sequence position + step
-	w        []float32 // loss weight per row: decay^k / count_k, 0 when not kept
-	pred     []int32   // draft argmax (draft index) per row
+	deagle3.Acts
+	dfn  []float32 // [R,H] gradient at norm(out), from the lm_head
+	tok  []int32   // input token per row (-1: past the end, zero embedding)
+	w    []float32 // loss weight per row: decay^k / count_k, 0 when not kept
+	pred []int32   // draft argmax (draft index) per row
 }
 
 // net is the unrolled draft with every buffer for a batch of up to maxRows
 // tokens in sequences of at most maxLen.
 type net struct {
-	g      Geometry
+	g      deagle3.Geometry
 	steps  int
 	decay  float64
 	be     tensor.Backend
-	a      attnShape
-	rope   *nn.RoPE
-	p, gr  *Params
+	layer  *deagle3.Layer
+	attn   *deagle3.TTT
+	p, gr  *deagle3.Params
 	embed  []float32
 	head   []float32
-	vocab  *Vocab
+	vocab  *deagle3.Vocab
 	maxRow int
 	maxLen int
 	invTau float64 // 1/τ: the target distribution is softmax(logits·invTau)
 
 	// The batch.
 	rows   int
-	seqs   []span
 	feat   []float32 // [R,3H]
 	fcOut  []float32 // [R,H]
 	tokens []int32   // [R]
@@ -71,73 +64,60 @@ type net struct {
 	maskedK  []int     // rows whose predicted token is a response token
 	correctK []int     // of those, rows where draft argmax == target argmax
 
-	keys, vals, dkeys, dvals [][]float32
-
 	// Scratch.
-	e, xe, xh, fn, dOut, dA1, dN2, dH, dxe, dxh []float32 // [R,H]
-	dx                                          []float32 // [R,2H]
-	dq, dO                                      []float32 // [R,qw]
-	actBuf, dAct, dGate, dUp                    []float32 // [R,I]
-	logits                                      []float32 // [R,N]
-	full                                        []float32 // [prepRows,V]
-	S, dP, pe                                   []float32
+	e       []float32 // [R,H] the step's token embeddings
+	scratch deagle3.Scratch
+	grads   *deagle3.GradScratch
+	fn      []float32 // [R,H]
+	dOut    []float32 // [R,H]
+	dH      []float32 // [R,H]
+	logits  []float32 // [R,N]
+	full    []float32 // [prepRows,V]
 }
 
 const prepRows = 64
 
 // newNet allocates every buffer once.
-func newNet(g Geometry, steps int, decay float64, be tensor.Backend, p *Params, embed, head []float32, vocab *Vocab, maxRows, maxLen int, withGrad bool) (*net, error) {
+func newNet(g deagle3.Geometry, steps int, decay float64, be tensor.Backend, p *deagle3.Params, embed, head []float32, vocab *deagle3.Vocab, maxRows, maxLen int, withGrad bool) (*net, error) {
 	if err := g.Validate(); err != nil {
 		return nil, err
 	}
 	if steps < 1 {
 		return nil, fmt.Errorf("eagle3: the TTT unroll needs at least one step, got %d", steps)
 	}
-	maxPos := g.MaxPositions
-	if maxPos < maxLen+steps {
-		maxPos = maxLen + steps
-	}
-	rope, err := nn.NewRoPE(g.HeadDim, g.RopeTheta, g.RopeScaling, maxPos)
+	layer, err := deagle3.NewLayer(g, p, be, maxLen+steps)
 	if err != nil {
-		return nil, fmt.Errorf("eagle3: draft RoPE: %w", err)
+		return nil, err
 	}
-	h, qw, kw, I, N, V := g.Hidden, g.qDim(), g.kvDim(), g.Intermediate, g.DraftVocab, g.Vocab
+	h, qw, I, N, V := g.Hidden, g.QDim(), g.Intermediate, g.DraftVocab, g.Vocab
 	R := maxRows
-	t := &net{g: g, steps: steps, decay: decay, be: be, rope: rope, p: p, embed: embed, head: head, vocab: vocab,
+	t := &net{g: g, steps: steps, decay: decay, be: be, layer: layer, p: p, embed: embed, head: head, vocab: vocab,
 		maxRow: maxRows, maxLen: maxLen, invTau: 1,
-		a: attnShape{nq: g.Heads, nkv: g.KVHeads, hd: g.HeadDim, scale: float32(1 / math.Sqrt(float64(g.HeadDim)))}}
+		attn: deagle3.NewTTT(g, be, steps, maxRows, maxLen, withGrad)}
 	if withGrad {
-		t.gr = newParams(g)
+		t.gr = deagle3.NewParams(g)
+		t.grads = layer.NewGradScratch(R)
 	}
 	f := func(n int) []float32 { return make([]float32, n) }
 	t.feat, t.fcOut = f(R*3*h), f(R*h)
 	t.tokens, t.mask, t.tgtID = make([]int32, R), make([]bool, R), make([]int32, R)
 	t.pT = f((R + steps + 1) * N)
+	t.e = f(R * h)
 	t.act = make([]stepAct, steps)
 	for k := range t.act {
 		s := &t.act[k]
-		s.x, s.q, s.k, s.v, s.o = f(R*2*h), f(R*qw), f(R*kw), f(R*kw), f(R*qw)
-		s.lse, s.a1, s.n2, s.gate, s.up, s.out = f(R*g.Heads), f(R*h), f(R*h), f(R*I), f(R*I), f(R*h)
-		s.tok, s.pos, s.w, s.pred = make([]int32, R), make([]int32, R), f(R), make([]int32, R)
+		s.Acts = deagle3.Acts{E: t.e, Pos: make([]int32, R), X: f(R * 2 * h), Q: f(R * qw), K: t.attn.Keys[k], V: t.attn.Vals[k],
+			O: f(R * qw), A1: f(R * h), N2: f(R * h), Gate: f(R * I), Up: f(R * I), Out: f(R * h)}
+		s.tok, s.w, s.pred = make([]int32, R), f(R), make([]int32, R)
 		if withGrad {
 			s.dfn = f(R * h)
 		}
-		t.keys = append(t.keys, s.k)
-		t.vals = append(t.vals, s.v)
-		if withGrad {
-			t.dkeys = append(t.dkeys, f(R*kw))
-			t.dvals = append(t.dvals, f(R*kw))
-		}
 	}
 	t.lossK, t.countK, t.maskedK, t.correctK = make([]float64, steps), make([]int, steps), make([]int, steps), make([]int, steps)
-	t.e, t.xe, t.xh, t.fn = f(R*h), f(R*h), f(R*h), f(R*h)
-	t.actBuf, t.logits, t.full = f(R*I), f(R*N), f(prepRows*V)
-	t.S, t.pe = f(maxLen*maxLen), f(maxLen*(steps+1))
+	t.scratch = deagle3.Scratch{XE: f(R * h), XH: f(R * h), Act: f(R * I)}
+	t.fn, t.logits, t.full = f(R*h), f(R*N), f(prepRows*V)
 	if withGrad {
-		t.dOut, t.dA1, t.dN2, t.dH, t.dxe, t.dxh = f(R*h), f(R*h), f(R*h), f(R*h), f(R*h), f(R*h)
-		t.dx, t.dq, t.dO = f(R*2*h), f(R*qw), f(R*qw)
-		t.dAct, t.dGate, t.dUp = f(R*I), f(R*I), f(R*I)
-		t.dP = f(maxLen * maxLen)
+		t.dOut, t.dH = f(R*h), f(R*h)
 	}
 	return t, nil
 }
@@ -166,7 +146,7 @@ func (t *net) load(samples []*dataset.Sample) error {
 
 // begin starts an empty batch.
 func (t *net) begin() {
-	t.seqs = t.seqs[:0]
+	t.attn.Seqs = t.attn.Seqs[:0]
 	t.rows = 0
 }
 
@@ -177,7 +157,7 @@ func (t *net) fits(n int) bool { return t.rows+min(n, t.maxLen) <= t.maxRow }
 // reuse the sample's buffers afterwards.
 func (t *net) add(s *dataset.Sample) error {
 	h := t.g.Hidden
-	si := len(t.seqs)
+	si := len(t.attn.Seqs)
 	r := t.rows
 	n := min(len(s.Tokens), t.maxLen)
 	if len(s.LossMask) != len(s.Tokens) || len(s.Final) != len(s.Tokens)*h {
@@ -205,7 +185,7 @@ func (t *net) add(s *dataset.Sample) error {
 		t.mask[r+i] = s.LossMask[i]
 	}
 	t.targetDist(s.Final[:n*h], r, n)
-	t.seqs = append(t.seqs, span{r, n})
+	t.attn.Seqs = append(t.attn.Seqs, deagle3.Span{Start: r, N: n})
 	t.rows = r + n
 	return nil
 }
@@ -217,14 +197,14 @@ func (t *net) finish() {
 	for k := range t.act {
 		st := &t.act[k]
 		count, masked := 0, 0
-		for _, sp := range t.seqs {
-			for i := 0; i < sp.n; i++ {
-				row := sp.start + i
-				st.tok[row], st.pos[row], st.w[row] = -1, int32(i+k), 0
-				if i+1+k < sp.n {
+		for _, sp := range t.attn.Seqs {
+			for i := 0; i < sp.N; i++ {
+				row := sp.Start + i
+				st.tok[row], st.Pos[row], st.w[row] = -1, int32(i+k), 0
+				if i+1+k < sp.N {
 					st.tok[row] = t.tokens[row+1+k]
 				}
-				if i+2+k < sp.n && t.mask[row+2+k] {
+				if i+2+k < sp.N && t.mask[row+2+k] {
 					masked++
 					if t.vocab.Index[t.tgtID[row+1+k]] >= 0 {
 						st.w[row] = 1
@@ -294,35 +274,17 @@ func (t *net) targetDist(final []float32, r0, n int) {
 // grad it also back-propagates each step's loss through the draft lm_head
 // right away (into gr.LMHead and the step's dfn), so no [R, N] logits are kept.
 func (t *net) forward(grad bool) float64 {
-	g, p, be := t.g, t.p, t.be
-	R, h, qw, kw, I, N := t.rows, g.Hidden, g.qDim(), g.kvDim(), g.Intermediate, g.DraftVocab
-	eps := float32(g.RMSNormEps)
-	nn.Linear(be, t.fcOut, t.feat, p.FC, nil, R, 3*h, h)
+	R, N := t.rows, t.g.DraftVocab
+	t.layer.FC(t.fcOut, t.feat, R)
 	hIn := t.fcOut
 	var total float64
 	for k := range t.act {
 		st := &t.act[k]
-		st.hIn = hIn
+		st.H = hIn
 		t.gatherEmbed(st.tok)
-		nn.RMSNorm(t.xe, t.e, p.InputNorm, R, h, eps)
-		nn.RMSNorm(t.xh, hIn, p.HiddenNorm, R, h, eps)
-		interleave(st.x, t.xe, t.xh, R, h)
-		nn.Linear(be, st.q, st.x, p.Q, nil, R, 2*h, qw)
-		nn.Linear(be, st.k, st.x, p.K, nil, R, 2*h, kw)
-		nn.Linear(be, st.v, st.x, p.V, nil, R, 2*h, kw)
-		t.rope.Forward(st.q, R, g.Heads, st.pos)
-		t.rope.Forward(st.k, R, g.KVHeads, st.pos)
-		attentionForward(be, t.a, st.o, st.lse, st.q, t.keys[:k+1], t.vals[:k+1], t.seqs, t.S, t.pe)
-		nn.Linear(be, st.a1, st.o, p.O, nil, R, qw, h)
-		add(st.a1[:R*h], hIn)
-		nn.RMSNorm(st.n2, st.a1, p.PostNorm, R, h, eps)
-		nn.Linear(be, st.gate, st.n2, p.Gate, nil, R, h, I)
-		nn.Linear(be, st.up, st.n2, p.Up, nil, R, h, I)
-		nn.SwiGLU(t.actBuf[:R*I], st.gate[:R*I], st.up[:R*I])
-		nn.Linear(be, st.out, t.actBuf, p.Down, nil, R, I, h)
-		add(st.out[:R*h], st.a1)
-		nn.RMSNorm(t.fn, st.out, p.Norm, R, h, eps)
-		nn.Linear(be, t.logits, t.fn, p.LMHead, nil, R, h, N)
+		t.attn.Step = k
+		t.layer.Forward(&st.Acts, &t.scratch, R, t.attn)
+		t.layer.Logits(t.logits, t.fn, st.Out, R)
 		t.score(k)
 		var dl []float32
 		if grad {
@@ -332,10 +294,9 @@ func (t *net) forward(grad bool) float64 {
 		total += lk
 		t.lossK[k] = lk / math.Pow(t.decay, float64(k))
 		if grad {
-			clear(st.dfn[:R*h])
-			nn.LinearBackward(be, st.dfn, t.gr.LMHead, nil, t.logits, t.fn, p.LMHead, R, h, N)
+			t.layer.LogitsBackward(t.gr, st.dfn, t.logits, t.fn, R)
 		}
-		hIn = st.out
+		hIn = st.Out
 	}
 	return total
 }
@@ -359,9 +320,9 @@ func (t *net) score(k int) {
 		}
 	})
 	correct := 0
-	for _, sp := range t.seqs {
-		for i := 0; i+2+k < sp.n; i++ {
-			r := sp.start + i
+	for _, sp := range t.attn.Seqs {
+		for i := 0; i+2+k < sp.N; i++ {
+			r := sp.Start + i
 			if t.mask[r+2+k] && t.vocab.IDs[st.pred[r]] == t.tgtID[r+1+k] {
 				correct++
 			}
@@ -373,51 +334,22 @@ func (t *net) score(k int) {
 // backward back-propagates the loss of the last forward(true) through the
 // unroll, from the last step to the first, accumulating into t.gr.
 func (t *net) backward() {
-	g, p, gr, be := t.g, t.p, t.gr, t.be
-	R, h, qw, kw, I := t.rows, g.Hidden, g.qDim(), g.kvDim(), g.Intermediate
-	eps := float32(g.RMSNormEps)
+	R, h := t.rows, t.g.Hidden
 	clear(t.dH[:R*h])
-	for k := range t.act {
-		clear(t.dkeys[k][:R*kw])
-		clear(t.dvals[k][:R*kw])
-	}
+	t.attn.ZeroGrad(R)
 	for k := t.steps - 1; k >= 0; k-- {
 		st := &t.act[k]
 		// out feeds the final norm (-> lm_head) and, through dH, the next step.
 		copy(t.dOut[:R*h], t.dH[:R*h])
-		nn.RMSNormBackward(t.dOut, gr.Norm, st.dfn, st.out, p.Norm, R, h, eps)
-		// out = a1 + down(swiglu(gate(n2), up(n2))).
-		nn.SwiGLU(t.actBuf[:R*I], st.gate[:R*I], st.up[:R*I])
-		clear(t.dAct[:R*I])
-		nn.LinearBackward(be, t.dAct, gr.Down, nil, t.dOut, t.actBuf, p.Down, R, I, h)
-		clear(t.dGate[:R*I])
-		clear(t.dUp[:R*I])
-		nn.SwiGLUBackward(t.dGate[:R*I], t.dUp[:R*I], t.dAct[:R*I], st.gate[:R*I], st.up[:R*I])
-		clear(t.dN2[:R*h])
-		nn.LinearBackward(be, t.dN2, gr.Gate, nil, t.dGate, st.n2, p.Gate, R, h, I)
-		nn.LinearBackward(be, t.dN2, gr.Up, nil, t.dUp, st.n2, p.Up, R, h, I)
-		copy(t.dA1[:R*h], t.dOut[:R*h])
-		nn.RMSNormBackward(t.dA1, gr.PostNorm, t.dN2, st.a1, p.PostNorm, R, h, eps)
-		// a1 = hIn + o_proj(o): the residual carries dA1 straight to hIn.
-		clear(t.dO[:R*qw])
-		nn.LinearBackward(be, t.dO, gr.O, nil, t.dA1, st.o, p.O, R, qw, h)
-		copy(t.dH[:R*h], t.dA1[:R*h])
-		clear(t.dq[:R*qw])
-		attentionBackward(be, t.a, t.dq, t.dkeys[:k+1], t.dvals[:k+1], t.dO, st.o, st.lse, st.q, t.keys[:k+1], t.vals[:k+1], t.seqs, t.S, t.dP, t.pe)
-		// dkeys[k] is complete now: steps k..T-1 have all added their share.
-		t.rope.Backward(t.dq, R, g.Heads, st.pos)
-		t.rope.Backward(t.dkeys[k], R, g.KVHeads, st.pos)
-		clear(t.dx[:R*2*h])
-		nn.LinearBackward(be, t.dx, gr.Q, nil, t.dq, st.x, p.Q, R, 2*h, qw)
-		nn.LinearBackward(be, t.dx, gr.K, nil, t.dkeys[k], st.x, p.K, R, 2*h, kw)
-		nn.LinearBackward(be, t.dx, gr.V, nil, t.dvals[k], st.x, p.V, R, 2*h, kw)
-		deinterleave(t.dxe, t.dxh, t.dx, R, h)
+		t.layer.NormBackward(t.gr, t.dOut, st.dfn, st.Out, R)
 		t.gatherEmbed(st.tok)
-		nn.RMSNormBackward(nil, gr.InputNorm, t.dxe, t.e, p.InputNorm, R, h, eps)
-		nn.RMSNormBackward(t.dH, gr.HiddenNorm, t.dxh, st.hIn, p.HiddenNorm, R, h, eps)
+		t.attn.Step = k
+		// Step k's key and value gradients are complete when it runs: steps
+		// k..T-1 have all added their share.
+		t.layer.Backward(t.gr, &st.Acts, t.dOut, t.dH, R, t.attn, t.grads)
 	}
 	// Step 0's hidden input is fc(feature); the features are not trained.
-	nn.LinearBackward(be, nil, gr.FC, nil, t.dH, t.feat, p.FC, R, 3*h, h)
+	t.layer.FCBackward(t.gr, t.dH, t.feat, R)
 }
 
 // gatherEmbed copies the frozen target embedding rows of tok into t.e (zeros
@@ -434,29 +366,6 @@ func (t *net) gatherEmbed(tok []int32) {
 	}
 }
 
-// interleave writes rows [a_r | b_r] of width 2h.
-func interleave(dst, a, b []float32, rows, h int) {
-	for r := 0; r < rows; r++ {
-		copy(dst[2*r*h:(2*r+1)*h], a[r*h:(r+1)*h])
-		copy(dst[(2*r+1)*h:(2*r+2)*h], b[r*h:(r+1)*h])
-	}
-}
-
-// deinterleave splits rows of width 2h into their halves.
-func deinterleave(a, b, src []float32, rows, h int) {
-	for r := 0; r < rows; r++ {
-		copy(a[r*h:(r+1)*h], src[2*r*h:(2*r+1)*h])
-		copy(b[r*h:(r+1)*h], src[(2*r+1)*h:(2*r+2)*h])
-	}
-}
-
-func add(dst, src []float32) {
-	src = src[:len(dst)]
-	for i, v := range src {
-		dst[i] += v
-	}
-}
-
 // FLOPsPerToken is the matrix-multiply work of one training token, the figure
 // behind the reported GFLOP/s: fc runs forward and weight-gradient (2 passes)
 // once per token; each of the steps unrolled steps runs the q/k/v/o, MLP and
@@ -466,9 +375,9 @@ func add(dst, src []float32) {
 //
 // Attention scores, the target-distribution product and element-wise work are
 // not counted.
-func FLOPsPerToken(g Geometry, steps int) float64 {
+func FLOPsPerToken(g deagle3.Geometry, steps int) float64 {
 	h := float64(g.Hidden)
 	fc := 2 * 2 * 3 * h * h
-	per := 2*h*float64(g.qDim()+2*g.kvDim()) + float64(g.qDim())*h + 3*h*float64(g.Intermediate) + h*float64(g.DraftVocab)
+	per := 2*h*float64(g.QDim()+2*g.KVDim()) + float64(g.QDim())*h + 3*h*float64(g.Intermediate) + h*float64(g.DraftVocab)
 	return fc + float64(steps)*3*2*per
 }

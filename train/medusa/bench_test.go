@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	dmedusa "github.com/drafter-ai/drafter/pkg/drafters/medusa"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
@@ -12,16 +13,16 @@ import (
 // 1 layer, 1024 positions, and reports the achieved GFLOP/s next to the raw
 // sgemm rate of the dominant lm_head product measured in the same run.
 func BenchmarkTrainStep(b *testing.B) {
-	g := Geometry{Hidden: 512, Vocab: 32000, Heads: 4, Layers: 1}
+	g := dmedusa.Geometry{Hidden: 512, Vocab: 32000, Heads: 4, Layers: 1}
 	rows := 1024
 	r := rand.New(rand.NewPCG(1, 1))
 	target := make([]float32, g.Vocab*g.Hidden)
 	randFill(r, target, 0.05)
-	m, err := NewHeads(g, target, true)
+	m, err := dmedusa.NewHeads(g, target, true)
 	if err != nil {
 		b.Fatal(err)
 	}
-	ws := m.NewWorkspace(rows, 0)
+	ws := NewWorkspace(m, rows, 0)
 	batch := &Batch{Rows: rows, X: make([]float32, rows*g.Hidden)}
 	randFill(r, batch.X, 1)
 	for h := 0; h < g.Heads; h++ {
@@ -40,7 +41,7 @@ func BenchmarkTrainStep(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		m.ZeroGrad()
-		m.TrainStep(be, ws, batch, w)
+		ws.TrainStep(be, batch, w)
 	}
 	b.StopTimer()
 	sec := b.Elapsed().Seconds() / float64(b.N)

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"testing"
 
+	dmedusa "github.com/drafter-ai/drafter/pkg/drafters/medusa"
 	"github.com/drafter-ai/drafter/pkg/model"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 	"github.com/drafter-ai/drafter/train/dataset"
@@ -106,7 +107,7 @@ func TestCalibrateStories260k(t *testing.T) {
 	if v, err := strconv.Atoi(os.Getenv("DRAFTER_CALIBRATE_EPOCHS")); err == nil {
 		cfg.MaxEpochs = v
 	}
-	init, _ := NewHeads(Geometry{Hidden: data.H, Vocab: target.Vocab, Heads: cfg.Heads, Layers: cfg.Layers}, target.LMHead, false)
+	init, _ := dmedusa.NewHeads(dmedusa.Geometry{Hidden: data.H, Vocab: target.Vocab, Heads: cfg.Heads, Layers: cfg.Layers}, target.LMHead, false)
 	base := evalHeads(t, init, data, cfg)
 	t.Logf("untrained: loss %.3f top1 %.3v", base.Loss, base.Top1)
 	res, err := Train(context.Background(), cfg, target, data, tensor.CPU(), t.TempDir())

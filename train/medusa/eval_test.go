@@ -6,6 +6,7 @@ import (
 	"sort"
 	"testing"
 
+	dmedusa "github.com/drafter-ai/drafter/pkg/drafters/medusa"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 	"github.com/drafter-ai/drafter/train/dataset"
 )
@@ -13,7 +14,7 @@ import (
 // TestEvaluateAgainstReference checks Evaluate's per-head loss sums and
 // top-1/top-5 counts against a float64 forward with a full sort.
 func TestEvaluateAgainstReference(t *testing.T) {
-	g := Geometry{Hidden: 8, Vocab: 11, Heads: 2, Layers: 2}
+	g := dmedusa.Geometry{Hidden: 8, Vocab: 11, Heads: 2, Layers: 2}
 	m, _ := randomHeads(t, g, 4)
 	r := rand.New(rand.NewPCG(9, 9))
 	rows := 40
@@ -27,11 +28,13 @@ func TestEvaluateAgainstReference(t *testing.T) {
 			}
 		}
 	}
-	ws := m.NewWorkspace(rows, 7)
-	m.Evaluate(tensor.CPU(), ws, b)
+	ws := NewWorkspace(m, rows, 7)
+	ws.Evaluate(tensor.CPU(), b)
 	gotRows, gotCE, gotT1, gotT5 := ws.Stats()
-	logits := make([]float32, g.Vocab)
-	ws2 := m.NewWorkspace(1, 1)
+	sc, err := m.NewScorer(g.Heads)
+	if err != nil {
+		t.Fatal(err)
+	}
 	right := make([][]bool, g.Heads) // reference: head h ranks row i's target first
 	for h := 0; h < g.Heads; h++ {
 		right[h] = make([]bool, rows)
@@ -43,7 +46,7 @@ func TestEvaluateAgainstReference(t *testing.T) {
 				continue
 			}
 			n++
-			m.Logits(tensor.CPU(), ws2, h, b.X[i*g.Hidden:], 1, logits)
+			logits := sc.Score(tensor.CPU(), b.X[i*g.Hidden:])[h*g.Vocab : (h+1)*g.Vocab]
 			l64 := make([]float64, g.Vocab)
 			var z float64
 			for v := range logits {
@@ -157,18 +160,18 @@ func (serialBackend) Sgemv(trans bool, m, n int, alpha float32, a []float32, lda
 // allocate no more. The matrix products run on serialBackend, which allocates
 // nothing, so the count is the trainer's own whatever BLAS is installed.
 func TestTrainStepAllocations(t *testing.T) {
-	g := Geometry{Hidden: 16, Vocab: 50, Heads: 3, Layers: 1}
+	g := dmedusa.Geometry{Hidden: 16, Vocab: 50, Heads: 3, Layers: 1}
 	m, _ := randomHeads(t, g, 2)
-	m2, _ := NewHeads(g, m.LMHead[0], true)
+	m2, _ := dmedusa.NewHeads(g, m.LMHead[0], true)
 	copy(m2.ParamData(), m.ParamData())
 	count := func(rows, chunk int) float64 {
-		ws := m2.NewWorkspace(rows, chunk)
+		ws := NewWorkspace(m2, rows, chunk)
 		b := &Batch{Rows: rows, X: make([]float32, rows*g.Hidden)}
 		for h := 0; h < g.Heads; h++ {
 			b.Targets = append(b.Targets, make([]int32, rows))
 		}
 		w := Weights(g.Heads, 0.8)
-		return testing.AllocsPerRun(2, func() { m2.TrainStep(serialBackend{}, ws, b, w) })
+		return testing.AllocsPerRun(2, func() { ws.TrainStep(serialBackend{}, b, w) })
 	}
 	// Same number of parallel loops (one chunk per head), 4x the rows.
 	small, large := count(512, 512), count(2048, 2048)
@@ -188,7 +191,7 @@ func TestHeldOutChainWalk(t *testing.T) {
 	for v := range V {
 		lm[v*V+v] = 1
 	}
-	m, err := NewHeads(Geometry{Hidden: V, Vocab: V, Heads: heads, Layers: 1}, lm, false)
+	m, err := dmedusa.NewHeads(dmedusa.Geometry{Hidden: V, Vocab: V, Heads: heads, Layers: 1}, lm, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,12 +215,12 @@ func TestHeldOutChainWalk(t *testing.T) {
 		sample([]int32{0, 2}, 1, []int{0, 0}),
 	}}
 	for _, rows := range []int{3, 64} {
-		ws := m.NewWorkspace(rows, 2)
+		ws := NewWorkspace(m, rows, 2)
 		b := &Batch{X: make([]float32, rows*V), Targets: make([][]int32, heads)}
 		for h := range b.Targets {
 			b.Targets[h] = make([]int32, rows)
 		}
-		mt, err := newEvaluator(rows).evaluate(m, tensor.CPU(), ws, b, data, []int{0, 2, 1}, heads, V, V, Weights(heads, 1), 0, 0)
+		mt, err := newEvaluator(rows).evaluate(tensor.CPU(), ws, b, data, []int{0, 2, 1}, heads, V, V, Weights(heads, 1), 0, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

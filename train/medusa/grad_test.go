@@ -5,13 +5,14 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	dmedusa "github.com/drafter-ai/drafter/pkg/drafters/medusa"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
 // refLoss is an independent float64 forward of the loss TrainStep documents:
 // sum_h w_h * mean over valid rows of -log softmax(lm_h * blocks_h(x))[target].
 // p lists every parameter in Params order, as float64.
-func refLoss(g Geometry, p [][]float64, shared []float64, b *Batch, w []float64) float64 {
+func refLoss(g dmedusa.Geometry, p [][]float64, shared []float64, b *Batch, w []float64) float64 {
 	H, V := g.Hidden, g.Vocab
 	var total float64
 	k := 0
@@ -70,6 +71,28 @@ func refLoss(g Geometry, p [][]float64, shared []float64, b *Batch, w []float64)
 	return total
 }
 
+// randomHeads returns heads of geometry g with random blocks and lm_heads
+// over a random target lm_head, which it returns too.
+func randomHeads(t *testing.T, g dmedusa.Geometry, seed uint64) (*dmedusa.Heads, []float32) {
+	r := rand.New(rand.NewPCG(seed, 5))
+	target := make([]float32, g.Vocab*g.Hidden)
+	randFill(r, target, 0.5)
+	m, err := dmedusa.NewHeads(g, target, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for h := 0; h < g.Heads; h++ {
+		for l := 0; l < g.Layers; l++ {
+			randFill(r, m.W[h][l], 0.3)
+			randFill(r, m.B[h][l], 0.3)
+		}
+		if !g.SharedLMHead {
+			randFill(r, m.LMHead[h], 0.5) // heads differ from each other and from the target
+		}
+	}
+	return m, target
+}
+
 func randFill(r *rand.Rand, s []float32, scale float64) {
 	for i := range s {
 		s[i] = float32(r.NormFloat64() * scale)
@@ -81,11 +104,11 @@ func randFill(r *rand.Rand, s []float32, scale float64) {
 // against central differences of the float64 reference loss.
 func TestGradientsAgainstFiniteDifferences(t *testing.T) {
 	for _, shared := range []bool{false, true} {
-		g := Geometry{Hidden: 8, Vocab: 11, Heads: 2, Layers: 2, SharedLMHead: shared}
+		g := dmedusa.Geometry{Hidden: 8, Vocab: 11, Heads: 2, Layers: 2, SharedLMHead: shared}
 		r := rand.New(rand.NewPCG(7, uint64(len(t.Name()))))
 		target := make([]float32, g.Vocab*g.Hidden)
 		randFill(r, target, 0.5)
-		m, err := NewHeads(g, target, true)
+		m, err := dmedusa.NewHeads(g, target, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -106,9 +129,9 @@ func TestGradientsAgainstFiniteDifferences(t *testing.T) {
 		}
 		b.Targets[0][2], b.Targets[1][5], b.Targets[1][6] = -1, -1, -1 // heads see different row sets
 		w := Weights(g.Heads, 0.8)
-		ws := m.NewWorkspace(rows, 3) // chunks of 3, 3, 1 rows
+		ws := NewWorkspace(m, rows, 3) // chunks of 3, 3, 1 rows
 		m.ZeroGrad()
-		loss := m.TrainStep(tensor.CPU(), ws, b, w)
+		loss := ws.TrainStep(tensor.CPU(), b, w)
 
 		params := m.Params()
 		p64 := make([][]float64, len(params))

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	dmedusa "github.com/drafter-ai/drafter/pkg/drafters/medusa"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 	"github.com/drafter-ai/drafter/train/dataset"
 )
@@ -125,7 +126,7 @@ func TestTrainLearnsSyntheticTarget(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Baseline: the untrained heads.
-	init, _ := NewHeads(res.Heads.Geometry, st.LM, false)
+	init, _ := dmedusa.NewHeads(res.Heads.Geometry, st.LM, false)
 	base := evalHeads(t, init, data, cfg)
 	t.Logf("stopped %s after %d steps, %d epochs", res.Stopped, res.Steps, res.Epochs)
 	t.Logf("untrained: loss %.3f top1 %.3v top5 %.3v", base.Loss, base.Top1, base.Top5)
@@ -143,7 +144,7 @@ func TestTrainLearnsSyntheticTarget(t *testing.T) {
 }
 
 // evalHeads evaluates heads on the held-out split Train uses for cfg.
-func evalHeads(t *testing.T, m *Heads, data *dataset.Memory, cfg Config) *Metrics {
+func evalHeads(t *testing.T, m *dmedusa.Heads, data *dataset.Memory, cfg Config) *Metrics {
 	t.Helper()
 	n := data.NumSamples()
 	split := sampleOrder(n, cfg.Seed, heldOutStream)
@@ -152,12 +153,12 @@ func evalHeads(t *testing.T, m *Heads, data *dataset.Memory, cfg Config) *Metric
 	if rows == 0 {
 		rows = 4096
 	}
-	ws := m.NewWorkspace(rows, 0)
+	ws := NewWorkspace(m, rows, 0)
 	b := &Batch{X: make([]float32, rows*m.Hidden), Targets: make([][]int32, m.Heads)}
 	for h := range b.Targets {
 		b.Targets[h] = make([]int32, rows)
 	}
-	mt, err := newEvaluator(rows).evaluate(m, tensor.CPU(), ws, b, data, split[:nHeld], m.Heads, m.Hidden, m.Vocab, Weights(m.Heads, cfg.Decay), 0, 0)
+	mt, err := newEvaluator(rows).evaluate(tensor.CPU(), ws, b, data, split[:nHeld], m.Heads, m.Hidden, m.Vocab, Weights(m.Heads, cfg.Decay), 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,3 +1,9 @@
+// Package medusa trains Medusa-1 heads (pkg/drafters/medusa) on a frozen
+// target's final hidden states: it packs captured positions into batches,
+// computes the heads' weighted cross-entropy and its gradient, and runs the
+// training loop (schedule, held-out evaluation, early stopping, checkpoints
+// and resume). The heads, their export layouts and their proposer live in
+// pkg/drafters/medusa.
 package medusa
 
 import (
@@ -11,6 +17,7 @@ import (
 	"path/filepath"
 	"time"
 
+	dmedusa "github.com/drafter-ai/drafter/pkg/drafters/medusa"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 	"github.com/drafter-ai/drafter/train/dataset"
 	"github.com/drafter-ai/drafter/train/optim"
@@ -188,11 +195,11 @@ type Metrics struct {
 
 // Result is what Train returns.
 type Result struct {
-	Heads   *Heads   // the best heads (highest held-out chain acceptance, then lowest loss), or the last when nothing is held out
-	Best    *Metrics // evaluation of the returned heads (nil without a held-out set)
-	Steps   int      // optimiser steps taken
-	Epochs  int      // epochs started
-	Stopped string   // why training ended: "early-stop", "max-epochs", "max-steps"
+	Heads   *dmedusa.Heads // the best heads (highest held-out chain acceptance, then lowest loss), or the last when nothing is held out
+	Best    *Metrics       // evaluation of the returned heads (nil without a held-out set)
+	Steps   int            // optimiser steps taken
+	Epochs  int            // epochs started
+	Stopped string         // why training ended: "early-stop", "max-epochs", "max-steps"
 	// BatchTokens and MaxEpochs are the batch and epoch cap the run used
 	// (Config's, or chosen from the data where Config has 0).
 	BatchTokens, MaxEpochs int
@@ -337,8 +344,8 @@ func Train(ctx context.Context, cfg Config, target Target, data dataset.Dataset,
 		return nil, err
 	}
 	H := data.Hidden()
-	g := Geometry{Hidden: H, Vocab: target.Vocab, Heads: cfg.Heads, Layers: cfg.Layers, SharedLMHead: cfg.SharedLMHead}
-	m, err := NewHeads(g, target.LMHead, true)
+	g := dmedusa.Geometry{Hidden: H, Vocab: target.Vocab, Heads: cfg.Heads, Layers: cfg.Layers, SharedLMHead: cfg.SharedLMHead}
+	m, err := dmedusa.NewHeads(g, target.LMHead, true)
 	if err != nil {
 		return nil, err
 	}
@@ -389,13 +396,13 @@ func Train(ctx context.Context, cfg Config, target Target, data dataset.Dataset,
 	}
 	ac := optim.DefaultAdamW()
 	ac.WeightDecay = cfg.WeightDecay
-	params := m.Params()
+	params := params(m)
 	opt, err := optim.NewAdamW(params, ac)
 	if err != nil {
 		return nil, err
 	}
 	weights := Weights(cfg.Heads, cfg.Decay)
-	ws := m.NewWorkspace(batchTokens, 0)
+	ws := NewWorkspace(m, batchTokens, 0)
 	batch := &Batch{X: make([]float32, batchTokens*H), Targets: make([][]int32, cfg.Heads)}
 	for h := range batch.Targets {
 		batch.Targets[h] = make([]int32, batchTokens)
@@ -432,7 +439,7 @@ func Train(ctx context.Context, cfg Config, target Target, data dataset.Dataset,
 	}
 	ev := newEvaluator(batchTokens)
 	eval := func(step, epoch int) (*Metrics, error) {
-		return ev.evaluate(m, be, ws, batch, data, heldIdx, cfg.Heads, H, target.Vocab, weights, step, epoch)
+		return ev.evaluate(be, ws, batch, data, heldIdx, cfg.Heads, H, target.Vocab, weights, step, epoch)
 	}
 
 	res := &Result{Heads: m, BatchTokens: batchTokens, MaxEpochs: maxEpochs}
@@ -483,7 +490,7 @@ func Train(ctx context.Context, cfg Config, target Target, data dataset.Dataset,
 			}
 			st.Cursor, st.Offset = pos.cursor, pos.offset
 			m.ZeroGrad()
-			loss := m.TrainStep(be, ws, batch, weights)
+			loss := ws.TrainStep(be, batch, weights)
 			if math.IsNaN(loss) || math.IsInf(loss, 0) {
 				return nil, fmt.Errorf("medusa: training loss became %v at step %d (lower the learning rate)", loss, step)
 			}
@@ -650,7 +657,7 @@ func (e *evaluator) startSample(T int) {
 }
 
 // evaluate runs the heads over every position of the held-out samples idx.
-func (e *evaluator) evaluate(m *Heads, be tensor.Backend, ws *Workspace, b *Batch, data dataset.Dataset, idx []int, heads, H, vocab int, w []float64, step, epoch int) (*Metrics, error) {
+func (e *evaluator) evaluate(be tensor.Backend, ws *Workspace, b *Batch, data dataset.Dataset, idx []int, heads, H, vocab int, w []float64, step, epoch int) (*Metrics, error) {
 	mt := &Metrics{Step: step, Epoch: epoch, HeadLoss: make([]float64, heads), Top1: make([]float64, heads), Top5: make([]float64, heads), Tokens: make([]int, heads)}
 	t1, t5 := make([]int, heads), make([]int, heads)
 	p := &positions{data: data, heads: heads, hidden: H, vocab: vocab, order: idx, loaded: -1, rowT: e.rowT, rowS: e.rowS}
@@ -685,7 +692,7 @@ func (e *evaluator) evaluate(m *Heads, be tensor.Backend, ws *Workspace, b *Batc
 		if !ok {
 			break
 		}
-		m.Evaluate(be, ws, b)
+		ws.Evaluate(be, b)
 		leads := ws.Leads(b.Rows)
 		for r, l := range leads {
 			for int(e.rowS[r]) > k {

@@ -15,6 +15,8 @@ import (
 
 	"github.com/drafter-ai/drafter/capture"
 	"github.com/drafter-ai/drafter/pkg/atomicfile"
+	deagle3 "github.com/drafter-ai/drafter/pkg/drafters/eagle3"
+	dmedusa "github.com/drafter-ai/drafter/pkg/drafters/medusa"
 	"github.com/drafter-ai/drafter/pkg/filecache"
 	"github.com/drafter-ai/drafter/pkg/outlock"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
@@ -63,8 +65,8 @@ type Options struct {
 	// Layers overrides the EAGLE-3 feature layers (3 Hugging Face hidden_states
 	// indices); nil uses the target's defaults (see eagle3FeatureLayers).
 	Layers []int
-	// Format is the EAGLE-3 export layout: eagle3.FormatNative (default) or
-	// eagle3.FormatSpeculators.
+	// Format is the EAGLE-3 export layout: deagle3.FormatNative (default) or
+	// deagle3.FormatSpeculators.
 	Format string
 	// Resume continues the run whose checkpoint is in Out. Without it, an Out
 	// holding a checkpoint is refused.
@@ -216,19 +218,19 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 			return nil, interrupted(ctx, opt, err)
 		}
 		rep.finish()
-		info := medusa.ExportInfo{BaseModel: tg.Name(), TargetFingerprint: tg.Fingerprint, DataManifests: manifests,
+		info := dmedusa.ExportInfo{BaseModel: tg.Name(), TargetFingerprint: tg.Fingerprint, DataManifests: manifests,
 			Args: args, Metrics: mr.Best, DType: safetensors.DType(strings.ToUpper(opt.DType))}
-		if err := medusa.Export(opt.Out, mr.Heads, info); err != nil {
+		if err := dmedusa.Export(opt.Out, mr.Heads, info); err != nil {
 			return nil, err
 		}
 		res.Medusa, res.Steps = mr, mr.Steps
-		res.Exports = []string{filepath.Join(opt.Out, medusa.VLLMDir), filepath.Join(opt.Out, medusa.MedusaDir)}
+		res.Exports = []string{filepath.Join(opt.Out, dmedusa.VLLMDir), filepath.Join(opt.Out, dmedusa.MedusaDir)}
 		rep.line(fmt.Sprintf("trained %d steps (%s); exports in %s", mr.Steps, mr.Stopped, strings.Join(res.Exports, ", ")))
 
 	case MethodEAGLE3:
 		cfg := opt.EAGLE3
 		cfg.Target, cfg.Resume, cfg.Progress = eagle3Target(tg.Config, embed, lmHead), opt.Resume, rep.eagle3
-		cfg.Export = eagle3.ExportOptions{Format: opt.Format, LayerIDs: layers[:], DefaultLayers: defaultLayers,
+		cfg.Export = deagle3.ExportOptions{Format: opt.Format, LayerIDs: layers[:], DefaultLayers: defaultLayers,
 			TargetName: tg.Name(), TargetArchitectures: tg.Config.Architectures}
 		cfg.Provenance = eagle3.Provenance{BaseModel: tg.Name(), TargetFingerprint: tg.Fingerprint, DataManifests: manifests, Args: args}
 		er, err := eagle3.Train(ctx, cfg, data, be, opt.Out)

@@ -15,6 +15,8 @@ import (
 	"testing"
 
 	"github.com/drafter-ai/drafter/capture"
+	deagle3 "github.com/drafter-ai/drafter/pkg/drafters/eagle3"
+	dmedusa "github.com/drafter-ai/drafter/pkg/drafters/medusa"
 	"github.com/drafter-ai/drafter/pkg/model"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
 	"github.com/drafter-ai/drafter/pkg/target"
@@ -242,7 +244,7 @@ func TestMedusaEndToEnd(t *testing.T) {
 		t.Errorf("progress output lacks loss, tok/s or eval lines: %q", s)
 	}
 	// The export reloads and is the returned (best) heads.
-	h, err := medusa.LoadHeads(out)
+	h, err := dmedusa.LoadHeads(out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,7 +327,7 @@ func TestEAGLE3EndToEnd(t *testing.T) {
 	wide.Intermediate = 344
 	out2 := filepath.Join(tmp, "out2")
 	if _, err := Run(context.Background(), Options{Method: MethodEAGLE3, Model: modelDir, Data: []string{dir}, Out: out2,
-		EAGLE3: wide, Layers: []int{1, 2, 3}, Format: eagle3.FormatSpeculators}); err != nil {
+		EAGLE3: wide, Layers: []int{1, 2, 3}, Format: deagle3.FormatSpeculators}); err != nil {
 		t.Fatal(err)
 	}
 	cfg = readProv(t, filepath.Join(out2, "eagle3", "config.json"))

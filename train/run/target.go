@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/drafter-ai/drafter/pkg/checkpoint"
-	"github.com/drafter-ai/drafter/pkg/nn"
+	deagle3 "github.com/drafter-ai/drafter/pkg/drafters/eagle3"
 	"github.com/drafter-ai/drafter/train/eagle3"
 )
 
@@ -12,16 +12,7 @@ import (
 // DraftVocab): its geometry from config.json, its embedding and its lm_head
 // (target.Target.OutputLayers).
 func eagle3Target(c *checkpoint.Config, embed, lmHead []float32) *eagle3.Target {
-	g := eagle3.Geometry{
-		Hidden: c.HiddenSize, Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim,
-		Intermediate: c.IntermediateSize, RMSNormEps: c.RMSNormEps, RopeTheta: c.RopeTheta,
-		MaxPositions: c.MaxPositions, Vocab: c.VocabSize,
-	}
-	if rs := c.RopeScaling; rs != nil {
-		g.RopeScaling = &nn.RopeScaling{Type: rs.Type, Factor: rs.Factor, LowFreqFactor: rs.LowFreqFactor,
-			HighFreqFactor: rs.HighFreqFactor, OriginalMaxPositions: rs.OriginalMaxPositions}
-	}
-	return &eagle3.Target{Geometry: g, Embed: embed, LMHead: lmHead}
+	return &eagle3.Target{Geometry: deagle3.TargetGeometry(c, 0), Embed: embed, LMHead: lmHead}
 }
 
 // LayerError is a set of EAGLE-3 feature layers the target cannot use: an

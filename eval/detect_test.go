@@ -8,8 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/drafter-ai/drafter/train/eagle3"
-	"github.com/drafter-ai/drafter/train/medusa"
+	"github.com/drafter-ai/drafter/pkg/drafters"
+	deagle3 "github.com/drafter-ai/drafter/pkg/drafters/eagle3"
+	dmedusa "github.com/drafter-ai/drafter/pkg/drafters/medusa"
 )
 
 // writeProvenance writes a drafter.json into dir that records only the target
@@ -27,15 +28,15 @@ func writeProvenance(t *testing.T, dir, fp string) {
 // with the fingerprint recorded beside it, and that each loads.
 func TestDetectLayouts(t *testing.T) {
 	m := loadTarget(t)
-	heads := randomMedusa(t, m, 3, 5).medusa
+	heads := medusaHeads(randomMedusa(t, m, 3, 5))
 	medRoot := t.TempDir()
-	if err := medusa.Export(medRoot, heads, medusa.ExportInfo{TargetFingerprint: "fp-medusa"}); err != nil {
+	if err := dmedusa.Export(medRoot, heads, dmedusa.ExportInfo{TargetFingerprint: "fp-medusa"}); err != nil {
 		t.Fatal(err)
 	}
 	g, p, voc := randomEagleParams(t, m, 100, 6)
 	eagleRoot := t.TempDir()
-	for dir, format := range map[string]string{"eagle3": eagle3.FormatNative, "speculators": eagle3.FormatSpeculators} {
-		if err := eagle3.Export(filepath.Join(eagleRoot, dir), g, p, voc, eagle3.ExportOptions{Format: format, DefaultLayers: true}); err != nil {
+	for dir, format := range map[string]string{"eagle3": deagle3.FormatNative, "speculators": deagle3.FormatSpeculators} {
+		if err := deagle3.Export(filepath.Join(eagleRoot, dir), g, p, voc, deagle3.ExportOptions{Format: format, DefaultLayers: true}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -43,16 +44,16 @@ func TestDetectLayouts(t *testing.T) {
 
 	cases := []struct {
 		dir          string
-		kind         Kind
+		kind         drafters.Kind
 		layout, from string
 		fp           string
 	}{
-		{medRoot, KindMedusa, LayoutMedusaVLLM, "vllm", "fp-medusa"},
-		{filepath.Join(medRoot, "vllm"), KindMedusa, LayoutMedusaVLLM, "vllm", "fp-medusa"},
-		{filepath.Join(medRoot, "medusa"), KindMedusa, LayoutMedusaFD, "medusa", "fp-medusa"},
-		{eagleRoot, KindEagle3, LayoutEagleNative, "eagle3", "fp-eagle"},
-		{filepath.Join(eagleRoot, "eagle3"), KindEagle3, LayoutEagleNative, "eagle3", "fp-eagle"},
-		{filepath.Join(eagleRoot, "speculators"), KindEagle3, LayoutSpeculators, "speculators", "fp-eagle"},
+		{medRoot, dmedusa.Kind, dmedusa.VLLMDir, "vllm", "fp-medusa"},
+		{filepath.Join(medRoot, "vllm"), dmedusa.Kind, dmedusa.VLLMDir, "vllm", "fp-medusa"},
+		{filepath.Join(medRoot, "medusa"), dmedusa.Kind, dmedusa.MedusaDir, "medusa", "fp-medusa"},
+		{eagleRoot, deagle3.Kind, deagle3.FormatNative, "eagle3", "fp-eagle"},
+		{filepath.Join(eagleRoot, "eagle3"), deagle3.Kind, deagle3.FormatNative, "eagle3", "fp-eagle"},
+		{filepath.Join(eagleRoot, "speculators"), deagle3.Kind, deagle3.FormatSpeculators, "speculators", "fp-eagle"},
 	}
 	for _, c := range cases {
 		info, err := Detect(c.dir)
@@ -66,7 +67,7 @@ func TestDetectLayouts(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", c.dir, err)
 		}
-		if c.kind == KindMedusa && d.medusa.Heads != 3 || c.kind == KindEagle3 && d.eagle.Geometry.DraftVocab != 100 {
+		if c.kind == dmedusa.Kind && medusaHeads(d).Heads != 3 || c.kind == deagle3.Kind && eagleDraft(d).Geometry.DraftVocab != 100 {
 			t.Fatalf("%s: loaded the wrong drafter", c.dir)
 		}
 	}
@@ -83,11 +84,11 @@ func TestDetectErrors(t *testing.T) {
 		t.Fatal("missing folder detected")
 	}
 	both := t.TempDir()
-	if err := medusa.Export(both, randomMedusa(t, m, 2, 1).medusa, medusa.ExportInfo{}); err != nil {
+	if err := dmedusa.Export(both, medusaHeads(randomMedusa(t, m, 2, 1)), dmedusa.ExportInfo{}); err != nil {
 		t.Fatal(err)
 	}
 	g, p, voc := randomEagleParams(t, m, 50, 2)
-	if err := eagle3.Export(filepath.Join(both, "eagle3"), g, p, voc, eagle3.ExportOptions{DefaultLayers: true}); err != nil {
+	if err := deagle3.Export(filepath.Join(both, "eagle3"), g, p, voc, deagle3.ExportOptions{DefaultLayers: true}); err != nil {
 		t.Fatal(err)
 	}
 	_, err := Detect(both)
@@ -106,7 +107,7 @@ func TestDetectErrors(t *testing.T) {
 func TestStaleDrafter(t *testing.T) {
 	dir := t.TempDir()
 	g, p, voc := randomEagleParams(t, loadTarget(t), 50, 2)
-	if err := eagle3.Export(filepath.Join(dir, "eagle3"), g, p, voc, eagle3.ExportOptions{DefaultLayers: true}); err != nil {
+	if err := deagle3.Export(filepath.Join(dir, "eagle3"), g, p, voc, deagle3.ExportOptions{DefaultLayers: true}); err != nil {
 		t.Fatal(err)
 	}
 	writeProvenance(t, dir, "0123old")

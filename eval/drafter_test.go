@@ -10,10 +10,10 @@ import (
 	"strings"
 	"testing"
 
+	deagle3 "github.com/drafter-ai/drafter/pkg/drafters/eagle3"
+	dmedusa "github.com/drafter-ai/drafter/pkg/drafters/medusa"
 	"github.com/drafter-ai/drafter/pkg/model"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
-	"github.com/drafter-ai/drafter/train/eagle3"
-	"github.com/drafter-ai/drafter/train/medusa"
 )
 
 // The tests below take real exports of drafters for stories260k, written by
@@ -24,8 +24,8 @@ import (
 // new folder (vllm/, medusa/ and drafter.json) and returns it.
 func medusaExport(t *testing.T, m *model.Model, heads, layers int, dt safetensors.DType) string {
 	t.Helper()
-	g := medusa.Geometry{Hidden: m.HiddenSize(), Vocab: m.VocabSize(), Heads: heads, Layers: layers}
-	h, err := medusa.NewHeads(g, m.LMHead, false)
+	g := dmedusa.Geometry{Hidden: m.HiddenSize(), Vocab: m.VocabSize(), Heads: heads, Layers: layers}
+	h, err := dmedusa.NewHeads(g, m.LMHead, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func medusaExport(t *testing.T, m *model.Model, heads, layers int, dt safetensor
 		}
 	}
 	dir := t.TempDir()
-	if err := medusa.Export(dir, h, medusa.ExportInfo{TargetFingerprint: "fp", DType: dt}); err != nil {
+	if err := dmedusa.Export(dir, h, dmedusa.ExportInfo{TargetFingerprint: "fp", DType: dt}); err != nil {
 		t.Fatal(err)
 	}
 	return dir
@@ -51,8 +51,8 @@ func eagleExport(t *testing.T, m *model.Model, dir, format string, layers []int)
 	t.Helper()
 	g, p, voc := randomEagleParams(t, m, 100, 3)
 	exp := filepath.Join(dir, "eagle3")
-	opt := eagle3.ExportOptions{Format: format, LayerIDs: layers, DefaultLayers: layers == nil}
-	if err := eagle3.Export(exp, g, p, voc, opt); err != nil {
+	opt := deagle3.ExportOptions{Format: format, LayerIDs: layers, DefaultLayers: layers == nil}
+	if err := deagle3.Export(exp, g, p, voc, opt); err != nil {
 		t.Fatal(err)
 	}
 	writeJSON(t, filepath.Join(dir, "drafter.json"), map[string]any{
@@ -296,11 +296,11 @@ func TestNonFiniteDrafterRefused(t *testing.T) {
 	setFloats(t, file, "3.1.linear.weight", -inf, 200)
 	wantErr(t, loadErr(t, m, filepath.Join(root, "medusa")), file, `"3.1.linear.weight"`, "-Inf", "(BF16 [64, 64]) holds -Inf at element 200 (index [3, 8])")
 
-	for _, format := range []string{eagle3.FormatNative, eagle3.FormatSpeculators} {
+	for _, format := range []string{deagle3.FormatNative, deagle3.FormatSpeculators} {
 		exp := eagleExport(t, m, t.TempDir(), format, []int{1, 3, 5})
 		file = filepath.Join(exp, "model.safetensors")
 		name := "midlayer.mlp.down_proj.weight"
-		if format == eagle3.FormatSpeculators {
+		if format == deagle3.FormatSpeculators {
 			name = "layers.0.mlp.down_proj.weight"
 		}
 		setFloats(t, file, name, inf, 1000, 5000)
@@ -330,15 +330,15 @@ func TestEagleLayerIDsInExport(t *testing.T) {
 		top, inner []int
 		want       []string
 	}{
-		{eagle3.FormatNative, []int{5, 3, 1}, []int{4, 2, 0}, []string{"eagle_aux_hidden_state_layer_ids [5 3 1]", "not strictly increasing", "ascending layer order"}},
-		{eagle3.FormatNative, []int{3, 3, 3}, []int{2, 2, 2}, []string{"[3 3 3]", "not strictly increasing"}},
-		{eagle3.FormatNative, nil, []int{4, 2, 0}, []string{"eagle_config.eagle_aux_hidden_state_layer_ids [4 2 0]", "not strictly increasing"}},
-		{eagle3.FormatSpeculators, []int{5, 3, 1}, nil, []string{"[5 3 1]", "not strictly increasing"}},
-		{eagle3.FormatSpeculators, []int{3, 3, 3}, nil, []string{"[3 3 3]", "not strictly increasing"}},
-		{eagle3.FormatNative, []int{1, 3, 4}, []int{0, 2, 4}, []string{"eagle_config.eagle_aux_hidden_state_layer_ids [0 2 4]", "hidden_states [1 3 5]", "eagle_aux_hidden_state_layer_ids [1 3 4]", "name different layers"}},
-		{eagle3.FormatNative, []int{0, 2, 4}, []int{-1, 1, 3}, []string{"embedding output"}},
-		{eagle3.FormatSpeculators, []int{1, 3, 6}, nil, []string{"feature layers [1 3 6]: layer 6 is outside the target's hidden_states indices 1 to 5"}},
-		{eagle3.FormatSpeculators, []int{1, 3}, nil, []string{"[1 3]: 2 layers; want 3"}},
+		{deagle3.FormatNative, []int{5, 3, 1}, []int{4, 2, 0}, []string{"eagle_aux_hidden_state_layer_ids [5 3 1]", "not strictly increasing", "ascending layer order"}},
+		{deagle3.FormatNative, []int{3, 3, 3}, []int{2, 2, 2}, []string{"[3 3 3]", "not strictly increasing"}},
+		{deagle3.FormatNative, nil, []int{4, 2, 0}, []string{"eagle_config.eagle_aux_hidden_state_layer_ids [4 2 0]", "not strictly increasing"}},
+		{deagle3.FormatSpeculators, []int{5, 3, 1}, nil, []string{"[5 3 1]", "not strictly increasing"}},
+		{deagle3.FormatSpeculators, []int{3, 3, 3}, nil, []string{"[3 3 3]", "not strictly increasing"}},
+		{deagle3.FormatNative, []int{1, 3, 4}, []int{0, 2, 4}, []string{"eagle_config.eagle_aux_hidden_state_layer_ids [0 2 4]", "hidden_states [1 3 5]", "eagle_aux_hidden_state_layer_ids [1 3 4]", "name different layers"}},
+		{deagle3.FormatNative, []int{0, 2, 4}, []int{-1, 1, 3}, []string{"embedding output"}},
+		{deagle3.FormatSpeculators, []int{1, 3, 6}, nil, []string{"feature layers [1 3 6]: layer 6 is outside the target's hidden_states indices 1 to 5"}},
+		{deagle3.FormatSpeculators, []int{1, 3}, nil, []string{"[1 3]: 2 layers; want 3"}},
 	}
 	for _, c := range cases {
 		root := t.TempDir()
@@ -354,15 +354,15 @@ func TestEagleLayerIDsInExport(t *testing.T) {
 
 	// Only eagle_config: its ids are layer outputs, read as HF index + 1.
 	root := t.TempDir()
-	exp := eagleExport(t, m, root, eagle3.FormatNative, []int{1, 3, 5})
+	exp := eagleExport(t, m, root, deagle3.FormatNative, []int{1, 3, 5})
 	editJSON(t, filepath.Join(exp, "config.json"), func(cfg map[string]any) { set(cfg, nil, []int{0, 1, 3}) })
 	os.Remove(filepath.Join(root, "drafter.json"))
 	d, err := detectAndLoad(t, m, root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(d.eagle.LayerIDs, []int{1, 2, 4}) {
-		t.Fatalf("eagle_config [0 1 3] read as layers %v, want [1 2 4]", d.eagle.LayerIDs)
+	if !slices.Equal(eagleDraft(d).LayerIDs, []int{1, 2, 4}) {
+		t.Fatalf("eagle_config [0 1 3] read as layers %v, want [1 2 4]", eagleDraft(d).LayerIDs)
 	}
 }
 
@@ -371,25 +371,25 @@ func TestEagleLayerIDsInExport(t *testing.T) {
 // refused, naming the tensor and the file.
 func TestEagleConfigMatchesWeights(t *testing.T) {
 	m := loadTarget(t)
-	exp := eagleExport(t, m, t.TempDir(), eagle3.FormatNative, nil)
+	exp := eagleExport(t, m, t.TempDir(), deagle3.FormatNative, nil)
 	file := filepath.Join(exp, "model.safetensors")
 	editTensors(t, file, func(ts []safetensors.Tensor) []safetensors.Tensor {
 		return append(ts, safetensors.F32Tensor("embed_tokens.weight", []int{512, 64}, m.Embed))
 	})
 	wantErr(t, loadErr(t, m, exp), file, `"embed_tokens.weight"`, "target's embedding")
 
-	exp = eagleExport(t, m, t.TempDir(), eagle3.FormatSpeculators, nil)
+	exp = eagleExport(t, m, t.TempDir(), deagle3.FormatSpeculators, nil)
 	file = filepath.Join(exp, "model.safetensors")
 	editTensors(t, file, func(ts []safetensors.Tensor) []safetensors.Tensor {
 		return append(ts, safetensors.F32Tensor("midlayer.extra.weight", []int{2}, []float32{1, 2}))
 	})
 	wantErr(t, loadErr(t, m, exp), file, `"midlayer.extra.weight"`, `start with "layers.0."`)
 
-	exp = eagleExport(t, m, t.TempDir(), eagle3.FormatNative, nil)
+	exp = eagleExport(t, m, t.TempDir(), deagle3.FormatNative, nil)
 	editJSON(t, filepath.Join(exp, "config.json"), func(cfg map[string]any) { cfg["num_hidden_layers"] = 2 })
 	wantErr(t, loadErr(t, m, exp), "num_hidden_layers is 2", "one decoder layer")
 
-	exp = eagleExport(t, m, t.TempDir(), eagle3.FormatNative, nil)
+	exp = eagleExport(t, m, t.TempDir(), deagle3.FormatNative, nil)
 	dropTensors(t, filepath.Join(exp, "model.safetensors"), func(n string) bool { return n == "midlayer.self_attn.o_proj.weight" })
 	wantErr(t, loadErr(t, m, exp), `no tensor "midlayer.self_attn.o_proj.weight"`)
 }
@@ -443,7 +443,7 @@ func TestProvenanceMatchesExport(t *testing.T) {
 		{"method", "medusa", "records method medusa, but the export %s has eagle3"},
 	} {
 		root := t.TempDir()
-		exp := eagleExport(t, m, root, eagle3.FormatNative, []int{1, 3, 5})
+		exp := eagleExport(t, m, root, deagle3.FormatNative, []int{1, 3, 5})
 		editJSON(t, filepath.Join(root, "drafter.json"), func(p map[string]any) { p[c.key] = c.val })
 		file := filepath.Join(exp, "config.json")
 		if c.key == "method" {
@@ -454,7 +454,7 @@ func TestProvenanceMatchesExport(t *testing.T) {
 	// An export with the engines' default layers under a drafter.json that
 	// records explicit ones.
 	root = t.TempDir()
-	eagleExport(t, m, root, eagle3.FormatSpeculators, nil)
+	eagleExport(t, m, root, deagle3.FormatSpeculators, nil)
 	editJSON(t, filepath.Join(root, "drafter.json"), func(p map[string]any) {
 		p["feature_layers"], p["default_feature_layers"] = []int{1, 3, 5}, false
 	})
@@ -465,18 +465,18 @@ func TestProvenanceMatchesExport(t *testing.T) {
 // size are refused with both sizes named.
 func TestDrafterFitsTarget(t *testing.T) {
 	m := loadTarget(t)
-	g := medusa.Geometry{Hidden: m.HiddenSize(), Vocab: 600, Heads: 2, Layers: 1}
-	h, err := medusa.NewHeads(g, make([]float32, 600*m.HiddenSize()), false)
+	g := dmedusa.Geometry{Hidden: m.HiddenSize(), Vocab: 600, Heads: 2, Layers: 1}
+	h, err := dmedusa.NewHeads(g, make([]float32, 600*m.HiddenSize()), false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	root := t.TempDir()
-	if err := medusa.Export(root, h, medusa.ExportInfo{}); err != nil {
+	if err := dmedusa.Export(root, h, dmedusa.ExportInfo{}); err != nil {
 		t.Fatal(err)
 	}
 	wantErr(t, loadErr(t, m, root), "do not fit the target", "vocabulary of 600", "vocab_size 512", filepath.Join(root, "vllm"))
 
-	exp := eagleExport(t, m, t.TempDir(), eagle3.FormatNative, nil)
+	exp := eagleExport(t, m, t.TempDir(), deagle3.FormatNative, nil)
 	editJSON(t, filepath.Join(exp, "config.json"), func(cfg map[string]any) { cfg["vocab_size"] = 1024 })
 	wantErr(t, loadErr(t, m, exp), filepath.Join(exp, "config.json"), "hidden_size 64 and vocab_size 1024", "another model")
 }

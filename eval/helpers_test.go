@@ -10,8 +10,9 @@ import (
 	"testing"
 	"time"
 
+	deagle3 "github.com/drafter-ai/drafter/pkg/drafters/eagle3"
+	dmedusa "github.com/drafter-ai/drafter/pkg/drafters/medusa"
 	"github.com/drafter-ai/drafter/pkg/model"
-	"github.com/drafter-ai/drafter/pkg/nn"
 	"github.com/drafter-ai/drafter/pkg/target"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 	"github.com/drafter-ai/drafter/train/dataset"
@@ -20,9 +21,9 @@ import (
 )
 
 const (
-	modelDir    = "../../models/stories260k"
-	evalPrompts = "../../data/prompts/stories-eval.jsonl"
-	trainPrompt = "../../data/prompts/stories-train.jsonl"
+	modelDir    = "../models/stories260k"
+	evalPrompts = "../data/prompts/stories-eval.jsonl"
+	trainPrompt = "../data/prompts/stories-train.jsonl"
 	eosID       = 2
 
 	// Training budget of the test drafters: small, but enough for
@@ -59,8 +60,8 @@ func testPrompts(t testing.TB, path string, n int) []Prompt {
 // the target's: a drafter whose guesses are mostly wrong but sometimes right.
 func randomMedusa(t testing.TB, m *model.Model, heads int, seed uint64) *Drafter {
 	t.Helper()
-	g := medusa.Geometry{Hidden: m.HiddenSize(), Vocab: m.VocabSize(), Heads: heads, Layers: 1}
-	h, err := medusa.NewHeads(g, m.LMHead, false)
+	g := dmedusa.Geometry{Hidden: m.HiddenSize(), Vocab: m.VocabSize(), Heads: heads, Layers: 1}
+	h, err := dmedusa.NewHeads(g, m.LMHead, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,45 +79,38 @@ func randomMedusa(t testing.TB, m *model.Model, heads int, seed uint64) *Drafter
 			h.LMHead[hd][i] += float32(r.NormFloat64() * 0.05)
 		}
 	}
-	d, err := NewMedusaDrafter(h, m)
+	d, err := dmedusa.NewDrafter(h, m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return d
+	return NewDrafter(d)
 }
 
-// eagleGeometry is the draft geometry for target m with a draft vocabulary n.
-func eagleGeometry(m *model.Model, n int) eagle3.Geometry {
-	c := m.Config
-	g := eagle3.Geometry{Hidden: c.HiddenSize, Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim,
-		Intermediate: c.IntermediateSize, RMSNormEps: c.RMSNormEps, RopeTheta: c.RopeTheta,
-		MaxPositions: c.MaxPositions, Vocab: c.VocabSize, DraftVocab: n}
-	if s := c.RopeScaling; s != nil {
-		g.RopeScaling = &nn.RopeScaling{Type: s.Type, Factor: s.Factor, LowFreqFactor: s.LowFreqFactor,
-			HighFreqFactor: s.HighFreqFactor, OriginalMaxPositions: s.OriginalMaxPositions}
-	}
-	return g
-}
+// medusaHeads returns the heads of a Medusa drafter.
+func medusaHeads(d *Drafter) *dmedusa.Heads { return d.d.(*dmedusa.Drafter).Heads() }
+
+// eagleDraft returns the draft of an EAGLE-3 drafter.
+func eagleDraft(d *Drafter) *deagle3.Draft { return d.d.(*deagle3.Drafter).Draft() }
 
 // randomEagle returns an EAGLE-3 draft with random weights over a random
 // draft vocabulary of n ids (n < V exercises the d2t mapping).
 func randomEagle(t testing.TB, m *model.Model, n int, seed uint64) *Drafter {
 	t.Helper()
 	g, p, voc := randomEagleParams(t, m, n, seed)
-	dr, err := eagle3.NewDraft(g, p, voc, m.Embed, m.Backend())
+	dr, err := deagle3.NewDraft(g, p, voc, m.Embed, m.Backend())
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := NewEagleDrafter(dr, m)
+	d, err := deagle3.NewDrafter(dr, m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return d
+	return NewDrafter(d)
 }
 
-func randomEagleParams(t testing.TB, m *model.Model, n int, seed uint64) (eagle3.Geometry, *eagle3.Params, *eagle3.Vocab) {
+func randomEagleParams(t testing.TB, m *model.Model, n int, seed uint64) (deagle3.Geometry, *deagle3.Params, *deagle3.Vocab) {
 	t.Helper()
-	g := eagleGeometry(m, n)
+	g := deagle3.TargetGeometry(m.Config, n)
 	r := rand.New(rand.NewPCG(seed, 2))
 	H, qw, kw, I := g.Hidden, g.Heads*g.HeadDim, g.KVHeads*g.HeadDim, g.Intermediate
 	rnd := func(size int, mean, std float64) []float32 {
@@ -126,7 +120,7 @@ func randomEagleParams(t testing.TB, m *model.Model, n int, seed uint64) (eagle3
 		}
 		return x
 	}
-	p := &eagle3.Params{FC: rnd(H*3*H, 0, 0.1), HiddenNorm: rnd(H, 1, 0.1), InputNorm: rnd(H, 1, 0.1),
+	p := &deagle3.Params{FC: rnd(H*3*H, 0, 0.1), HiddenNorm: rnd(H, 1, 0.1), InputNorm: rnd(H, 1, 0.1),
 		Q: rnd(qw*2*H, 0, 0.1), K: rnd(kw*2*H, 0, 0.1), V: rnd(kw*2*H, 0, 0.1), O: rnd(H*qw, 0, 0.1),
 		PostNorm: rnd(H, 1, 0.1), Gate: rnd(I*H, 0, 0.1), Up: rnd(I*H, 0, 0.1), Down: rnd(H*I, 0, 0.1),
 		Norm: rnd(H, 1, 0.1), LMHead: rnd(n*H, 0, 0.5)}
@@ -134,7 +128,7 @@ func randomEagleParams(t testing.TB, m *model.Model, n int, seed uint64) (eagle3
 	for i := range counts {
 		counts[i] = int64(r.IntN(100))
 	}
-	voc, err := eagle3.BuildVocab(counts, n)
+	voc, err := deagle3.BuildVocab(counts, n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +212,7 @@ func trainDrafters(t *testing.T) (tr trained) {
 		return
 	}
 	L, H := m.NumLayers(), m.HiddenSize()
-	layers := defaultEagleLayers(L)
+	layers := deagle3.EngineDefaultLayers(L)
 	taps := []int{L}
 	var slot [3]int
 	for c, id := range layers {
@@ -270,17 +264,17 @@ func trainDrafters(t *testing.T) (tr trained) {
 		return
 	}
 	tr.medusaDir = filepath.Join(root, "medusa-out")
-	if tr.err = medusa.Export(tr.medusaDir, mres.Heads, medusa.ExportInfo{BaseModel: modelDir, TargetFingerprint: tr.fp, Metrics: mres.Best}); tr.err != nil {
+	if tr.err = dmedusa.Export(tr.medusaDir, mres.Heads, dmedusa.ExportInfo{BaseModel: modelDir, TargetFingerprint: tr.fp, Metrics: mres.Best}); tr.err != nil {
 		return
 	}
 
 	t.Logf("trained Medusa heads in %v: %+v", time.Since(start), mres.Best)
 	start = time.Now()
-	g := eagleGeometry(m, 0)
+	g := deagle3.TargetGeometry(m.Config, 0)
 	ecfg := eagle3.DefaultConfig() // a zero field is not replaced by its default
 	ecfg.Target = &eagle3.Target{Geometry: g, Embed: m.Embed, LMHead: m.LMHead}
 	ecfg.DraftVocab, ecfg.BatchTokens, ecfg.MaxLength, ecfg.Epochs, ecfg.Seed = 256, 512, 512, eagleEpochs, 1
-	ecfg.Export = eagle3.ExportOptions{DefaultLayers: true}
+	ecfg.Export = deagle3.ExportOptions{DefaultLayers: true}
 	ecfg.Provenance = eagle3.Provenance{TargetFingerprint: tr.fp}
 	tr.eagleDir = filepath.Join(root, "eagle-out")
 	eres, err := eagle3.Train(context.Background(), ecfg, mem, be, tr.eagleDir)

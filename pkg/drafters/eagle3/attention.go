@@ -6,8 +6,8 @@ import (
 	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
-// span is one packed sequence of a batch: rows [start, start+n).
-type span struct{ start, n int }
+// Span is one packed sequence of a training batch: rows [Start, Start+N).
+type Span struct{ Start, N int }
 
 // attnShape is the head layout of the draft attention.
 type attnShape struct {
@@ -15,8 +15,81 @@ type attnShape struct {
 	scale       float32 // 1/sqrt(hd)
 }
 
+func newAttnShape(g Geometry) attnShape {
+	return attnShape{nq: g.Heads, nkv: g.KVHeads, hd: g.HeadDim, scale: float32(1 / math.Sqrt(float64(g.HeadDim)))}
+}
+
 func (a attnShape) qw() int { return a.nq * a.hd }
 func (a attnShape) kw() int { return a.nkv * a.hd }
+
+// TTT is the attention of the draft unrolled over several steps for training
+// (EAGLE-3's "training-time test"), over a batch of packed sequences (Seqs).
+// Step k's keys and values live in Keys[k] and Vals[k], where the layer's
+// Acts of that step put them; Step says which step the next Attend or
+// AttendBackward runs. It keeps every step's log-sum-exp for the backward
+// pass, and its gradients of the keys and values until each step's is
+// complete.
+type TTT struct {
+	// Seqs are the batch's sequences; Step the step to run.
+	Seqs []Span
+	Step int
+	// Keys[k] and Vals[k] hold step k's RoPE'd keys and values, [R, nkv*hd].
+	Keys, Vals [][]float32
+
+	a            attnShape
+	be           tensor.Backend
+	lse          [][]float32 // per step [R, nq]
+	dkeys, dvals [][]float32 // per step [R, nkv*hd]
+	s, dp, pe    []float32   // n*n, n*n and n*(steps+1) scratch (n: longest sequence)
+}
+
+// NewTTT allocates the attention of steps unrolled steps over batches of up
+// to maxRows rows in sequences of at most maxLen; withGrad adds what the
+// backward pass needs.
+func NewTTT(g Geometry, be tensor.Backend, steps, maxRows, maxLen int, withGrad bool) *TTT {
+	kw := g.KVDim()
+	t := &TTT{a: newAttnShape(g), be: be, s: make([]float32, maxLen*maxLen), pe: make([]float32, maxLen*(steps+1))}
+	for range steps {
+		t.Keys = append(t.Keys, make([]float32, maxRows*kw))
+		t.Vals = append(t.Vals, make([]float32, maxRows*kw))
+		t.lse = append(t.lse, make([]float32, maxRows*g.Heads))
+		if withGrad {
+			t.dkeys = append(t.dkeys, make([]float32, maxRows*kw))
+			t.dvals = append(t.dvals, make([]float32, maxRows*kw))
+		}
+	}
+	if withGrad {
+		t.dp = make([]float32, maxLen*maxLen)
+	}
+	return t
+}
+
+// Attend implements Attention for step Step, whose keys and values the
+// layer wrote into Keys[Step] and Vals[Step] (k and v).
+func (t *TTT) Attend(o, q, k, v []float32, rows int) {
+	s := t.Step
+	attentionForward(t.be, t.a, o, t.lse[s], q, t.Keys[:s+1], t.Vals[:s+1], t.Seqs, t.s, t.pe)
+}
+
+// ZeroGrad clears the key and value gradients of rows rows before a
+// backward pass through the unroll.
+func (t *TTT) ZeroGrad(rows int) {
+	kw := t.a.kw()
+	for k := range t.dkeys {
+		clear(t.dkeys[k][:rows*kw])
+		clear(t.dvals[k][:rows*kw])
+	}
+}
+
+// AttendBackward implements AttentionGrad for step Step, the steps after it
+// having run theirs: it accumulates the gradient of this step's queries into
+// dq and of every step's keys and values up to this one, and returns this
+// step's, which are then complete (the later steps added their share).
+func (t *TTT) AttendBackward(dq, do, o, q []float32, rows int) (dk, dv []float32) {
+	s := t.Step
+	attentionBackward(t.be, t.a, dq, t.dkeys[:s+1], t.dvals[:s+1], do, o, t.lse[s], q, t.Keys[:s+1], t.Vals[:s+1], t.Seqs, t.s, t.dp, t.pe)
+	return t.dkeys[s], t.dvals[s]
+}
 
 // TTT attention. Step k of the unroll has, per row r (sequence position i),
 // a query q_k[r]. It attends to the step-0 keys of its sequence at positions
@@ -37,22 +110,22 @@ func (a attnShape) kw() int { return a.nkv * a.hd }
 // keys[m] and vals[m] hold step m's (RoPE'd) keys and values, [R, nkv*hd];
 // len(keys) = k+1. S is an n*n scratch, pe an n*(k+1) scratch (maximum sequence
 // length n).
-func attentionForward(be tensor.Backend, a attnShape, out, lse, q []float32, keys, vals [][]float32, seqs []span, S, pe []float32) {
+func attentionForward(be tensor.Backend, a attnShape, out, lse, q []float32, keys, vals [][]float32, seqs []Span, S, pe []float32) {
 	qw, kw, hd := a.qw(), a.kw(), a.hd
 	k := len(keys) - 1
 	group := a.nq / a.nkv
 	for _, sp := range seqs {
-		n := sp.n
+		n := sp.N
 		for h := 0; h < a.nq; h++ {
 			g := h / group
-			qh := q[sp.start*qw+h*hd:]
-			k0 := keys[0][sp.start*kw+g*hd:]
-			v0 := vals[0][sp.start*kw+g*hd:]
-			oh := out[sp.start*qw+h*hd:]
+			qh := q[sp.Start*qw+h*hd:]
+			k0 := keys[0][sp.Start*kw+g*hd:]
+			v0 := vals[0][sp.Start*kw+g*hd:]
+			oh := out[sp.Start*qw+h*hd:]
 			be.Sgemm(false, true, n, n, hd, a.scale, qh, qw, k0, kw, 0, S, n)
 			tensor.Parallel(n, 16, func(lo, hi int) {
 				for i := lo; i < hi; i++ {
-					r := sp.start + i
+					r := sp.Start + i
 					row := S[i*n : i*n+n]
 					ex := pe[i*(k+1) : i*(k+1)+k+1]
 					qv := q[r*qw+h*hd : r*qw+h*hd+hd]
@@ -88,7 +161,7 @@ func attentionForward(be tensor.Backend, a attnShape, out, lse, q []float32, key
 			be.Sgemm(false, false, n, hd, n, 1, S, n, v0, kw, 0, oh, qw)
 			if k > 0 {
 				for i := 0; i < n; i++ {
-					r := sp.start + i
+					r := sp.Start + i
 					o := out[r*qw+h*hd : r*qw+h*hd+hd]
 					for m := 1; m <= k; m++ {
 						axpy(o, pe[i*(k+1)+m], vals[m][r*kw+g*hd:r*kw+g*hd+hd])
@@ -105,27 +178,27 @@ func attentionForward(be tensor.Backend, a attnShape, out, lse, q []float32, key
 // head, dP = dout . v, the softmax gives dS = P (dP - D); then dq = scale dS K,
 // dK = scale dS^T Q, dV = P^T dout (and the same per extra diagonal key).
 // S and dP are n*n scratches, pe and dpe n*(k+1).
-func attentionBackward(be tensor.Backend, a attnShape, dq []float32, dkeys, dvals [][]float32, dout, out, lse, q []float32, keys, vals [][]float32, seqs []span, S, dP, pe []float32) {
+func attentionBackward(be tensor.Backend, a attnShape, dq []float32, dkeys, dvals [][]float32, dout, out, lse, q []float32, keys, vals [][]float32, seqs []Span, S, dP, pe []float32) {
 	qw, kw, hd := a.qw(), a.kw(), a.hd
 	k := len(keys) - 1
 	group := a.nq / a.nkv
 	for _, sp := range seqs {
-		n := sp.n
+		n := sp.N
 		for h := 0; h < a.nq; h++ {
 			g := h / group
-			qh := q[sp.start*qw+h*hd:]
-			dqh := dq[sp.start*qw+h*hd:]
-			k0 := keys[0][sp.start*kw+g*hd:]
-			v0 := vals[0][sp.start*kw+g*hd:]
-			dk0 := dkeys[0][sp.start*kw+g*hd:]
-			dv0 := dvals[0][sp.start*kw+g*hd:]
-			doh := dout[sp.start*qw+h*hd:]
+			qh := q[sp.Start*qw+h*hd:]
+			dqh := dq[sp.Start*qw+h*hd:]
+			k0 := keys[0][sp.Start*kw+g*hd:]
+			v0 := vals[0][sp.Start*kw+g*hd:]
+			dk0 := dkeys[0][sp.Start*kw+g*hd:]
+			dv0 := dvals[0][sp.Start*kw+g*hd:]
+			doh := dout[sp.Start*qw+h*hd:]
 			be.Sgemm(false, true, n, n, hd, a.scale, qh, qw, k0, kw, 0, S, n)
 			be.Sgemm(false, true, n, n, hd, 1, doh, qw, v0, kw, 0, dP, n)
 			// Rebuild P (into S) from the stored log-sum-exp, then turn dP into dS.
 			tensor.Parallel(n, 16, func(lo, hi int) {
 				for i := lo; i < hi; i++ {
-					r := sp.start + i
+					r := sp.Start + i
 					l := lse[r*a.nq+h]
 					row, drow := S[i*n:i*n+n], dP[i*n:i*n+n]
 					qv := q[r*qw+h*hd : r*qw+h*hd+hd]
@@ -152,7 +225,7 @@ func attentionBackward(be tensor.Backend, a attnShape, dq []float32, dkeys, dval
 			// independent, but dvals/dkeys rows of one kv head are shared by the
 			// query heads of a group, so this loop stays serial per head).
 			for i := 0; i < n && k > 0; i++ {
-				r := sp.start + i
+				r := sp.Start + i
 				qv := q[r*qw+h*hd : r*qw+h*hd+hd]
 				dqv := dq[r*qw+h*hd : r*qw+h*hd+hd]
 				for m := 1; m <= k; m++ {

@@ -9,6 +9,8 @@ import (
 	"text/tabwriter"
 
 	"github.com/drafter-ai/drafter/pkg/atomicfile"
+	"github.com/drafter-ai/drafter/pkg/drafters"
+	"github.com/drafter-ai/drafter/pkg/drafters/methods"
 	"github.com/drafter-ai/drafter/pkg/sample"
 	"github.com/drafter-ai/drafter/pkg/spec"
 )
@@ -60,9 +62,10 @@ type Report struct {
 	// at depth d among those that examined one.
 	AcceptRateByDepth []float64  `json:"accept_rate_by_depth"`
 	Stats             spec.Stats `json:"stats"`
-	// HeadHits are Medusa's per-head hit rates against the tokens the target
-	// produced (empty for EAGLE-3).
-	HeadHits []HeadHits `json:"head_hits,omitempty"`
+	// HeadHits are per-head hit rates against the tokens the target
+	// produced, from drafters that report them (drafters.HitReporter:
+	// Medusa's heads; empty for EAGLE-3).
+	HeadHits []drafters.HeadHits `json:"head_hits,omitempty"`
 
 	Baseline    Speed   `json:"baseline"`
 	Speculative Speed   `json:"speculative"`
@@ -76,6 +79,9 @@ type Report struct {
 
 	Lossless  Lossless       `json:"lossless"`
 	PerPrompt []PromptResult `json:"per_prompt"`
+
+	// headLabel names a head in HeadHits' table ("Medusa head").
+	headLabel string
 }
 
 // StepCost breaks the speculative run's time per verification forward down
@@ -100,18 +106,6 @@ type Speed struct {
 	TokensPerSec float64 `json:"tokens_per_sec"`
 	// DrafterSeconds is the drafter's part of Seconds (speculative run only).
 	DrafterSeconds float64 `json:"drafter_seconds,omitempty"`
-}
-
-// HeadHits counts how often Medusa head Head's best guess (Top1) or one of
-// its K best (TopK) was the token the target produced, over Count guesses.
-type HeadHits struct {
-	Head     int     `json:"head"`
-	K        int     `json:"k"`
-	Count    int     `json:"count"`
-	Top1     int     `json:"top1"`
-	TopK     int     `json:"topk"`
-	Top1Rate float64 `json:"top1_rate"`
-	TopKRate float64 `json:"topk_rate"`
 }
 
 // Lossless is the token-for-token comparison of speculative and baseline
@@ -160,10 +154,7 @@ func (r *runner) newReport(prompts []Prompt) *Report {
 	cfg := r.cfg
 	rep := &Report{Version: ReportVersion, Drafter: *r.d.Info, Mode: cfg.Mode, Sampling: cfg.Sampling, Seed: cfg.Seed,
 		MaxNewTokens: cfg.MaxNewTokens, Depth: cfg.Depth, TopK: cfg.TopK, TotalTokens: cfg.TotalTokens,
-		TreeNodes: r.prop.maxNodes(), Typical: cfg.Typical, Prompts: len(prompts)}
-	if r.d.Info.Kind == KindMedusa && cfg.Mode == ModeTree {
-		rep.Tree = cfg.Tree
-	}
+		Tree: cfg.Tree, TreeNodes: r.prop.MaxNodes(), Typical: cfg.Typical, Prompts: len(prompts)}
 	switch {
 	case cfg.Typical != nil:
 		rep.Acceptance, rep.Lossy = "typical", true
@@ -195,8 +186,10 @@ func (r *runner) finish(rep *Report) {
 	for d := range st.Tried {
 		rep.AcceptRateByDepth[d] = st.AcceptRate(d + 1)
 	}
-	if mp, ok := r.prop.(*medusaProposer); ok {
-		rep.HeadHits = append([]HeadHits(nil), mp.hits...)
+	if hr, ok := r.prop.(drafters.HitReporter); ok {
+		label, hits := hr.HeadHits()
+		rep.headLabel = label
+		rep.HeadHits = append([]drafters.HeadHits(nil), hits...)
 		for i := range rep.HeadHits {
 			h := &rep.HeadHits[i]
 			if h.Count > 0 {
@@ -286,7 +279,11 @@ func (rep *Report) WriteText(w io.Writer) error {
 	}
 	if len(rep.HeadHits) > 0 {
 		p("\t\n")
-		p("Medusa head\tpredicts\tguesses\ttop-1\ttop-%d\n", rep.HeadHits[0].K)
+		label := rep.headLabel
+		if label == "" {
+			label = "head"
+		}
+		p("%s\tpredicts\tguesses\ttop-1\ttop-%d\n", label, rep.HeadHits[0].K)
 		for _, h := range rep.HeadHits {
 			p("%d\tt+%d\t%d\t%.3f\t%.3f\n", h.Head, h.Head+2, h.Count, h.Top1Rate, h.TopKRate)
 		}
@@ -314,19 +311,14 @@ func (rep *Report) WriteText(w io.Writer) error {
 	return tw.Flush()
 }
 
-// shape describes the draft shape in words.
+// shape describes the draft shape in words, as the method of the report's
+// drafter kind among methods.All words it.
 func (rep *Report) shape() string {
-	switch {
-	case rep.Drafter.Kind == KindMedusa && rep.Mode == ModeChain:
-		return fmt.Sprintf("Medusa chain: top-1 of %d heads", rep.Depth)
-	case rep.Drafter.Kind == KindMedusa:
-		return fmt.Sprintf("Medusa static tree: %d nodes, depth %d, widths %v", rep.TreeNodes, rep.Tree.Depth(), rep.Tree.Widths())
-	case rep.Mode == ModeChain && !rep.Sampling.Greedy():
-		return fmt.Sprintf("EAGLE-3 chain of %d tokens, each sampled from the draft distribution", rep.Depth)
-	case rep.Mode == ModeChain:
-		return fmt.Sprintf("EAGLE-3 chain of %d tokens", rep.Depth)
+	d := drafters.Decoding{Mode: rep.Mode, Depth: rep.Depth, Tree: rep.Tree, TopK: rep.TopK, TotalTokens: rep.TotalTokens, Sampling: rep.Sampling}
+	if m := methodOf(methods.All(), rep.Drafter.Kind); m != nil {
+		return m.Shape(d, rep.TreeNodes)
 	}
-	return fmt.Sprintf("EAGLE-2 dynamic tree: depth %d, top-k %d, %d total tokens", rep.Depth, rep.TopK, rep.TotalTokens)
+	return fmt.Sprintf("%s %s: depth %d, top-k %d, %d total tokens, %d nodes", rep.Drafter.Kind, rep.Mode, rep.Depth, rep.TopK, rep.TotalTokens, rep.TreeNodes)
 }
 
 func pct(a, b int) float64 {

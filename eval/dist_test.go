@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/drafter-ai/drafter/internal/testmodel"
+	deagle3 "github.com/drafter-ai/drafter/pkg/drafters/eagle3"
 	"github.com/drafter-ai/drafter/pkg/model"
 	"github.com/drafter-ai/drafter/pkg/sample"
-	"gonum.org/v1/gonum/stat/distuv"
 )
 
 // secondTokenDistribution returns the exact distribution of the second
@@ -53,31 +54,6 @@ func secondTokenDistribution(t *testing.T, m *model.Model, prompt []int, params 
 	return want
 }
 
-// chiSquareP returns the p-value of Pearson's chi-square test of counts
-// against probabilities want (bins expecting fewer than 5 draws pooled).
-func chiSquareP(counts []int, want []float64, n int) (p float64, df int) {
-	var stat, poolObs, poolExp float64
-	bins := 0
-	for i, w := range want {
-		exp := w * float64(n)
-		if exp < 5 {
-			poolObs += float64(counts[i])
-			poolExp += exp
-			continue
-		}
-		d := float64(counts[i]) - exp
-		stat += d * d / exp
-		bins++
-	}
-	if poolExp > 0 {
-		d := poolObs - poolExp
-		stat += d * d / max(poolExp, 1e-9)
-		bins++
-	}
-	df = bins - 1
-	return 1 - distuv.ChiSquared{K: float64(df)}.CDF(stat), df
-}
-
 // TestSamplingMatchesTarget: at temperature 1 (with top-k 12, so that
 // verification uses the warped distribution), the second generated token,
 // the first one speculative decoding verifies, is distributed exactly as the
@@ -115,7 +91,7 @@ func TestSamplingMatchesTarget(t *testing.T) {
 			}
 			cases = append(cases, drafterCase{"trained-" + string(info.Kind) + "/chain", d, Config{Mode: ModeChain}},
 				drafterCase{"trained-" + string(info.Kind) + "/tree", d, Config{Mode: ModeTree}})
-			if info.Kind == KindEagle3 {
+			if info.Kind == deagle3.Kind {
 				// A small dynamic tree keeps the 1500 verification passes quick.
 				cases[len(cases)-1].cfg = Config{Mode: ModeTree, Depth: 2, TopK: 4, TotalTokens: 12}
 			}
@@ -136,7 +112,7 @@ func TestSamplingMatchesTarget(t *testing.T) {
 				}
 				counts[pr.Output[1]]++
 			}
-			p, df := chiSquareP(counts, want, n)
+			p, df := testmodel.ChiSquareP(counts, want, n)
 			t.Logf("τ %.3f, depth-1 acceptance %.3f; chi-square p = %.4f (%d degrees of freedom)", rep.MeanAcceptLength, rep.Stats.AcceptRate(1), p, df)
 			if p < 1e-3 {
 				t.Fatalf("the verified token's distribution differs from the target's: p = %.2g", p)

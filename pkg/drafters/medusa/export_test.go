@@ -15,22 +15,21 @@ import (
 	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
+// randomHeads returns heads of geometry g with random weights over a random
+// target lm_head, which it returns too.
 func randomHeads(t *testing.T, g Geometry, seed uint64) (*Heads, []float32) {
 	r := rand.New(rand.NewPCG(seed, 5))
 	target := make([]float32, g.Vocab*g.Hidden)
-	randFill(r, target, 0.5)
+	for i := range target {
+		target[i] = float32(0.5 * r.NormFloat64())
+	}
 	m, err := NewHeads(g, target, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for h := 0; h < g.Heads; h++ {
-		for l := 0; l < g.Layers; l++ {
-			randFill(r, m.W[h][l], 0.3)
-			randFill(r, m.B[h][l], 0.3)
-		}
-		if !g.SharedLMHead {
-			randFill(r, m.LMHead[h], 0.5) // heads differ from each other and from the target
-		}
+	p := m.ParamData() // blocks and unshared lm_heads: heads differ from each other and from the target
+	for i := range p {
+		p[i] = float32(0.4 * r.NormFloat64())
 	}
 	return m, target
 }
@@ -56,7 +55,7 @@ func TestExportRoundTrip(t *testing.T) {
 		m, target := randomHeads(t, g, 11)
 		dir := t.TempDir()
 		info := ExportInfo{BaseModel: "org/target", TargetFingerprint: "sha256:abc", DataManifests: map[string]string{"data/manifest.json": "sha256:def"},
-			Args: DefaultConfig(), Metrics: &Metrics{Step: 3, Top1: []float64{0.5, 0.25, 0.1}}}
+			Args: map[string]any{"lr": 0.01}, Metrics: map[string]any{"step": 3, "top1": []float64{0.5, 0.25, 0.1}}}
 		if err := Export(dir, m, info); err != nil {
 			t.Fatal(err)
 		}
@@ -115,7 +114,7 @@ func TestExportRoundTrip(t *testing.T) {
 		}
 		pv := readConfig(t, filepath.Join(dir, "drafter.json"))
 		if pv["method"] != "medusa" || pv["target_fingerprint"] != "sha256:abc" || pv["data_manifests"].(map[string]any)["data/manifest.json"] != "sha256:def" ||
-			pv["args"].(map[string]any)["lr"] != DefaultConfig().LR || pv["metrics"] == nil {
+			pv["args"].(map[string]any)["lr"] != 0.01 || pv["metrics"] == nil {
 			t.Errorf("drafter.json incomplete: %v", pv)
 		}
 
@@ -123,7 +122,10 @@ func TestExportRoundTrip(t *testing.T) {
 		be := tensor.CPU()
 		rows := 5
 		x := make([]float32, rows*g.Hidden)
-		randFill(rand.New(rand.NewPCG(1, 1)), x, 1)
+		xr := rand.New(rand.NewPCG(1, 1))
+		for i := range x {
+			x[i] = float32(xr.NormFloat64())
+		}
 		for _, sub := range []string{dir, filepath.Join(dir, "vllm"), filepath.Join(dir, "medusa")} {
 			back, err := LoadHeads(sub)
 			if err != nil {
@@ -132,13 +134,17 @@ func TestExportRoundTrip(t *testing.T) {
 			if back.Geometry.Hidden != 8 || back.Vocab != 13 || back.Heads != 3 || back.Layers != 2 {
 				t.Fatalf("%s: geometry %+v", sub, back.Geometry)
 			}
-			ws0, ws1 := m.NewWorkspace(rows, 0), back.NewWorkspace(rows, 0)
-			a, b := make([]float32, rows*g.Vocab), make([]float32, rows*g.Vocab)
-			for h := 0; h < g.Heads; h++ {
-				m.Logits(be, ws0, h, x, rows, a)
-				back.Logits(be, ws1, h, x, rows, b)
-				if !reflect.DeepEqual(a, b) {
-					t.Fatalf("shared=%v %s head %d: logits differ after the round trip", shared, sub, h)
+			sa, err := m.NewScorer(g.Heads)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sb, err := back.NewScorer(g.Heads)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for r := 0; r < rows; r++ {
+				if a, b := sa.Score(be, x[r*g.Hidden:]), sb.Score(be, x[r*g.Hidden:]); !reflect.DeepEqual(a, b) {
+					t.Fatalf("shared=%v %s row %d: logits differ after the round trip", shared, sub, r)
 				}
 			}
 		}
@@ -193,5 +199,71 @@ func TestExportRefusesNonFinite(t *testing.T) {
 		if _, err := os.Stat(dir); !os.IsNotExist(err) {
 			t.Errorf("%s: the refused export created %s (%v)", c.dt, dir, err)
 		}
+	}
+}
+
+// TestScorerAllocatesNothing: a drafting step (every head on one position,
+// their blocks in place, shared or own lm_heads) allocates nothing.
+func TestScorerAllocatesNothing(t *testing.T) {
+	for _, shared := range []bool{false, true} {
+		g := Geometry{Hidden: 8, Vocab: 13, Heads: 3, Layers: 2, SharedLMHead: shared}
+		m, _ := randomHeads(t, g, 7)
+		s, err := m.NewScorer(g.Heads)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x := make([]float32, g.Hidden)
+		x[3] = 1
+		be := tensor.CPU()
+		if a := testing.AllocsPerRun(20, func() { s.Score(be, x) }); a != 0 {
+			t.Fatalf("shared=%v: a drafting step allocates %v times", shared, a)
+		}
+	}
+}
+
+// TestDetectOneLayoutPerFolder: each layout's folder is detected as that
+// layout, and a folder holding both layouts' files (FasterDecoding's weights
+// beside a vLLM config and weights: one config.json cannot describe both)
+// is refused, naming both, where it was read as FasterDecoding's and then
+// failed on the config.
+func TestDetectOneLayoutPerFolder(t *testing.T) {
+	g := Geometry{Hidden: 8, Vocab: 13, Heads: 2, Layers: 1}
+	m, _ := randomHeads(t, g, 5)
+	dir := t.TempDir()
+	if err := Export(dir, m, ExportInfo{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range (Method{}).Layouts() {
+		if got, err := (Method{}).Detect(filepath.Join(dir, l)); err != nil || got != l {
+			t.Fatalf("%s/: detected %q (%v)", l, got, err)
+		}
+	}
+	both := filepath.Join(dir, MedusaDir)
+	for _, f := range []string{"config.json", VLLMWeights} {
+		b, err := os.ReadFile(filepath.Join(dir, VLLMDir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(both, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := (Method{}).Detect(both)
+	if err == nil || !strings.Contains(err.Error(), "two layouts, vllm and medusa") || !strings.Contains(err.Error(), both) {
+		t.Fatalf("a folder of both layouts: %v", err)
+	}
+}
+
+// TestExportOmitsNilMetrics: a run that held nothing out hands Export a nil
+// *Metrics; drafter.json then has no metrics, as when the field was typed.
+func TestExportOmitsNilMetrics(t *testing.T) {
+	type metrics struct{ Step int }
+	m, _ := randomHeads(t, Geometry{Hidden: 4, Vocab: 5, Heads: 1, Layers: 1}, 1)
+	dir := t.TempDir()
+	if err := Export(dir, m, ExportInfo{Metrics: (*metrics)(nil)}); err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := readConfig(t, filepath.Join(dir, "drafter.json"))["metrics"]; ok {
+		t.Fatalf("drafter.json records metrics %v for a nil *Metrics", v)
 	}
 }

@@ -5,19 +5,18 @@ import (
 	"context"
 	"errors"
 	"math"
-	"slices"
 	"strings"
 	"testing"
 
-	"github.com/drafter-ai/drafter/pkg/model"
+	"github.com/drafter-ai/drafter/pkg/drafters"
+	dmedusa "github.com/drafter-ai/drafter/pkg/drafters/medusa"
 	"github.com/drafter-ai/drafter/pkg/sample"
 	"github.com/drafter-ai/drafter/pkg/spec"
-	"github.com/drafter-ai/drafter/train/eagle3"
 )
 
 // shapes lists every draft shape eval runs for a drafter kind.
-func shapes(kind Kind) map[string]Config {
-	if kind == KindMedusa {
+func shapes(kind drafters.Kind) map[string]Config {
+	if kind == dmedusa.Kind {
 		return map[string]Config{
 			"chain":          {Mode: ModeChain},
 			"chain-2":        {Mode: ModeChain, Depth: 2},
@@ -163,28 +162,5 @@ func TestLosslessReporting(t *testing.T) {
 	rep.Lossless.Mismatches = nil
 	if err := rep.CheckLossless(); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// TestEagleFeatureTaps checks which target states an EAGLE-3 drafter is fed:
-// its feature layers as the capture stored them, the residual stream after
-// each decoder layer, so that index L is the last layer's output before the
-// final norm (model.PreNormLast), not Transformers' post-norm entry L, which
-// verification reads separately for the logits.
-func TestEagleFeatureTaps(t *testing.T) {
-	m := loadTarget(t)
-	L := m.NumLayers()
-	g, p, voc := randomEagleParams(t, m, m.VocabSize(), 3)
-	dr, err := eagle3.NewDraft(g, p, voc, m.Embed, m.Backend())
-	if err != nil {
-		t.Fatal(err)
-	}
-	dr.LayerIDs = []int{1, 3, L}
-	prop, err := newEagleProposer(m, dr, Config{Mode: ModeChain, Depth: 4}, 64, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := []int{1, 3, model.PreNormLast}; !slices.Equal(prop.taps(), want) {
-		t.Fatalf("feature taps %v for layers %v; want %v", prop.taps(), dr.LayerIDs, want)
 	}
 }

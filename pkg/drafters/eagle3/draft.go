@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/drafter-ai/drafter/pkg/nn"
+	"github.com/drafter-ai/drafter/pkg/drafters"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
@@ -19,18 +19,8 @@ type Draft struct {
 	// LayerIDs are the HF hidden_states indices written in the config, or nil
 	// when the export used the defaults (2, L/2, L-3).
 	LayerIDs []int
-	p        *Params
+	layer    *Layer
 	embed    []float32
-	be       tensor.Backend
-	rope     *nn.RoPE
-	a        attnShape
-	t        *draftMats // transposed matrices for fast products, or nil; see Freeze
-}
-
-// draftMats holds the draft's matrices transposed for tensor.Transposed's
-// few-row products.
-type draftMats struct {
-	fc, q, k, v, o, gate, up, down, lm *tensor.Transposed
 }
 
 // Freeze prepares the draft for inference with parameters that no longer
@@ -43,9 +33,9 @@ func (d *Draft) Freeze() {
 	if !tensor.TransposedFast() {
 		return
 	}
-	g, p := d.Geometry, d.p
-	h, qw, kw, I := g.Hidden, g.qDim(), g.kvDim(), g.Intermediate
-	d.t = &draftMats{
+	g, p := d.Geometry, d.layer.P
+	h, qw, kw, I := g.Hidden, g.QDim(), g.KVDim(), g.Intermediate
+	d.layer.t = &draftMats{
 		fc: tensor.NewTransposed(p.FC, h, 3*h),
 		q:  tensor.NewTransposed(p.Q, qw, 2*h), k: tensor.NewTransposed(p.K, kw, 2*h), v: tensor.NewTransposed(p.V, kw, 2*h),
 		o:    tensor.NewTransposed(p.O, h, qw),
@@ -54,36 +44,13 @@ func (d *Draft) Freeze() {
 	}
 }
 
-// mul computes out[rows, n] = x[rows, k]·w[n, k]^T through wt when the draft
-// is frozen, else through tensor.MatMulT.
-func (d *Draft) mul(out, x, w []float32, wt *tensor.Transposed, rows, n, k int) {
-	if wt != nil {
-		wt.MulCols(out, n, x, k, rows, 0, n, false)
-		return
-	}
-	tensor.MatMulT(d.be, out[:rows*n], x[:rows*k], w[:n*k], rows, n, k)
-}
-
-// mats returns the transposed matrices, or none when not frozen.
-func (d *Draft) mats() draftMats {
-	if d.t != nil {
-		return *d.t
-	}
-	return draftMats{}
-}
-
 // NewDraft wraps parameters (for example a trainer's) as a drafter.
 func NewDraft(g Geometry, p *Params, voc *Vocab, embed []float32, be tensor.Backend) (*Draft, error) {
-	if err := g.Validate(); err != nil {
+	l, err := newLayer(g, p, be, 1, tensor.SwiGLU)
+	if err != nil {
 		return nil, err
 	}
-	maxPos := max(g.MaxPositions, 1)
-	rope, err := nn.NewRoPE(g.HeadDim, g.RopeTheta, g.RopeScaling, maxPos)
-	if err != nil {
-		return nil, fmt.Errorf("eagle3: draft RoPE: %w", err)
-	}
-	return &Draft{Geometry: g, Vocab: voc, p: p, embed: embed, be: be, rope: rope,
-		a: attnShape{nq: g.Heads, nkv: g.KVHeads, hd: g.HeadDim, scale: float32(1 / math.Sqrt(float64(g.HeadDim)))}}, nil
+	return &Draft{Geometry: g, Vocab: voc, layer: l, embed: embed}, nil
 }
 
 // Session is one sequence's drafting state: the draft layer's KV cache over
@@ -107,12 +74,14 @@ type Session struct {
 	ancScratch   []int
 	idScratch    []int
 
-	// row scratch, sized for max(maxNodes, chunk) rows
-	rows                                  int
-	g3, h, e, xe, xh, x, q, kk, vv, o, a1 []float32
-	n2, gate, up, out, fn                 []float32
-	pos                                   []int32
-	sc                                    []float32
+	// committed says whether the rows the layer runs are new context
+	// positions (else the newest tree nodes), for Attend.
+	committed bool
+	// The layer's rows, sized for max(maxNodes, extendChunk) rows.
+	acts    Acts
+	scratch Scratch
+	fn      []float32
+	sc      []float32
 }
 
 type node struct {
@@ -128,16 +97,19 @@ const extendChunk = 64
 // with depth 7 and top-k 10 needs up to 70).
 func (d *Draft) NewSession(capacity, maxNodes int) *Session {
 	g := d.Geometry
-	h, kw, qw, I, N := g.Hidden, g.kvDim(), g.qDim(), g.Intermediate, g.DraftVocab
+	h, kw, qw, I, N := g.Hidden, g.KVDim(), g.QDim(), g.Intermediate, g.DraftVocab
 	R := max(maxNodes, extendChunk)
 	f := func(n int) []float32 { return make([]float32, n) }
-	return &Session{d: d, capacity: capacity, maxNodes: maxNodes,
+	s := &Session{d: d, capacity: capacity, maxNodes: maxNodes,
 		kt: f(kw * capacity), v: f(capacity * kw), root: f(h), rootLg: f(N),
 		nk: f(maxNodes * kw), nv: f(maxNodes * kw), nh: f(maxNodes * h), nlg: f(maxNodes * N),
-		g3: f(R * 3 * h), h: f(R * h), e: f(R * h), xe: f(R * h), xh: f(R * h), x: f(R * 2 * h),
-		q: f(R * qw), kk: f(R * kw), vv: f(R * kw), o: f(R * qw), a1: f(R * h),
-		n2: f(R * h), gate: f(R * I), up: f(R * I), out: f(R * h), fn: f(R * h),
-		pos: make([]int32, R), sc: f(capacity + maxNodes + 1)}
+		fn: f(R * h), sc: f(capacity + maxNodes + 1)}
+	s.acts = Acts{E: f(R * h), H: f(R * h), Pos: make([]int32, R), X: f(R * 2 * h),
+		Q: f(R * qw), K: f(R * kw), V: f(R * kw), O: f(R * qw), A1: f(R * h), N2: f(R * h),
+		Gate: f(R * I), Up: f(R * I), Out: f(R * h)}
+	// No backward follows: the activation may overwrite the gate.
+	s.scratch = Scratch{XE: f(R * h), XH: f(R * h), Act: s.acts.Gate}
+	return s
 }
 
 // Len returns the number of committed positions.
@@ -174,69 +146,69 @@ func (s *Session) Extend(feats []float32, tokens []int32) error {
 	s.nodes = s.nodes[:0]
 	for c := 0; c < m; c += extendChunk {
 		r := min(extendChunk, m-c)
-		d.mul(s.h, feats[c*3*h:(c+r)*3*h], d.p.FC, d.mats().fc, r, h, 3*h)
+		d.layer.FC(s.acts.H, feats[c*3*h:(c+r)*3*h], r)
 		for i := 0; i < r; i++ {
-			s.pos[i] = int32(s.n + i)
+			s.acts.Pos[i] = int32(s.n + i)
 		}
 		if err := s.layer(r, tokens[c:c+r], true); err != nil {
 			return err
 		}
 		s.n += r
 	}
-	copy(s.root, s.out[(m-1-(m-1)/extendChunk*extendChunk)*h:][:h])
-	s.logits(s.rootLg, s.root, 1)
+	copy(s.root, s.acts.Out[(m-1-(m-1)/extendChunk*extendChunk)*h:][:h])
+	d.layer.Logits(s.rootLg, s.fn, s.root, 1)
 	return nil
 }
 
-// layer runs the draft layer over r rows whose hidden inputs are in s.h,
-// tokens tok and positions s.pos. committed: the rows are new context
-// positions (their keys go to the cache at s.n+i and each attends causally to
-// the cache); otherwise they are the last r tree nodes (keys to the node
-// scratch at len(s.nodes)-r+i) attending to the whole cache, their ancestors
-// and themselves. It allocates nothing: every product is one batched call
-// over the r rows, and the element-wise steps are loops over the session's
-// scratch.
+// layer runs the draft layer over r rows whose hidden inputs are in
+// s.acts.H, tokens tok and positions s.acts.Pos. committed: the rows are new
+// context positions (their keys go to the cache at s.n+i and each attends
+// causally to the cache); otherwise they are the last r tree nodes (keys to
+// the node scratch at len(s.nodes)-r+i) attending to the whole cache, their
+// ancestors and themselves. It allocates nothing: every product is one
+// batched call over the r rows, and the element-wise steps are loops over
+// the session's scratch.
 func (s *Session) layer(r int, tok []int32, committed bool) error {
 	d, g := s.d, s.d.Geometry
-	p := d.p
-	h, qw, kw, I := g.Hidden, g.qDim(), g.kvDim(), g.Intermediate
-	eps := float32(g.RMSNormEps)
+	h := g.Hidden
 	for i := 0; i < r; i++ {
 		id := tok[i]
 		if id < 0 || int(id) >= g.Vocab {
 			return fmt.Errorf("eagle3: draft token %d is outside the target vocabulary [0, %d)", id, g.Vocab)
 		}
-		copy(s.e[i*h:(i+1)*h], d.embed[int(id)*h:(int(id)+1)*h])
+		copy(s.acts.E[i*h:(i+1)*h], d.embed[int(id)*h:(int(id)+1)*h])
 	}
-	// Both norms write straight into the interleaved [embedding | hidden]
-	// rows the attention projections read.
-	for i := 0; i < r; i++ {
-		sessRMSNormRow(s.x[2*i*h:(2*i+1)*h], s.e[i*h:(i+1)*h], p.InputNorm, eps)
-		sessRMSNormRow(s.x[(2*i+1)*h:(2*i+2)*h], s.h[i*h:(i+1)*h], p.HiddenNorm, eps)
-	}
-	x := s.x[:r*2*h]
-	t := d.mats()
-	d.mul(s.q, x, p.Q, t.q, r, qw, 2*h)
-	d.mul(s.kk, x, p.K, t.k, r, kw, 2*h)
-	d.mul(s.vv, x, p.V, t.v, r, kw, 2*h)
-	d.rope.Forward(s.q, r, g.Heads, s.pos[:r])
-	d.rope.Forward(s.kk, r, g.KVHeads, s.pos[:r])
+	s.committed = committed
+	d.layer.Forward(&s.acts, &s.scratch, r, (*sessionAttention)(s))
+	return nil
+}
+
+// sessionAttention is the session as the layer's Attention.
+type sessionAttention Session
+
+// Attend implements Attention for the session's rows: committed rows store
+// their keys and values in the cache and attend causally to it, tree nodes
+// store theirs in the node scratch and attend to the whole cache, their
+// ancestors and themselves.
+func (a *sessionAttention) Attend(o, q, k, v []float32, r int) {
+	s := (*Session)(a)
+	kw := s.d.Geometry.KVDim()
 	base := len(s.nodes) - r
-	if committed {
-		copy(s.v[s.n*kw:(s.n+r)*kw], s.vv[:r*kw])
+	if s.committed {
+		copy(s.v[s.n*kw:(s.n+r)*kw], v[:r*kw])
 		for i := 0; i < r; i++ {
-			for c, x := range s.kk[i*kw : (i+1)*kw] {
+			for c, x := range k[i*kw : (i+1)*kw] {
 				s.kt[c*s.capacity+s.n+i] = x
 			}
 		}
 	} else {
-		copy(s.nk[base*kw:(base+r)*kw], s.kk[:r*kw])
-		copy(s.nv[base*kw:(base+r)*kw], s.vv[:r*kw])
+		copy(s.nk[base*kw:(base+r)*kw], k[:r*kw])
+		copy(s.nv[base*kw:(base+r)*kw], v[:r*kw])
 	}
 	for i := 0; i < r; i++ {
 		ctx := s.n
 		anc := s.ancScratch[:0]
-		if committed {
+		if s.committed {
 			ctx = s.n + i + 1
 		} else {
 			for a := s.nodes[base+i].parent; a >= 0; a = s.nodes[a].parent {
@@ -245,37 +217,25 @@ func (s *Session) layer(r int, tok []int32, committed bool) error {
 			anc = append(anc, base+i)
 		}
 		s.ancScratch = anc
-		s.attendRow(i, ctx, anc)
+		s.attendRow(o, q, i, ctx, anc)
 	}
-	d.mul(s.a1, s.o, p.O, t.o, r, h, qw)
-	add(s.a1[:r*h], s.h)
-	for i := 0; i < r; i++ {
-		sessRMSNormRow(s.n2[i*h:(i+1)*h], s.a1[i*h:(i+1)*h], p.PostNorm, eps)
-	}
-	n2 := s.n2[:r*h]
-	d.mul(s.gate, n2, p.Gate, t.gate, r, I, h)
-	d.mul(s.up, n2, p.Up, t.up, r, I, h)
-	tensor.SwiGLU(s.gate[:r*I], s.gate[:r*I], s.up[:r*I])
-	d.mul(s.out, s.gate, p.Down, t.down, r, h, I)
-	add(s.out[:r*h], s.a1)
-	return nil
 }
 
-// attendRow computes the attention output s.o of row i over the first ctx
+// attendRow computes the attention output o of row i over the first ctx
 // cache positions and then the tree nodes anc (in that order), one head at a
 // time, as the target model's attention does: the scores against the cache
 // as a weighted sum of its transposed keys, the ancestors' by dot products,
 // the softmax numerators, their weighted sum of the cached values and the
 // ancestors' values, divided by the softmax denominator.
-func (s *Session) attendRow(i, ctx int, anc []int) {
-	a := s.d.a
-	qw, kw := s.d.Geometry.qDim(), s.d.Geometry.kvDim()
+func (s *Session) attendRow(out, q []float32, i, ctx int, anc []int) {
+	a := s.d.layer.a
+	qw, kw := s.d.Geometry.QDim(), s.d.Geometry.KVDim()
 	group := a.nq / a.nkv
 	w := ctx + len(anc)
 	sc := s.sc[:w]
 	for hh := 0; hh < a.nq; hh++ {
 		off := hh / group * a.hd
-		qv := s.q[i*qw+hh*a.hd : i*qw+(hh+1)*a.hd]
+		qv := q[i*qw+hh*a.hd : i*qw+(hh+1)*a.hd]
 		tensor.Scale(qv, a.scale)
 		if ctx > 0 {
 			tensor.WeightedSum(sc[:ctx], qv, s.kt[off*s.capacity:(off+a.hd-1)*s.capacity+ctx], s.capacity, a.hd, ctx, false)
@@ -284,7 +244,7 @@ func (s *Session) attendRow(i, ctx int, anc []int) {
 			sc[ctx+c] = dot(qv, s.nk[nd*kw+off:nd*kw+off+a.hd])
 		}
 		inv := 1 / tensor.SoftmaxUnscaled(sc)
-		o := s.o[i*qw+hh*a.hd : i*qw+(hh+1)*a.hd]
+		o := out[i*qw+hh*a.hd : i*qw+(hh+1)*a.hd]
 		if ctx > 0 {
 			tensor.WeightedSum(o, sc[:ctx], s.v[off:(ctx-1)*kw+off+a.hd], kw, ctx, a.hd, false)
 		} else {
@@ -295,31 +255,6 @@ func (s *Session) attendRow(i, ctx int, anc []int) {
 		}
 		tensor.Scale(o, inv)
 	}
-}
-
-// sessRMSNormRow is nn.RMSNorm on one row (the same arithmetic: the mean square
-// summed in float64), without its hand-off to the workers.
-func sessRMSNormRow(out, x, w []float32, eps float32) {
-	var ss float64
-	for _, v := range x {
-		ss += float64(v) * float64(v)
-	}
-	rs := float32(1 / math.Sqrt(ss/float64(len(x))+float64(eps)))
-	w = w[:len(x)]
-	out = out[:len(x)]
-	for i, v := range x {
-		out[i] = v * rs * w[i]
-	}
-}
-
-// logits writes the draft-vocabulary logits of r pre-norm outputs.
-func (s *Session) logits(dst, out []float32, r int) {
-	d, g := s.d, s.d.Geometry
-	h := g.Hidden
-	for i := 0; i < r; i++ {
-		sessRMSNormRow(s.fn[i*h:(i+1)*h], out[i*h:(i+1)*h], d.p.Norm, float32(g.RMSNormEps))
-	}
-	d.mul(dst, s.fn, d.p.LMHead, d.mats().lm, r, g.DraftVocab, g.Hidden)
 }
 
 // AddNodes evaluates new tree nodes in one batch: node j continues parents[j]
@@ -351,16 +286,16 @@ func (s *Session) AddNodes(parents []int, tokens []int32) ([]int, error) {
 			depth = s.nodes[par].depth + 1
 			src = s.nh[par*h : (par+1)*h]
 		}
-		copy(s.h[i*h:(i+1)*h], src)
-		s.pos[i] = int32(s.n - 1 + depth)
+		copy(s.acts.H[i*h:(i+1)*h], src)
+		s.acts.Pos[i] = int32(s.n - 1 + depth)
 		s.nodes = append(s.nodes, node{parent: par, depth: depth})
 	}
 	if err := s.layer(r, tokens, false); err != nil {
 		s.nodes = s.nodes[:base]
 		return nil, err
 	}
-	copy(s.nh[base*h:(base+r)*h], s.out[:r*h])
-	s.logits(s.nlg[base*g.DraftVocab:], s.out, r)
+	copy(s.nh[base*h:(base+r)*h], s.acts.Out[:r*h])
+	s.d.layer.Logits(s.nlg[base*g.DraftVocab:], s.fn, s.acts.Out, r)
 	ids := s.idScratch[:0]
 	for i := range r {
 		ids = append(ids, base+i)
@@ -391,28 +326,9 @@ func (s *Session) TopK(nodeID, k int, ids []int32, logp []float32) int {
 		z += math.Exp(float64(v - mx))
 	}
 	lz := float64(mx) + math.Log(z)
-	// Partial selection: keep the best k so far in order.
-	cnt := 0
-	idx := s.chainScratch[:0]
-	for v := range lg {
-		x := lg[v]
-		if cnt == k && x <= lg[idx[k-1]] {
-			continue
-		}
-		pos := cnt
-		if cnt < k {
-			idx = append(idx, v)
-			cnt++
-		} else {
-			pos = k - 1
-		}
-		for pos > 0 && lg[idx[pos-1]] < x {
-			idx[pos] = idx[pos-1]
-			pos--
-		}
-		idx[pos] = v
-	}
+	idx := drafters.TopK(lg, k, s.chainScratch)
 	s.chainScratch = idx
+	cnt := len(idx)
 	for i := 0; i < cnt; i++ {
 		ids[i] = s.d.Vocab.IDs[idx[i]]
 		logp[i] = float32(float64(lg[idx[i]]) - lz)

@@ -10,19 +10,10 @@ import (
 	"strings"
 
 	"github.com/drafter-ai/drafter/pkg/atomicfile"
+	"github.com/drafter-ai/drafter/pkg/drafters"
 	"github.com/drafter-ai/drafter/pkg/nn"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
 	"github.com/drafter-ai/drafter/pkg/tensor"
-)
-
-// Export layouts.
-const (
-	// FormatNative is the EAGLE / SpecForge / SGLang layout
-	// (LlamaForCausalLMEagle3, midlayer.* keys), which vLLM also loads.
-	FormatNative = "native"
-	// FormatSpeculators is the vLLM speculators layout (layers.0.* keys and a
-	// speculators_config).
-	FormatSpeculators = "speculators"
 )
 
 // ExportOptions says how to write a trained draft.
@@ -51,17 +42,9 @@ type ExportOptions struct {
 // CheckLayerIDs; a draft with a NaN or infinite weight is refused before
 // anything is written.
 //
-// Layer ids when they are not the defaults, per engine convention:
-//   - native layout: "eagle_config": {"eagle_aux_hidden_state_layer_ids": ids-1}
-//     in the SpecForge/EAGLE "output of layer k" convention (HF index - 1),
-//     which SGLang reads and shifts by +1; and a top-level
-//     "eagle_aux_hidden_state_layer_ids": ids (HF indices), which vLLM reads
-//     verbatim from the draft's config.
-//   - speculators layout: top-level "eagle_aux_hidden_state_layer_ids": ids (HF
-//     indices), which vLLM passes through verbatim.
-//
-// The speculators layout always writes "norm_before_residual": false (vLLM
-// assumes true when the key is absent, which is not this architecture).
+// The layout (opt.Format) writes the config.json: its format file says how
+// (format_native.go, format_speculators.go), the feature layers included,
+// which it leaves out when they are the engines' defaults.
 func Export(dir string, g Geometry, p *Params, voc *Vocab, opt ExportOptions) error {
 	if err := g.Validate(); err != nil {
 		return err
@@ -69,12 +52,13 @@ func Export(dir string, g Geometry, p *Params, voc *Vocab, opt ExportOptions) er
 	if len(voc.IDs) != g.DraftVocab || len(voc.T2D) != g.Vocab {
 		return fmt.Errorf("eagle3: export: vocabulary of %d ids over %d targets does not match geometry N=%d V=%d", len(voc.IDs), len(voc.T2D), g.DraftVocab, g.Vocab)
 	}
-	format := opt.Format
-	if format == "" {
-		format = FormatNative
+	name := opt.Format
+	if name == "" {
+		name = FormatNative
 	}
-	if format != FormatNative && format != FormatSpeculators {
-		return fmt.Errorf("eagle3: export format %q is not %q or %q", format, FormatNative, FormatSpeculators)
+	f := formatNamed(name)
+	if f == nil {
+		return fmt.Errorf("eagle3: export format %q is not %q or %q", name, FormatNative, FormatSpeculators)
 	}
 	if !opt.DefaultLayers {
 		if err := CheckLayerIDs(opt.LayerIDs, 0); err != nil {
@@ -82,12 +66,8 @@ func Export(dir string, g Geometry, p *Params, voc *Vocab, opt ExportOptions) er
 		}
 	}
 	var ts []safetensors.Tensor
-	for _, s := range specs(g) {
-		name := s.name
-		if format == FormatSpeculators {
-			name = strings.Replace(name, "midlayer.", "layers.0.", 1)
-		}
-		ts = append(ts, safetensors.F32Tensor(name, s.shape, *s.field(p)))
+	for _, t := range p.Tensors(g) {
+		ts = append(ts, safetensors.F32Tensor(layerKey(f.prefix(), t.Name), t.Shape, t.Data))
 	}
 	if err := safetensors.CheckAllFinite(ts); err != nil {
 		return fmt.Errorf("eagle3: refusing to export a draft with non-finite weights into %s (nothing written): %w; training diverged or resumed from a damaged checkpoint", dir, err)
@@ -96,51 +76,10 @@ func Export(dir string, g Geometry, p *Params, voc *Vocab, opt ExportOptions) er
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("eagle3: export: %w", err)
 	}
-	if err := safetensors.WriteFile(filepath.Join(dir, "model.safetensors"), ts, map[string]string{"format": "pt"}); err != nil {
+	if err := safetensors.WriteFile(filepath.Join(dir, weightsFile), ts, map[string]string{"format": "pt"}); err != nil {
 		return fmt.Errorf("eagle3: export: %w", err)
 	}
-	var cfg map[string]any
-	if format == FormatNative {
-		cfg = llamaConfig(g)
-		cfg["architectures"] = []string{"LlamaForCausalLMEagle3"}
-		cfg["draft_vocab_size"] = g.DraftVocab
-		cfg["target_hidden_size"] = g.Hidden
-		if !opt.DefaultLayers {
-			cfg["eagle_config"] = map[string]any{"eagle_aux_hidden_state_layer_ids": shifted(opt.LayerIDs, -1)}
-			cfg["eagle_aux_hidden_state_layer_ids"] = opt.LayerIDs
-		}
-	} else {
-		k := opt.SpeculativeTokens
-		if k <= 0 {
-			k = 3
-		}
-		arch := opt.TargetArchitectures
-		if arch == nil {
-			arch = []string{}
-		}
-		layer := llamaConfig(g)
-		layer["architectures"] = []string{"LlamaForCausalLM"}
-		cfg = map[string]any{
-			"architectures":            []string{"Eagle3Speculator"},
-			"speculators_model_type":   "eagle3",
-			"draft_vocab_size":         g.DraftVocab,
-			"target_hidden_size":       g.Hidden,
-			"norm_before_residual":     false,
-			"transformer_layer_config": layer,
-			"speculators_config": map[string]any{
-				"algorithm":               "eagle3",
-				"default_proposal_method": "greedy",
-				"proposal_methods": []any{map[string]any{
-					"proposal_type": "greedy", "speculative_tokens": k, "accept_tolerance": 0.0, "verifier_accept_k": 1,
-				}},
-				"verifier": map[string]any{"name_or_path": opt.TargetName, "architectures": arch},
-			},
-		}
-		if !opt.DefaultLayers {
-			cfg["eagle_aux_hidden_state_layer_ids"] = opt.LayerIDs
-		}
-	}
-	return atomicfile.WriteJSON(filepath.Join(dir, "config.json"), cfg)
+	return atomicfile.WriteJSON(filepath.Join(dir, drafters.ConfigFile), f.config(g, opt))
 }
 
 // llamaConfig is the Llama geometry block shared by both layouts.
@@ -217,6 +156,7 @@ const (
 // draftConfig is the part of either export layout's config.json that LoadDraft
 // reads.
 type draftConfig struct {
+	Architectures   []string        `json:"architectures"`
 	SpeculatorsType string          `json:"speculators_model_type"`
 	Layer           *draftConfig    `json:"transformer_layer_config"`
 	DraftVocab      int             `json:"draft_vocab_size"`
@@ -270,6 +210,52 @@ func (c *draftConfig) layerIDs(cfgPath string) ([]int, error) {
 	return ids, nil
 }
 
+// nativePrefix is the decoder layer's key prefix in Params.Tensors' names
+// (the native layout's).
+const nativePrefix = "midlayer."
+
+// weightsFile is the export's weights file.
+const weightsFile = "model.safetensors"
+
+// layerKey is Params.Tensors' name in the layout whose decoder-layer keys
+// start with prefix.
+func layerKey(prefix, name string) string {
+	if rest, ok := strings.CutPrefix(name, nativePrefix); ok {
+		return prefix + rest
+	}
+	return name
+}
+
+// format is one export layout of the draft: a format_*.go file holds its
+// writer, detector and loader.
+type format interface {
+	// name is the layout's name (ExportOptions.Format, eval's reports).
+	name() string
+	// prefix is the layout's key prefix of the decoder layer's tensors.
+	prefix() string
+	// config is the config.json the layout writes for a draft.
+	config(g Geometry, opt ExportOptions) map[string]any
+	// detect reports whether a config.json (at cfgPath) is of the layout;
+	// an error when it is of the layout in a variant drafter cannot run.
+	detect(cfgPath string, c *draftConfig) (bool, error)
+	// geometry checks a config of the layout and returns the block that
+	// holds the decoder layer's geometry.
+	geometry(cfgPath string, c *draftConfig) (*draftConfig, error)
+}
+
+// formats lists the layouts in the order Detect tries them.
+func formats() []format { return []format{speculators{}, native{}} }
+
+// formatNamed returns the layout called name, nil when there is none.
+func formatNamed(name string) format {
+	for _, f := range formats() {
+		if f.name() == name {
+			return f
+		}
+	}
+	return nil
+}
+
 // unusedTensor explains why a draft of this layout (tensor prefix prefix)
 // has no use for tensor name.
 func unusedTensor(name, prefix string) string {
@@ -283,7 +269,8 @@ func unusedTensor(name, prefix string) string {
 	return fmt.Sprintf("the draft is one decoder layer: its tensors are fc.weight, %s*, norm.weight, lm_head.weight, d2t and t2d", prefix)
 }
 
-// LoadDraft reads an exported draft (either layout) from dir. embed is the
+// LoadDraft reads an exported draft (either layout: speculators when the
+// config names a speculators_model_type, else native) from dir. embed is the
 // target's input embedding [V, H] (exports carry none: the engines use the
 // target's).
 //
@@ -293,7 +280,13 @@ func unusedTensor(name, prefix string) string {
 // names must be strictly increasing (see CheckLayerIDs); the native layout's
 // two keys for them must agree.
 func LoadDraft(dir string, embed []float32, be tensor.Backend) (*Draft, error) {
-	cfgPath := filepath.Join(dir, "config.json")
+	return loadDraft(dir, nil, embed, be)
+}
+
+// loadDraft is LoadDraft of the layout f, or of the layout the config names
+// when f is nil.
+func loadDraft(dir string, f format, embed []float32, be tensor.Backend) (*Draft, error) {
+	cfgPath := filepath.Join(dir, drafters.ConfigFile)
 	b, err := os.ReadFile(cfgPath)
 	if err != nil {
 		return nil, fmt.Errorf("eagle3: loading draft: %w", err)
@@ -302,21 +295,17 @@ func LoadDraft(dir string, embed []float32, be tensor.Backend) (*Draft, error) {
 	if err := json.Unmarshal(b, &c); err != nil {
 		return nil, fmt.Errorf("eagle3: %s: %w", cfgPath, err)
 	}
-	prefix := "midlayer."
-	geo := &c
-	if c.SpeculatorsType != "" {
-		if c.SpeculatorsType != "eagle3" {
-			return nil, fmt.Errorf("eagle3: %s: speculators_model_type %q is not eagle3", cfgPath, c.SpeculatorsType)
+	if f == nil {
+		f = native{}
+		if c.SpeculatorsType != "" {
+			f = speculators{}
 		}
-		if c.NormBeforeRes != nil && *c.NormBeforeRes {
-			return nil, fmt.Errorf("eagle3: %s: norm_before_residual true is a different architecture than this drafter runs", cfgPath)
-		}
-		if c.Layer == nil {
-			return nil, fmt.Errorf("eagle3: %s: speculators config without transformer_layer_config", cfgPath)
-		}
-		geo = c.Layer
-		prefix = "layers.0."
 	}
+	geo, err := f.geometry(cfgPath, &c)
+	if err != nil {
+		return nil, err
+	}
+	prefix := f.prefix()
 	if geo.NumLayers != nil && *geo.NumLayers != 1 {
 		return nil, fmt.Errorf("eagle3: %s: num_hidden_layers is %d; drafter runs EAGLE-3 drafts of one decoder layer", cfgPath, *geo.NumLayers)
 	}
@@ -361,14 +350,12 @@ func LoadDraft(dir string, embed []float32, be tensor.Backend) (*Draft, error) {
 	}
 	defer set.Close()
 	file := strings.Join(set.Files(), ", ")
-	p := newParams(g)
-	ss := specs(g)
+	p := NewParams(g)
+	ss := p.Tensors(g)
 	names := make(map[string]bool, len(ss)+2)
 	for i := range ss {
-		if strings.HasPrefix(ss[i].name, "midlayer.") {
-			ss[i].name = prefix + strings.TrimPrefix(ss[i].name, "midlayer.")
-		}
-		names[ss[i].name] = true
+		ss[i].Name = layerKey(prefix, ss[i].Name)
+		names[ss[i].Name] = true
 	}
 	names["d2t"], names["t2d"] = true, true
 	for _, name := range set.Names() {
@@ -377,10 +364,10 @@ func LoadDraft(dir string, embed []float32, be tensor.Backend) (*Draft, error) {
 		}
 	}
 	for _, s := range ss {
-		if _, ok := set.Info(s.name); !ok {
-			return nil, fmt.Errorf("eagle3: %s has no tensor %q, which the draft %s describes needs", file, s.name, cfgPath)
+		if _, ok := set.Info(s.Name); !ok {
+			return nil, fmt.Errorf("eagle3: %s has no tensor %q, which the draft %s describes needs", file, s.Name, cfgPath)
 		}
-		if err := set.ReadFinite(s.name, s.shape, *s.field(p)); err != nil {
+		if err := set.ReadFinite(s.Name, s.Shape, s.Data); err != nil {
 			return nil, fmt.Errorf("eagle3: %w", err)
 		}
 	}

@@ -11,10 +11,10 @@ import (
 	"testing"
 
 	"github.com/drafter-ai/drafter/internal/testmodel"
+	dmedusa "github.com/drafter-ai/drafter/pkg/drafters/medusa"
 	"github.com/drafter-ai/drafter/pkg/generate"
 	"github.com/drafter-ai/drafter/pkg/spec"
 	"github.com/drafter-ai/drafter/pkg/target"
-	"github.com/drafter-ai/drafter/train/medusa"
 )
 
 func TestGateCheck(t *testing.T) {
@@ -78,7 +78,7 @@ func TestEvaluate(t *testing.T) {
 	m := loadTarget(t)
 	gt := loadGen(t)
 	dir := t.TempDir()
-	if err := medusa.Export(dir, randomMedusa(t, m, 3, 4).medusa, medusa.ExportInfo{TargetFingerprint: gt.Fingerprint}); err != nil {
+	if err := dmedusa.Export(dir, medusaHeads(randomMedusa(t, m, 3, 4)), dmedusa.ExportInfo{TargetFingerprint: gt.Fingerprint}); err != nil {
 		t.Fatal(err)
 	}
 	n := 24
@@ -149,7 +149,7 @@ func TestEvaluate(t *testing.T) {
 func TestStaleAfterBodyFineTune(t *testing.T) {
 	gt := loadGen(t)
 	dir := t.TempDir()
-	if err := medusa.Export(dir, randomMedusa(t, gt.Model, 2, 4).medusa, medusa.ExportInfo{TargetFingerprint: gt.Fingerprint}); err != nil {
+	if err := dmedusa.Export(dir, medusaHeads(randomMedusa(t, gt.Model, 2, 4)), dmedusa.ExportInfo{TargetFingerprint: gt.Fingerprint}); err != nil {
 		t.Fatal(err)
 	}
 	tuned := testmodel.Copy(t, modelDir)

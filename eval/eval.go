@@ -21,13 +21,14 @@ import (
 	"slices"
 	"time"
 
+	"github.com/drafter-ai/drafter/pkg/drafters"
 	"github.com/drafter-ai/drafter/pkg/model"
 	"github.com/drafter-ai/drafter/pkg/sample"
 	"github.com/drafter-ai/drafter/pkg/spec"
 )
 
-// Mode is the shape of the draft.
-type Mode string
+// Mode is the shape of the draft (drafters.Mode).
+type Mode = drafters.Mode
 
 // Draft shapes.
 const (
@@ -35,10 +36,10 @@ const (
 	// chain of Depth tokens (greedy at temperature 0; at temperature > 0 each
 	// token sampled from the draft's distribution under the same sampling
 	// rule, verified with min(1, p/q)).
-	ModeChain Mode = "chain"
+	ModeChain = drafters.ModeChain
 	// ModeTree drafts a tree: Medusa's static sparse tree (Config.Tree or the
 	// default tree for the head count), EAGLE-2's dynamic tree.
-	ModeTree Mode = "tree"
+	ModeTree = drafters.ModeTree
 )
 
 // Config selects how Run decodes.
@@ -56,35 +57,35 @@ type Config struct {
 
 	// Mode is ModeChain or ModeTree (default ModeTree).
 	Mode Mode
-	// Depth is, in chain mode, the number of drafted tokens (Medusa: heads
-	// used, 0 = all heads; EAGLE-3: k, 0 = 4); for the EAGLE-2 tree, the
-	// number of expansion rounds (0 = 7). Unused by Medusa trees.
-	Depth int
-	// Tree is Medusa's static tree (nil: spec.DefaultChoices for the head count).
-	Tree spec.Choices
-	// TopK and TotalTokens configure EAGLE-2's dynamic tree (0: 8 and 60).
+	// Depth, Tree, TopK and TotalTokens shape the draft (see
+	// drafters.Decoding): a chain's length or a dynamic tree's rounds, a
+	// static tree's paths, a dynamic tree's branching and size. The drafter
+	// fills the zero ones with its defaults (drafters.Drafter.Configure;
+	// Medusa: all heads, spec.DefaultChoices; EAGLE-3: a chain of 4, a tree
+	// of depth 7, top-k 8, 60 tokens) and refuses those that do not apply to
+	// it with a ConfigError.
+	Depth             int
+	Tree              spec.Choices
 	TopK, TotalTokens int
 	// Typical, when set, verifies with Medusa's typical acceptance (lossy;
 	// needs a positive temperature).
 	Typical *spec.TypicalParams
-	// HitK is the k of the Medusa per-head top-k hit rate (0: 5).
+	// HitK is the k of per-head top-k hit rates, for drafters that report
+	// them (drafters.HitReporter; 0: 5).
 	HitK int
 	// Progress, when set, is called after each prompt.
 	Progress func(done, total int)
 }
 
-// Defaults for the fields of Config left zero.
+// Defaults for the fields of Config left zero that are not the drafter's
+// (Drafter.Configure fills those).
 const (
 	DefaultMaxNewTokens = 96
-	DefaultEagleChain   = 4
-	DefaultEagleDepth   = 7
-	DefaultEagleTopK    = 8
-	DefaultEagleTotal   = 60
 	DefaultHitK         = 5
 )
 
-// withDefaults returns cfg with zero fields defaulted and checks it against
-// the drafter d.
+// withDefaults returns cfg with zero fields defaulted and checks it: the
+// settings every drafter shares here, the draft's shape by the drafter d.
 func (cfg Config) withDefaults(d *Drafter) (Config, error) {
 	fail := func(format string, a ...any) (Config, error) {
 		return cfg, &ConfigError{Err: fmt.Errorf(format, a...)}
@@ -118,60 +119,18 @@ func (cfg Config) withDefaults(d *Drafter) (Config, error) {
 			return fail("eval: typical acceptance needs a positive temperature (at temperature 0 acceptance is greedy and exact)")
 		}
 	}
-	switch d.Info.Kind {
-	case KindMedusa:
-		heads := d.medusa.Heads
-		if cfg.TopK != 0 || cfg.TotalTokens != 0 {
-			return fail("eval: top-k and total tokens configure EAGLE-2's dynamic tree; a Medusa tree is set with a list of paths (--tree)")
-		}
-		if cfg.Mode == ModeChain {
-			if cfg.Tree != nil {
-				return fail("eval: a tree was given in chain mode; use tree mode for a static tree")
-			}
-			if cfg.Depth == 0 {
-				cfg.Depth = heads
-			}
-			if cfg.Depth > heads {
-				return fail("eval: chain depth %d exceeds the drafter's %d Medusa heads", cfg.Depth, heads)
-			}
-		} else {
-			if cfg.Depth != 0 {
-				return fail("eval: depth does not apply to a Medusa tree (its depth is the longest --tree path)")
-			}
-			if cfg.Tree == nil {
-				cfg.Tree = spec.DefaultChoices(heads)
-			}
-			if err := cfg.Tree.Validate(); err != nil {
-				return fail("eval: tree: %w", err)
-			}
-			if cfg.Tree.Depth() > heads {
-				return fail("eval: tree paths reach depth %d but the drafter has %d Medusa heads", cfg.Tree.Depth(), heads)
-			}
-		}
-	case KindEagle3:
-		if cfg.Tree != nil {
-			return fail("eval: a static tree (--tree) applies to Medusa heads; EAGLE-3 builds its tree dynamically (depth, top-k, total tokens)")
-		}
-		if cfg.Mode == ModeChain {
-			if cfg.TopK != 0 || cfg.TotalTokens != 0 {
-				return fail("eval: top-k and total tokens apply to the EAGLE-2 tree, not to chain mode")
-			}
-			if cfg.Depth == 0 {
-				cfg.Depth = DefaultEagleChain
-			}
-		} else {
-			if cfg.Depth == 0 {
-				cfg.Depth = DefaultEagleDepth
-			}
-			if cfg.TopK == 0 {
-				cfg.TopK = DefaultEagleTopK
-			}
-			if cfg.TotalTokens == 0 {
-				cfg.TotalTokens = DefaultEagleTotal
-			}
-		}
+	dec, err := d.d.Configure(cfg.decoding())
+	if err != nil {
+		return fail("eval: %w", err)
 	}
+	cfg.Mode, cfg.Depth, cfg.Tree, cfg.TopK, cfg.TotalTokens, cfg.HitK = dec.Mode, dec.Depth, dec.Tree, dec.TopK, dec.TotalTokens, dec.HitK
 	return cfg, nil
+}
+
+// decoding is what cfg asks of the drafter.
+func (cfg Config) decoding() drafters.Decoding {
+	return drafters.Decoding{Mode: cfg.Mode, Depth: cfg.Depth, Tree: cfg.Tree, TopK: cfg.TopK, TotalTokens: cfg.TotalTokens,
+		HitK: cfg.HitK, Sampling: cfg.Sampling}
 }
 
 // ConfigError is a decoding setting that does not fit the drafter (for
@@ -223,43 +182,13 @@ func Run(ctx context.Context, m *model.Model, d *Drafter, prompts []Prompt, cfg 
 	return rep, nil
 }
 
-// proposer is a drafter at decoding time. The runner calls start once per
-// prompt after the target's prefill, then alternates propose (draft a tree
-// after the newest token) and accept (the target's verdict).
-type proposer interface {
-	// taps are the hidden-state indices the drafter reads from the target.
-	taps() []int
-	// maxNodes bounds the nodes of one proposed tree.
-	maxNodes() int
-	// start begins a prompt: res holds the prefill pass over prompt (taps for
-	// every row), first is the target's first generated token.
-	start(prompt []int, first int, res *model.Result) error
-	// propose drafts the tree after the newest token into t; root is the
-	// newest token's index in the generated output.
-	propose(t *spec.Tree, root int) error
-	// accept feeds the verdict: rows are the verification rows kept (the
-	// root's first), res the verification pass, tokens the accepted draft
-	// tokens followed by the target's bonus token.
-	accept(rows []int, res *model.Result, tokens []int) error
-	// finish ends a prompt whose generated tokens are out.
-	finish(out []int)
-}
-
-// sampledProposer is a proposer that may draft by sampling: draftProbs
-// returns the draft distributions its last tree was drawn from (rows in
-// spec.Verifier.SampleRows' layout), or nil for a deterministic draft.
-type sampledProposer interface {
-	proposer
-	draftProbs() []float32
-}
-
 // draftProbs returns the proposer's draft rows for the last tree, nil when it
 // was drafted deterministically.
 func (r *runner) draftProbs() []float32 {
 	if r.sampled == nil {
 		return nil
 	}
-	return r.sampled.draftProbs()
+	return r.sampled.DraftProbs()
 }
 
 // runner holds the buffers of one Run.
@@ -267,8 +196,8 @@ type runner struct {
 	m       *model.Model
 	d       *Drafter
 	cfg     Config
-	prop    proposer
-	sampled sampledProposer // prop, when it can draft by sampling
+	prop    drafters.Proposer
+	sampled drafters.SampledProposer // prop, when it can draft by sampling
 	seq     *model.Sequence
 	sampler *sample.Sampler
 	ver     *spec.Verifier
@@ -321,37 +250,30 @@ func newRunner(m *model.Model, d *Drafter, cfg Config, prompts []Prompt) (*runne
 		}
 		longest = max(longest, len(p.Tokens))
 	}
-	switch d.Info.Kind {
-	case KindMedusa:
-		r.prop, err = newMedusaProposer(m, d.medusa, cfg)
-	case KindEagle3:
-		r.prop, err = newEagleProposer(m, d.eagle, cfg, longest+cfg.MaxNewTokens+2, r.rng)
-	default:
-		err = fmt.Errorf("eval: unknown drafter kind %q", d.Info.Kind)
-	}
+	r.prop, err = d.d.NewProposer(cfg.decoding(), drafters.ProposerOptions{Capacity: longest + cfg.MaxNewTokens + 2, RNG: r.rng})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("eval: %w", err)
 	}
-	r.sampled, _ = r.prop.(sampledProposer)
+	r.sampled, _ = r.prop.(drafters.SampledProposer)
 	// Verification taps the final post-norm state too, so that greedy and
 	// sampled verification compute logits only for the rows they read.
-	r.taps = slices.Clone(r.prop.taps())
+	r.taps = slices.Clone(r.prop.Taps())
 	r.finalTap = slices.Index(r.taps, m.NumLayers())
 	if r.finalTap < 0 {
 		r.finalTap = len(r.taps)
 		r.taps = append(r.taps, m.NumLayers())
 	}
-	r.lazy = lazyRows{m: m, buf: make([]float32, (r.prop.maxNodes()+1)*m.VocabSize()), v: m.VocabSize(), h: m.HiddenSize()}
-	capacity := longest + cfg.MaxNewTokens + r.prop.maxNodes() + 2
+	r.lazy = lazyRows{m: m, buf: make([]float32, (r.prop.MaxNodes()+1)*m.VocabSize()), v: m.VocabSize(), h: m.HiddenSize()}
+	capacity := longest + cfg.MaxNewTokens + r.prop.MaxNodes() + 2
 	if capacity > m.MaxPositions() {
 		return nil, fmt.Errorf("eval: the longest prompt (%d tokens) plus %d new tokens and a %d-node draft need %d positions; the model attends over %d",
-			longest, cfg.MaxNewTokens, r.prop.maxNodes(), capacity, m.MaxPositions())
+			longest, cfg.MaxNewTokens, r.prop.MaxNodes(), capacity, m.MaxPositions())
 	}
 	r.seq, err = m.NewSequence(capacity)
 	if err != nil {
 		return nil, fmt.Errorf("eval: %w", err)
 	}
-	n := r.prop.maxNodes() + 1
+	n := r.prop.MaxNodes() + 1
 	r.tokens = make([]int, 0, n)
 	r.parents = make([]int, 0, n)
 	r.rows = make([]int, 0, n)
@@ -491,12 +413,12 @@ func (r *runner) speculate(ctx context.Context, prompt []int, stream uint64, st 
 		return 0, err
 	}
 	r.spec = append(r.spec, first)
-	defer func() { r.prop.finish(r.spec) }()
+	defer func() { r.prop.Finish(r.spec) }()
 	if r.stop(first, 1) {
 		return 0, nil
 	}
 	t0 := time.Now()
-	if err := r.prop.start(prompt, first, res); err != nil {
+	if err := r.prop.Start(prompt, first, res); err != nil {
 		return 0, err
 	}
 	drafted += time.Since(t0)
@@ -506,7 +428,7 @@ func (r *runner) speculate(ctx context.Context, prompt []int, stream uint64, st 
 			return 0, err
 		}
 		t0 = time.Now()
-		if err := r.prop.propose(&r.tree, len(r.spec)-1); err != nil {
+		if err := r.prop.Propose(&r.tree, len(r.spec)-1); err != nil {
 			return 0, fmt.Errorf("drafting: %w", err)
 		}
 		drafted += time.Since(t0)
@@ -562,50 +484,12 @@ func (r *runner) speculate(ctx context.Context, prompt []int, stream uint64, st 
 			return drafted, nil
 		}
 		t0 = time.Now()
-		if err := r.prop.accept(r.rows, res, r.vres.Tokens); err != nil {
+		if err := r.prop.Accept(r.rows, res, r.vres.Tokens); err != nil {
 			return 0, fmt.Errorf("feeding the drafter: %w", err)
 		}
 		drafted += time.Since(t0)
 	}
 }
-
-// chainChoices returns the static tree of a chain of depth heads: top-1 of
-// each head.
-func chainChoices(depth int) spec.Choices {
-	c := make(spec.Choices, depth)
-	for d := range depth {
-		c[d] = make([]int, d+1)
-	}
-	return c
-}
-
-// topK writes the indices of the k largest values of x into idx, best first,
-// ties to the lower index, and returns idx[:k].
-func topK(x []float32, k int, idx []int) []int {
-	k = min(k, len(x))
-	idx = idx[:0]
-	for i, v := range x {
-		if len(idx) == k && v <= x[idx[k-1]] {
-			continue
-		}
-		pos := len(idx)
-		if len(idx) < k {
-			idx = append(idx, i)
-		} else {
-			pos = k - 1
-		}
-		for pos > 0 && x[idx[pos-1]] < v {
-			idx[pos] = idx[pos-1]
-			pos--
-		}
-		idx[pos] = i
-	}
-	return idx
-}
-
-// defaultEagleLayers are the HF hidden_states indices EAGLE-3 fuses by
-// default: 2, L/2 and L-3.
-func defaultEagleLayers(L int) []int { return []int{2, L / 2, L - 3} }
 
 // lazyRows computes the target's logits rows of a verification pass from its
 // final post-norm states, only for the rows the verifier reads (one row at a

@@ -1,23 +1,24 @@
-// Package eagle3 trains an EAGLE-3 draft layer on captured target hidden states,
-// exports it in the layouts vLLM, SGLang and speculators load, and runs it as a
-// drafter at evaluation time.
+// Package eagle3 is the EAGLE-3 drafter method: the draft layer (forward and
+// backward, which both the trainer in train/eagle3 and the drafting session
+// run), the attention of the unrolled training ("training-time test"), the
+// drafting session with its KV cache and tree, the draft vocabulary, the
+// proposer that drafts during speculative decoding, and the two export
+// layouts (native: EAGLE/SpecForge/SGLang, also loaded by vLLM; speculators),
+// each with its writer, detector and loader.
 //
 // The draft layer is one Llama decoder layer with the target's geometry whose
 // attention reads the 2H concatenation [input_layernorm(embedding),
 // hidden_norm(h)] (embedding first), fed at the first step by fc over the fused
 // three-layer target feature and afterwards by its own previous pre-norm output;
-// it scores a reduced draft vocabulary with its own lm_head. Training unrolls
-// the draft for several steps ("training-time test", TTT) with gradients
-// flowing through the unroll. Forward and backward sit side by side in the
-// style of llm.c; parameters, gradients and activations are carved once from
-// contiguous buffers, so a training step allocates nothing.
+// it scores a reduced draft vocabulary with its own lm_head. Forward and
+// backward sit side by side in the style of llm.c; parameters, gradients and
+// activations are carved once from contiguous buffers.
 package eagle3
 
 import (
 	"fmt"
-	"math"
-	"math/rand/v2"
 
+	"github.com/drafter-ai/drafter/pkg/checkpoint"
 	"github.com/drafter-ai/drafter/pkg/nn"
 )
 
@@ -56,8 +57,11 @@ func (g Geometry) Validate() error {
 	return nil
 }
 
-func (g Geometry) qDim() int  { return g.Heads * g.HeadDim }
-func (g Geometry) kvDim() int { return g.KVHeads * g.HeadDim }
+// QDim is the width of the attention's queries: heads x head_dim.
+func (g Geometry) QDim() int { return g.Heads * g.HeadDim }
+
+// KVDim is the width of its keys and values: key/value heads x head_dim.
+func (g Geometry) KVDim() int { return g.KVHeads * g.HeadDim }
 
 // Params are the draft layer's trainable tensors, each a view into one
 // contiguous allocation, in Hugging Face Linear layout ([out, in]).
@@ -90,7 +94,7 @@ type paramSpec struct {
 // specs lists the parameters in a fixed order (the order of All and of the
 // optimiser state), with their native-format keys.
 func specs(g Geometry) []paramSpec {
-	h, q, kv, i, n := g.Hidden, g.qDim(), g.kvDim(), g.Intermediate, g.DraftVocab
+	h, q, kv, i, n := g.Hidden, g.QDim(), g.KVDim(), g.Intermediate, g.DraftVocab
 	return []paramSpec{
 		{"fc.weight", []int{h, 3 * h}, func(p *Params) *[]float32 { return &p.FC }},
 		{"midlayer.hidden_norm.weight", []int{h}, func(p *Params) *[]float32 { return &p.HiddenNorm }},
@@ -108,6 +112,25 @@ func specs(g Geometry) []paramSpec {
 	}
 }
 
+// Tensor is one parameter tensor: its native export key, its shape and its
+// values (a view into Params.All).
+type Tensor struct {
+	Name  string
+	Shape []int
+	Data  []float32
+}
+
+// Tensors lists p's tensors for geometry g in a fixed order (the order of
+// All, and of a trainer's optimiser state) under their native-layout keys.
+func (p *Params) Tensors(g Geometry) []Tensor {
+	ss := specs(g)
+	ts := make([]Tensor, len(ss))
+	for i, s := range ss {
+		ts[i] = Tensor{Name: s.name, Shape: s.shape, Data: *s.field(p)}
+	}
+	return ts
+}
+
 func numel(shape []int) int {
 	n := 1
 	for _, d := range shape {
@@ -116,8 +139,9 @@ func numel(shape []int) int {
 	return n
 }
 
-// newParams allocates one zeroed buffer for every tensor and carves the views.
-func newParams(g Geometry) *Params {
+// NewParams allocates one zeroed buffer for every tensor of geometry g and
+// carves the views.
+func NewParams(g Geometry) *Params {
 	ss := specs(g)
 	total := 0
 	for _, s := range ss {
@@ -133,36 +157,16 @@ func newParams(g Geometry) *Params {
 	return p
 }
 
-// initParams initialises the draft layer the way SpecForge's draft model comes
-// out of its constructor: RMSNorm weights one, every Linear with PyTorch's
-// default (kaiming_uniform with a = sqrt(5), i.e. U(-1/sqrt(fan_in),
-// 1/sqrt(fan_in))), drawn here from a PCG generator seeded with seed in the
-// fixed parameter order. The lm_head instead starts from the target lm_head's
-// rows of the draft vocabulary (targetHead is [V, H]; vocab.IDs picks rows), so
-// the draft begins by predicting like the target's head applied to its state.
-func initParams(p *Params, g Geometry, seed uint64, targetHead []float32, vocab *Vocab) {
-	r := rand.New(rand.NewPCG(seed, 0x6561676c6533)) // "eagle3"
-	uniform := func(w []float32, fanIn int) {
-		b := 1 / math.Sqrt(float64(fanIn))
-		for i := range w {
-			w[i] = float32((2*r.Float64() - 1) * b)
-		}
+// TargetGeometry is the draft layer's geometry for a target of config c
+// (the target's decoder-layer shape, vocabulary and RoPE) with a draft
+// vocabulary of draftVocab ids.
+func TargetGeometry(c *checkpoint.Config, draftVocab int) Geometry {
+	g := Geometry{Hidden: c.HiddenSize, Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim,
+		Intermediate: c.IntermediateSize, RMSNormEps: c.RMSNormEps, RopeTheta: c.RopeTheta,
+		MaxPositions: c.MaxPositions, Vocab: c.VocabSize, DraftVocab: draftVocab}
+	if s := c.RopeScaling; s != nil {
+		g.RopeScaling = &nn.RopeScaling{Type: s.Type, Factor: s.Factor, LowFreqFactor: s.LowFreqFactor,
+			HighFreqFactor: s.HighFreqFactor, OriginalMaxPositions: s.OriginalMaxPositions}
 	}
-	h := g.Hidden
-	uniform(p.FC, 3*h)
-	uniform(p.Q, 2*h)
-	uniform(p.K, 2*h)
-	uniform(p.V, 2*h)
-	uniform(p.O, g.qDim())
-	uniform(p.Gate, h)
-	uniform(p.Up, h)
-	uniform(p.Down, g.Intermediate)
-	for _, w := range [][]float32{p.HiddenNorm, p.InputNorm, p.PostNorm, p.Norm} {
-		for i := range w {
-			w[i] = 1
-		}
-	}
-	for i, id := range vocab.IDs {
-		copy(p.LMHead[i*h:(i+1)*h], targetHead[int(id)*h:(int(id)+1)*h])
-	}
+	return g
 }

@@ -1,0 +1,156 @@
+// Package drafters defines what a speculative-decoding drafter method is to
+// the rest of drafter: how its exports are recognised and loaded (Method),
+// what a loaded drafter is asked for (Drafter: check a decoding setup, make
+// proposers for it), and how it drafts during decoding (Proposer). Each
+// method is a package below this one (medusa, eagle3) holding everything it
+// is outside its training loop; the methods package lists them. The
+// evaluation stage knows drafters only through these interfaces.
+package drafters
+
+import (
+	"github.com/drafter-ai/drafter/pkg/model"
+	"github.com/drafter-ai/drafter/pkg/sample"
+	"github.com/drafter-ai/drafter/pkg/spec"
+)
+
+// Kind names a drafter method, as drafter.json's "method" and eval's reports
+// record it ("medusa", "eagle3").
+type Kind string
+
+// Mode is the shape of a draft.
+type Mode string
+
+// Draft shapes.
+const (
+	// ModeChain drafts one token per depth (Medusa: each head's top-1;
+	// EAGLE-3: a chain of Depth tokens, greedy at temperature 0 and sampled
+	// from the draft's distribution above it).
+	ModeChain Mode = "chain"
+	// ModeTree drafts a tree (Medusa: a static sparse tree; EAGLE-3:
+	// EAGLE-2's dynamic tree).
+	ModeTree Mode = "tree"
+)
+
+// Decoding is what a drafter is asked to draft and the sampling rule its
+// tokens are verified under. Drafter.Configure fills the zero fields a method
+// has defaults for and refuses settings that do not apply to it.
+type Decoding struct {
+	// Mode is ModeChain or ModeTree.
+	Mode Mode
+	// Depth is the number of drafted tokens of a chain, or of expansion
+	// rounds of a dynamic tree.
+	Depth int
+	// Tree is a static tree's list of paths.
+	Tree spec.Choices
+	// TopK and TotalTokens shape a dynamic tree.
+	TopK, TotalTokens int
+	// HitK is the k of per-head top-k hit rates, for drafters that report
+	// them (HitReporter).
+	HitK int
+	// Sampling is the target's sampling rule, which sampled drafts follow.
+	Sampling sample.Params
+}
+
+// Method is one drafter architecture: the export layouts it reads and how
+// to load them. A Method holds no state.
+type Method interface {
+	// Kind names the method.
+	Kind() Kind
+	// Layouts lists the export layouts Detect reports, the one to use
+	// first where a train output folder holds several exports of the method
+	// (they carry the same weights).
+	Layouts() []string
+	// Detect reports the layout of the method's export held directly in dir,
+	// "" when dir holds none; an error when it holds one the method cannot
+	// read (an unsupported variant, a config without its weights file).
+	Detect(dir string) (layout string, err error)
+	// Wants says in words what Detect looks for, for the message when no
+	// method finds a drafter.
+	Wants() string
+	// Load loads the export of the given layout in dir for target, checking
+	// it against its config exactly, against prov (the drafter.json found
+	// for it; nil when there is none) and against the target's geometry.
+	Load(dir, layout string, target *model.Model, prov *Provenance) (Drafter, error)
+	// Shape describes in words the draft a decoding setup (as Configure
+	// returned it) makes, nodes being the most nodes of one draft.
+	Shape(d Decoding, nodes int) string
+}
+
+// Drafter is a drafter loaded for one target model.
+type Drafter interface {
+	// Kind names the drafter's method.
+	Kind() Kind
+	// Configure checks a decoding setup against the drafter and returns it
+	// with the method's defaults filled in. Its errors are usage mistakes
+	// (a setting that does not fit the drafter).
+	Configure(d Decoding) (Decoding, error)
+	// NewProposer makes a proposer for a setup Configure returned.
+	NewProposer(d Decoding, opt ProposerOptions) (Proposer, error)
+}
+
+// ProposerOptions are what a proposer needs from the decoding loop.
+type ProposerOptions struct {
+	// Capacity bounds the committed positions of one sequence (the longest
+	// prompt, the generated tokens and the verification's slack), for the
+	// drafter's own caches.
+	Capacity int
+	// RNG is the decoding loop's random stream: sampled drafts draw from it,
+	// so that drafting and verification share one stream per prompt.
+	RNG *sample.RNG
+}
+
+// Proposer is a drafter at decoding time, for one sequence at a time. The
+// decoding loop calls Start once per prompt after the target's prefill, then
+// alternates Propose (draft a tree after the newest token) and Accept (the
+// target's verdict), and Finish when the prompt ends.
+type Proposer interface {
+	// Taps are the hidden-state indices the drafter reads from the target's
+	// passes (model.Options.Taps).
+	Taps() []int
+	// MaxNodes bounds the nodes of one proposed tree.
+	MaxNodes() int
+	// Start begins a prompt: res holds the prefill pass over prompt (taps
+	// for every row), first is the target's first generated token.
+	Start(prompt []int, first int, res *model.Result) error
+	// Propose drafts the tree after the newest token into t; root is the
+	// newest token's index in the generated output.
+	Propose(t *spec.Tree, root int) error
+	// Accept feeds the verdict: rows are the verification rows kept (the
+	// root's first), res the verification pass, tokens the accepted draft
+	// tokens followed by the target's bonus token.
+	Accept(rows []int, res *model.Result, tokens []int) error
+	// Finish ends a prompt whose generated tokens are out.
+	Finish(out []int)
+}
+
+// SampledProposer is a Proposer that may draft by sampling.
+type SampledProposer interface {
+	Proposer
+	// DraftProbs returns the draft distributions the last proposed tree was
+	// drawn from, rows in spec.Verifier.SampleRows' layout, or nil when it
+	// was drafted deterministically.
+	DraftProbs() []float32
+}
+
+// HeadHits counts how often draft head Head's best guess (Top1) or one of
+// its K best (TopK) was the token the target produced, over Count guesses;
+// the rates are filled by the report.
+type HeadHits struct {
+	Head     int     `json:"head"`
+	K        int     `json:"k"`
+	Count    int     `json:"count"`
+	Top1     int     `json:"top1"`
+	TopK     int     `json:"topk"`
+	Top1Rate float64 `json:"top1_rate"`
+	TopKRate float64 `json:"topk_rate"`
+}
+
+// HitReporter is a Proposer whose heads each guess one later token (Medusa's
+// head h the token h+2 places on): it scores its guesses against the
+// generated tokens at every Finish.
+type HitReporter interface {
+	Proposer
+	// HeadHits returns the counts over every prompt finished so far, and
+	// the name of a head in reports ("Medusa head").
+	HeadHits() (label string, hits []HeadHits)
+}

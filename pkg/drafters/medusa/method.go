@@ -1,0 +1,169 @@
+package medusa
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/drafter-ai/drafter/pkg/drafters"
+	"github.com/drafter-ai/drafter/pkg/model"
+	"github.com/drafter-ai/drafter/pkg/spec"
+)
+
+// Kind names the method.
+const Kind drafters.Kind = "medusa"
+
+// Method is the Medusa method (drafters.Method).
+type Method struct{}
+
+// Kind implements drafters.Method.
+func (Method) Kind() drafters.Kind { return Kind }
+
+// Layouts implements drafters.Method: vLLM's first (both carry the same
+// weights; only vLLM's records a shared lm_head).
+func (Method) Layouts() []string {
+	var ls []string
+	for _, f := range formats() {
+		ls = append(ls, f.name())
+	}
+	return ls
+}
+
+// Detect implements drafters.Method.
+func (Method) Detect(dir string) (string, error) {
+	f, err := detectFormat(dir)
+	if err != nil || f == nil {
+		return "", err
+	}
+	return f.name(), nil
+}
+
+// Wants implements drafters.Method.
+func (Method) Wants() string {
+	return "Medusa heads (vllm/ config.json with model_type medusa and model.safetensors, or medusa/medusa_lm_head.safetensors)"
+}
+
+// Load implements drafters.Method: the export's config and weights must
+// agree exactly (see Load), the drafter.json found for it must describe it
+// (method, shape, dtype) and its geometry must fit the target.
+func (Method) Load(dir, layout string, m *model.Model, prov *drafters.Provenance) (drafters.Drafter, error) {
+	var ld *Loaded
+	err := fmt.Errorf("medusa: unknown export layout %q", layout)
+	for _, f := range formats() {
+		if f.name() == layout {
+			ld, err = f.load(dir)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("loading Medusa heads: %w", err)
+	}
+	if err := checkProvenance(prov, dir, ld); err != nil {
+		return nil, err
+	}
+	d, err := NewDrafter(ld.Heads, m)
+	if err != nil {
+		return nil, fmt.Errorf("%w (heads from %s)", err, ld.Weights)
+	}
+	return d, nil
+}
+
+// checkProvenance compares an export in dir with the drafter.json found for
+// it (nil: nothing to compare).
+func checkProvenance(prov *drafters.Provenance, dir string, ld *Loaded) error {
+	if prov == nil {
+		return nil
+	}
+	var p struct {
+		drafters.Common
+		Heads        *int    `json:"num_heads"`
+		Layers       *int    `json:"num_layers"`
+		SharedLMHead *bool   `json:"shared_lm_head"`
+		DType        *string `json:"dtype"`
+	}
+	if err := prov.Decode(&p); err != nil {
+		return err
+	}
+	h := ld.Heads
+	fields := []drafters.Recorded{
+		{Key: "method", Recorded: drafters.Value(p.Method), Export: string(Kind), File: dir},
+		{Key: "num_heads", Recorded: drafters.Value(p.Heads), Export: h.Heads, File: ld.Config},
+		{Key: "num_layers", Recorded: drafters.Value(p.Layers), Export: h.Layers, File: ld.Config},
+		{Key: "hidden_size", Recorded: drafters.Value(p.Hidden), Export: h.Hidden, File: ld.Weights},
+		{Key: "vocab_size", Recorded: drafters.Value(p.Vocab), Export: h.Vocab, File: ld.Weights},
+		{Key: "dtype", Recorded: drafters.Value(p.DType), Export: string(ld.DType), File: ld.Weights},
+	}
+	if ld.Layout == VLLMDir { // FasterDecoding's layout has no shared lm_head
+		fields = append(fields, drafters.Recorded{Key: "shared_lm_head", Recorded: drafters.Value(p.SharedLMHead), Export: h.SharedLMHead, File: ld.Config})
+	}
+	return prov.Agree(fields)
+}
+
+// Shape implements drafters.Method.
+func (Method) Shape(d drafters.Decoding, nodes int) string {
+	if d.Mode == drafters.ModeChain {
+		return fmt.Sprintf("Medusa chain: top-1 of %d heads", d.Depth)
+	}
+	return fmt.Sprintf("Medusa static tree: %d nodes, depth %d, widths %v", nodes, d.Tree.Depth(), d.Tree.Widths())
+}
+
+// Drafter is Medusa heads loaded for a target model (drafters.Drafter).
+type Drafter struct {
+	m *model.Model
+	h *Heads
+}
+
+// NewDrafter wraps heads held in memory (for example a trainer's) as a
+// drafter for m, refusing heads of another hidden or vocabulary size.
+func NewDrafter(h *Heads, m *model.Model) (*Drafter, error) {
+	if h.Hidden != m.HiddenSize() || h.Vocab != m.VocabSize() {
+		return nil, fmt.Errorf("the Medusa heads do not fit the target: they read hidden states of size %d and score a vocabulary of %d, the target's hidden_size is %d and vocab_size %d (were they trained for another model?)",
+			h.Hidden, h.Vocab, m.HiddenSize(), m.VocabSize())
+	}
+	return &Drafter{m: m, h: h}, nil
+}
+
+// Heads returns the drafter's heads.
+func (d *Drafter) Heads() *Heads { return d.h }
+
+// Kind implements drafters.Drafter.
+func (d *Drafter) Kind() drafters.Kind { return Kind }
+
+// Configure implements drafters.Drafter: a chain is the top-1 of the first
+// Depth heads (default all); a tree is a static tree of paths no deeper than
+// the heads (default spec.DefaultChoices). The dynamic tree's settings do
+// not apply.
+func (d *Drafter) Configure(c drafters.Decoding) (drafters.Decoding, error) {
+	heads := d.h.Heads
+	if c.TopK != 0 || c.TotalTokens != 0 {
+		return c, errors.New("top-k and total tokens configure EAGLE-2's dynamic tree; a Medusa tree is set with a list of paths (--tree)")
+	}
+	if c.Mode == drafters.ModeChain {
+		if c.Tree != nil {
+			return c, errors.New("a tree was given in chain mode; use tree mode for a static tree")
+		}
+		if c.Depth == 0 {
+			c.Depth = heads
+		}
+		if c.Depth > heads {
+			return c, fmt.Errorf("chain depth %d exceeds the drafter's %d Medusa heads", c.Depth, heads)
+		}
+		return c, nil
+	}
+	if c.Depth != 0 {
+		return c, errors.New("depth does not apply to a Medusa tree (its depth is the longest --tree path)")
+	}
+	if c.Tree == nil {
+		c.Tree = spec.DefaultChoices(heads)
+	}
+	if err := c.Tree.Validate(); err != nil {
+		return c, fmt.Errorf("tree: %w", err)
+	}
+	if c.Tree.Depth() > heads {
+		return c, fmt.Errorf("tree paths reach depth %d but the drafter has %d Medusa heads", c.Tree.Depth(), heads)
+	}
+	return c, nil
+}
+
+// NewProposer implements drafters.Drafter.
+func (d *Drafter) NewProposer(c drafters.Decoding, _ drafters.ProposerOptions) (drafters.Proposer, error) {
+	return newProposer(d.m, d.h, c)
+}
