@@ -40,15 +40,19 @@
 // (details.prefill) equal Request.Prompt, and reads details.tokens[].id.
 // TGI has no min-p; a request with one is refused.
 //
-// Every engine above includes the stop token that ended the generation in the
-// ids it returns (vLLM v1/core/sched/utils.py check_stop tests the last
-// appended id; llama-server process_token). When an answer says it stopped
-// but does not end with a stop id (text answers, whose text leaves special
-// tokens out), the stop id the engine reports (vLLM stop_reason, SGLang
-// matched_stop) or the only stop id of the request is appended; ids generated
-// past the first stop id (llama-server stops only at its vocabulary's
-// end-of-generation tokens, not at stop_token_ids) are cut. Response.Finish
-// says FinishStop or FinishLength either way.
+// vLLM and llama-server include the stop token that ended the generation in
+// the ids they return (vLLM v1/core/sched/utils.py check_stop tests the last
+// appended id; llama-server's process_token appends before it checks for an
+// end-of-generation token); the client does not rely on it. When an answer
+// says it stopped but does not end with a stop id (text answers, whose text
+// leaves special tokens out, or an engine that trims it), the stop id the
+// engine reports (vLLM stop_reason, SGLang matched_stop) or the only stop id
+// of the request is appended, else the answer is refused; ids generated past
+// the first stop id (llama-server stops only at its vocabulary's
+// end-of-generation tokens, TGI at the model's eos, neither takes
+// stop_token_ids) are cut. The ids are checked against the count the server
+// reports (usage.completion_tokens, tokens_predicted, generated_tokens).
+// Response.Finish says FinishStop or FinishLength either way.
 //
 // # Robustness
 //
