@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -216,7 +217,7 @@ func New(opt Options) (*Client, error) {
 	c := &Client{opt: opt, model: opt.Model}
 	seen := map[string]bool{}
 	for _, u := range opt.URLs {
-		base, err := baseURL(u)
+		base, err := BaseURL(u)
 		if err != nil {
 			return nil, err
 		}
@@ -229,11 +230,17 @@ func New(opt Options) (*Client, error) {
 	return c, nil
 }
 
-// baseURL strips a trailing "/" and "/v1" from u and checks its scheme.
-func baseURL(u string) (string, error) {
-	b := strings.TrimRight(strings.TrimSpace(u), "/")
-	b = strings.TrimSuffix(b, "/v1")
-	if !strings.HasPrefix(b, "http://") && !strings.HasPrefix(b, "https://") || len(b) <= len("https://") {
+// BaseURL returns the base URL the client uses for the server URL u: u
+// without a trailing "/" or "/v1". It must be an http or https URL with a
+// host and without a query or fragment, and carry no user name or password:
+// the URLs are recorded with the run (send a key as Options.APIKey).
+func BaseURL(u string) (string, error) {
+	b := strings.TrimSuffix(strings.TrimRight(strings.TrimSpace(u), "/"), "/v1")
+	p, err := url.Parse(b)
+	switch {
+	case err == nil && p.User != nil:
+		return "", fmt.Errorf("completions: server URL %q carries credentials, which would be recorded with the URL; send an API key instead", u)
+	case err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || p.RawQuery != "" || p.Fragment != "":
 		return "", fmt.Errorf("completions: server URL %q: want http://host:port or https://host/prefix", u)
 	}
 	return b, nil

@@ -406,3 +406,30 @@ func TestRejectsAreHandedOver(t *testing.T) {
 		t.Fatalf("rejected %v, want [2]", rejected)
 	}
 }
+
+// TestBaseURL: the forms a server URL may take, and what is refused before
+// anything is sent.
+func TestBaseURL(t *testing.T) {
+	for _, tc := range []struct{ in, want, err string }{
+		{"http://vllm-0:8000", "http://vllm-0:8000", ""},
+		{"http://x", "http://x", ""},
+		{" https://gw.example/llm/v1/ ", "https://gw.example/llm", ""},
+		{"http://[::1]:8080/", "http://[::1]:8080", ""},
+		{"ftp://x", "", `server URL "ftp://x": want http://host:port`},
+		{"vllm-0:8000", "", "want http://host:port"},
+		{"http://", "", "want http://host:port"},
+		{"http://h:8000/?a=1", "", "want http://host:port"},
+		{"http://u:secret@h:8000", "", "carries credentials"},
+	} {
+		got, err := completions.BaseURL(tc.in)
+		if tc.err == "" && (err != nil || got != tc.want) {
+			t.Errorf("completions.BaseURL(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
+		}
+		if tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("completions.BaseURL(%q): %v; want an error with %q", tc.in, err, tc.err)
+		}
+	}
+	if _, err := completions.New(completions.Options{URLs: []string{"http://a:1", "http://a:1/v1"}}); err == nil || !strings.Contains(err.Error(), "given twice") {
+		t.Errorf("the same server twice: %v", err)
+	}
+}
