@@ -132,6 +132,12 @@ func TestExitCodes(t *testing.T) {
 		{with(eagle3Args, "--warmup-steps", "2"), exitUsage, "unknown flag: --warmup-steps: the warm-up is --warmup"},
 		{with(eagle3Args, "--method", "eagle3"), exitUsage, "unknown flag: --method"},
 
+		// train: --data entries are folders, folders of them, or glob patterns.
+		{with(medusaArgs, "--data", "runs/d-["), exitUsage, `--data d,runs/d-[: want capture folders, folders of them, or glob patterns such as 'runs/d-*' ("runs/d-[" is not a valid pattern)`},
+		{with(byEAGLE3, "--data", `runs/\`), exitUsage, `("runs/\\" is not a valid pattern)`},
+		{with(eagle3Args, "--data", "runs/d-*"), exitOK, ""},
+		{with(medusaArgs, "--data", "runs"), exitOK, ""},
+
 		// train: --layers and --warmup by method.
 		{with(byMedusa, "--layers", "1,2,3"), exitUsage, "--layers 1,2,3: for medusa it is the number of residual blocks per head"},
 		{with(byMedusa, "--layers", "-1"), exitUsage, "--layers -1: want the number of residual blocks per head, 0 or more"},

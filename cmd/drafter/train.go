@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -108,7 +110,7 @@ func (f *trainFlags) register(fs *pflag.FlagSet, sp trainSpelling) {
 		fs.StringVar(&f.method, "method", "", "medusa or eagle3 (drafter train medusa and drafter train eagle3 are preferred: each has only its method's flags)")
 	}
 	fs.StringVar(&f.model, "model", "", "the target checkpoint folder the data was captured from")
-	fs.StringSliceVar(&f.data, "data", nil, "capture directories made by drafter distill (comma-separated or repeated)")
+	fs.StringSliceVar(&f.data, "data", nil, "capture folders made by drafter distill or capture (comma-separated or repeated); a folder without manifest.json stands for its subfolders that have one (one per --shard), and a quoted glob such as 'runs/d-*' is expanded by drafter")
 	fs.StringVar(&f.out, "out", "", "output folder: exports, drafter.json, metrics.jsonl, checkpoint")
 
 	switch sp {
@@ -219,7 +221,9 @@ func (f *trainFlags) options(c *cobra.Command, sp trainSpelling, progress io.Wri
 			return o, err
 		}
 	}
+	bad := badPattern(f.data)
 	checks := []flagCheck{
+		{"data", bad != "", fmt.Sprintf("capture folders, folders of them, or glob patterns such as 'runs/d-*' (%q is not a valid pattern)", bad)},
 		{"lr", !(f.lr > 0), "a learning rate above 0"},
 		{"min-lr-ratio", !(f.minLRRatio >= 0 && f.minLRRatio <= 1), "a fraction of --lr in [0,1]"},
 		{"weight-decay", f.weightDecay < 0, "0 or a positive weight decay"},
@@ -568,4 +572,17 @@ func runTrain(ctx context.Context, o *trainOptions) error {
 		fmt.Fprintln(o.Out, e)
 	}
 	return nil
+}
+
+// badPattern returns the first --data entry that is neither an existing path
+// nor a valid glob pattern, "" when there is none.
+func badPattern(entries []string) string {
+	for _, e := range entries {
+		if _, err := filepath.Match(e, ""); err != nil {
+			if _, err := os.Stat(e); err != nil {
+				return e
+			}
+		}
+	}
+	return ""
 }
