@@ -135,22 +135,28 @@ func compareDirs(t *testing.T, a, b string) {
 		names = append(names, s.File)
 	}
 	for _, n := range names {
-		x, err := os.ReadFile(filepath.Join(a, n))
-		if err != nil {
-			t.Fatal(err)
-		}
-		y, err := os.ReadFile(filepath.Join(b, n))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(x, y) {
-			t.Fatalf("%s differs between the uninterrupted and the killed-and-resumed run", n)
-		}
+		compareFiles(t, a, b, n)
 	}
 	entries, _ := os.ReadDir(b)
 	for _, e := range entries {
 		if strings.HasSuffix(e.Name(), ".tmp") {
 			t.Fatalf("leftover %s", e.Name())
 		}
+	}
+}
+
+// compareFiles fails unless dir a and dir b hold the same bytes as name.
+func compareFiles(t testing.TB, a, b, name string) {
+	t.Helper()
+	x, err := os.ReadFile(filepath.Join(a, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, err := os.ReadFile(filepath.Join(b, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(x, y) {
+		t.Fatalf("%s differs between %s and %s", name, a, b)
 	}
 }

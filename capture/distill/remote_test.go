@@ -312,21 +312,6 @@ func readLines(t testing.TB, path string) []string {
 	return strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
 }
 
-func compareFiles(t testing.TB, a, b, name string) {
-	t.Helper()
-	x, err := os.ReadFile(filepath.Join(a, name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	y, err := os.ReadFile(filepath.Join(b, name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(x, y) {
-		t.Fatalf("%s differs between the uninterrupted and the resumed run", name)
-	}
-}
-
 // TestRemoteRefusesOtherRuns: a local distill is not resumed by a remote one,
 // and a bad server is reported before anything is written.
 func TestRemoteRefusesOtherRuns(t *testing.T) {
@@ -406,13 +391,7 @@ func TestRemoteTGIChat(t *testing.T) {
 		Tokenize: func(s string) []int { return srvTok.Encode(s, true) }})
 	defer srv.Close()
 	dir := t.TempDir()
-	var b strings.Builder
-	for _, p := range storyPrompts[:4] {
-		j, _ := json.Marshal(map[string]any{"messages": []map[string]string{{"role": "user", "content": p}}})
-		b.Write(j)
-		b.WriteByte('\n')
-	}
-	opt := remoteOptions(writeFile(t, dir, "chat.jsonl", b.String()), filepath.Join(dir, "d"), srv.URL)
+	opt := remoteOptions(chatPromptFile(t, dir), filepath.Join(dir, "d"), srv.URL)
 	opt.Generator.API = completions.TGI
 	opt.Sampling.MinP = f64p(0)
 	sum, err := Run(context.Background(), tg, opt)
@@ -507,14 +486,7 @@ func TestRemoteHoldsTheLock(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := remoteOptions(prompts, filepath.Join(dir, "out"), srv.URL)
-	g := &gate{started: make(chan struct{}), proceed: make(chan struct{})}
-	first.Progress = g
-	done := make(chan error, 1)
-	go func() {
-		_, err := Run(context.Background(), tg, first)
-		done <- err
-	}()
-	<-g.started
+	release := startGated(t, tg, first)
 	asked := srv.Stats().Requests
 	var be *outlock.BusyError
 	for _, second := range []Options{remoteOptions(prompts, first.Out, srv.URL), baseOptions(prompts, first.Out)} {
@@ -527,8 +499,7 @@ func TestRemoteHoldsTheLock(t *testing.T) {
 	if n := srv.Stats().Requests; n != asked {
 		t.Fatalf("the refused runs sent %d requests", n-asked)
 	}
-	close(g.proceed)
-	if err := <-done; err != nil {
+	if err := release(); err != nil {
 		t.Fatalf("first distill: %v", err)
 	}
 	compareDirs(t, ref.Out, first.Out)

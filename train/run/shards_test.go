@@ -2,7 +2,6 @@ package run
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -40,16 +39,7 @@ func newDistiller(t *testing.T) *distiller {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { tg.Close() })
-	var b strings.Builder
-	for _, p := range shardPrompts {
-		j, _ := json.Marshal(map[string]string{"prompt": p})
-		b.Write(j)
-		b.WriteByte('\n')
-	}
-	prompts := filepath.Join(t.TempDir(), "prompts.jsonl")
-	if err := os.WriteFile(prompts, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	prompts := writePrompts(t, t.TempDir(), shardPrompts)
 	return &distiller{t: t, tg: tg, prompts: prompts}
 }
 
