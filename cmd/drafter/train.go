@@ -458,8 +458,12 @@ per head; eagle3: feature layers) and --warmup (medusa: steps; eagle3: a fractio
 method does; it is kept for scripts, the subcommands are preferred. Both spellings of the
 same settings train the same drafter and resume each other.
 
-Every capture directory must come from exactly this checkpoint (its manifest's model
-fingerprint is checked) and hold the columns the method reads. The defaults train well
+--data takes capture folders, a folder of them (every subfolder holding a manifest.json, such
+as one per distill --shard i/n), or a quoted glob that drafter expands ('runs/d-*'). Every
+capture directory must come from exactly this checkpoint (its manifest's model fingerprint is
+checked), hold the columns the method reads and be stored like the others; the shards of a
+--shard split must have been made with the same settings and all be there, and are read as one
+dataset, by sample id, each sample once. The defaults train well
 without tuning: medusa picks its batch and epoch cap from the data's size, eagle3 trains one
 sample per update (SpecForge's recipe) up to an epoch cap; training stops when the held-out
 metric stops improving (medusa: the chain acceptance its heads give on held-out responses;
@@ -481,6 +485,7 @@ func newCmdTrain(runF func(*trainOptions) error) *cobra.Command {
 		Example: `  drafter train medusa --model models/stories260k --data caps/stories --out drafters/medusa
   drafter train eagle3 --model /models/my-sft --data caps/a,caps/b --out drafters/eagle3 --format speculators
   drafter train eagle3 --model /models/my-sft --data caps/a --out drafters/eagle3 --resume
+  drafter train eagle3 --model /models/my-sft --data '/data/distill/shard-*' --out drafters/eagle3
   drafter train --method medusa --model models/stories260k --data caps/stories --out drafters/medusa`,
 	})
 	c.AddCommand(
