@@ -16,7 +16,8 @@ all: build
 
 # setup installs what the build and the tests need on a Debian/Ubuntu machine:
 # OpenBLAS (optional at run time: drafter falls back to pure Go without it) and
-# the Node.js Apache Arrow reader used as an independent check of our shards.
+# the Node.js Apache Arrow reader used as an independent check of our shards,
+# and llama.cpp through node-llama-cpp, a real serving engine for distill --generator.
 setup:
 	@scripts/setup.sh
 

@@ -28,4 +28,21 @@ if [ -f scripts/arrowjs/package.json ] && command -v npm >/dev/null 2>&1; then
   fi
 fi
 
+# A real serving engine for the --generator integration test: llama.cpp through
+# npm node-llama-cpp (pinned in scripts/llamaserver/package-lock.json). Only its
+# prebuilt CPU binary for Linux x86-64 is installed (--omit=optional drops the
+# CUDA and Vulkan builds, 600 MB; --ignore-scripts skips its postinstall, which
+# would try to build llama.cpp from source when no prebuilt binary fits).
+if [ -f scripts/llamaserver/package.json ] && command -v npm >/dev/null 2>&1; then
+  node_major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
+  if [ "$(uname -s)-$(uname -m)" != "Linux-x86_64" ]; then
+    echo "setup: node-llama-cpp is pinned for Linux x86-64 only; the llama.cpp integration test will skip here"
+  elif [ "$node_major" -lt 20 ]; then
+    echo "setup: node-llama-cpp needs node 20 or later (this is $(node --version 2>/dev/null)); the llama.cpp integration test will skip"
+  elif [ ! -d scripts/llamaserver/node_modules/node-llama-cpp ]; then
+    echo "setup: installing the llama.cpp test server (node-llama-cpp)"
+    (cd scripts/llamaserver && npm ci --silent --no-audit --no-fund --omit=optional --ignore-scripts)
+  fi
+fi
+
 go mod download

@@ -37,6 +37,17 @@ func chatModel(t testing.TB) *target.Target {
 	return tg
 }
 
+// chatPromptFile writes the first four story prompts as one-turn chats.
+func chatPromptFile(t testing.TB, dir string) string {
+	var b strings.Builder
+	for _, p := range storyPrompts[:4] {
+		j, _ := json.Marshal(map[string]any{"messages": []map[string]string{{"role": "user", "content": p}}})
+		b.Write(j)
+		b.WriteByte('\n')
+	}
+	return writeFile(t, dir, "chat.jsonl", b.String())
+}
+
 // TestChatDistillThenCapture distils chat prompts, then replays the responses
 // through Capture: the teacher-forced shards must hold the same tokens as the
 // distilled ones up to the end-of-turn token, with the loss mask on the
@@ -44,13 +55,7 @@ func chatModel(t testing.TB) *target.Target {
 func TestChatDistillThenCapture(t *testing.T) {
 	tg := chatModel(t)
 	dir := t.TempDir()
-	var b strings.Builder
-	for _, p := range storyPrompts[:4] {
-		j, _ := json.Marshal(map[string]any{"messages": []map[string]string{{"role": "user", "content": p}}})
-		b.Write(j)
-		b.WriteByte('\n')
-	}
-	opt := baseOptions(writeFile(t, dir, "chat.jsonl", b.String()), filepath.Join(dir, "d"))
+	opt := baseOptions(chatPromptFile(t, dir), filepath.Join(dir, "d"))
 	opt.SamplesPerPrompt = 1
 	opt.Sampling.Temperature = f64p(0)
 	if _, err := Run(context.Background(), tg, opt); err != nil {

@@ -10,6 +10,8 @@
 //	responses.jsonl     one line per sample, in sample order (Response)
 //	manifest.json       the capture manifest (package capture)
 //	shard-NNNNN.arrow   the hidden states, one row per position
+//	generated.jsonl     with --generator: every answer the serving engines
+//	                    gave, as it arrived (remote.go)
 //	.drafter.lock       while a run writes here (package outlock): a second
 //	                    run into the same directory is refused
 //
@@ -70,6 +72,7 @@ import (
 
 	"github.com/drafter-ai/drafter/capture"
 	"github.com/drafter-ai/drafter/data"
+	"github.com/drafter-ai/drafter/pkg/completions"
 	"github.com/drafter-ai/drafter/pkg/generate"
 	"github.com/drafter-ai/drafter/pkg/model"
 	"github.com/drafter-ai/drafter/pkg/outlock"
@@ -116,6 +119,10 @@ type Options struct {
 	Force bool
 	// Progress receives a progress bar and the summary; nil for none.
 	Progress io.Writer
+	// Generator, when set, has serving engines generate the responses, which
+	// are then captured with teacher-forced prefills (remote.go); nil
+	// generates them with the target itself.
+	Generator *completions.Options
 }
 
 // Response is one line of responses.jsonl.
@@ -147,8 +154,10 @@ type Summary struct {
 	// Prompts read, Skipped malformed records, TooLong prompts skipped for
 	// leaving no room to generate.
 	Prompts, Skipped, TooLong int
-	// Samples in this run's share; Resumed of them were already stored.
-	Samples, Resumed int
+	// Samples in this run's share; Resumed of them were already stored;
+	// Rejected were skipped because a server's answer could not be turned
+	// into token ids (remote generation only).
+	Samples, Resumed, Rejected int
 	// Generated tokens in this run (including regenerated ones on resume).
 	Generated int64
 	// Seconds of the whole run; CaptureSeconds of them spent copying
@@ -231,9 +240,30 @@ func taps(layers []int, L int) []int {
 }
 
 // Run distils the prompts of opt.Prompts with t into opt.Out, resuming an
-// interrupted run with the same arguments.
+// interrupted run with the same arguments. The output folder's lock is held
+// for the whole run, whoever generates.
 func Run(ctx context.Context, t *target.Target, opt Options) (*Summary, error) {
 	start := time.Now()
+	if err := opt.check(); err != nil {
+		return nil, err
+	}
+	lock, err := outlock.Acquire(opt.Out, "drafter distill")
+	if err != nil {
+		return nil, fmt.Errorf("distill: %w", err)
+	}
+	defer lock.Release()
+	p, err := prepare(t, &opt)
+	if err != nil {
+		return nil, err
+	}
+	if opt.Generator != nil {
+		return runRemote(ctx, t, opt, p, start)
+	}
+	return runLocal(ctx, t, opt, p, start)
+}
+
+// check fills opt's defaults and checks it.
+func (opt *Options) check() error {
 	if opt.SamplesPerPrompt == 0 {
 		opt.SamplesPerPrompt = 1
 	}
@@ -248,19 +278,30 @@ func Run(ctx context.Context, t *target.Target, opt Options) (*Summary, error) {
 	}
 	switch {
 	case opt.SamplesPerPrompt < 1:
-		return nil, fmt.Errorf("distill: --samples-per-prompt %d: want at least 1", opt.SamplesPerPrompt)
+		return fmt.Errorf("distill: --samples-per-prompt %d: want at least 1", opt.SamplesPerPrompt)
 	case opt.Batch < 1:
-		return nil, fmt.Errorf("distill: --batch %d: want at least 1", opt.Batch)
+		return fmt.Errorf("distill: --batch %d: want at least 1", opt.Batch)
 	case opt.Shard < 0 || opt.Shard >= opt.NumShards:
-		return nil, fmt.Errorf("distill: --shard %d/%d: want i/n with n >= 1 and 0 <= i < n", opt.Shard, opt.NumShards)
+		return fmt.Errorf("distill: --shard %d/%d: want i/n with n >= 1 and 0 <= i < n", opt.Shard, opt.NumShards)
 	case opt.Out == "":
-		return nil, fmt.Errorf("distill: no output directory")
+		return fmt.Errorf("distill: no output directory")
 	}
-	lock, err := outlock.Acquire(opt.Out, "drafter distill")
-	if err != nil {
-		return nil, fmt.Errorf("distill: %w", err)
-	}
-	defer lock.Release()
+	return nil
+}
+
+// plan is what a run resolved before generating: the settings, the samples of
+// its share and the manifest that describes it.
+type plan struct {
+	layers   []int
+	settings generate.Settings
+	items    []item
+	capacity int
+	sum      *Summary
+	man      capture.Manifest
+}
+
+// prepare reads the prompts and builds the run's sample list and manifest.
+func prepare(t *target.Target, opt *Options) (*plan, error) {
 	m := t.Model
 	L := m.NumLayers()
 	layers, err := Layers(t.Config.EAGLE3DraftLayers(), L, opt.Layers)
@@ -342,7 +383,14 @@ func Run(ctx context.Context, t *target.Target, opt Options) (*Summary, error) {
 		TokenizerHash: t.TokenizerHash, ChatTemplateHash: t.TemplateHash(), Generation: genDesc, Seed: int64(opt.Seed),
 		PromptFileHash: promptHash, Args: args,
 	}
-	out, err := openOutput(opt.Out, man, opt.Force)
+	return &plan{layers: layers, settings: st, items: items, capacity: capacity, sum: sum, man: man}, nil
+}
+
+// runLocal is Run generating with the target itself; p is what prepare
+// resolved.
+func runLocal(ctx context.Context, t *target.Target, opt Options, p *plan, start time.Time) (*Summary, error) {
+	m, items, sum := t.Model, p.items, p.sum
+	out, err := openOutput(opt.Out, p.man, opt.Force)
 	if err != nil {
 		return nil, err
 	}
@@ -357,46 +405,19 @@ func Run(ctx context.Context, t *target.Target, opt Options) (*Summary, error) {
 		}
 	}
 	sum.Resumed = done
-	// The manifest first, then responses.jsonl: a directory with a manifest
-	// is always resumable.
-	var resp *responses
-	w, err := out.writer(capture.ShardOptions{MaxRows: opt.ShardRows, MaxBytes: opt.ShardBytes,
-		OnShard: func(capture.ShardInfo) error { return resp.sync() }})
+	ses, err := startSession(out, &opt, len(items), nil)
 	if err != nil {
-		return nil, fmt.Errorf("distill: %w", err)
-	}
-	resp, err = openResponses(opt.Out, out.manifest.Totals.Samples, out.done, out.fresh)
-	if err != nil {
-		w.Abort()
 		return nil, err
 	}
-	defer resp.close()
-	fail := func(err error) (*Summary, error) {
-		w.Abort()
-		if terr := resp.truncate(w.Manifest().Totals.Samples); terr != nil {
-			return nil, fmt.Errorf("%w (and %v)", err, terr)
-		}
-		if ctx.Err() != nil && err == ctx.Err() {
-			man := w.Manifest()
-			return nil, fmt.Errorf("distill: interrupted: %d of %d samples are stored in %d shards in %s; rerun the same command to resume",
-				man.Totals.Samples, len(items), len(man.Shards), opt.Out)
-		}
-		return nil, err
-	}
+	defer ses.resp.close()
+	fail := func(err error) (*Summary, error) { return nil, ses.fail(ctx, err) }
 
-	tp := taps(layers, L)
-	eng, err := generate.NewEngine(m, generate.EngineOptions{Params: st.Params, Seed: opt.Seed, Stop: t.Stop,
-		Batch: opt.Batch, Capacity: capacity, Taps: tp})
+	eng, err := generate.NewEngine(m, generate.EngineOptions{Params: p.settings.Params, Seed: opt.Seed, Stop: t.Stop,
+		Batch: opt.Batch, Capacity: p.capacity, Taps: taps(p.layers, m.NumLayers())})
 	if err != nil {
 		return fail(err)
 	}
-	var bar *progressbar.ProgressBar
-	if opt.Progress != nil {
-		bar = progressbar.NewOptions64(int64(len(items)), progressbar.OptionSetWriter(opt.Progress),
-			progressbar.OptionSetDescription("distill"), progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(true),
-			progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionSetWidth(30), progressbar.OptionShowElapsedTimeOnFinish())
-		bar.Set(done)
-	}
+	bar := newBar(opt.Progress, "distill", len(items), done)
 	var writeTime time.Duration
 	var tok32 []int32
 	var mask []bool
@@ -428,10 +449,10 @@ func Run(ctx context.Context, t *target.Target, opt Options) (*Summary, error) {
 				tok32 = append(tok32, int32(id))
 				mask = append(mask, true)
 			}
-			if err := resp.add(response(t, it, d)); err != nil {
+			if err := ses.resp.add(response(t, it, d)); err != nil {
 				return err
 			}
-			if err := w.Write(capture.Sample{ID: it.id, Tokens: tok32, LossMask: mask, States: d.States}); err != nil {
+			if err := ses.w.Write(capture.Sample{ID: it.id, Tokens: tok32, LossMask: mask, States: d.States}); err != nil {
 				return promptError(opt.Prompts, it, err)
 			}
 			writeTime += time.Since(t0)
@@ -451,18 +472,11 @@ func Run(ctx context.Context, t *target.Target, opt Options) (*Summary, error) {
 		}
 	}
 	t0 := time.Now()
-	final, err := w.Close()
+	final, err := ses.close(ctx, bar, opt.Progress)
 	if err != nil {
-		return fail(err)
-	}
-	writeTime += time.Since(t0)
-	if err := resp.close(); err != nil {
 		return nil, err
 	}
-	if bar != nil {
-		bar.Finish()
-		fmt.Fprintln(opt.Progress)
-	}
+	writeTime += time.Since(t0)
 	stats := eng.Stats()
 	sum.Manifest = final
 	sum.Generated = stats.Generated
@@ -481,12 +495,95 @@ func promptError(file string, it *item, err error) error {
 	return fmt.Errorf("distill: %s line %d (sample %d): %w", file, it.prompt.Line, it.id, err)
 }
 
+// session is a run's open output: the shard writer and responses.jsonl, kept
+// in step.
+type session struct {
+	w    *capture.Writer
+	resp *responses
+	dir  string
+	// total is the number of samples of the run; note is added to the
+	// message of an interrupted run.
+	total int
+	note  string
+}
+
+// startSession opens the shard writer, then responses.jsonl: the manifest
+// first, so that a directory with a manifest is always resumable. After each
+// finished shard responses.jsonl is fsynced, then sync (when set) runs.
+func startSession(out *output, opt *Options, total int, sync func() error) (*session, error) {
+	s := &session{dir: opt.Out, total: total}
+	w, err := out.writer(capture.ShardOptions{MaxRows: opt.ShardRows, MaxBytes: opt.ShardBytes,
+		OnShard: func(capture.ShardInfo) error {
+			if err := s.resp.sync(); err != nil || sync == nil {
+				return err
+			}
+			return sync()
+		}})
+	if err != nil {
+		return nil, fmt.Errorf("distill: %w", err)
+	}
+	s.w = w
+	if s.resp, err = openResponses(opt.Out, out.manifest.Totals.Samples, out.done, out.fresh); err != nil {
+		w.Abort()
+		return nil, err
+	}
+	return s, nil
+}
+
+// fail stops the session after err: the unfinished shard is dropped and
+// responses.jsonl cut back to the stored samples, so the run stays resumable;
+// an interruption says so.
+func (s *session) fail(ctx context.Context, err error) error {
+	s.w.Abort()
+	if terr := s.resp.truncate(s.w.Manifest().Totals.Samples); terr != nil {
+		return fmt.Errorf("%w (and %v)", err, terr)
+	}
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		man := s.w.Manifest()
+		return fmt.Errorf("distill: interrupted: %d of %d samples are stored in %d shards in %s%s; rerun the same command to resume",
+			man.Totals.Samples, s.total, len(man.Shards), s.dir, s.note)
+	}
+	return err
+}
+
+// close finishes the last shard, the manifest, responses.jsonl and the
+// progress bar.
+func (s *session) close(ctx context.Context, bar *progressbar.ProgressBar, progress io.Writer) (*capture.Manifest, error) {
+	final, err := s.w.Close()
+	if err != nil {
+		return nil, s.fail(ctx, err)
+	}
+	if err := s.resp.close(); err != nil {
+		return nil, err
+	}
+	if bar != nil {
+		bar.Finish()
+		fmt.Fprintln(progress)
+	}
+	return final, nil
+}
+
+// newBar is a run's progress bar on w (nil without w), done of total already.
+func newBar(w io.Writer, what string, total, done int) *progressbar.ProgressBar {
+	if w == nil {
+		return nil
+	}
+	bar := progressbar.NewOptions64(int64(total), progressbar.OptionSetWriter(w),
+		progressbar.OptionSetDescription(what), progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(true),
+		progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionSetWidth(30), progressbar.OptionShowElapsedTimeOnFinish())
+	bar.Set(done)
+	return bar
+}
+
 // WriteText prints the summary for people.
 func (s *Summary) WriteText(w io.Writer) {
 	m := s.Manifest
 	fmt.Fprintf(w, "distill: %d samples in %s (%d resumed), %d prompts", m.Totals.Samples, s.Out, s.Resumed, s.Prompts)
 	if s.Skipped+s.TooLong > 0 {
 		fmt.Fprintf(w, " (%d malformed and %d too long skipped)", s.Skipped, s.TooLong)
+	}
+	if s.Rejected > 0 {
+		fmt.Fprintf(w, ", %d samples skipped for answers without usable token ids (see %s)", s.Rejected, GeneratedName)
 	}
 	fmt.Fprintf(w, "\n  %d generated tokens in %.1fs: %.0f tokens/s, capture %.1f%% of the time; %s\n",
 		s.Generated, s.Seconds, s.TokensPerSecond(), 100*s.CaptureShare(), s.Settings.Params)
@@ -554,7 +651,7 @@ func removeCapture(dir string) error {
 	for _, e := range entries {
 		n := e.Name()
 		base := strings.TrimSuffix(n, ".tmp")
-		ok := base == capture.ManifestName || base == ResponsesName ||
+		ok := base == capture.ManifestName || base == ResponsesName || base == GeneratedName ||
 			(strings.HasPrefix(base, "shard-") && strings.HasSuffix(base, ".arrow"))
 		if !ok || e.IsDir() {
 			continue

@@ -113,6 +113,29 @@ func (g *gate) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// startGated starts Run(opt) with a progress writer that holds the run at
+// its first write, and returns once it is held there, holding its output
+// folder's lock. release lets it finish and returns its error.
+func startGated(t *testing.T, tg *target.Target, opt Options) (release func() error) {
+	t.Helper()
+	g := &gate{started: make(chan struct{}), proceed: make(chan struct{})}
+	opt.Progress = g
+	done := make(chan error, 1)
+	go func() {
+		_, err := Run(context.Background(), tg, opt)
+		done <- err
+	}()
+	select {
+	case <-g.started:
+	case err := <-done:
+		t.Fatalf("the run ended before its first progress write: %v", err)
+	}
+	return func() error {
+		close(g.proceed)
+		return <-done
+	}
+}
+
 // Two distills (or a distill and a capture) into one --out: the second fails
 // at once naming the first, even with --force, and the first completes
 // exactly as if it had been alone.
@@ -125,14 +148,7 @@ func TestConcurrentDistillsOneOut(t *testing.T) {
 	}
 	first := ref
 	first.Out = filepath.Join(dir, "out")
-	g := &gate{started: make(chan struct{}), proceed: make(chan struct{})}
-	first.Progress = g
-	done := make(chan error, 1)
-	go func() {
-		_, err := Run(context.Background(), tg, first)
-		done <- err
-	}()
-	<-g.started
+	release := startGated(t, tg, first)
 	second := ref
 	second.Out, second.Force = first.Out, true
 	_, err := Run(context.Background(), tg, second)
@@ -144,8 +160,7 @@ func TestConcurrentDistillsOneOut(t *testing.T) {
 	if !errors.As(err, &be) || !strings.HasPrefix(err.Error(), "capture: "+first.Out+` is in use by "drafter distill"`) {
 		t.Fatalf("capture into a distill's --out: %v", err)
 	}
-	close(g.proceed)
-	if err := <-done; err != nil {
+	if err := release(); err != nil {
 		t.Fatalf("first distill: %v", err)
 	}
 	compareDirs(t, ref.Out, first.Out)

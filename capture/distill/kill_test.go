@@ -23,19 +23,34 @@ func TestKillAndResume(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the drafter binary")
 	}
-	t.Setenv(filecache.EnvDir, t.TempDir()) // the runs must not touch the user's cache
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "drafter")
-	build := exec.Command("go", "build", "-o", bin, "../../cmd/drafter")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildDrafter(t, dir)
 	prompts := promptFile(t, dir)
 	args := func(out string) []string {
 		return []string{"distill", "--model", storiesDir, "--prompts", prompts, "--out", out, "--quiet",
 			"--temperature", "0.9", "--max-new-tokens", "48", "--samples-per-prompt", "6", "--seed", "5",
 			"--batch", "3", "--shard-rows", "150", "--dtype", "float16"}
 	}
+	early := func(string) bool { time.Sleep(30 * time.Millisecond); return true }
+	killAndResume(t, bin, dir, args, 5, []func(out string) bool{afterShard(1), afterShard(2), afterShard(3), early})
+}
+
+// afterShard is a kill point: once shard n exists.
+func afterShard(n int) func(out string) bool {
+	return func(out string) bool {
+		_, err := os.Stat(filepath.Join(out, capture.ShardFileName(n)))
+		return err == nil
+	}
+}
+
+// killAndResume runs bin with args(out) into a reference directory (which
+// must end with at least minShards shards), then into another one, SIGKILLing
+// the run once each kill point holds and starting it again, and finally lets
+// it finish; the two directories must hold the same bytes (compareDirs, and
+// the extra files). It returns the number of runs killed, at least one.
+func killAndResume(t *testing.T, bin, dir string, args func(out string) []string, minShards int, points []func(out string) bool, extra ...string) int {
+	t.Helper()
+	t.Setenv(filecache.EnvDir, t.TempDir()) // the runs must not touch the user's cache
 	run := func(out string) {
 		t.Helper()
 		cmd := exec.Command(bin, args(out)...)
@@ -49,13 +64,13 @@ func TestKillAndResume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(refMan.Shards) < 5 {
+	if len(refMan.Shards) < minShards {
 		t.Fatalf("the reference run wrote %d shards; the test needs more to kill in between", len(refMan.Shards))
 	}
 
 	out := filepath.Join(dir, "killed")
 	kills := 0
-	for _, after := range []int{1, 2, 3, 0} {
+	for n, reached := range points {
 		cmd := exec.Command(bin, args(out)...)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
@@ -64,23 +79,18 @@ func TestKillAndResume(t *testing.T) {
 		}
 		exited := make(chan error, 1)
 		go func() { exited <- cmd.Wait() }()
-		target := filepath.Join(out, capture.ShardFileName(after))
 		killed := false
 	wait:
 		for {
 			select {
 			case err := <-exited:
 				if err != nil {
-					t.Fatalf("run before kill point %d failed: %v\n%s", after, err, stderr.String())
+					t.Fatalf("run before kill point %d failed: %v\n%s", n, err, stderr.String())
 				}
 				break wait
 			default:
 			}
-			_, statErr := os.Stat(target)
-			if after == 0 || statErr == nil {
-				if after == 0 {
-					time.Sleep(30 * time.Millisecond)
-				}
+			if reached(out) {
 				cmd.Process.Signal(syscall.SIGKILL)
 				<-exited
 				killed = true
@@ -97,7 +107,11 @@ func TestKillAndResume(t *testing.T) {
 	}
 	run(out) // resume to the end
 	compareDirs(t, ref, out)
+	for _, name := range extra {
+		compareFiles(t, ref, out, name)
+	}
 	t.Logf("%d kills, %d shards", kills, len(refMan.Shards))
+	return kills
 }
 
 func compareDirs(t *testing.T, a, b string) {
@@ -121,22 +135,28 @@ func compareDirs(t *testing.T, a, b string) {
 		names = append(names, s.File)
 	}
 	for _, n := range names {
-		x, err := os.ReadFile(filepath.Join(a, n))
-		if err != nil {
-			t.Fatal(err)
-		}
-		y, err := os.ReadFile(filepath.Join(b, n))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(x, y) {
-			t.Fatalf("%s differs between the uninterrupted and the killed-and-resumed run", n)
-		}
+		compareFiles(t, a, b, n)
 	}
 	entries, _ := os.ReadDir(b)
 	for _, e := range entries {
 		if strings.HasSuffix(e.Name(), ".tmp") {
 			t.Fatalf("leftover %s", e.Name())
 		}
+	}
+}
+
+// compareFiles fails unless dir a and dir b hold the same bytes as name.
+func compareFiles(t testing.TB, a, b, name string) {
+	t.Helper()
+	x, err := os.ReadFile(filepath.Join(a, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, err := os.ReadFile(filepath.Join(b, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(x, y) {
+		t.Fatalf("%s differs between %s and %s", name, a, b)
 	}
 }

@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/schollz/progressbar/v3"
-
 	"github.com/drafter-ai/drafter/capture"
 	"github.com/drafter-ai/drafter/data"
 	"github.com/drafter-ai/drafter/pkg/chat"
@@ -132,20 +130,9 @@ func Capture(ctx context.Context, t *target.Target, opt CaptureOptions) (*Summar
 	if err != nil {
 		return nil, fmt.Errorf("capture: %w", err)
 	}
-	var bar *progressbar.ProgressBar
-	if opt.Progress != nil {
-		bar = progressbar.NewOptions64(int64(len(items)), progressbar.OptionSetWriter(opt.Progress),
-			progressbar.OptionSetDescription("capture"), progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(true),
-			progressbar.OptionThrottle(200*time.Millisecond), progressbar.OptionSetWidth(30))
-		bar.Set(done)
-	}
-	tp := taps(layers, L)
-	fopt := model.Options{Taps: tp}
-	var seqs []*model.Sequence
-	var batch []model.Input
+	bar := newBar(opt.Progress, "capture", len(items), done)
+	pf := newPrefiller(m, taps(layers, L), capacity)
 	var tok32 []int32
-	states := make([][]float32, len(tp))
-	var fwd time.Duration
 	fail := func(err error) (*Summary, error) {
 		w.Abort()
 		if ctx.Err() != nil && err == ctx.Err() {
@@ -155,46 +142,35 @@ func Capture(ctx context.Context, t *target.Target, opt CaptureOptions) (*Summar
 		}
 		return nil, err
 	}
+	seqs := make([][]int, 0, opt.Batch)
 	for g0 := done / opt.Batch * opt.Batch; g0 < len(items) && done < len(items); g0 += opt.Batch {
 		if err := ctx.Err(); err != nil {
 			return fail(err)
 		}
 		group := items[g0:min(g0+opt.Batch, len(items))]
-		batch = batch[:0]
-		for i, it := range group {
-			if i == len(seqs) {
-				s, err := m.NewSequence(capacity)
-				if err != nil {
-					return fail(err)
-				}
-				seqs = append(seqs, s)
-			}
-			seqs[i].Reset()
-			batch = append(batch, model.Input{Seq: seqs[i], Tokens: it.ids, Logits: model.LogitsNone})
+		seqs = seqs[:0]
+		for _, it := range group {
+			seqs = append(seqs, it.ids)
 		}
-		t0 := time.Now()
-		res, err := m.Forward(batch, fopt)
-		fwd += time.Since(t0)
-		if err != nil {
-			return fail(fmt.Errorf("capture: %w", err))
-		}
-		for b, it := range group {
+		err := pf.run(seqs, func(b int, states [][]float32) error {
+			it := group[b]
 			if g0+b < done {
-				continue // stored before the restart
-			}
-			for c := range tp {
-				states[c] = res.HiddenOf(c, b)
+				return nil // stored before the restart
 			}
 			tok32 = tok32[:0]
 			for _, id := range it.ids {
 				tok32 = append(tok32, int32(id))
 			}
 			if err := w.Write(capture.Sample{ID: it.id, Tokens: tok32, LossMask: it.mask, States: states}); err != nil {
-				return fail(fmt.Errorf("capture: %s record %d: %w", opt.Conversations, it.id+1, err))
+				return fmt.Errorf("capture: %s record %d: %w", opt.Conversations, it.id+1, err)
 			}
 			if bar != nil {
 				bar.Add(1)
 			}
+			return nil
+		})
+		if err != nil {
+			return fail(err)
 		}
 	}
 	final, err := w.Close()
@@ -207,12 +183,66 @@ func Capture(ctx context.Context, t *target.Target, opt CaptureOptions) (*Summar
 	}
 	sum.Manifest = final
 	sum.Seconds = time.Since(start).Seconds()
-	sum.CaptureSeconds = sum.Seconds - fwd.Seconds()
+	sum.CaptureSeconds = sum.Seconds - pf.forward.Seconds()
 	if opt.Progress != nil {
 		fmt.Fprintf(opt.Progress, "capture: %d samples in %s (%d resumed), %d rows (%d loss-masked), %d shards, %.0f bytes per token, %.1fs\n",
 			final.Totals.Samples, opt.Out, done, final.Totals.Rows, final.Totals.ResponseTokens, len(final.Shards), final.BytesPerToken, sum.Seconds)
 	}
 	return sum, nil
+}
+
+// prefiller runs teacher-forced prefills of whole sequences, several per
+// forward pass, and hands over the tapped states of every position. A pass's
+// composition is exactly the sequences given to run, so a resumed capture that
+// regroups the same sequences reproduces the same bits.
+type prefiller struct {
+	m        *model.Model
+	opt      model.Options
+	capacity int
+	seqs     []*model.Sequence
+	batch    []model.Input
+	states   [][]float32
+	// forward is the time spent in model.Forward.
+	forward time.Duration
+}
+
+// newPrefiller prepares prefills of sequences up to capacity tokens, storing
+// the model taps taps.
+func newPrefiller(m *model.Model, taps []int, capacity int) *prefiller {
+	return &prefiller{m: m, opt: model.Options{Taps: taps}, capacity: capacity, states: make([][]float32, len(taps))}
+}
+
+// run prefills seqs in one forward pass and calls write(b, states) for each,
+// in order, with the states of sequence b per tap ([len(seqs[b])*H], valid
+// until write returns).
+func (p *prefiller) run(seqs [][]int, write func(b int, states [][]float32) error) error {
+	p.batch = p.batch[:0]
+	for i, ids := range seqs {
+		if i == len(p.seqs) {
+			s, err := p.m.NewSequence(p.capacity)
+			if err != nil {
+				return err
+			}
+			p.seqs = append(p.seqs, s)
+		}
+		p.seqs[i].Reset()
+		p.batch = append(p.batch, model.Input{Seq: p.seqs[i], Tokens: ids, Logits: model.LogitsNone})
+	}
+	t0 := time.Now()
+	res, err := p.m.Forward(p.batch, p.opt)
+	p.forward += time.Since(t0)
+	if err != nil {
+		return fmt.Errorf("capture: %w", err)
+	}
+	for b := range seqs {
+		for c := range p.states {
+			p.states[c] = res.HiddenOf(c, b)
+		}
+		if err := write(b, p.states); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func has(m map[int64]struct{}, k int64) bool {

@@ -21,14 +21,18 @@ const maxSamplesPerPrompt = 1024
 type distillOptions struct {
 	Model   string
 	Distill distill.Options
-	JSON    bool
-	Out     io.Writer
+	// APIKeyEnv is the variable the --generator key was read from (for the
+	// message when a server refuses the request for want of one).
+	APIKeyEnv string
+	JSON      bool
+	Out       io.Writer
 }
 
 func newCmdDistill(runF func(*distillOptions) error) *cobra.Command {
 	o := &distillOptions{}
 	var sf samplingFlags
 	var cf captureFlags
+	var gf generatorFlags
 	var shard string
 	c := &cobra.Command{
 		Use:   "distill --model DIR --prompts FILE --out DIR",
@@ -42,9 +46,16 @@ Prompt files are JSONL ({"prompt": ...} raw text, {"messages": [...]} OpenAI cha
 raw prompt per line). Sample j = prompt_index*samples_per_prompt + k draws from the random
 stream (seed, j) only. Rerunning the same command after an interruption resumes after the
 last complete shard; --shard i/n takes the prompts with index % n == i so n machines can
-split one prompt set.`,
+split one prompt set (drafter train --data takes the n output folders together).
+
+With --generator URL[,URL...] serving engines generate the responses instead: each prompt goes
+to the completions endpoint as token ids, with the sampling settings and a seed per sample; the
+answers' token ids (or, from an engine that returns only text, the re-tokenized text, checked
+to round-trip) are captured with teacher-forced prefills on this machine into the same shards.
+Every answer is recorded in generated.jsonl as it arrives, so a rerun never asks twice.`,
 		Example: `  drafter distill --model models/stories260k --prompts data/prompts/stories.jsonl --out runs/d1
-  drafter distill --model /models/my-sft --prompts chats.jsonl --out /data/d --batch 16 --shard 3/8`,
+  drafter distill --model /models/my-sft --prompts chats.jsonl --out /data/d --batch 16 --shard 3/8
+  drafter distill --model /models/my-sft --prompts chats.jsonl --out /data/d --generator http://vllm-0:8000,http://vllm-1:8000 --concurrency 64`,
 		Args: noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			d := &o.Distill
@@ -62,6 +73,10 @@ split one prompt set.`,
 			}
 			d.Out, d.Batch, d.Layers, d.ShardRows, d.ShardBytes, d.Force = cf.out, cf.batch, cf.layers, cf.shardRows, cf.shardBytes(), cf.force
 			d.Sampling, d.Seed = sf.overrides(c.Flags()), sf.seed
+			if d.Generator, err = gf.options(c); err != nil {
+				return err
+			}
+			o.APIKeyEnv = gf.keyEnv
 			o.JSON, o.Out = cf.json, c.OutOrStdout()
 			if runF != nil {
 				return runF(o)
@@ -77,6 +92,7 @@ split one prompt set.`,
 	fs.StringVar(&shard, "shard", "", "i/n with n >= 1 and 0 <= i < n: take the prompts whose index modulo n is i (default: all prompts)")
 	sf.register(fs)
 	cf.register(fs)
+	gf.register(fs)
 	requireFlags(c, "model", "prompts", "out")
 	return c
 }
@@ -106,7 +122,7 @@ func runDistill(ctx context.Context, o *distillOptions) error {
 	}
 	sum, err := distill.Run(ctx, t, o.Distill)
 	if err != nil {
-		return overrideUsage(err)
+		return generatorError(overrideUsage(err), o.Distill.Generator, o.APIKeyEnv)
 	}
 	if o.JSON {
 		st := sum.Settings
@@ -117,7 +133,10 @@ func runDistill(ctx context.Context, o *distillOptions) error {
 			TokensPerSecond float64 `json:"tokens_per_second"`
 			Sampling        string  `json:"sampling"`
 			MaxNewTokens    int     `json:"max_new_tokens"`
-		}{newSummaryJSON("distill", sum), sum.Prompts, sum.Generated, sum.TokensPerSecond(), st.Params.String(), st.MaxNewTokens})
+			// Rejected samples had answers from the --generator servers
+			// that could not be turned into token ids (see generated.jsonl).
+			Rejected int `json:"rejected"`
+		}{newSummaryJSON("distill", sum), sum.Prompts, sum.Generated, sum.TokensPerSecond(), st.Params.String(), st.MaxNewTokens, sum.Rejected})
 	}
 	return nil
 }

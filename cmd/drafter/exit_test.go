@@ -89,6 +89,26 @@ func TestExitCodes(t *testing.T) {
 		{with(distillArgs, "--layers", "-1,3"), exitUsage, "--layers -1,3: want Hugging Face hidden_states indices >= 0"},
 		{with(distillArgs, "--layers", "5,3,0,3"), exitOK, ""}, // stored sorted, each once
 		{with(distillArgs, "--dtype", "bf16"), exitUsage, "--dtype bf16: want float16 or float32"},
+		// distill --generator
+		{with(distillArgs, "--concurrency", "3"), exitUsage, "--concurrency applies to --generator only"},
+		{with(distillArgs, "--generator-api", "tgi"), exitUsage, "--generator-api applies to --generator only"},
+		{with(distillArgs, "--generator-model", "m"), exitUsage, "--generator-model applies to --generator only"},
+		{with(distillArgs, "--request-timeout", "1m"), exitUsage, "--request-timeout applies to --generator only"},
+		{with(distillArgs, "--api-key-env", "K"), exitUsage, "--api-key-env applies to --generator only"},
+		{with(distillArgs, "--generator", ""), exitUsage, "--generator : want one or more base URLs"},
+		{with(distillArgs, "--generator", "ftp://x"), exitUsage, `--generator ftp://x: want base URLs such as http://vllm-0:8000 or https://host/prefix, without credentials ("ftp://x" is not one)`},
+		{with(distillArgs, "--generator", "vllm-0:8000"), exitUsage, `("vllm-0:8000" is not one)`},
+		{with(distillArgs, "--generator", "http://u:pw@h:8000"), exitUsage, "without credentials"},
+		{with(distillArgs, "--generator", "http://h:8000,http://h:8000/v1/"), exitUsage, "want each server once (http://h:8000 and http://h:8000/v1/ are the same server)"},
+		{with(distillArgs, "--generator", "http://h:8000", "--generator-api", "grpc"), exitUsage, "--generator-api grpc: want openai, llamacpp or tgi"},
+		{with(distillArgs, "--generator", "http://h:8000", "--concurrency", "0"), exitUsage, "--concurrency 0: want 1 to 4096 requests in flight"},
+		{with(distillArgs, "--generator", "http://h:8000", "--concurrency", "5000"), exitUsage, "--concurrency 5000: want 1 to 4096"},
+		{with(distillArgs, "--generator", "http://h:8000", "--request-timeout", "0s"), exitUsage, "--request-timeout 0s: want a positive duration"},
+		{with(distillArgs, "--generator", "http://h:8000", "--request-timeout", "-1m"), exitUsage, "--request-timeout -1m0s: want a positive duration"},
+		{with(distillArgs, "--generator", "http://h:8000", "--request-timeout", "10"), exitUsage, `invalid argument "10" for "--request-timeout"`},
+		{with(distillArgs, "--generator", "http://h:8000", "--api-key-env", ""), exitUsage, "--api-key-env : want the name of an environment variable"},
+		{with(distillArgs, "--generator", "http://h:8000,https://gw/llm/v1", "--generator-api", "llamacpp", "--concurrency", "4096", "--request-timeout", "1ms"), exitOK, ""},
+		{with(distillArgs, "--generator", "http://h:8000", "--concurrency", "1", "--shard", "3/8"), exitOK, ""},
 		{with(captureArgs, "--batch", "0"), exitUsage, "--batch 0: want an integer from 1 to 1024"},
 		{with(captureArgs, "--shard-mb", "0"), exitUsage, "--shard-mb 0: want"},
 		{with(captureArgs, "--shard-rows", "-5"), exitUsage, "--shard-rows -5"},
@@ -111,6 +131,12 @@ func TestExitCodes(t *testing.T) {
 		{with(eagle3Args, "--blocks", "2"), exitUsage, "unknown flag: --blocks: EAGLE-3 has one draft layer"},
 		{with(eagle3Args, "--warmup-steps", "2"), exitUsage, "unknown flag: --warmup-steps: the warm-up is --warmup"},
 		{with(eagle3Args, "--method", "eagle3"), exitUsage, "unknown flag: --method"},
+
+		// train: --data entries are folders, folders of them, or glob patterns.
+		{with(medusaArgs, "--data", "runs/d-["), exitUsage, `--data d,runs/d-[: want capture folders, folders of them, or glob patterns such as 'runs/d-*' ("runs/d-[" is not a valid pattern)`},
+		{with(byEAGLE3, "--data", `runs/\`), exitUsage, `("runs/\\" is not a valid pattern)`},
+		{with(eagle3Args, "--data", "runs/d-*"), exitOK, ""},
+		{with(medusaArgs, "--data", "runs"), exitOK, ""},
 
 		// train: --layers and --warmup by method.
 		{with(byMedusa, "--layers", "1,2,3"), exitUsage, "--layers 1,2,3: for medusa it is the number of residual blocks per head"},

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -109,7 +111,7 @@ func (f *trainFlags) register(fs *pflag.FlagSet, sp trainSpelling) {
 		fs.StringVar(&f.method, "method", "", "medusa or eagle3 (drafter train medusa and drafter train eagle3 are preferred: each has only its method's flags)")
 	}
 	fs.StringVar(&f.model, "model", "", "the target checkpoint folder the data was captured from")
-	fs.StringSliceVar(&f.data, "data", nil, "capture directories made by drafter distill (comma-separated or repeated)")
+	fs.StringSliceVar(&f.data, "data", nil, "capture folders made by drafter distill or capture (comma-separated or repeated); a folder without manifest.json stands for its subfolders that have one (one per --shard), and a quoted glob such as 'runs/d-*' is expanded by drafter")
 	fs.StringVar(&f.out, "out", "", "output folder: exports, drafter.json, metrics.jsonl, checkpoint")
 
 	switch sp {
@@ -220,7 +222,9 @@ func (f *trainFlags) options(c *cobra.Command, sp trainSpelling, progress io.Wri
 			return o, err
 		}
 	}
+	bad := badPattern(f.data)
 	checks := []flagCheck{
+		{"data", bad != "", fmt.Sprintf("capture folders, folders of them, or glob patterns such as 'runs/d-*' (%q is not a valid pattern)", bad)},
 		{"lr", !(f.lr > 0), "a learning rate above 0"},
 		{"min-lr-ratio", !(f.minLRRatio >= 0 && f.minLRRatio <= 1), "a fraction of --lr in [0,1]"},
 		{"weight-decay", f.weightDecay < 0, "0 or a positive weight decay"},
@@ -455,8 +459,12 @@ per head; eagle3: feature layers) and --warmup (medusa: steps; eagle3: a fractio
 method does; it is kept for scripts, the subcommands are preferred. Both spellings of the
 same settings train the same drafter and resume each other.
 
-Every capture directory must come from exactly this checkpoint (its manifest's model
-fingerprint is checked) and hold the columns the method reads. The defaults train well
+--data takes capture folders, a folder of them (every subfolder holding a manifest.json, such
+as one per distill --shard i/n), or a quoted glob that drafter expands ('runs/d-*'). Every
+capture directory must come from exactly this checkpoint (its manifest's model fingerprint is
+checked), hold the columns the method reads and be stored like the others; the shards of a
+--shard split must have been made with the same settings and all be there, and are read as one
+dataset, by sample id, each sample once. The defaults train well
 without tuning: medusa picks its batch and epoch cap from the data's size, eagle3 trains one
 sample per update (SpecForge's recipe) up to an epoch cap; training stops when the held-out
 metric stops improving (medusa: the chain acceptance its heads give on held-out responses;
@@ -478,6 +486,7 @@ func newCmdTrain(runF func(*trainOptions) error) *cobra.Command {
 		Example: `  drafter train medusa --model models/stories260k --data caps/stories --out drafters/medusa
   drafter train eagle3 --model /models/my-sft --data caps/a,caps/b --out drafters/eagle3 --format speculators
   drafter train eagle3 --model /models/my-sft --data caps/a --out drafters/eagle3 --resume
+  drafter train eagle3 --model /models/my-sft --data '/data/distill/shard-*' --out drafters/eagle3
   drafter train --method medusa --model models/stories260k --data caps/stories --out drafters/medusa`,
 	})
 	c.AddCommand(
@@ -569,4 +578,17 @@ func runTrain(ctx context.Context, o *trainOptions) error {
 		fmt.Fprintln(o.Out, e)
 	}
 	return nil
+}
+
+// badPattern returns the first --data entry that is neither an existing path
+// nor a valid glob pattern, "" when there is none.
+func badPattern(entries []string) string {
+	for _, e := range entries {
+		if _, err := filepath.Match(e, ""); err != nil {
+			if _, err := os.Stat(e); err != nil {
+				return e
+			}
+		}
+	}
+	return ""
 }

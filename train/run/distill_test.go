@@ -25,17 +25,7 @@ func TestOnDistilledData(t *testing.T) {
 	}
 	defer tg.Close()
 	tmp := t.TempDir()
-	var b strings.Builder
-	for _, p := range []string{"Once upon a time", "Lily saw a dog", "The sun was hot", "One day", "The little bird", "Max had a red car",
-		"It was a cold night", "The cat and the dog", "A boy named Tim", "Mom said"} {
-		j, _ := json.Marshal(map[string]string{"prompt": p})
-		b.Write(j)
-		b.WriteByte('\n')
-	}
-	prompts := filepath.Join(tmp, "prompts.jsonl")
-	if err := os.WriteFile(prompts, []byte(b.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	prompts := writePrompts(t, tmp, shardPrompts[:10])
 	n := 32
 	dir := filepath.Join(tmp, "cap")
 	if _, err := distill.Run(context.Background(), tg, distill.Options{Prompts: prompts, Out: dir, SamplesPerPrompt: 2, Seed: 3, Batch: 4,
@@ -54,4 +44,20 @@ func TestOnDistilledData(t *testing.T) {
 		}
 		checkProvenance(t, out, m, fp, dir)
 	}
+}
+
+// writePrompts writes prompts as a JSONL prompt file in dir.
+func writePrompts(t *testing.T, dir string, prompts []string) string {
+	t.Helper()
+	var b strings.Builder
+	for _, p := range prompts {
+		j, _ := json.Marshal(map[string]string{"prompt": p})
+		b.Write(j)
+		b.WriteByte('\n')
+	}
+	path := filepath.Join(dir, "prompts.jsonl")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

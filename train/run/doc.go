@@ -3,12 +3,17 @@
 // train/eagle3) together.
 //
 // Run opens the target (its fingerprint, its lm_head or tied embedding as the
-// frozen output layer, its embedding for EAGLE-3), checks every capture
+// frozen output layer, its embedding for EAGLE-3), resolves the --data entries
+// to capture folders (a folder, a folder of them such as one per --shard of a
+// cluster distill, or a glob pattern: ExpandData), checks every capture
 // directory against it before reading a single shard (the manifest's model
 // fingerprint must equal the target's; the columns the method reads must have
-// been captured), adapts capture.Dataset to the trainers' one dataset interface
-// without per-sample allocation, trains with a progress bar, and writes the
-// exports plus drafter.json into the output folder:
+// been captured; all are stored alike; the shards of a --shard split were made
+// with the same settings and are all there), adapts capture.Dataset to the
+// trainers' one dataset interface without per-sample allocation (the shards of
+// a split read as one dataset, by sample id, each sample once), trains with a
+// progress bar, and writes the exports plus drafter.json into the output
+// folder:
 //
 //	out/train_args.json        the settings a --resume must repeat (written first)
 //	out/checkpoint.safetensors the resumable training state (the trainers')

@@ -49,7 +49,9 @@ type Options struct {
 	// Method is MethodMedusa or MethodEAGLE3.
 	Method string
 	// Model is the target checkpoint folder; Data the capture directories made
-	// from it; Out the output folder (created if needed).
+	// from it, as given to --data: folders, parent folders of capture folders
+	// or glob patterns (ExpandData); Out the output folder (created if
+	// needed).
 	Model string
 	Data  []string
 	Out   string
@@ -141,16 +143,18 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	} else if opt.Layers != nil {
 		return nil, errors.New("train: feature layers are an EAGLE-3 setting; Medusa reads the final-norm state only")
 	}
-	dirs, err := CheckData(opt.Data, tg.Fingerprint, tg.Config.HiddenSize, need)
+	var featureLayers []int
+	if opt.Method == MethodEAGLE3 {
+		featureLayers = layers[:]
+	}
+	start := time.Now()
+	td, err := openData(opt.Data, tg.Fingerprint, tg.Config.HiddenSize, need,
+		capture.DatasetOptions{Cache: opt.Cache, Recheck: opt.VerifyData}, featureLayers)
 	if err != nil {
 		return nil, err
 	}
-	start := time.Now()
-	ds, err := capture.OpenDatasetWith(capture.DatasetOptions{Cache: opt.Cache, Recheck: opt.VerifyData}, opt.Data...)
-	if err != nil {
-		return nil, fmt.Errorf("train: --data: %w", err)
-	}
-	defer ds.Close()
+	defer td.ds.Close()
+	dirs, ds, data := td.dirs, td.ds, td.data
 	rep := newReporter(opt.Progress)
 	defer rep.finish()
 	rep.line(verifiedLine(ds.Verified(), time.Since(start)))
@@ -186,20 +190,12 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	args := map[string]any{
 		"command":  opt.Args,
 		"model":    opt.Model,
-		"data":     opt.Data,
+		"data":     td.folders,
 		"out":      opt.Out,
 		"settings": set,
 	}
 	res := &Result{Method: opt.Method, Out: opt.Out}
 
-	var featureLayers []int
-	if opt.Method == MethodEAGLE3 {
-		featureLayers = layers[:]
-	}
-	data, err := NewCaptureData(ds, featureLayers)
-	if err != nil {
-		return nil, err
-	}
 	embed, lmHead, err := tg.OutputLayers(opt.Method == MethodEAGLE3)
 	if err != nil {
 		return nil, fmt.Errorf("train: %w", err)
