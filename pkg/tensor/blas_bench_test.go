@@ -24,7 +24,7 @@ func (gonumBLAS) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []floa
 // by the CPU time of all threads instead of the wall-clock time.
 func BenchmarkSgemm(b *testing.B) {
 	bes := []Backend{goBLAS{}, gonumBLAS{}}
-	if o := openBLAS(); o != nil {
+	if o, err := OpenBLAS(); err == nil {
 		bes = append(bes, o)
 	}
 	r := rand.New(rand.NewPCG(1, 2))
