@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/drafter-ai/drafter/internal/testutil"
 	"github.com/drafter-ai/drafter/pkg/drafters"
 	dmedusa "github.com/drafter-ai/drafter/pkg/drafters/medusa"
 	"github.com/drafter-ai/drafter/pkg/sample"
@@ -81,7 +82,7 @@ func TestTrainedDrafters(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := CheckFingerprint(info, modelDir, tr.fp); err != nil {
+		if err := CheckFingerprint(info, testutil.Stories260k(), tr.fp); err != nil {
 			t.Fatal(err)
 		}
 		d, err := LoadDrafter(info, m)

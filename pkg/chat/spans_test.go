@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/drafter-ai/drafter/internal/testutil"
 )
 
 func spanTexts(text string, spans [][2]int) []string {
@@ -54,7 +56,7 @@ var convo = []Message{
 }
 
 func TestAssistantSpansLlama3(t *testing.T) {
-	tmpl, err := Load(filepath.Join(refDir(t), "llama3"))
+	tmpl, err := Load(filepath.Join(testutil.Shared(t, "reference/tokenizers"), "llama3"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +78,7 @@ func TestAssistantSpansLlama3(t *testing.T) {
 }
 
 func TestAssistantSpansQwen3(t *testing.T) {
-	tmpl, err := Load(filepath.Join(refDir(t), "qwen3"))
+	tmpl, err := Load(filepath.Join(testutil.Shared(t, "reference/tokenizers"), "qwen3"))
 	if err != nil {
 		t.Fatal(err)
 	}

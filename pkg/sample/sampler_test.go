@@ -6,7 +6,7 @@ import (
 	"sort"
 	"testing"
 
-	"gonum.org/v1/gonum/stat/distuv"
+	"github.com/drafter-ai/drafter/internal/testutil"
 )
 
 // naiveProbs is the textbook version of the Hugging Face warper chain with full
@@ -209,40 +209,6 @@ func TestProbsAgainstNaive(t *testing.T) {
 	}
 }
 
-// chiSquareP returns the p-value of observed counts against probabilities,
-// pooling cells whose expected count is below 5 into one.
-func chiSquareP(t *testing.T, counts []int, probs []float64, n int) float64 {
-	t.Helper()
-	var stat, poolObs, poolExp float64
-	df := -1
-	for i, p := range probs {
-		if p == 0 {
-			if counts[i] != 0 {
-				t.Fatalf("token %d has probability 0 but was drawn %d times", i, counts[i])
-			}
-			continue
-		}
-		e := p * float64(n)
-		if e < 5 {
-			poolObs += float64(counts[i])
-			poolExp += e
-			continue
-		}
-		d := float64(counts[i]) - e
-		stat += d * d / e
-		df++
-	}
-	if poolExp > 0 {
-		d := poolObs - poolExp
-		stat += d * d / poolExp
-		df++
-	}
-	if df < 1 {
-		return 1
-	}
-	return distuv.ChiSquared{K: float64(df)}.Survival(stat)
-}
-
 // TestSampleMatchesProbs draws many tokens with a fixed seed and checks by a
 // chi-square test that Sample draws from the distribution Probs reports; the
 // same counts tested against a slightly perturbed distribution must fail.
@@ -273,7 +239,7 @@ func TestSampleMatchesProbs(t *testing.T) {
 		for i, v := range probs {
 			want[i] = float64(v)
 		}
-		if pv := chiSquareP(t, counts, want, draws); pv < 1e-4 {
+		if pv, _ := testutil.ChiSquareP(counts, want, draws); pv < 1e-4 {
 			t.Errorf("%v: chi-square p-value %g < 1e-4: Sample does not draw from Probs", p, pv)
 		}
 		// Perturb: move 0.01 of mass from the most to the least probable kept token.
@@ -288,7 +254,7 @@ func TestSampleMatchesProbs(t *testing.T) {
 		}
 		want[hi] -= 0.01
 		want[lo] += 0.01
-		if pv := chiSquareP(t, counts, want, draws); pv >= 1e-4 {
+		if pv, _ := testutil.ChiSquareP(counts, want, draws); pv >= 1e-4 {
 			t.Errorf("%v: a perturbed distribution passed (p-value %g): the test cannot fail", p, pv)
 		}
 	}
@@ -361,7 +327,7 @@ func TestStreamsIndependent(t *testing.T) {
 		for i := range probs {
 			probs[i] = 0.01
 		}
-		if pv := chiSquareP(t, counts, probs, n); pv < 1e-4 {
+		if pv, _ := testutil.ChiSquareP(counts, probs, n); pv < 1e-4 {
 			t.Errorf("pair %d: joint draws not independent uniform (p-value %g)", pi, pv)
 		}
 	}

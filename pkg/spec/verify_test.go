@@ -8,8 +8,8 @@ import (
 	"sort"
 	"testing"
 
+	"github.com/drafter-ai/drafter/internal/testutil"
 	"github.com/drafter-ai/drafter/pkg/sample"
-	"gonum.org/v1/gonum/stat/distuv"
 )
 
 // The toy models: deterministic pseudo-random logits over a small vocabulary
@@ -130,36 +130,6 @@ func expectedSeq(p sample.Params, ctx []int, n int) []float64 {
 	}
 	rec(ctx, 0, 0, 1)
 	return out
-}
-
-// chiSquare returns the p-value of counts against probs (cells with
-// expected count < 5 pooled); a draw in a zero-probability cell fails at once.
-func chiSquare(t *testing.T, counts []int, probs []float64, n int) float64 {
-	t.Helper()
-	var stat, po, pe float64
-	df := -1
-	for i, p := range probs {
-		if p == 0 {
-			if counts[i] != 0 {
-				return 0
-			}
-			continue
-		}
-		e := p * float64(n)
-		if e < 5 {
-			po += float64(counts[i])
-			pe += e
-			continue
-		}
-		d := float64(counts[i]) - e
-		stat += d * d / e
-		df++
-	}
-	if pe > 0 {
-		stat += (po - pe) * (po - pe) / pe
-		df++
-	}
-	return distuv.ChiSquared{K: float64(df)}.Survival(stat)
 }
 
 // toy memoises the toy models per context (contexts are short, the
@@ -529,7 +499,7 @@ func TestLossless(t *testing.T) {
 				return toks, err
 			}
 			counts := runDraws(t, e, counted, draws, n)
-			pv := chiSquare(t, counts, expectedSeq(c.params, []int{3}, n), draws)
+			pv, _ := testutil.ChiSquareP(counts, expectedSeq(c.params, []int{3}, n), draws)
 			if c.broken {
 				if pv >= pThreshold {
 					t.Errorf("broken rule passed the chi-square test (p-value %g): the test cannot tell", pv)

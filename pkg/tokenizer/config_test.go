@@ -7,12 +7,14 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/drafter-ai/drafter/internal/testutil"
 )
 
 // storiesJSON returns stories260k's tokenizer.json as a generic map to edit.
 func storiesJSON(t *testing.T) map[string]any {
 	t.Helper()
-	needShared(t)
+	testutil.Shared(t, "")
 	data, err := os.ReadFile(filepath.Join(modelDir("stories260k"), "tokenizer.json"))
 	if err != nil {
 		t.Fatal(err)
