@@ -11,7 +11,6 @@ import (
 
 	"github.com/drafter-ai/drafter/capture"
 	"github.com/drafter-ai/drafter/internal/testmodel"
-	"github.com/drafter-ai/drafter/internal/testutil"
 	"github.com/drafter-ai/drafter/pkg/target"
 )
 
@@ -44,7 +43,7 @@ func snapshot(t *testing.T, dir string) map[string]string {
 // and nothing in the output changes.
 func TestResumeRefusesAnotherCheckpoint(t *testing.T) {
 	orig := loadStories(t)
-	tunedDir := testutil.CopyDir(t, testutil.Stories260k())
+	tunedDir := testmodel.Copy(t, storiesDir)
 	testmodel.ScaleBody(t, tunedDir, 0.9)
 	tuned, err := target.Load(tunedDir, nil, nil)
 	if err != nil {
