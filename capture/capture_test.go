@@ -752,3 +752,33 @@ func TestManifestAtomicReplace(t *testing.T) {
 		t.Fatalf("tampered totals: %v", err)
 	}
 }
+
+// A manifest's columns must be its layers' and final_norm's, name for name:
+// two names run together are not the same columns, though they print alike.
+func TestManifestColumnsCompared(t *testing.T) {
+	l := Layout{Layers: []int{0, 2}, FinalNorm: true, Hidden: 4, DType: Float32}
+	dir := t.TempDir()
+	writeCapture(t, dir, l, ShardOptions{}, idRange(0, 2))
+	if _, err := ReadManifest(dir); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, ManifestName)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw map[string]any
+	if err := json.Unmarshal(b, &raw); err != nil {
+		t.Fatal(err)
+	}
+	raw["columns"] = []string{"hidden_0 hidden_2", "final_norm"}
+	if b, err = json.Marshal(raw); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadManifest(dir); err == nil || !strings.Contains(err.Error(), "do not match layers") {
+		t.Fatalf("columns [hidden_0 hidden_2, final_norm] for layers 0,2: %v, want an error", err)
+	}
+}

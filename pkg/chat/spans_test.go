@@ -3,6 +3,7 @@ package chat
 import (
 	"encoding/json"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -36,7 +37,7 @@ func checkSpans(t *testing.T, tmpl *Template, cases []spanCase) {
 			t.Errorf("%s: AssistantSpans text differs from Render: %q vs %q (%v)", c.name, text, plain, err)
 		}
 		got := spanTexts(text, spans)
-		if strings.Join(got, "\x00") != strings.Join(c.want, "\x00") || len(got) != len(c.want) {
+		if !slices.Equal(got, c.want) {
 			t.Errorf("%s: spans\n got %q\nwant %q\nin %q", c.name, got, c.want, text)
 		}
 		for i := 1; i < len(spans); i++ {

@@ -6,6 +6,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/drafter-ai/drafter/internal/testutil"
@@ -199,7 +200,7 @@ func TestOpenSharded(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ck.Close()
-	if fmt.Sprint(ck.Weights.Names()) != fmt.Sprint(names) || len(ck.Weights.Files()) != 2 {
+	if !slices.Equal(ck.Weights.Names(), names) || len(ck.Weights.Files()) != 2 {
 		t.Fatalf("sharded folder: tensors %v in %v", ck.Weights.Names(), ck.Weights.Files())
 	}
 }

@@ -3,6 +3,7 @@ package nn
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"testing"
 )
@@ -75,10 +76,8 @@ func TestCrossEntropyEval(t *testing.T) {
 	keep := append([]float32(nil), logits...)
 	loss, rank := make([]float64, rows), make([]int32, rows)
 	CrossEntropyEval(logits, rows, v, targets, loss, rank)
-	for i := range keep {
-		if keep[i] != logits[i] {
-			t.Fatal("CrossEntropyEval changed the logits")
-		}
+	if !slices.Equal(keep, logits) {
+		t.Fatal("CrossEntropyEval changed the logits")
 	}
 	for row := 0; row < rows; row++ {
 		tg := targets[row]

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -114,14 +115,14 @@ func TestRawFloat32AndClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantNames := []string{"bf16", "empty", "f16", "f32", "i32", "i64", "mask", "scalar", "u8"}
-	if fmt.Sprint(s.Names()) != fmt.Sprint(wantNames) {
+	if !slices.Equal(s.Names(), wantNames) {
 		t.Fatalf("names %v, want %v", s.Names(), wantNames)
 	}
 	if m := s.Metadata(); len(m) != 2 || m["format"] != "pt" || m["by"] != "drafter" {
 		t.Fatalf("metadata %v", m)
 	}
 	f, shape, err := s.Float32("f32")
-	if err != nil || fmt.Sprint(shape) != "[2 2]" || fmt.Sprint(f) != fmt.Sprint(vals) {
+	if err != nil || !slices.Equal(shape, []int{2, 2}) || !slices.Equal(f, vals) {
 		t.Fatalf("f32: %v %v %v", f, shape, err)
 	}
 	// F16: 1, -2.5 and 65504 are exact halves; 3e-3 = 1572.86 * 2^-19 (the half step at
