@@ -115,8 +115,8 @@ func TestAssistantSpansQwen3(t *testing.T) {
 }
 
 // Templates written for these tests in the styles of Llama-2 and Mistral
-// (the reference tokenizer configs of those models carry no template), with
-// the special tokens of shared/reference/tokenizers/{llama2,mistral}.
+// (the published tokenizer configs of those models carry no template), with
+// their special tokens: <s> begins a sequence, </s> ends a turn.
 const llama2Style = `{% for m in messages %}{% if m.role == 'user' %}{{ bos_token }}[INST] {{ m.content | trim }} [/INST]{% elif m.role == 'assistant' %} {{ m.content | trim }} {{ eos_token }}{% endif %}{% endfor %}`
 const mistralStyle = `{{ bos_token }}{% for m in messages %}{% if m.role == 'user' %}[INST] {{ m.content }} [/INST]{% else %}{{ m.content }}{{ eos_token }}{% endif %}{% endfor %}`
 

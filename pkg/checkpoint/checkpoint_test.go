@@ -21,7 +21,7 @@ func TestOpenStories260k(t *testing.T) {
 	}
 	defer ck.Close()
 	c := ck.Config
-	// The geometry shared/README.md states for this model.
+	// The geometry models/stories260k/ORIGIN.md states for this model.
 	got := fmt.Sprint([]any{c.ModelType, c.HiddenSize, c.NumLayers, c.NumHeads, c.NumKVHeads, c.HeadDim, c.IntermediateSize, c.VocabSize, c.TieWordEmbeddings, c.RopeScaling == nil})
 	if got != "[llama 64 5 8 4 8 172 512 true true]" {
 		t.Fatalf("config: %s", got)

@@ -11,8 +11,9 @@ import (
 	"github.com/drafter-ai/drafter/internal/testutil"
 )
 
-// refCase is one entry of shared/reference/tokenizers/tokenizer_cases.json,
-// produced by @huggingface/tokenizers 0.2.0.
+// refCase is one text of the shared reference data's tokenizer cases, with
+// the ids @huggingface/tokenizers 0.2.0 gives it (without and with special
+// tokens) and its decoding.
 type refCase struct {
 	Text           string `json:"text"`
 	IDs            []int  `json:"ids"`
