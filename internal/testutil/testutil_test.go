@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -92,6 +93,29 @@ func TestCopyDir(t *testing.T) {
 		b, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil || string(a) != string(b) {
 			t.Fatalf("%s: copy differs (%v)", name, err)
+		}
+	}
+}
+
+func TestReferences(t *testing.T) {
+	// [1 2; 3 4] times [5 6; 7 8]ᵀ, times 2, plus C.
+	want, tol := GemmRef(false, true, 2, 2, 2, 2, []float32{1, 2, 3, 4}, 2, []float32{5, 6, 7, 8}, 2, 1, []float32{1, 1, 1, 1}, 2)
+	if w := []float64{35, 47, 79, 107}; !slices.Equal(want, w) || tol[3] <= 0 || tol[3] > 1e-4 {
+		t.Fatalf("GemmRef = %v (tol %v), want %v", want, tol, w)
+	}
+	ls := LogSoftmax([]float64{1, 2, 3})
+	var s float64
+	for _, v := range ls {
+		s += math.Exp(v)
+	}
+	if math.Abs(s-1) > 1e-15 || ls[2]-ls[1] != 1 {
+		t.Fatalf("LogSoftmax = %v", ls)
+	}
+	a := RandNormal(rand.New(rand.NewPCG(1, 1)), 3, 2)
+	r := rand.New(rand.NewPCG(1, 1))
+	for i := range a {
+		if a[i] != float32(2*r.NormFloat64()) {
+			t.Fatalf("RandNormal = %v", a)
 		}
 	}
 }

@@ -91,14 +91,6 @@ func naiveProbs(logits []float32, p Params) []float64 {
 	return out
 }
 
-func randomLogits(r *rand.Rand, n int, scale float64) []float32 {
-	l := make([]float32, n)
-	for i := range l {
-		l[i] = float32(r.NormFloat64() * scale)
-	}
-	return l
-}
-
 func TestGreedyTies(t *testing.T) {
 	logits := []float32{1, 3, float32(math.Inf(-1)), 3, 2}
 	s, err := NewSampler(len(logits), Params{})
@@ -183,7 +175,7 @@ func TestProbsAgainstNaive(t *testing.T) {
 			}
 			out := make([]float32, n)
 			for trial := 0; trial < 20; trial++ {
-				logits := randomLogits(r, n, 1+float64(trial%4))
+				logits := testutil.RandNormal(r, n, 1+float64(trial%4))
 				// Some repeated values and masked tokens.
 				logits[r.IntN(n)] = logits[r.IntN(n)]
 				logits[r.IntN(n)] = float32(math.Inf(-1))
@@ -221,7 +213,7 @@ func TestSampleMatchesProbs(t *testing.T) {
 		{Temperature: 0.9, TopK: 8, TopP: 0.9, MinP: 0.01},
 	} {
 		s, _ := NewSampler(n, p)
-		logits := randomLogits(r, n, 1)
+		logits := testutil.RandNormal(r, n, 1)
 		probs := make([]float32, n)
 		if err := s.Probs(logits, probs); err != nil {
 			t.Fatal(err)
@@ -262,7 +254,7 @@ func TestSampleMatchesProbs(t *testing.T) {
 
 func TestReproducibleAndResumable(t *testing.T) {
 	s, _ := NewSampler(50, Params{Temperature: 1, TopP: 0.95})
-	logits := randomLogits(rand.New(rand.NewPCG(3, 4)), 50, 2)
+	logits := testutil.RandNormal(rand.New(rand.NewPCG(3, 4)), 50, 2)
 	a, b := NewRNG(9, 5), NewRNG(9, 5)
 	for i := 0; i < 100; i++ {
 		x, _ := s.Sample(logits, a)
@@ -336,7 +328,7 @@ func TestStreamsIndependent(t *testing.T) {
 func TestNoAllocations(t *testing.T) {
 	const n = 32000
 	r := rand.New(rand.NewPCG(5, 6))
-	logits := randomLogits(r, n, 3)
+	logits := testutil.RandNormal(r, n, 3)
 	rng := NewRNG(1, 1)
 	for _, p := range []Params{{}, {Temperature: 1}, {Temperature: 0.8, TopK: 50, TopP: 0.9, MinP: 0.05}, {Temperature: 1, TopP: 0.95}} {
 		s, _ := NewSampler(n, p)
@@ -370,7 +362,7 @@ func TestKthLargest(t *testing.T) {
 
 func BenchmarkSample(b *testing.B) {
 	const n = 128256
-	logits := randomLogits(rand.New(rand.NewPCG(1, 1)), n, 3)
+	logits := testutil.RandNormal(rand.New(rand.NewPCG(1, 1)), n, 3)
 	for _, c := range []struct {
 		name string
 		p    Params

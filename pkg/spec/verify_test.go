@@ -36,21 +36,8 @@ func toyLogits(seed uint64, ctx []int, vocab int) []float64 {
 	return out
 }
 
-func logSoftmax(l []float64) []float64 {
-	m := slices.Max(l)
-	var s float64
-	for _, v := range l {
-		s += math.Exp(v - m)
-	}
-	out := make([]float64, len(l))
-	for i, v := range l {
-		out[i] = v - m - math.Log(s)
-	}
-	return out
-}
-
 func toyLogProbs(seed uint64, ctx []int, vocab int) []float64 {
-	return logSoftmax(toyLogits(seed, ctx, vocab))
+	return testutil.LogSoftmax(toyLogits(seed, ctx, vocab))
 }
 
 const V = 6
@@ -64,7 +51,7 @@ func draftLogProbs(ctx []int) []float64 {
 	for i := range t {
 		t[i] = 0.7*t[i] + 1.2*n[i]
 	}
-	return logSoftmax(t)
+	return testutil.LogSoftmax(t)
 }
 
 // naiveWarp is the textbook Hugging Face warper chain for the expected
@@ -84,7 +71,7 @@ func naiveWarp(logits []float64, p sample.Params) []float64 {
 			}
 		}
 	}
-	probs := func() []float64 { return expAll(logSoftmax(z)) }
+	probs := func() []float64 { return expAll(testutil.LogSoftmax(z)) }
 	out := probs()
 	if p.TopP > 0 && p.TopP < 1 {
 		order := make([]int, n)

@@ -51,7 +51,7 @@ func BenchmarkSgemm(b *testing.B) {
 		if s.transB {
 			ldb = s.k
 		}
-		a, bb, c := randSlice(r, s.m*s.k), randSlice(r, s.n*s.k), randSlice(r, s.m*s.n)
+		a, bb, c := testutil.RandNormal(r, s.m*s.k, 1), testutil.RandNormal(r, s.n*s.k, 1), testutil.RandNormal(r, s.m*s.n, 1)
 		for _, be := range bes {
 			name := be.Name()
 			if _, ok := be.(gonumBLAS); ok {
