@@ -136,6 +136,23 @@ func randomEagleParams(t testing.TB, m *model.Model, n int, seed uint64) (deagle
 	return g, p, voc
 }
 
+// runLossless runs the prompts ps through d with cfg, generating up to maxNew
+// tokens and stopping at EOS, and fails unless every speculative output
+// equals the baseline's.
+func runLossless(tb testing.TB, m *model.Model, d *Drafter, ps []Prompt, cfg Config, maxNew int) *Report {
+	tb.Helper()
+	cfg.MaxNewTokens = maxNew
+	cfg.EOS = []int{eosID}
+	rep, err := Run(context.Background(), m, d, ps, cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := rep.CheckLossless(); err != nil {
+		tb.Fatal(err)
+	}
+	return rep
+}
+
 // trained holds drafters trained once for the whole test binary on greedy
 // stories260k continuations of the training prompts, exported to disk the
 // way the train command writes them.

@@ -128,17 +128,25 @@ type toy struct {
 	dp   map[uint64][]float32 // the draft's probabilities
 }
 
-func (m *toy) draftProbs(ctx []int) []float32 {
+// memo returns cache's value for ctx, computing it with f the first time.
+func memo[T any](cache map[uint64]T, ctx []int, f func([]int) T) T {
 	k := ctxKey(ctx)
-	p, ok := m.dp[k]
+	v, ok := cache[k]
 	if !ok {
-		p = make([]float32, V)
+		v = f(ctx)
+		cache[k] = v
+	}
+	return v
+}
+
+func (m *toy) draftProbs(ctx []int) []float32 {
+	return memo(m.dp, ctx, func(ctx []int) []float32 {
+		p := make([]float32, V)
 		for i, v := range m.draft(ctx) {
 			p[i] = float32(math.Exp(v))
 		}
-		m.dp[k] = p
-	}
-	return p
+		return p
+	})
 }
 
 func newToy() *toy {
@@ -148,13 +156,11 @@ func newToy() *toy {
 // draftTopK writes the draft's k best tokens at ctx and their log-probs.
 func (m *toy) draftTopK(ctx []int, tokens []int, logps []float64) {
 	lp := m.draft(ctx)
-	k := ctxKey(ctx)
-	order, ok := m.top[k]
-	if !ok {
-		order = make([]int, V)
+	order := memo(m.top, ctx, func([]int) []int {
+		order := make([]int, V)
 		topKOf(lp, order, make([]float64, V))
-		m.top[k] = order
-	}
+		return order
+	})
 	for j := range tokens {
 		tokens[j], logps[j] = order[j], lp[order[j]]
 	}
@@ -168,25 +174,9 @@ func ctxKey(ctx []int) uint64 {
 	return h
 }
 
-func (m *toy) target(ctx []int) []float64 {
-	k := ctxKey(ctx)
-	l, ok := m.t[k]
-	if !ok {
-		l = target(ctx)
-		m.t[k] = l
-	}
-	return l
-}
+func (m *toy) target(ctx []int) []float64 { return memo(m.t, ctx, target) }
 
-func (m *toy) draft(ctx []int) []float64 {
-	k := ctxKey(ctx)
-	l, ok := m.d[k]
-	if !ok {
-		l = draftLogProbs(ctx)
-		m.d[k] = l
-	}
-	return l
-}
+func (m *toy) draft(ctx []int) []float64 { return memo(m.d, ctx, draftLogProbs) }
 
 // env holds what one decoding step needs: the tree, the target rows, the
 // draft rows, the verifier and two random streams (drafting, verification).
