@@ -1,7 +1,6 @@
 package capture
 
 import (
-	"encoding/json"
 	"math"
 	"math/rand"
 	"os"
@@ -12,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/x448/float16"
+
+	"github.com/drafter-ai/drafter/internal/testutil"
 )
 
 var testLayout = Layout{Layers: []int{0, 2, 3}, FinalNorm: true, Hidden: 24, DType: Float16}
@@ -740,14 +741,7 @@ func TestManifestAtomicReplace(t *testing.T) {
 		t.Fatal("manifest.json.tmp left behind")
 	}
 	// A manifest whose totals disagree with its shards is refused.
-	b, _ := os.ReadFile(filepath.Join(dir, ManifestName))
-	var raw map[string]any
-	if err := json.Unmarshal(b, &raw); err != nil {
-		t.Fatal(err)
-	}
-	raw["totals"].(map[string]any)["rows"] = 1.0
-	b, _ = json.Marshal(raw)
-	os.WriteFile(filepath.Join(dir, ManifestName), b, 0o644)
+	testutil.EditJSON(t, filepath.Join(dir, ManifestName), func(m map[string]any) { m["totals"].(map[string]any)["rows"] = 1.0 })
 	if _, err := ReadManifest(dir); err == nil || !strings.Contains(err.Error(), "totals") {
 		t.Fatalf("tampered totals: %v", err)
 	}
@@ -762,22 +756,9 @@ func TestManifestColumnsCompared(t *testing.T) {
 	if _, err := ReadManifest(dir); err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(dir, ManifestName)
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var raw map[string]any
-	if err := json.Unmarshal(b, &raw); err != nil {
-		t.Fatal(err)
-	}
-	raw["columns"] = []string{"hidden_0 hidden_2", "final_norm"}
-	if b, err = json.Marshal(raw); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	testutil.EditJSON(t, filepath.Join(dir, ManifestName), func(m map[string]any) {
+		m["columns"] = []string{"hidden_0 hidden_2", "final_norm"}
+	})
 	if _, err := ReadManifest(dir); err == nil || !strings.Contains(err.Error(), "do not match layers") {
 		t.Fatalf("columns [hidden_0 hidden_2, final_norm] for layers 0,2: %v, want an error", err)
 	}

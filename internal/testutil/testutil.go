@@ -9,6 +9,7 @@
 package testutil
 
 import (
+	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
@@ -101,6 +102,34 @@ func CopyFile(tb testing.TB, from, to string) {
 		tb.Fatal(err)
 	}
 	if err := out.Close(); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// ReadJSON decodes the JSON object in the file path.
+func ReadJSON(tb testing.TB, path string) map[string]any {
+	tb.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		tb.Fatalf("%s: %v", path, err)
+	}
+	return m
+}
+
+// EditJSON rewrites the JSON object in the file path through edit, compactly.
+func EditJSON(tb testing.TB, path string, edit func(map[string]any)) {
+	tb.Helper()
+	m := ReadJSON(tb, path)
+	edit(m)
+	b, err := json.Marshal(m)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
 		tb.Fatal(err)
 	}
 }

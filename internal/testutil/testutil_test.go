@@ -119,3 +119,14 @@ func TestReferences(t *testing.T) {
 		}
 	}
 }
+
+func TestEditJSON(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "config.json")
+	if err := os.WriteFile(p, []byte(`{"a": 1, "b": {"c": "x"}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	EditJSON(t, p, func(m map[string]any) { m["a"] = 2; delete(m, "b") })
+	if m := ReadJSON(t, p); len(m) != 1 || m["a"] != 2.0 {
+		t.Fatalf("after the edit: %v", m)
+	}
+}

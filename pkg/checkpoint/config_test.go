@@ -133,14 +133,7 @@ func TestEAGLE3Layers(t *testing.T) {
 // the key) and returns its path.
 func writeConfig(t *testing.T, edit map[string]any) string {
 	t.Helper()
-	b, err := os.ReadFile("testdata/llama3_rope.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatal(err)
-	}
+	m := testutil.ReadJSON(t, "testdata/llama3_rope.json")
 	for k, v := range edit {
 		if v == nil {
 			delete(m, k)

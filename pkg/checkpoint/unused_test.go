@@ -1,7 +1,6 @@
 package checkpoint
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,20 +13,7 @@ import (
 // setLayers rewrites num_hidden_layers in dir/config.json.
 func setLayers(t *testing.T, dir string, n int) {
 	t.Helper()
-	p := filepath.Join(dir, "config.json")
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatal(err)
-	}
-	m["num_hidden_layers"] = n
-	b, _ = json.Marshal(m)
-	if err := os.WriteFile(p, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	testutil.EditJSON(t, filepath.Join(dir, "config.json"), func(m map[string]any) { m["num_hidden_layers"] = n })
 }
 
 // TestConfigAndWeightsAgree: config.json must describe exactly the weights,

@@ -15,15 +15,7 @@ import (
 func storiesJSON(t *testing.T) map[string]any {
 	t.Helper()
 	testutil.Shared(t, "")
-	data, err := os.ReadFile(filepath.Join(modelDir("stories260k"), "tokenizer.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m map[string]any
-	if err := json.Unmarshal(data, &m); err != nil {
-		t.Fatal(err)
-	}
-	return m
+	return testutil.ReadJSON(t, filepath.Join(modelDir("stories260k"), "tokenizer.json"))
 }
 
 func loadEdited(t *testing.T, m map[string]any) (*Tokenizer, error) {
