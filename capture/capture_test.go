@@ -74,6 +74,17 @@ func writeCapture(t *testing.T, dir string, l Layout, opt ShardOptions, ids []in
 	return m
 }
 
+// openDataset opens the capture in dir, closed when the test ends.
+func openDataset(tb testing.TB, dir string) *Dataset {
+	tb.Helper()
+	ds, err := OpenDataset(dir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { ds.Close() })
+	return ds
+}
+
 func idRange(lo, hi int64) []int64 {
 	var ids []int64
 	for i := lo; i < hi; i++ {
@@ -161,11 +172,7 @@ func TestRoundTrip(t *testing.T) {
 			if err := Verify(dir); err != nil {
 				t.Fatal(err)
 			}
-			ds, err := OpenDataset(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ds.Close()
+			ds := openDataset(t, dir)
 			checkDataset(t, ds, l, ids)
 			if ds.NumResponseTokens() != resp {
 				t.Fatalf("NumResponseTokens %d, want %d", ds.NumResponseTokens(), resp)
@@ -205,11 +212,7 @@ func TestManifestDescribesCapture(t *testing.T) {
 		t.Fatalf("descriptive fields lost: %+v", m)
 	}
 	// The schema carries the same description.
-	ds, err := OpenDataset(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ds.Close()
+	ds := openDataset(t, dir)
 	sc := ds.shards[0].fr.Schema()
 	md := sc.Metadata()
 	if v, _ := md.GetValue(metaLayers); v != "0,2,3" {
@@ -365,11 +368,7 @@ func TestShardRotation(t *testing.T) {
 	if len(entries) != len(m.Shards)+1 {
 		t.Fatalf("directory holds %d entries, want %d shards + manifest", len(entries), len(m.Shards))
 	}
-	ds, err := OpenDataset(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ds.Close()
+	ds := openDataset(t, dir)
 	checkDataset(t, ds, testLayout, ids)
 	if len(ds.shards[0].batches) < 2 {
 		t.Fatalf("BatchBytes 4000 should give several record batches per shard, got %d", len(ds.shards[0].batches))
@@ -590,11 +589,7 @@ func finishResume(t *testing.T, dir string, rs *ResumeState, all []int64) {
 	if err := Verify(dir); err != nil {
 		t.Fatal(err)
 	}
-	ds, err := OpenDataset(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ds.Close()
+	ds := openDataset(t, dir)
 	checkDataset(t, ds, testLayout, all)
 }
 

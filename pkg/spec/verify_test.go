@@ -246,8 +246,9 @@ func (e *env) drawWithout(ctx []int, used []int) int {
 // tokens.
 type stepper func(e *env, ctx []int) ([]int, error)
 
-// sampledChain drafts a chain of 3 tokens sampled from the draft.
-func sampledChain(e *env, ctx []int) ([]int, error) {
+// drawChain drafts a chain of 3 tokens sampled from the draft and fills the
+// rows.
+func drawChain(e *env, ctx []int) {
 	e.tree.Reset()
 	c := slices.Clone(ctx)
 	parent := Root
@@ -257,6 +258,11 @@ func sampledChain(e *env, ctx []int) ([]int, error) {
 		c = append(c, x)
 	}
 	e.fillRows(ctx, true)
+}
+
+// sampledChain drafts a chain of 3 tokens sampled from the draft.
+func sampledChain(e *env, ctx []int) ([]int, error) {
+	drawChain(e, ctx)
 	err := e.ver.Sample(&e.tree, e.logits, e.draft, e.vrng, &e.res)
 	return e.res.Tokens, err
 }
@@ -264,15 +270,7 @@ func sampledChain(e *env, ctx []int) ([]int, error) {
 // sampledChainRows is sampledChain verified by SampleRows, the target's rows
 // read on demand (as drafter eval verifies EAGLE-3 chains at temperature > 0).
 func sampledChainRows(e *env, ctx []int) ([]int, error) {
-	e.tree.Reset()
-	c := slices.Clone(ctx)
-	parent := Root
-	for range 3 {
-		x := e.drawWithout(c, nil)
-		parent, _ = e.tree.Add(x, parent, 0, 0)
-		c = append(c, x)
-	}
-	e.fillRows(ctx, true)
+	drawChain(e, ctx)
 	err := e.ver.SampleRows(&e.tree, &countingRows{logits: e.logits}, e.draft, e.vrng, &e.res)
 	return e.res.Tokens, err
 }
