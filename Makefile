@@ -33,9 +33,10 @@ vet:
 
 test: setup vet test-openblas test-purego
 
-# OpenBLAS when the library is installed (loaded at run time), cgo on.
+# OpenBLAS when the library is installed (loaded at run time), cgo on; with
+# the kernel family the drafter binary would set (scripts/coretype).
 test-openblas:
-	$(GO) test -count=1 ./...
+	env $$($(GO) run ./scripts/coretype) $(GO) test -count=1 ./...
 
 # The pure-Go path: no cgo at all, the build a user gets with CGO_ENABLED=0.
 test-purego:

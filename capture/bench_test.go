@@ -78,11 +78,7 @@ func BenchmarkReadMmap(b *testing.B) {
 	if _, err := w.Close(); err != nil {
 		b.Fatal(err)
 	}
-	ds, err := OpenDataset(dir)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ds.Close()
+	ds := openDataset(b, dir)
 	cols := []int{0, 1, 2, 3}
 	var buf SampleBuf
 	b.SetBytes(int64(n * benchT * benchLayout.Hidden * 2 * len(cols)))

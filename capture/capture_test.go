@@ -1,7 +1,6 @@
 package capture
 
 import (
-	"encoding/json"
 	"math"
 	"math/rand"
 	"os"
@@ -12,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/x448/float16"
+
+	"github.com/drafter-ai/drafter/internal/testutil"
 )
 
 var testLayout = Layout{Layers: []int{0, 2, 3}, FinalNorm: true, Hidden: 24, DType: Float16}
@@ -71,6 +72,17 @@ func writeCapture(t *testing.T, dir string, l Layout, opt ShardOptions, ids []in
 		t.Fatal(err)
 	}
 	return m
+}
+
+// openDataset opens the capture in dir, closed when the test ends.
+func openDataset(tb testing.TB, dir string) *Dataset {
+	tb.Helper()
+	ds, err := OpenDataset(dir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { ds.Close() })
+	return ds
 }
 
 func idRange(lo, hi int64) []int64 {
@@ -160,11 +172,7 @@ func TestRoundTrip(t *testing.T) {
 			if err := Verify(dir); err != nil {
 				t.Fatal(err)
 			}
-			ds, err := OpenDataset(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ds.Close()
+			ds := openDataset(t, dir)
 			checkDataset(t, ds, l, ids)
 			if ds.NumResponseTokens() != resp {
 				t.Fatalf("NumResponseTokens %d, want %d", ds.NumResponseTokens(), resp)
@@ -204,11 +212,7 @@ func TestManifestDescribesCapture(t *testing.T) {
 		t.Fatalf("descriptive fields lost: %+v", m)
 	}
 	// The schema carries the same description.
-	ds, err := OpenDataset(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ds.Close()
+	ds := openDataset(t, dir)
 	sc := ds.shards[0].fr.Schema()
 	md := sc.Metadata()
 	if v, _ := md.GetValue(metaLayers); v != "0,2,3" {
@@ -364,11 +368,7 @@ func TestShardRotation(t *testing.T) {
 	if len(entries) != len(m.Shards)+1 {
 		t.Fatalf("directory holds %d entries, want %d shards + manifest", len(entries), len(m.Shards))
 	}
-	ds, err := OpenDataset(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ds.Close()
+	ds := openDataset(t, dir)
 	checkDataset(t, ds, testLayout, ids)
 	if len(ds.shards[0].batches) < 2 {
 		t.Fatalf("BatchBytes 4000 should give several record batches per shard, got %d", len(ds.shards[0].batches))
@@ -589,11 +589,7 @@ func finishResume(t *testing.T, dir string, rs *ResumeState, all []int64) {
 	if err := Verify(dir); err != nil {
 		t.Fatal(err)
 	}
-	ds, err := OpenDataset(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ds.Close()
+	ds := openDataset(t, dir)
 	checkDataset(t, ds, testLayout, all)
 }
 
@@ -740,15 +736,25 @@ func TestManifestAtomicReplace(t *testing.T) {
 		t.Fatal("manifest.json.tmp left behind")
 	}
 	// A manifest whose totals disagree with its shards is refused.
-	b, _ := os.ReadFile(filepath.Join(dir, ManifestName))
-	var raw map[string]any
-	if err := json.Unmarshal(b, &raw); err != nil {
-		t.Fatal(err)
-	}
-	raw["totals"].(map[string]any)["rows"] = 1.0
-	b, _ = json.Marshal(raw)
-	os.WriteFile(filepath.Join(dir, ManifestName), b, 0o644)
+	testutil.EditJSON(t, filepath.Join(dir, ManifestName), func(m map[string]any) { m["totals"].(map[string]any)["rows"] = 1.0 })
 	if _, err := ReadManifest(dir); err == nil || !strings.Contains(err.Error(), "totals") {
 		t.Fatalf("tampered totals: %v", err)
+	}
+}
+
+// A manifest's columns must be its layers' and final_norm's, name for name:
+// two names run together are not the same columns, though they print alike.
+func TestManifestColumnsCompared(t *testing.T) {
+	l := Layout{Layers: []int{0, 2}, FinalNorm: true, Hidden: 4, DType: Float32}
+	dir := t.TempDir()
+	writeCapture(t, dir, l, ShardOptions{}, idRange(0, 2))
+	if _, err := ReadManifest(dir); err != nil {
+		t.Fatal(err)
+	}
+	testutil.EditJSON(t, filepath.Join(dir, ManifestName), func(m map[string]any) {
+		m["columns"] = []string{"hidden_0 hidden_2", "final_norm"}
+	})
+	if _, err := ReadManifest(dir); err == nil || !strings.Contains(err.Error(), "do not match layers") {
+		t.Fatalf("columns [hidden_0 hidden_2, final_norm] for layers 0,2: %v, want an error", err)
 	}
 }

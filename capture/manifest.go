@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 )
 
 // ManifestName is the manifest's file name inside a capture directory.
@@ -109,7 +110,7 @@ func ReadManifest(dir string) (*Manifest, error) {
 	if err := m.Layout().Validate(); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if want := m.Layout().Columns(); fmt.Sprint(want) != fmt.Sprint(m.Columns) {
+	if want := m.Layout().Columns(); !slices.Equal(want, m.Columns) {
 		return nil, fmt.Errorf("capture: %s: columns %v do not match layers %v and final_norm %v (expected %v)",
 			path, m.Columns, m.Layers, m.FinalNorm, want)
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -299,7 +300,7 @@ func (ds *Dataset) open(opt DatasetOptions, dirs []string) error {
 					dirs[0], dir, f.ModelFingerprint, m.ModelFingerprint)
 			case m.HiddenSize != f.HiddenSize:
 				return fmt.Errorf("capture: %s and %s have different hidden sizes (%d and %d)", dirs[0], dir, f.HiddenSize, m.HiddenSize)
-			case fmt.Sprint(m.Layers) != fmt.Sprint(f.Layers) || m.FinalNorm != f.FinalNorm:
+			case !slices.Equal(m.Layers, f.Layers) || m.FinalNorm != f.FinalNorm:
 				return fmt.Errorf("capture: %s and %s hold different states (%v and %v)", dirs[0], dir, f.Columns, m.Columns)
 			}
 		}
@@ -401,10 +402,8 @@ func (ds *Dataset) Columns() []string { return append([]string(nil), ds.cols...)
 
 // ColumnIndex returns the index of the state column name ("hidden_<k>" or "final_norm").
 func (ds *Dataset) ColumnIndex(name string) (int, error) {
-	for i, c := range ds.cols {
-		if c == name {
-			return i, nil
-		}
+	if i := slices.Index(ds.cols, name); i >= 0 {
+		return i, nil
 	}
 	return -1, fmt.Errorf("capture: no state column %q in %v (columns: %v)", name, ds.dirs, ds.cols)
 }

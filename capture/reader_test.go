@@ -30,11 +30,7 @@ func TestReadLargeStatesAllocationFree(t *testing.T) {
 			if _, err := w.Close(); err != nil {
 				t.Fatal(err)
 			}
-			ds, err := OpenDataset(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ds.Close()
+			ds := openDataset(t, dir)
 			if 2*convertChunk > lens[0]*l.Hidden || 2*convertChunk <= lens[1]*l.Hidden {
 				t.Fatalf("sample sizes %v x %d do not straddle the parallel threshold %d", lens, l.Hidden, 2*convertChunk)
 			}

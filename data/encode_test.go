@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/drafter-ai/drafter/internal/testutil"
 	"github.com/drafter-ai/drafter/pkg/chat"
 	"github.com/drafter-ai/drafter/pkg/tokenizer"
 )
@@ -14,7 +15,7 @@ import (
 // (the template writes BOS itself, once); a conversation for a model
 // without a chat template is refused naming the line.
 func TestEncode(t *testing.T) {
-	tok, err := tokenizer.LoadDir("../models/stories260k")
+	tok, err := tokenizer.LoadDir(testutil.Stories260k())
 	if err != nil {
 		t.Fatal(err)
 	}

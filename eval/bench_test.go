@@ -1,7 +1,6 @@
 package eval
 
 import (
-	"context"
 	"os"
 	"strconv"
 	"testing"
@@ -59,17 +58,9 @@ func BenchmarkSpeculative(b *testing.B) {
 				continue
 			}
 			b.Run(c.name+"/"+shape, func(b *testing.B) {
-				cfg.MaxNewTokens = DefaultMaxNewTokens
-				cfg.EOS = []int{eosID}
 				var base, specT, tau, share float64
 				for b.Loop() {
-					rep, err := Run(context.Background(), m, c.d, ps, cfg)
-					if err != nil {
-						b.Fatal(err)
-					}
-					if err := rep.CheckLossless(); err != nil {
-						b.Fatal(err)
-					}
+					rep := runLossless(b, m, c.d, ps, cfg, DefaultMaxNewTokens)
 					base += rep.Baseline.TokensPerSec
 					specT += rep.Speculative.TokensPerSec
 					tau = rep.MeanAcceptLength

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/drafter-ai/drafter/internal/testmodel"
+	"github.com/drafter-ai/drafter/internal/testutil"
 	deagle3 "github.com/drafter-ai/drafter/pkg/drafters/eagle3"
 	"github.com/drafter-ai/drafter/pkg/model"
 	"github.com/drafter-ai/drafter/pkg/sample"
@@ -112,7 +112,7 @@ func TestSamplingMatchesTarget(t *testing.T) {
 				}
 				counts[pr.Output[1]]++
 			}
-			p, df := testmodel.ChiSquareP(counts, want, n)
+			p, df := testutil.ChiSquareP(counts, want, n)
 			t.Logf("τ %.3f, depth-1 acceptance %.3f; chi-square p = %.4f (%d degrees of freedom)", rep.MeanAcceptLength, rep.Stats.AcceptRate(1), p, df)
 			if p < 1e-3 {
 				t.Fatalf("the verified token's distribution differs from the target's: p = %.2g", p)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/drafter-ai/drafter/internal/testutil"
 	deagle3 "github.com/drafter-ai/drafter/pkg/drafters/eagle3"
 	dmedusa "github.com/drafter-ai/drafter/pkg/drafters/medusa"
 	"github.com/drafter-ai/drafter/pkg/model"
@@ -71,21 +72,6 @@ func writeJSON(t *testing.T, path string, v any) {
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// editJSON rewrites the JSON object in path through edit.
-func editJSON(t *testing.T, path string, edit func(map[string]any)) {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var v map[string]any
-	if err := json.Unmarshal(b, &v); err != nil {
-		t.Fatal(err)
-	}
-	edit(v)
-	writeJSON(t, path, v)
 }
 
 // editTensors rewrites the safetensors file path through edit, which gets
@@ -194,21 +180,10 @@ func loadErr(t *testing.T, m *model.Model, dir string) error {
 	return err
 }
 
-// wantErr fails unless err contains every one of subs.
-func wantErr(t *testing.T, err error, subs ...string) {
-	t.Helper()
-	t.Log(err)
-	for _, s := range subs {
-		if !strings.Contains(err.Error(), s) {
-			t.Errorf("error %q does not contain %q", err, s)
-		}
-	}
-}
-
 // setConfig returns an edit that sets key in the export's config.json.
 func setConfig(key string, v any) func(*testing.T, string) {
 	return func(t *testing.T, dir string) {
-		editJSON(t, filepath.Join(dir, "config.json"), func(c map[string]any) { c[key] = v })
+		testutil.EditJSON(t, filepath.Join(dir, "config.json"), func(c map[string]any) { c[key] = v })
 	}
 }
 
@@ -263,7 +238,7 @@ func TestMedusaConfigMatchesWeights(t *testing.T) {
 				t.Fatalf("the unedited export: %v", err)
 			}
 			c.edit(t, dir)
-			wantErr(t, loadErr(t, m, dir), append([]string{dir}, c.want...)...)
+			testutil.WantErr(t, loadErr(t, m, dir), append([]string{dir}, c.want...)...)
 		})
 	}
 }
@@ -289,12 +264,12 @@ func TestNonFiniteDrafterRefused(t *testing.T) {
 	root := medusaExport(t, m, 4, 1, safetensors.F32)
 	file := filepath.Join(root, "vllm", "model.safetensors")
 	setFloats(t, file, "lm_heads.2.weight", float32(math.NaN()))
-	wantErr(t, loadErr(t, m, root), file, `"lm_heads.2.weight"`, "NaN", "(F32 [512, 64]) holds NaN at element 0 (index [0, 0])")
+	testutil.WantErr(t, loadErr(t, m, root), file, `"lm_heads.2.weight"`, "NaN", "(F32 [512, 64]) holds NaN at element 0 (index [0, 0])")
 
 	root = medusaExport(t, m, 4, 2, safetensors.BF16)
 	file = filepath.Join(root, "medusa", "medusa_lm_head.safetensors")
 	setFloats(t, file, "3.1.linear.weight", -inf, 200)
-	wantErr(t, loadErr(t, m, filepath.Join(root, "medusa")), file, `"3.1.linear.weight"`, "-Inf", "(BF16 [64, 64]) holds -Inf at element 200 (index [3, 8])")
+	testutil.WantErr(t, loadErr(t, m, filepath.Join(root, "medusa")), file, `"3.1.linear.weight"`, "-Inf", "(BF16 [64, 64]) holds -Inf at element 200 (index [3, 8])")
 
 	for _, format := range []string{deagle3.FormatNative, deagle3.FormatSpeculators} {
 		exp := eagleExport(t, m, t.TempDir(), format, []int{1, 3, 5})
@@ -304,7 +279,7 @@ func TestNonFiniteDrafterRefused(t *testing.T) {
 			name = "layers.0.mlp.down_proj.weight"
 		}
 		setFloats(t, file, name, inf, 1000, 5000)
-		wantErr(t, loadErr(t, m, exp), file, `"`+name+`"`, "+Inf", "element 1000")
+		testutil.WantErr(t, loadErr(t, m, exp), file, `"`+name+`"`, "+Inf", "element 1000")
 	}
 }
 
@@ -347,15 +322,15 @@ func TestEagleLayerIDsInExport(t *testing.T) {
 			t.Fatalf("the unedited export: %v", err)
 		}
 		os.Remove(filepath.Join(root, "drafter.json")) // the layers are checked without one
-		editJSON(t, filepath.Join(exp, "config.json"), func(cfg map[string]any) { set(cfg, c.top, c.inner) })
+		testutil.EditJSON(t, filepath.Join(exp, "config.json"), func(cfg map[string]any) { set(cfg, c.top, c.inner) })
 		err := loadErr(t, m, root)
-		wantErr(t, err, append([]string{exp}, c.want...)...)
+		testutil.WantErr(t, err, append([]string{exp}, c.want...)...)
 	}
 
 	// Only eagle_config: its ids are layer outputs, read as HF index + 1.
 	root := t.TempDir()
 	exp := eagleExport(t, m, root, deagle3.FormatNative, []int{1, 3, 5})
-	editJSON(t, filepath.Join(exp, "config.json"), func(cfg map[string]any) { set(cfg, nil, []int{0, 1, 3}) })
+	testutil.EditJSON(t, filepath.Join(exp, "config.json"), func(cfg map[string]any) { set(cfg, nil, []int{0, 1, 3}) })
 	os.Remove(filepath.Join(root, "drafter.json"))
 	d, err := detectAndLoad(t, m, root)
 	if err != nil {
@@ -376,22 +351,22 @@ func TestEagleConfigMatchesWeights(t *testing.T) {
 	editTensors(t, file, func(ts []safetensors.Tensor) []safetensors.Tensor {
 		return append(ts, safetensors.F32Tensor("embed_tokens.weight", []int{512, 64}, m.Embed))
 	})
-	wantErr(t, loadErr(t, m, exp), file, `"embed_tokens.weight"`, "target's embedding")
+	testutil.WantErr(t, loadErr(t, m, exp), file, `"embed_tokens.weight"`, "target's embedding")
 
 	exp = eagleExport(t, m, t.TempDir(), deagle3.FormatSpeculators, nil)
 	file = filepath.Join(exp, "model.safetensors")
 	editTensors(t, file, func(ts []safetensors.Tensor) []safetensors.Tensor {
 		return append(ts, safetensors.F32Tensor("midlayer.extra.weight", []int{2}, []float32{1, 2}))
 	})
-	wantErr(t, loadErr(t, m, exp), file, `"midlayer.extra.weight"`, `start with "layers.0."`)
+	testutil.WantErr(t, loadErr(t, m, exp), file, `"midlayer.extra.weight"`, `start with "layers.0."`)
 
 	exp = eagleExport(t, m, t.TempDir(), deagle3.FormatNative, nil)
-	editJSON(t, filepath.Join(exp, "config.json"), func(cfg map[string]any) { cfg["num_hidden_layers"] = 2 })
-	wantErr(t, loadErr(t, m, exp), "num_hidden_layers is 2", "one decoder layer")
+	testutil.EditJSON(t, filepath.Join(exp, "config.json"), func(cfg map[string]any) { cfg["num_hidden_layers"] = 2 })
+	testutil.WantErr(t, loadErr(t, m, exp), "num_hidden_layers is 2", "one decoder layer")
 
 	exp = eagleExport(t, m, t.TempDir(), deagle3.FormatNative, nil)
 	dropTensors(t, filepath.Join(exp, "model.safetensors"), func(n string) bool { return n == "midlayer.self_attn.o_proj.weight" })
-	wantErr(t, loadErr(t, m, exp), `no tensor "midlayer.self_attn.o_proj.weight"`)
+	testutil.WantErr(t, loadErr(t, m, exp), `no tensor "midlayer.self_attn.o_proj.weight"`)
 }
 
 // TestProvenanceMatchesExport: an export beside a drafter.json that describes
@@ -412,7 +387,7 @@ func TestProvenanceMatchesExport(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	wantErr(t, loadErr(t, m, root), filepath.Join(root, "drafter.json"), "records num_heads 5",
+	testutil.WantErr(t, loadErr(t, m, root), filepath.Join(root, "drafter.json"), "records num_heads 5",
 		filepath.Join(root, "vllm", "config.json"), "has 3")
 
 	for _, c := range []struct {
@@ -427,8 +402,8 @@ func TestProvenanceMatchesExport(t *testing.T) {
 		{"method", "eagle3", "records method eagle3"},
 	} {
 		root := medusaExport(t, m, 2, 2, safetensors.F32)
-		editJSON(t, filepath.Join(root, "drafter.json"), func(p map[string]any) { p[c.key] = c.val })
-		wantErr(t, loadErr(t, m, root), filepath.Join(root, "drafter.json"), c.want, "describe different drafters")
+		testutil.EditJSON(t, filepath.Join(root, "drafter.json"), func(p map[string]any) { p[c.key] = c.val })
+		testutil.WantErr(t, loadErr(t, m, root), filepath.Join(root, "drafter.json"), c.want, "describe different drafters")
 	}
 
 	for _, c := range []struct {
@@ -444,21 +419,21 @@ func TestProvenanceMatchesExport(t *testing.T) {
 	} {
 		root := t.TempDir()
 		exp := eagleExport(t, m, root, deagle3.FormatNative, []int{1, 3, 5})
-		editJSON(t, filepath.Join(root, "drafter.json"), func(p map[string]any) { p[c.key] = c.val })
+		testutil.EditJSON(t, filepath.Join(root, "drafter.json"), func(p map[string]any) { p[c.key] = c.val })
 		file := filepath.Join(exp, "config.json")
 		if c.key == "method" {
 			file = exp
 		}
-		wantErr(t, loadErr(t, m, root), filepath.Join(root, "drafter.json"), strings.ReplaceAll(c.want, "%s", file), "but the export "+file+" has")
+		testutil.WantErr(t, loadErr(t, m, root), filepath.Join(root, "drafter.json"), strings.ReplaceAll(c.want, "%s", file), "but the export "+file+" has")
 	}
 	// An export with the engines' default layers under a drafter.json that
 	// records explicit ones.
 	root = t.TempDir()
 	eagleExport(t, m, root, deagle3.FormatSpeculators, nil)
-	editJSON(t, filepath.Join(root, "drafter.json"), func(p map[string]any) {
+	testutil.EditJSON(t, filepath.Join(root, "drafter.json"), func(p map[string]any) {
 		p["feature_layers"], p["default_feature_layers"] = []int{1, 3, 5}, false
 	})
-	wantErr(t, loadErr(t, m, root), "records feature_layers [1 3 5]", "has none (the engines' default feature layers)")
+	testutil.WantErr(t, loadErr(t, m, root), "records feature_layers [1 3 5]", "has none (the engines' default feature layers)")
 }
 
 // TestDrafterFitsTarget: exports for a target of another vocabulary or hidden
@@ -474,9 +449,9 @@ func TestDrafterFitsTarget(t *testing.T) {
 	if err := dmedusa.Export(root, h, dmedusa.ExportInfo{}); err != nil {
 		t.Fatal(err)
 	}
-	wantErr(t, loadErr(t, m, root), "do not fit the target", "vocabulary of 600", "vocab_size 512", filepath.Join(root, "vllm"))
+	testutil.WantErr(t, loadErr(t, m, root), "do not fit the target", "vocabulary of 600", "vocab_size 512", filepath.Join(root, "vllm"))
 
 	exp := eagleExport(t, m, t.TempDir(), deagle3.FormatNative, nil)
-	editJSON(t, filepath.Join(exp, "config.json"), func(cfg map[string]any) { cfg["vocab_size"] = 1024 })
-	wantErr(t, loadErr(t, m, exp), filepath.Join(exp, "config.json"), "hidden_size 64 and vocab_size 1024", "another model")
+	testutil.EditJSON(t, filepath.Join(exp, "config.json"), func(cfg map[string]any) { cfg["vocab_size"] = 1024 })
+	testutil.WantErr(t, loadErr(t, m, exp), filepath.Join(exp, "config.json"), "hidden_size 64 and vocab_size 1024", "another model")
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/drafter-ai/drafter/internal/testutil"
 	"github.com/drafter-ai/drafter/pkg/drafters"
 	dmedusa "github.com/drafter-ai/drafter/pkg/drafters/medusa"
 	"github.com/drafter-ai/drafter/pkg/sample"
@@ -48,15 +49,7 @@ func TestLosslessRandomDrafters(t *testing.T) {
 	for name, d := range drafters {
 		for shape, cfg := range shapes(d.Info.Kind) {
 			t.Run(name+"/"+shape, func(t *testing.T) {
-				cfg.MaxNewTokens = 40
-				cfg.EOS = []int{eosID}
-				rep, err := Run(context.Background(), m, d, ps, cfg)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := rep.CheckLossless(); err != nil {
-					t.Fatal(err)
-				}
+				rep := runLossless(t, m, d, ps, cfg, 40)
 				if !rep.Lossless.Checked || rep.Lossless.Prompts != len(ps) {
 					t.Fatalf("lossless check covered %d of %d prompts (checked %v)", rep.Lossless.Prompts, len(ps), rep.Lossless.Checked)
 				}
@@ -81,7 +74,7 @@ func TestTrainedDrafters(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := CheckFingerprint(info, modelDir, tr.fp); err != nil {
+		if err := CheckFingerprint(info, testutil.Stories260k(), tr.fp); err != nil {
 			t.Fatal(err)
 		}
 		d, err := LoadDrafter(info, m)
@@ -90,15 +83,7 @@ func TestTrainedDrafters(t *testing.T) {
 		}
 		for shape, cfg := range map[string]Config{"chain": {Mode: ModeChain}, "tree": {Mode: ModeTree}} {
 			t.Run(string(info.Kind)+"/"+shape, func(t *testing.T) {
-				cfg.MaxNewTokens = 64
-				cfg.EOS = []int{eosID}
-				rep, err := Run(context.Background(), m, d, ps, cfg)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := rep.CheckLossless(); err != nil {
-					t.Fatal(err)
-				}
+				rep := runLossless(t, m, d, ps, cfg, 64)
 				t.Logf("τ %.3f, hist %v, by depth %.3f, heads %+v, speed-up %.2f (drafter %.0f%%)", rep.MeanAcceptLength, rep.AcceptLengthHist, rep.AcceptRateByDepth, rep.HeadHits, rep.SpeedUp, 100*rep.DrafterShare)
 				if !(rep.MeanAcceptLength > 1.3) {
 					t.Fatalf("a trained drafter accepts %.3f tokens per forward; want > 1.3 (random drafters: about 1.0)", rep.MeanAcceptLength)

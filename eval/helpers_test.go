@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drafter-ai/drafter/internal/testmodel"
+	"github.com/drafter-ai/drafter/internal/testutil"
 	deagle3 "github.com/drafter-ai/drafter/pkg/drafters/eagle3"
 	dmedusa "github.com/drafter-ai/drafter/pkg/drafters/medusa"
 	"github.com/drafter-ai/drafter/pkg/model"
@@ -21,7 +23,6 @@ import (
 )
 
 const (
-	modelDir    = "../models/stories260k"
 	evalPrompts = "../data/prompts/stories-eval.jsonl"
 	trainPrompt = "../data/prompts/stories-train.jsonl"
 	eosID       = 2
@@ -39,7 +40,7 @@ func loadTarget(t testing.TB) *model.Model {
 
 func loadGen(t testing.TB) *target.Target {
 	t.Helper()
-	g, err := target.Load(modelDir, nil, nil)
+	g, err := target.Load(testutil.Stories260k(), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,35 +136,21 @@ func randomEagleParams(t testing.TB, m *model.Model, n int, seed uint64) (deagle
 	return g, p, voc
 }
 
-// greedyContinue appends up to n greedy target tokens to prompt (stopping
-// after EOS).
-func greedyContinue(t testing.TB, m *model.Model, prompt []int, n int) []int {
-	t.Helper()
-	seq, err := m.NewSequence(len(prompt) + n + 1)
+// runLossless runs the prompts ps through d with cfg, generating up to maxNew
+// tokens and stopping at EOS, and fails unless every speculative output
+// equals the baseline's.
+func runLossless(tb testing.TB, m *model.Model, d *Drafter, ps []Prompt, cfg Config, maxNew int) *Report {
+	tb.Helper()
+	cfg.MaxNewTokens = maxNew
+	cfg.EOS = []int{eosID}
+	rep, err := Run(context.Background(), m, d, ps, cfg)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	out := append([]int(nil), prompt...)
-	in := []model.Input{{Seq: seq, Tokens: prompt, Logits: model.LogitsLast}}
-	for range n {
-		res, err := m.Forward(in, model.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		lg := res.LogitsOf(0)
-		best := 0
-		for i, v := range lg {
-			if v > lg[best] {
-				best = i
-			}
-		}
-		out = append(out, best)
-		if best == eosID {
-			break
-		}
-		in[0].Tokens = out[len(out)-1:]
+	if err := rep.CheckLossless(); err != nil {
+		tb.Fatal(err)
 	}
-	return out
+	return rep
 }
 
 // trained holds drafters trained once for the whole test binary on greedy
@@ -197,7 +184,7 @@ func trainedDrafters(t *testing.T) *trained {
 }
 
 func trainDrafters(t *testing.T) (tr trained) {
-	gt, err := target.Load(modelDir, nil, nil)
+	gt, err := target.Load(testutil.Stories260k(), nil, nil)
 	if err != nil {
 		tr.err = err
 		return
@@ -224,26 +211,16 @@ func trainDrafters(t *testing.T) (tr trained) {
 	}
 	mem := &dataset.Memory{H: H}
 	for _, p := range ps {
-		seq := greedyContinue(t, m, p.Tokens, 64)
-		s, err := m.NewSequence(len(seq))
-		if err != nil {
-			tr.err = err
-			return
-		}
-		res, err := m.Forward([]model.Input{{Seq: s, Tokens: seq, Logits: model.LogitsNone}}, model.Options{Taps: taps})
-		if err != nil {
-			tr.err = err
-			return
-		}
+		seq := testmodel.Greedy(t, m, p.Tokens, 64, eosID)
+		states := testmodel.States(t, m, seq, taps)
 		toks := make([]int32, len(seq))
 		mask := make([]bool, len(seq))
 		for i, id := range seq {
 			toks[i] = int32(id)
 			mask[i] = i >= len(p.Tokens)
 		}
-		final := append([]float32(nil), res.HiddenOf(0, 0)...)
-		mem.Samples = append(mem.Samples, dataset.Sample{Tokens: toks, LossMask: mask, Final: final,
-			Features: [3][]float32{append([]float32(nil), res.HiddenOf(slot[0], 0)...), append([]float32(nil), res.HiddenOf(slot[1], 0)...), append([]float32(nil), res.HiddenOf(slot[2], 0)...)}})
+		mem.Samples = append(mem.Samples, dataset.Sample{Tokens: toks, LossMask: mask, Final: states[0],
+			Features: [3][]float32{slices.Clone(states[slot[0]]), slices.Clone(states[slot[1]]), slices.Clone(states[slot[2]])}})
 	}
 	root, err := os.MkdirTemp("", "drafter-eval-test-")
 	if err != nil {
@@ -264,7 +241,7 @@ func trainDrafters(t *testing.T) (tr trained) {
 		return
 	}
 	tr.medusaDir = filepath.Join(root, "medusa-out")
-	if tr.err = dmedusa.Export(tr.medusaDir, mres.Heads, dmedusa.ExportInfo{BaseModel: modelDir, TargetFingerprint: tr.fp, Metrics: mres.Best}); tr.err != nil {
+	if tr.err = dmedusa.Export(tr.medusaDir, mres.Heads, dmedusa.ExportInfo{BaseModel: testutil.Stories260k(), TargetFingerprint: tr.fp, Metrics: mres.Best}); tr.err != nil {
 		return
 	}
 

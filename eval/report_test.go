@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/drafter-ai/drafter/internal/testmodel"
+	"github.com/drafter-ai/drafter/internal/testutil"
 	dmedusa "github.com/drafter-ai/drafter/pkg/drafters/medusa"
 	"github.com/drafter-ai/drafter/pkg/generate"
 	"github.com/drafter-ai/drafter/pkg/spec"
@@ -82,7 +83,7 @@ func TestEvaluate(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := 24
-	opt := Options{ModelDir: modelDir, DrafterDir: dir, PromptsPath: evalPrompts, Limit: 3,
+	opt := Options{ModelDir: testutil.Stories260k(), DrafterDir: dir, PromptsPath: evalPrompts, Limit: 3,
 		Sampling: generate.Overrides{MaxNewTokens: &n}, Config: Config{Mode: ModeChain},
 		ReportPath: filepath.Join(dir, "report.json"), PlotDir: filepath.Join(dir, "plots")}
 	var out bytes.Buffer
@@ -152,7 +153,7 @@ func TestStaleAfterBodyFineTune(t *testing.T) {
 	if err := dmedusa.Export(dir, medusaHeads(randomMedusa(t, gt.Model, 2, 4)), dmedusa.ExportInfo{TargetFingerprint: gt.Fingerprint}); err != nil {
 		t.Fatal(err)
 	}
-	tuned := testmodel.Copy(t, modelDir)
+	tuned := testutil.CopyDir(t, testutil.Stories260k())
 	testmodel.ScaleBody(t, tuned, 0.9)
 	tg, err := target.Load(tuned, nil, nil)
 	if err != nil {

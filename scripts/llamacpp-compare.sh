@@ -55,6 +55,7 @@ res=$work/results.tsv # model metric side value
 echo "== writing GGUF files and test binaries into $work" >&2
 go run ./scripts/gguf -bench60m -seed 1 -o "$work/random60M.gguf"
 go run ./scripts/gguf -model models/stories260k -o "$work/stories260k.gguf"
+coretype=$(go run ./scripts/coretype)
 for be in $backends; do
 	case $be in
 	openblas) go test -c -o "$work/model-openblas.test" ./pkg/model ;;
@@ -69,7 +70,9 @@ load_before=$(load)
 # ours BACKEND: run the model benchmarks and append tokens/s to $res.
 ours() {
 	local be=$1 env=()
-	[[ $be == go ]] && env=(DRAFTER_BLAS=go)
+	# OpenBLAS with the kernels the drafter binary would load (it sets
+	# OPENBLAS_CORETYPE); the pure-Go test binary is built without cgo.
+	[[ $be == openblas ]] && env=($coretype)
 	(
 		cd pkg/model
 		env "${env[@]}" GOMAXPROCS="$threads" "$work/model-$be.test" -test.run '^$' -test.bench 'Prefill' -test.benchtime "$prefill_bt"

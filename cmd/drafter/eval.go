@@ -162,7 +162,11 @@ leaves them for inspection.`,
 
 func runEval(ctx context.Context, o *evalOptions) error {
 	o.Eval.Cache = fileCache()
-	_, err := eval.Evaluate(ctx, o.Eval, o.Out)
+	var err error
+	if o.Eval.Backend, err = backend(); err != nil {
+		return err
+	}
+	_, err = eval.Evaluate(ctx, o.Eval, o.Out)
 	var ge *eval.GateError
 	var ce *eval.ConfigError
 	switch {

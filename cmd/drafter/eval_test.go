@@ -10,11 +10,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/drafter-ai/drafter/internal/testutil"
 	"github.com/drafter-ai/drafter/pkg/drafters/medusa"
 	"github.com/drafter-ai/drafter/pkg/target"
 )
-
-const evalTestModel = "../../models/stories260k"
 
 // evalCLI runs `drafter eval` with args and returns the exit code main would
 // use and the error text.
@@ -29,7 +28,7 @@ func evalCLI(t *testing.T, args ...string) (int, string) {
 // drafter.json records fingerprint fp.
 func exportRandomHeads(t *testing.T, fp string) string {
 	t.Helper()
-	tg, err := target.Load(evalTestModel, nil, nil)
+	tg, err := target.Load(testutil.Stories260k(), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,12 +57,12 @@ func exportRandomHeads(t *testing.T, fp string) string {
 // TestEvalExitCodes: 0 when the drafter passes, 3 when it falls short of a
 // gate, 1 for a stale drafter, 2 for a command-line mistake.
 func TestEvalExitCodes(t *testing.T) {
-	if _, err := os.Stat(evalTestModel); err != nil {
+	if _, err := os.Stat(testutil.Stories260k()); err != nil {
 		t.Skip("bundled model missing:", err)
 	}
 	dir := exportRandomHeads(t, "")
 	prompts := "../../data/prompts/stories-eval.jsonl"
-	base := []string{"--model", evalTestModel, "--drafter", dir, "--prompts", prompts, "--limit", "2", "--max-new-tokens", "16", "--mode", "chain"}
+	base := []string{"--model", testutil.Stories260k(), "--drafter", dir, "--prompts", prompts, "--limit", "2", "--max-new-tokens", "16", "--mode", "chain"}
 	report := filepath.Join(t.TempDir(), "r.json")
 
 	if code, msg := evalCLI(t, append(base, "--report", report, "--min-acceptance", "1")...); code != exitOK {
@@ -164,7 +163,7 @@ func TestEvalChecksOutputsFirst(t *testing.T) {
 // --allow-baseline-mismatch, which warns; one without a hash (an older
 // drafter's report) is compared with a warning.
 func TestEvalBaselinePrompts(t *testing.T) {
-	if _, err := os.Stat(evalTestModel); err != nil {
+	if _, err := os.Stat(testutil.Stories260k()); err != nil {
 		t.Skip("bundled model missing:", err)
 	}
 	dir := exportRandomHeads(t, "")
@@ -180,7 +179,7 @@ func TestEvalBaselinePrompts(t *testing.T) {
 	}
 	report := filepath.Join(tmp, "r.json")
 	args := func(prompts, limit string, extra ...string) []string {
-		return append([]string{"--model", evalTestModel, "--drafter", dir, "--prompts", prompts, "--limit", limit, "--max-new-tokens", "8", "--mode", "chain"}, extra...)
+		return append([]string{"--model", testutil.Stories260k(), "--drafter", dir, "--prompts", prompts, "--limit", limit, "--max-new-tokens", "8", "--mode", "chain"}, extra...)
 	}
 	if code, msg := evalCLI(t, args(prompts, "2", "--report", report)...); code != exitOK {
 		t.Fatalf("first report: exit %d: %s", code, msg)

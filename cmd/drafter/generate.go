@@ -59,7 +59,11 @@ do_sample); flags override them.`,
 }
 
 func runGenerate(ctx context.Context, o *generateOptions) error {
-	t, err := target.Load(o.Model, nil, fileCache())
+	be, err := backend()
+	if err != nil {
+		return err
+	}
+	t, err := target.Load(o.Model, be, fileCache())
 	if err != nil {
 		return err
 	}

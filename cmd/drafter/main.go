@@ -19,6 +19,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/drafter-ai/drafter/pkg/tensor"
 	"github.com/spf13/cobra"
 )
 
@@ -52,6 +53,7 @@ func usagef(format string, a ...any) error {
 }
 
 func main() {
+	setOpenBLASCoreType()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := execute(ctx, newRootCmd(nil), os.Args[1:])
@@ -104,4 +106,50 @@ func exitCode(err error) int {
 	default:
 		return exitError
 	}
+}
+
+// The process environment drafter reads, beside filecache.EnvDir.
+const (
+	// envBLAS chooses the compute backend (see backendFor).
+	envBLAS = "DRAFTER_BLAS"
+	// envCoreType is OpenBLAS's own: the kernel family it loads.
+	envCoreType = "OPENBLAS_CORETYPE"
+)
+
+// setOpenBLASCoreType sets OPENBLAS_CORETYPE, when the user has not, to the
+// kernel family the CPU's features support (tensor.OpenBLASCoreType). It runs
+// first in main, before anything loads OpenBLAS, which reads the variable
+// once as it loads: on virtual machines that hide the CPU model OpenBLAS may
+// otherwise fall back to its generic kernels.
+func setOpenBLASCoreType() {
+	if os.Getenv(envCoreType) != "" {
+		return
+	}
+	if ct := tensor.OpenBLASCoreType(); ct != "" {
+		os.Setenv(envCoreType, ct)
+	}
+}
+
+// backend returns the compute backend DRAFTER_BLAS asks for, for the
+// commands that run the model.
+func backend() (tensor.Backend, error) { return backendFor(os.Getenv(envBLAS)) }
+
+// backendFor returns the compute backend for a DRAFTER_BLAS value: unset or
+// empty, OpenBLAS when it is installed and pure Go otherwise; "go", pure Go;
+// "openblas", OpenBLAS or an error saying why it cannot be loaded. Any other
+// value is a *usageError, not a silent default.
+func backendFor(v string) (tensor.Backend, error) {
+	switch v {
+	case "":
+		return tensor.CPU(), nil
+	case "go":
+		return tensor.PureGo(), nil
+	case "openblas":
+		be, err := tensor.OpenBLAS()
+		if err != nil {
+			return nil, fmt.Errorf("%s=openblas: %w", envBLAS, err)
+		}
+		return be, nil
+	}
+	return nil, usagef("%s=%q: want go (pure Go), openblas (OpenBLAS, which must be installed), or unset (OpenBLAS when installed, else pure Go)", envBLAS, v)
 }

@@ -1,13 +1,15 @@
 package main
 
 import (
-	"fmt"
-	"os"
-
 	"bytes"
 	"context"
-	"github.com/drafter-ai/drafter/pkg/filecache"
+	"fmt"
+	"os"
+	"strings"
 	"testing"
+
+	"github.com/drafter-ai/drafter/pkg/filecache"
+	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
 // cliResult is what one drafter command line did.
@@ -46,4 +48,61 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// DRAFTER_BLAS is the command's to read: it names the backend the command
+// passes down, and a value it does not know is a command-line mistake (exit
+// 2) naming the variable, found before any model is read.
+func TestBackendFromEnvironment(t *testing.T) {
+	wantOpenBLAS, openErr := tensor.OpenBLAS()
+	for _, c := range []struct {
+		v, want, err string
+	}{
+		{"", tensor.CPU().Name(), ""},
+		{"go", "go", ""},
+		{"openblas", "openblas", ""},
+		{"OpenBLAS", "", `DRAFTER_BLAS="OpenBLAS": want go (pure Go), openblas (OpenBLAS, which must be installed), or unset`},
+		{"cuda", "", `DRAFTER_BLAS="cuda": want go`},
+	} {
+		if c.v == "openblas" && openErr != nil {
+			c.want, c.err = "", "DRAFTER_BLAS=openblas: tensor: OpenBLAS"
+		}
+		be, err := backendFor(c.v)
+		switch {
+		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
+			t.Errorf("DRAFTER_BLAS=%q: error %v, want one saying %q", c.v, err, c.err)
+		case c.err == "" && (err != nil || be.Name() != c.want):
+			t.Errorf("DRAFTER_BLAS=%q: backend %v, error %v; want %s", c.v, be, err, c.want)
+		}
+	}
+	if openErr == nil && wantOpenBLAS.Name() != "openblas" {
+		t.Errorf("tensor.OpenBLAS() is %q", wantOpenBLAS.Name())
+	}
+
+	t.Setenv(envBLAS, "gpu")
+	model := t.TempDir() + "/no-such-model"
+	for _, args := range [][]string{
+		{"generate", "--model", model, "--prompt", "p"},
+		{"train", "medusa", "--model", model, "--data", model, "--out", t.TempDir()},
+		{"eval", "--model", model, "--drafter", model, "--prompts", model},
+	} {
+		r := runCLI(t, nil, args...)
+		if r.code != exitUsage || !strings.Contains(r.msg, `DRAFTER_BLAS="gpu"`) {
+			t.Errorf("%s with DRAFTER_BLAS=gpu: exit %d, %q; want exit %d naming DRAFTER_BLAS", args[0], r.code, r.msg, exitUsage)
+		}
+	}
+}
+
+// main sets OPENBLAS_CORETYPE from the CPU's features unless the user set it.
+func TestSetOpenBLASCoreType(t *testing.T) {
+	t.Setenv(envCoreType, "")
+	setOpenBLASCoreType()
+	if got, want := os.Getenv(envCoreType), tensor.OpenBLASCoreType(); got != want {
+		t.Errorf("unset: OPENBLAS_CORETYPE=%q, want %q", got, want)
+	}
+	t.Setenv(envCoreType, "Zen")
+	setOpenBLASCoreType()
+	if got := os.Getenv(envCoreType); got != "Zen" {
+		t.Errorf("set by the user: OPENBLAS_CORETYPE=%q, want Zen kept", got)
+	}
 }

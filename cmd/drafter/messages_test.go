@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/drafter-ai/drafter/internal/testutil"
 )
 
 // TestModelFlagMistakes: flag values that only the model can refuse are still
@@ -25,12 +27,12 @@ func TestModelFlagMistakes(t *testing.T) {
 		want   string
 		reject []string
 	}{
-		{[]string{"generate", "--model", testModel, "--prompt", "hi", "--chat"}, "--chat: " + testModel + " has no chat template", []string{"line 0", "{\"prompt\""}},
-		{[]string{"tokenize", "--model", testModel, "--chat", conv}, "--chat: " + testModel + " has no chat template", []string{"inspect:"}},
-		{[]string{"generate", "--model", testModel, "--prompt", "hi", "--max-new-tokens", "5000"}, "--max-new-tokens 5000 leaves no room for a prompt", nil},
-		{[]string{"distill", "--model", testModel, "--prompts", prompts, "--out", filepath.Join(tmp, "d"), "--max-new-tokens", "2048"}, "--max-new-tokens 2048 leaves no room", nil},
-		{[]string{"distill", "--model", testModel, "--prompts", prompts, "--out", filepath.Join(tmp, "d"), "--layers", "2,9"}, "--layers: distill: layer 9 is not a hidden_states index of a 5-layer model (0..5)", nil},
-		{[]string{"capture", "--model", testModel, "--conversations", prompts, "--out", filepath.Join(tmp, "c"), "--layers", "6"}, "--layers: distill: layer 6", nil},
+		{[]string{"generate", "--model", testutil.Stories260k(), "--prompt", "hi", "--chat"}, "--chat: " + testutil.Stories260k() + " has no chat template", []string{"line 0", "{\"prompt\""}},
+		{[]string{"tokenize", "--model", testutil.Stories260k(), "--chat", conv}, "--chat: " + testutil.Stories260k() + " has no chat template", []string{"inspect:"}},
+		{[]string{"generate", "--model", testutil.Stories260k(), "--prompt", "hi", "--max-new-tokens", "5000"}, "--max-new-tokens 5000 leaves no room for a prompt", nil},
+		{[]string{"distill", "--model", testutil.Stories260k(), "--prompts", prompts, "--out", filepath.Join(tmp, "d"), "--max-new-tokens", "2048"}, "--max-new-tokens 2048 leaves no room", nil},
+		{[]string{"distill", "--model", testutil.Stories260k(), "--prompts", prompts, "--out", filepath.Join(tmp, "d"), "--layers", "2,9"}, "--layers: distill: layer 9 is not a hidden_states index of a 5-layer model (0..5)", nil},
+		{[]string{"capture", "--model", testutil.Stories260k(), "--conversations", prompts, "--out", filepath.Join(tmp, "c"), "--layers", "6"}, "--layers: distill: layer 6", nil},
 	} {
 		r := runCLI(t, nil, c.args...)
 		if r.code != exitUsage || !strings.Contains(r.msg, c.want) {
@@ -55,7 +57,7 @@ func TestCapturePromptsOnly(t *testing.T) {
 	if err := os.WriteFile(f, []byte(`{"messages": [{"role": "user", "content": "hi"}]}`+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r := runCLI(t, nil, "capture", "--model", testModel, "--conversations", f, "--out", filepath.Join(tmp, "out"), "--quiet")
+	r := runCLI(t, nil, "capture", "--model", testutil.Stories260k(), "--conversations", f, "--out", filepath.Join(tmp, "out"), "--quiet")
 	if r.code != exitError || !strings.Contains(r.msg, "no assistant turn") || !strings.Contains(r.msg, "drafter distill") || strings.Contains(r.msg, "ReadPrompts") {
 		t.Errorf("capture of prompts only: exit %d: %s", r.code, r.msg)
 	}
@@ -78,8 +80,8 @@ func TestSummaryJSON(t *testing.T) {
 		count string
 		n     float64
 	}{
-		{[]string{"distill", "--model", testModel, "--prompts", prompts, "--out", filepath.Join(tmp, "d"), "--max-new-tokens", "8", "--samples-per-prompt", "2", "--json"}, "prompts", 2},
-		{[]string{"capture", "--model", testModel, "--conversations", pairs, "--out", filepath.Join(tmp, "c"), "--json"}, "conversations", 1},
+		{[]string{"distill", "--model", testutil.Stories260k(), "--prompts", prompts, "--out", filepath.Join(tmp, "d"), "--max-new-tokens", "8", "--samples-per-prompt", "2", "--json"}, "prompts", 2},
+		{[]string{"capture", "--model", testutil.Stories260k(), "--conversations", pairs, "--out", filepath.Join(tmp, "c"), "--json"}, "conversations", 1},
 	} {
 		r := runCLI(t, nil, c.args...)
 		if r.code != exitOK {

@@ -563,6 +563,10 @@ func newTrainCmd(sp trainSpelling, runF func(*trainOptions) error, c *cobra.Comm
 
 func runTrain(ctx context.Context, o *trainOptions) error {
 	o.Run.Cache = fileCache()
+	var err error
+	if o.Run.Backend, err = backend(); err != nil {
+		return err
+	}
 	res, err := run.Run(ctx, o.Run)
 	var le *run.LayerError
 	if errors.As(err, &le) && le.FromOverride {

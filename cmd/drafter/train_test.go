@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/drafter-ai/drafter/internal/testutil"
 	"github.com/drafter-ai/drafter/train/eagle3"
 	"github.com/drafter-ai/drafter/train/medusa"
 	"github.com/drafter-ai/drafter/train/run"
@@ -146,8 +147,6 @@ func TestTrainHelpQuotesTrainerDefaults(t *testing.T) {
 	}
 }
 
-const testModel = "../../models/stories260k"
-
 // distillCapture runs drafter distill on a few prompts into a new folder and
 // returns it.
 func distillCapture(t *testing.T, prompts int, extra ...string) string {
@@ -163,7 +162,7 @@ func distillCapture(t *testing.T, prompts int, extra ...string) string {
 		t.Fatal(err)
 	}
 	out := filepath.Join(tmp, "capture")
-	args := append([]string{"distill", "--model", testModel, "--prompts", p, "--out", out, "--max-new-tokens", "24", "--quiet"}, extra...)
+	args := append([]string{"distill", "--model", testutil.Stories260k(), "--prompts", p, "--out", out, "--max-new-tokens", "24", "--quiet"}, extra...)
 	if r := runCLI(t, nil, args...); r.code != exitOK {
 		t.Fatalf("distill: exit %d: %s", r.code, r.msg)
 	}
@@ -184,7 +183,7 @@ func TestTrainSpellingsShareArgsFile(t *testing.T) {
 		{"eagle3", []string{"--layers", "1,3,5", "--warmup", "0.1", "--draft-vocab", "64"}, []string{"--layers", "1,3,5", "--warmup", "0.1", "--draft-vocab", "64"}},
 	} {
 		outA, outB := filepath.Join(tmp, c.method+"-by-method"), filepath.Join(tmp, c.method+"-sub")
-		base := []string{"--model", testModel, "--data", data, "--max-steps", "2", "--quiet"}
+		base := []string{"--model", testutil.Stories260k(), "--data", data, "--max-steps", "2", "--quiet"}
 		a := append(append([]string{"train", "--method", c.method, "--out", outA}, base...), c.byMethod...)
 		b := append(append([]string{"train", c.method, "--out", outB}, base...), c.subArgs...)
 		for _, args := range [][]string{a, b} {
@@ -225,7 +224,7 @@ func TestTrainLayersBeyondDepth(t *testing.T) {
 		{"train", "eagle3", "--layers", "1,3,9"},
 		{"train", "--method", "eagle3", "--layers", "1,3,9"},
 	} {
-		args = append(args, "--model", testModel, "--data", data, "--out", filepath.Join(t.TempDir(), "out"), "--quiet")
+		args = append(args, "--model", testutil.Stories260k(), "--data", data, "--out", filepath.Join(t.TempDir(), "out"), "--quiet")
 		r := runCLI(t, nil, args...)
 		if r.code != exitUsage || !strings.Contains(r.msg, "index 9") || !strings.Contains(r.msg, "outside [1, 5]") {
 			t.Errorf("drafter %s: exit %d: %s; want %d and the index outside [1, 5]", strings.Join(args, " "), r.code, r.msg, exitUsage)
@@ -249,7 +248,7 @@ func TestTrainIncompleteCapture(t *testing.T) {
 	if err := os.WriteFile(p, nb, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r := runCLI(t, nil, "train", "medusa", "--model", testModel, "--data", data, "--out", filepath.Join(t.TempDir(), "out"), "--quiet")
+	r := runCLI(t, nil, "train", "medusa", "--model", testutil.Stories260k(), "--data", data, "--out", filepath.Join(t.TempDir(), "out"), "--quiet")
 	if r.code != exitError || !strings.Contains(r.msg, "incomplete") || !strings.Contains(r.msg, "rerun the same drafter distill command") || strings.Contains(r.msg, "--resume") {
 		t.Errorf("train on an incomplete capture: exit %d: %s", r.code, r.msg)
 	}

@@ -7,17 +7,9 @@ import (
 	"strings"
 	"testing"
 	"time"
-)
 
-// refDir is shared/reference/tokenizers, beside the checkout.
-func refDir(t *testing.T) string {
-	t.Helper()
-	d := filepath.Join("..", "..", "..", "shared", "reference", "tokenizers")
-	if _, err := os.Stat(d); err != nil {
-		t.Skipf("reference data not found at %s (shared/ sits beside the checkout in CI): %v", d, err)
-	}
-	return d
-}
+	"github.com/drafter-ai/drafter/internal/testutil"
+)
 
 type refCase struct {
 	Messages            []map[string]any `json:"messages"`
@@ -26,7 +18,7 @@ type refCase struct {
 }
 
 func TestRenderMatchesReference(t *testing.T) {
-	dir := refDir(t)
+	dir := testutil.Shared(t, "reference/tokenizers")
 	raw, err := os.ReadFile(filepath.Join(dir, "chat_template_cases.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -78,7 +70,7 @@ func TestLoadNoTemplate(t *testing.T) {
 		}
 	}
 	// The reference Mistral and Llama-2 configs carry no template either.
-	ref := refDir(t)
+	ref := testutil.Shared(t, "reference/tokenizers")
 	for _, m := range []string{"mistral", "llama2"} {
 		tmpl, err := Load(filepath.Join(ref, m))
 		if err != nil || tmpl != nil {

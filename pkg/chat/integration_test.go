@@ -1,10 +1,10 @@
 package chat_test
 
 import (
-	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/drafter-ai/drafter/internal/testutil"
 	"github.com/drafter-ai/drafter/pkg/chat"
 	"github.com/drafter-ai/drafter/pkg/tokenizer"
 )
@@ -13,10 +13,7 @@ import (
 // assistant turns: each run of masked tokens covers its span byte for byte
 // and decodes to the content plus the end-of-turn token.
 func TestTokenMaskWithRealTokenizers(t *testing.T) {
-	ref := filepath.Join("..", "..", "..", "shared", "reference", "tokenizers")
-	if _, err := os.Stat(ref); err != nil {
-		t.Skipf("reference data not found at %s: %v", ref, err)
-	}
+	ref := testutil.Shared(t, "reference/tokenizers")
 	msgs := []chat.Message{
 		{Role: "system", Content: "You are a helpful assistant."},
 		{Role: "user", Content: "Hi!"},

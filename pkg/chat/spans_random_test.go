@@ -4,6 +4,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/drafter-ai/drafter/internal/testutil"
 )
 
 // randomContent draws a content string from pieces that stress the span
@@ -32,7 +34,7 @@ func randomContent(state *uint64) string {
 // template renders for the content (derived here from the template's rules,
 // not from the implementation) plus the end-of-turn marker.
 func TestAssistantSpansRandomConversations(t *testing.T) {
-	dir := refDir(t)
+	dir := testutil.Shared(t, "reference/tokenizers")
 	llama3, err := Load(filepath.Join(dir, "llama3"))
 	if err != nil {
 		t.Fatal(err)

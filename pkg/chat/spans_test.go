@@ -3,8 +3,11 @@ package chat
 import (
 	"encoding/json"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/drafter-ai/drafter/internal/testutil"
 )
 
 func spanTexts(text string, spans [][2]int) []string {
@@ -34,7 +37,7 @@ func checkSpans(t *testing.T, tmpl *Template, cases []spanCase) {
 			t.Errorf("%s: AssistantSpans text differs from Render: %q vs %q (%v)", c.name, text, plain, err)
 		}
 		got := spanTexts(text, spans)
-		if strings.Join(got, "\x00") != strings.Join(c.want, "\x00") || len(got) != len(c.want) {
+		if !slices.Equal(got, c.want) {
 			t.Errorf("%s: spans\n got %q\nwant %q\nin %q", c.name, got, c.want, text)
 		}
 		for i := 1; i < len(spans); i++ {
@@ -54,7 +57,7 @@ var convo = []Message{
 }
 
 func TestAssistantSpansLlama3(t *testing.T) {
-	tmpl, err := Load(filepath.Join(refDir(t), "llama3"))
+	tmpl, err := Load(filepath.Join(testutil.Shared(t, "reference/tokenizers"), "llama3"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +79,7 @@ func TestAssistantSpansLlama3(t *testing.T) {
 }
 
 func TestAssistantSpansQwen3(t *testing.T) {
-	tmpl, err := Load(filepath.Join(refDir(t), "qwen3"))
+	tmpl, err := Load(filepath.Join(testutil.Shared(t, "reference/tokenizers"), "qwen3"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,8 +115,8 @@ func TestAssistantSpansQwen3(t *testing.T) {
 }
 
 // Templates written for these tests in the styles of Llama-2 and Mistral
-// (the reference tokenizer configs of those models carry no template), with
-// the special tokens of shared/reference/tokenizers/{llama2,mistral}.
+// (the published tokenizer configs of those models carry no template), with
+// their special tokens: <s> begins a sequence, </s> ends a turn.
 const llama2Style = `{% for m in messages %}{% if m.role == 'user' %}{{ bos_token }}[INST] {{ m.content | trim }} [/INST]{% elif m.role == 'assistant' %} {{ m.content | trim }} {{ eos_token }}{% endif %}{% endfor %}`
 const mistralStyle = `{{ bos_token }}{% for m in messages %}{% if m.role == 'user' %}[INST] {{ m.content }} [/INST]{% else %}{{ m.content }}{{ eos_token }}{% endif %}{% endfor %}`
 

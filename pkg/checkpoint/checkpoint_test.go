@@ -6,28 +6,22 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
-	"github.com/drafter-ai/drafter/internal/testmodel"
+	"github.com/drafter-ai/drafter/internal/testutil"
 	"github.com/drafter-ai/drafter/pkg/arch"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
 )
 
-// stories260kDir is the bundled model, committed in the repository; the untied variant
-// lives only in shared/.
-const (
-	stories260kDir   = "../../models/stories260k"
-	storiesUntiedDir = "../../../shared/models/stories260k-untied"
-)
-
 func TestOpenStories260k(t *testing.T) {
-	ck, err := Open(stories260kDir)
+	ck, err := Open(testutil.Stories260k())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ck.Close()
 	c := ck.Config
-	// The geometry shared/README.md states for this model.
+	// The geometry models/stories260k/ORIGIN.md states for this model.
 	got := fmt.Sprint([]any{c.ModelType, c.HiddenSize, c.NumLayers, c.NumHeads, c.NumKVHeads, c.HeadDim, c.IntermediateSize, c.VocabSize, c.TieWordEmbeddings, c.RopeScaling == nil})
 	if got != "[llama 64 5 8 4 8 172 512 true true]" {
 		t.Fatalf("config: %s", got)
@@ -50,10 +44,8 @@ func TestOpenStories260k(t *testing.T) {
 }
 
 func TestOpenStories260kUntied(t *testing.T) {
-	if _, err := os.Stat(storiesUntiedDir); err != nil {
-		t.Skipf("shared/ is not beside the checkout (%v)", err)
-	}
-	ck, err := Open(storiesUntiedDir)
+	// A variant with an lm_head of its own, in the shared reference data only.
+	ck, err := Open(testutil.Shared(t, "models/stories260k-untied"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +61,7 @@ func TestOpenStories260kUntied(t *testing.T) {
 func TestOpenMissingConfig(t *testing.T) {
 	dir := t.TempDir()
 	_, err := Open(dir)
-	wantErr(t, err, "config.json is missing in "+dir)
+	testutil.WantErr(t, err, "config.json is missing in "+dir)
 }
 
 // synthetic writes config fixture file and random tensors for it into a new folder,
@@ -97,14 +89,12 @@ func synthetic(t *testing.T, fixture string, mutate func([]safetensors.Tensor) [
 		ts = mutate(ts)
 	}
 	dir := t.TempDir()
-	copyFile(t, filepath.Join("testdata", fixture), filepath.Join(dir, "config.json"))
+	testutil.CopyFile(t, filepath.Join("testdata", fixture), filepath.Join(dir, "config.json"))
 	if err := safetensors.WriteFile(filepath.Join(dir, "model.safetensors"), ts, nil); err != nil {
 		t.Fatal(err)
 	}
 	return dir
 }
-
-func copyFile(t *testing.T, from, to string) { testmodel.CopyFile(t, from, to) }
 
 func TestOpenSynthetic(t *testing.T) {
 	for _, f := range []string{"llama3_rope.json", "linear_rope.json", "qwen2.json", "qwen3.json", "mistral.json", "no_head_dim.json"} {
@@ -141,42 +131,42 @@ func TestOpenBadWeights(t *testing.T) {
 	t.Run("missing qwen2 bias", func(t *testing.T) {
 		dir := synthetic(t, "qwen2.json", drop("model.layers.1.self_attn.k_proj.bias"))
 		_, err := Open(dir)
-		wantErr(t, err, "tensor model.layers.1.self_attn.k_proj.bias is missing from "+filepath.Join(dir, "model.safetensors"), "q/k/v bias=true")
+		testutil.WantErr(t, err, "tensor model.layers.1.self_attn.k_proj.bias is missing from "+filepath.Join(dir, "model.safetensors"), "q/k/v bias=true")
 	})
 	t.Run("missing qwen3 q_norm", func(t *testing.T) {
 		_, err := Open(synthetic(t, "qwen3.json", drop("model.layers.3.self_attn.q_norm.weight")))
-		wantErr(t, err, "model.layers.3.self_attn.q_norm.weight is missing")
+		testutil.WantErr(t, err, "model.layers.3.self_attn.q_norm.weight is missing")
 	})
 	t.Run("missing lm_head", func(t *testing.T) {
 		_, err := Open(synthetic(t, "mistral.json", drop("lm_head.weight")))
-		wantErr(t, err, "lm_head.weight is missing", "tie_word_embeddings=false")
+		testutil.WantErr(t, err, "lm_head.weight is missing", "tie_word_embeddings=false")
 	})
 	t.Run("wrong shape", func(t *testing.T) {
 		dir := synthetic(t, "llama3_rope.json", replace(safetensors.F32Tensor("model.layers.0.self_attn.k_proj.weight", []int{64, 32}, make([]float32, 64*32))))
 		_, err := Open(dir)
-		wantErr(t, err, "model.layers.0.self_attn.k_proj.weight", filepath.Join(dir, "model.safetensors"), "shape [64, 32], expected [32, 64]", filepath.Join(dir, "config.json"))
+		testutil.WantErr(t, err, "model.layers.0.self_attn.k_proj.weight", filepath.Join(dir, "model.safetensors"), "shape [64, 32], expected [32, 64]", filepath.Join(dir, "config.json"))
 	})
 	t.Run("integer weight", func(t *testing.T) {
 		_, err := Open(synthetic(t, "llama3_rope.json", replace(safetensors.I32Tensor("model.norm.weight", []int{64}, make([]int32, 64)))))
-		wantErr(t, err, "model.norm.weight", "dtype I32", "F32, F16 or BF16")
+		testutil.WantErr(t, err, "model.norm.weight", "dtype I32", "F32, F16 or BF16")
 	})
 	t.Run("unsupported model type", func(t *testing.T) {
 		dir := t.TempDir()
 		os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"model_type": "gpt2"}`), 0o644)
 		_, err := Open(dir)
-		wantErr(t, err, `"gpt2" is not supported`, arch.Supported())
+		testutil.WantErr(t, err, `"gpt2" is not supported`, arch.Supported())
 	})
 	t.Run("no weights", func(t *testing.T) {
 		dir := t.TempDir()
-		copyFile(t, "testdata/qwen3.json", filepath.Join(dir, "config.json"))
+		testutil.CopyFile(t, "testdata/qwen3.json", filepath.Join(dir, "config.json"))
 		_, err := Open(dir)
-		wantErr(t, err, dir, "model.safetensors")
+		testutil.WantErr(t, err, dir, "model.safetensors")
 	})
 	t.Run("bad generation config", func(t *testing.T) {
 		dir := synthetic(t, "qwen3.json", nil)
 		os.WriteFile(filepath.Join(dir, "generation_config.json"), []byte(`{"top_k": -1}`), 0o644)
 		_, err := Open(dir)
-		wantErr(t, err, "generation_config.json", `"top_k"`)
+		testutil.WantErr(t, err, "generation_config.json", `"top_k"`)
 	})
 }
 
@@ -210,7 +200,7 @@ func TestOpenSharded(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ck.Close()
-	if fmt.Sprint(ck.Weights.Names()) != fmt.Sprint(names) || len(ck.Weights.Files()) != 2 {
+	if !slices.Equal(ck.Weights.Names(), names) || len(ck.Weights.Files()) != 2 {
 		t.Fatalf("sharded folder: tensors %v in %v", ck.Weights.Names(), ck.Weights.Files())
 	}
 }

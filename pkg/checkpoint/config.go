@@ -7,11 +7,6 @@
 package checkpoint
 
 import (
-	"errors"
-	"fmt"
-	"os"
-	"strings"
-
 	"github.com/drafter-ai/drafter/pkg/arch"
 )
 
@@ -88,13 +83,7 @@ type RopeScaling struct {
 func LoadConfig(path string) (*Config, error) {
 	m, err := readObject(path)
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("checkpoint: %s is missing", path)
-		}
-		if strings.HasPrefix(err.Error(), "checkpoint:") {
-			return nil, err
-		}
-		return nil, fmt.Errorf("checkpoint: %w", err)
+		return nil, err
 	}
 	return parseConfig(path, m)
 }

@@ -8,19 +8,9 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-)
 
-func wantErr(t *testing.T, err error, subs ...string) {
-	t.Helper()
-	if err == nil {
-		t.Fatalf("got no error, want one containing %q", subs)
-	}
-	for _, s := range subs {
-		if !strings.Contains(err.Error(), s) {
-			t.Fatalf("error %q does not contain %q", err, s)
-		}
-	}
-}
+	"github.com/drafter-ai/drafter/internal/testutil"
+)
 
 func TestConfigFixtures(t *testing.T) {
 	type want struct {
@@ -143,14 +133,7 @@ func TestEAGLE3Layers(t *testing.T) {
 // the key) and returns its path.
 func writeConfig(t *testing.T, edit map[string]any) string {
 	t.Helper()
-	b, err := os.ReadFile("testdata/llama3_rope.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatal(err)
-	}
+	m := testutil.ReadJSON(t, "testdata/llama3_rope.json")
 	for k, v := range edit {
 		if v == nil {
 			delete(m, k)
@@ -200,7 +183,7 @@ func TestConfigErrors(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			p := writeConfig(t, c.edit)
 			_, err := LoadConfig(p)
-			wantErr(t, err, append([]string{p}, c.want...)...)
+			testutil.WantErr(t, err, append([]string{p}, c.want...)...)
 		})
 	}
 	t.Run("qwen2 sliding", func(t *testing.T) {
@@ -208,18 +191,18 @@ func TestConfigErrors(t *testing.T) {
 		p := filepath.Join(t.TempDir(), "config.json")
 		os.WriteFile(p, []byte(strings.Replace(string(b), `"use_sliding_window": false`, `"use_sliding_window": true`, 1)), 0o644)
 		_, err := LoadConfig(p)
-		wantErr(t, err, p, `"use_sliding_window"`, "not supported")
+		testutil.WantErr(t, err, p, `"use_sliding_window"`, "not supported")
 	})
 	t.Run("invalid json", func(t *testing.T) {
 		p := filepath.Join(t.TempDir(), "config.json")
 		os.WriteFile(p, []byte(`{"model_type": "llama",`), 0o644)
 		_, err := LoadConfig(p)
-		wantErr(t, err, p, "invalid JSON")
+		testutil.WantErr(t, err, p, "invalid JSON")
 	})
 	t.Run("missing file", func(t *testing.T) {
 		p := filepath.Join(t.TempDir(), "config.json")
 		_, err := LoadConfig(p)
-		wantErr(t, err, p, "missing")
+		testutil.WantErr(t, err, p, "missing")
 	})
 	t.Run("rope null and default", func(t *testing.T) {
 		for _, v := range []any{"null", map[string]any{"rope_type": "default"}} {
@@ -257,8 +240,8 @@ func TestGenerationConfig(t *testing.T) {
 	}
 	os.WriteFile(p, []byte(`{"top_p": 1.5}`), 0o644)
 	_, err = LoadGenerationConfig(p)
-	wantErr(t, err, p, `"top_p"`, "[0, 1]")
+	testutil.WantErr(t, err, p, `"top_p"`, "[0, 1]")
 	os.WriteFile(p, []byte(`{"eos_token_id": "2"}`), 0o644)
 	_, err = LoadGenerationConfig(p)
-	wantErr(t, err, p, `"eos_token_id"`)
+	testutil.WantErr(t, err, p, `"eos_token_id"`)
 }

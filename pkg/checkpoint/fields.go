@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -15,11 +16,15 @@ type fields struct {
 	m    map[string]any
 }
 
-// readObject decodes a JSON object file, keeping numbers exact.
+// readObject decodes a JSON object file, keeping numbers exact; a missing
+// file is an error saying so.
 func readObject(path string) (map[string]any, error) {
 	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("checkpoint: %s is missing", path)
+	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()

@@ -1,12 +1,5 @@
 package checkpoint
 
-import (
-	"errors"
-	"fmt"
-	"os"
-	"strings"
-)
-
 // GenerationConfig is the parsed generation_config.json. Each sampling field has a Has
 // flag saying whether the file set it, so callers can tell a default from a choice.
 type GenerationConfig struct {
@@ -36,13 +29,7 @@ type GenerationConfig struct {
 func LoadGenerationConfig(path string) (*GenerationConfig, error) {
 	m, err := readObject(path)
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("checkpoint: %s is missing", path)
-		}
-		if strings.HasPrefix(err.Error(), "checkpoint:") {
-			return nil, err
-		}
-		return nil, fmt.Errorf("checkpoint: %w", err)
+		return nil, err
 	}
 	f := fields{path, m}
 	g := &GenerationConfig{Path: path, Raw: m}

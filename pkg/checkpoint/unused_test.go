@@ -1,53 +1,39 @@
 package checkpoint
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 
-	"github.com/drafter-ai/drafter/internal/testmodel"
+	"github.com/drafter-ai/drafter/internal/testutil"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
 )
 
 // setLayers rewrites num_hidden_layers in dir/config.json.
 func setLayers(t *testing.T, dir string, n int) {
 	t.Helper()
-	p := filepath.Join(dir, "config.json")
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatal(err)
-	}
-	m["num_hidden_layers"] = n
-	b, _ = json.Marshal(m)
-	if err := os.WriteFile(p, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	testutil.EditJSON(t, filepath.Join(dir, "config.json"), func(m map[string]any) { m["num_hidden_layers"] = n })
 }
 
 // TestConfigAndWeightsAgree: config.json must describe exactly the weights,
 // in both directions (stories260k has 5 layers).
 func TestConfigAndWeightsAgree(t *testing.T) {
-	fewer := testmodel.Copy(t, stories260kDir)
+	fewer := testutil.CopyDir(t, testutil.Stories260k())
 	setLayers(t, fewer, 4)
 	_, err := Open(fewer)
-	wantErr(t, err, "model.layers.4.* (9 tensors) are in "+filepath.Join(fewer, "model.safetensors"),
+	testutil.WantErr(t, err, "model.layers.4.* (9 tensors) are in "+filepath.Join(fewer, "model.safetensors"),
 		filepath.Join(fewer, "config.json")+" has num_hidden_layers 4", "4-layer model")
 
-	three := testmodel.Copy(t, stories260kDir)
+	three := testutil.CopyDir(t, testutil.Stories260k())
 	setLayers(t, three, 3)
 	_, err = Open(three)
-	wantErr(t, err, "model.layers.3.* to model.layers.4.* (18 tensors)", "num_hidden_layers 3")
+	testutil.WantErr(t, err, "model.layers.3.* to model.layers.4.* (18 tensors)", "num_hidden_layers 3")
 
-	more := testmodel.Copy(t, stories260kDir)
+	more := testutil.CopyDir(t, testutil.Stories260k())
 	setLayers(t, more, 6)
 	_, err = Open(more)
-	wantErr(t, err, "tensor model.layers.5.input_layernorm.weight is missing from "+filepath.Join(more, "model.safetensors"))
+	testutil.WantErr(t, err, "tensor model.layers.5.input_layernorm.weight is missing from "+filepath.Join(more, "model.safetensors"))
 }
 
 // add returns a mutation appending tensors.
@@ -64,13 +50,13 @@ func TestUnusedTensors(t *testing.T) {
 	t.Run("biases the config does not use", func(t *testing.T) {
 		dir := synthetic(t, "llama3_rope.json", add(biases...))
 		_, err := Open(dir)
-		wantErr(t, err, "model.layers.*.self_attn.q_proj.bias (4 layers) are in "+filepath.Join(dir, "model.safetensors"),
+		testutil.WantErr(t, err, "model.layers.*.self_attn.q_proj.bias (4 layers) are in "+filepath.Join(dir, "model.safetensors"),
 			"which the model", "does not use", "q/k/v bias=false")
 	})
 	t.Run("one stray tensor", func(t *testing.T) {
 		_, err := Open(synthetic(t, "llama3_rope.json", add(safetensors.F32Tensor("model.layers.1.mlp.experts.0.weight", []int{2}, []float32{1, 2}),
 			safetensors.F32Tensor("score.weight", []int{2, 64}, make([]float32, 128)))))
-		wantErr(t, err, "model.layers.1.mlp.experts.0.weight, score.weight are in")
+		testutil.WantErr(t, err, "model.layers.1.mlp.experts.0.weight, score.weight are in")
 	})
 	t.Run("rotary inv_freq buffers are allowed", func(t *testing.T) {
 		var bufs []safetensors.Tensor
@@ -111,7 +97,7 @@ func TestUnusedTensors(t *testing.T) {
 	t.Run("tied lm_head that differs", func(t *testing.T) {
 		dir := synthetic(t, "llama3_rope.json", withHead(true))
 		_, err := Open(dir)
-		wantErr(t, err, filepath.Join(dir, "model.safetensors")+" holds lm_head.weight", "tie_word_embeddings true",
+		testutil.WantErr(t, err, filepath.Join(dir, "model.safetensors")+" holds lm_head.weight", "tie_word_embeddings true",
 			"model.embed_tokens.weight", "different values")
 	})
 }
@@ -119,7 +105,7 @@ func TestUnusedTensors(t *testing.T) {
 // TestSharedModelsOpen: the checkpoints the tests and the README use still
 // pass the stricter check.
 func TestSharedModelsOpen(t *testing.T) {
-	for _, dir := range []string{stories260kDir, storiesUntiedDir} {
+	for _, dir := range []string{testutil.Stories260k(), testutil.SharedPath("models/stories260k-untied")} {
 		if _, err := os.Stat(dir); err != nil {
 			t.Logf("skipping %s: %v", dir, err)
 			continue

@@ -10,15 +10,9 @@ import (
 	"time"
 
 	"github.com/drafter-ai/drafter/internal/testmodel"
+	"github.com/drafter-ai/drafter/internal/testutil"
 	"github.com/drafter-ai/drafter/pkg/checkpoint"
 	"github.com/drafter-ai/drafter/pkg/filecache"
-)
-
-// The bundled model is committed in the repository; the untied variant lives
-// only in shared/.
-const (
-	stories260kDir   = "../../models/stories260k"
-	storiesUntiedDir = "../../../shared/models/stories260k-untied"
 )
 
 // of fingerprints the model in dir with cache (nil: none).
@@ -74,7 +68,7 @@ func editJSON(t *testing.T, dir, name string, f func(map[string]any)) {
 // tensorOffset returns where a tensor's bytes start in the bundled model's file.
 func tensorOffset(t *testing.T, name string) int64 {
 	t.Helper()
-	ck, err := checkpoint.Open(stories260kDir)
+	ck, err := checkpoint.Open(testutil.Stories260k())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,14 +85,14 @@ func flip(off int64) func([]byte) []byte {
 }
 
 func TestFingerprint(t *testing.T) {
-	want := fp(t, stories260kDir)
+	want := fp(t, testutil.Stories260k())
 	if len(want) != 64 || strings.Trim(want, "0123456789abcdef") != "" {
 		t.Fatalf("fingerprint %q is not 64 lowercase hex digits", want)
 	}
-	if again := fp(t, stories260kDir); again != want {
+	if again := fp(t, testutil.Stories260k()); again != want {
 		t.Fatalf("fingerprint not stable: %s then %s", want, again)
 	}
-	copied := testmodel.Copy(t, stories260kDir)
+	copied := testutil.CopyDir(t, testutil.Stories260k())
 	if got := fp(t, copied); got != want {
 		t.Fatalf("copy in another folder: %s, want %s", got, want)
 	}
@@ -130,14 +124,16 @@ func TestFingerprint(t *testing.T) {
 			editJSON(t, dir, "config.json", func(m map[string]any) { m["rope_theta"] = 20000.0 })
 		}},
 	} {
-		dir := testmodel.Copy(t, stories260kDir)
+		dir := testutil.CopyDir(t, testutil.Stories260k())
 		c.change(dir)
 		if got := fp(t, dir); got == want {
 			t.Errorf("changing %s kept the fingerprint", c.what)
 		}
 	}
-	if _, err := os.Stat(storiesUntiedDir); err == nil {
-		if got := fp(t, storiesUntiedDir); got == want {
+	// A variant with an lm_head of its own, in the shared reference data only.
+	untied := testutil.SharedPath("models/stories260k-untied")
+	if _, err := os.Stat(untied); err == nil {
+		if got := fp(t, untied); got == want {
 			t.Fatal("tied and untied stories260k share a fingerprint")
 		}
 	}
@@ -146,9 +142,9 @@ func TestFingerprint(t *testing.T) {
 // TestBodyFineTune: a fine-tune that changes only the decoder layers (a
 // merged LoRA, an SFT with frozen embeddings) is another model.
 func TestBodyFineTune(t *testing.T) {
-	dir := testmodel.Copy(t, stories260kDir)
+	dir := testutil.CopyDir(t, testutil.Stories260k())
 	testmodel.ScaleBody(t, dir, 0.9)
-	orig, tuned := fp(t, stories260kDir), fp(t, dir)
+	orig, tuned := fp(t, testutil.Stories260k()), fp(t, dir)
 	if orig == tuned {
 		t.Fatalf("scaling every model.layers.* weight but the norms by 0.9 kept the fingerprint %s", orig)
 	}
@@ -158,9 +154,9 @@ func TestBodyFineTune(t *testing.T) {
 // model.safetensors.index.json) give the same fingerprint, also through the
 // per-file cache.
 func TestSharding(t *testing.T) {
-	want := fp(t, stories260kDir)
+	want := fp(t, testutil.Stories260k())
 	for _, n := range []int{2, 3} {
-		dir := testmodel.Copy(t, stories260kDir)
+		dir := testutil.CopyDir(t, testutil.Stories260k())
 		testmodel.Reshard(t, dir, n)
 		cache := filecache.New(t.TempDir())
 		for pass := range 2 {
@@ -177,8 +173,8 @@ func TestSharding(t *testing.T) {
 
 // TestPromptingFiles: the tokenizer and chat template enter by content.
 func TestPromptingFiles(t *testing.T) {
-	want := fp(t, stories260kDir)
-	fresh := func() string { return testmodel.Copy(t, stories260kDir) }
+	want := fp(t, testutil.Stories260k())
+	fresh := func() string { return testutil.CopyDir(t, testutil.Stories260k()) }
 	same := func(what, dir string) {
 		t.Helper()
 		if got := fp(t, dir); got != want {
@@ -250,14 +246,14 @@ func TestPromptingFiles(t *testing.T) {
 func TestNoTokenizerFiles(t *testing.T) {
 	dir := t.TempDir()
 	for _, f := range []string{"config.json", "model.safetensors"} {
-		b, err := os.ReadFile(filepath.Join(stories260kDir, f))
+		b, err := os.ReadFile(filepath.Join(testutil.Stories260k(), f))
 		if err != nil {
 			t.Fatal(err)
 		}
 		os.WriteFile(filepath.Join(dir, f), b, 0o644)
 	}
 	got := fp(t, dir)
-	if len(got) != 64 || got == fp(t, stories260kDir) {
+	if len(got) != 64 || got == fp(t, testutil.Stories260k()) {
 		t.Fatalf("weights without tokenizer files: %q", got)
 	}
 }
@@ -266,7 +262,7 @@ func TestNoTokenizerFiles(t *testing.T) {
 // byte; a file rewritten with the same size and its modification time
 // restored is hashed again.
 func TestCache(t *testing.T) {
-	dir := testmodel.Copy(t, stories260kDir)
+	dir := testutil.CopyDir(t, testutil.Stories260k())
 	cache := filecache.New(t.TempDir())
 	first := of(t, dir, cache)
 	if first.Stats.HashedBytes != first.Stats.TensorBytes || first.Stats.FromCache || first.Stats.TensorBytes == 0 {

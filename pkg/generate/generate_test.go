@@ -5,11 +5,12 @@ import (
 	"encoding/json"
 	"math"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/drafter-ai/drafter/internal/testmodel"
+	"github.com/drafter-ai/drafter/internal/testutil"
 	"github.com/drafter-ai/drafter/pkg/model"
 	"github.com/drafter-ai/drafter/pkg/sample"
 	"github.com/drafter-ai/drafter/pkg/target"
@@ -17,7 +18,7 @@ import (
 
 func loadStories(t testing.TB) *target.Target {
 	t.Helper()
-	tg, err := target.Load(filepath.Join("..", "..", "models", "stories260k"), nil, nil)
+	tg, err := target.Load(testutil.Stories260k(), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,14 +27,10 @@ func loadStories(t testing.TB) *target.Target {
 }
 
 // TestGreedyReference reproduces the 64 greedy tokens that Transformers
-// generated for the same prompt (shared/reference, written by a script we did
-// not write this package against).
+// generated for the same prompt (in the shared reference data, written by a
+// script we did not write this package against).
 func TestGreedyReference(t *testing.T) {
-	ref := filepath.Join("..", "..", "..", "shared", "reference", "stories260k", "greedy_once_upon_a_time.json")
-	b, err := os.ReadFile(ref)
-	if os.IsNotExist(err) {
-		t.Skip("shared/ is not beside the checkout: ", ref)
-	}
+	b, err := os.ReadFile(testutil.Shared(t, "reference/stories260k/greedy_once_upon_a_time.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,17 +157,10 @@ func TestEngineStatesMatchPrefill(t *testing.T) {
 			t.Fatalf("job %d: length finish after %d of %d tokens", i, len(one[i].Tokens), jobs[i].MaxNew)
 		}
 		full := append(append([]int(nil), jobs[i].Prompt...), one[i].Tokens...)
-		seq, err := m.NewSequence(len(full))
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := m.Forward([]model.Input{{Seq: seq, Tokens: full, Logits: model.LogitsNone}}, model.Options{Taps: taps})
-		if err != nil {
-			t.Fatal(err)
-		}
+		states := testmodel.States(t, m, full, taps)
 		for _, got := range []Done{one[i], four[i]} {
 			for tp := range taps {
-				want := res.HiddenOf(tp, 0)
+				want := states[tp]
 				if len(got.States[tp]) != len(full)*H {
 					t.Fatalf("job %d tap %d: %d values, want %d", i, taps[tp], len(got.States[tp]), len(full)*H)
 				}

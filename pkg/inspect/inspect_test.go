@@ -9,12 +9,13 @@ import (
 	"testing"
 
 	"github.com/drafter-ai/drafter/internal/testmodel"
+	"github.com/drafter-ai/drafter/internal/testutil"
 	"github.com/drafter-ai/drafter/pkg/chat"
 	"github.com/drafter-ai/drafter/pkg/filecache"
 )
 
 func TestInspectStories260k(t *testing.T) {
-	r, err := Inspect("../../models/stories260k", nil)
+	r, err := Inspect(testutil.Stories260k(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,8 +49,8 @@ func TestInspectStories260k(t *testing.T) {
 // the norms) are scaled by 0.9 shows another fingerprint, and the report says
 // how it was obtained: hashed the first time, from the cache the next.
 func TestInspectBodyFineTune(t *testing.T) {
-	const orig = "../../models/stories260k"
-	tuned := testmodel.Copy(t, orig)
+	orig := testutil.Stories260k()
+	tuned := testutil.CopyDir(t, orig)
 	testmodel.ScaleBody(t, tuned, 0.9)
 	cache := filecache.New(t.TempDir())
 	a, err := Inspect(orig, cache)
@@ -114,9 +115,9 @@ func TestInspectMissingModel(t *testing.T) {
 }
 
 func TestTokenizeChatSpansDecodeToAssistantContent(t *testing.T) {
-	tok, tmpl, err := Tokenizer("../../../shared/reference/tokenizers/qwen3")
+	tok, tmpl, err := Tokenizer(testutil.Shared(t, "reference/tokenizers/qwen3"))
 	if err != nil {
-		t.Skipf("shared reference tokenizers not available: %v", err)
+		t.Fatal(err)
 	}
 	msgs := []chat.Message{{Role: "user", Content: "Hi there"}, {Role: "assistant", Content: "Hello! How can I help?"}}
 	out, err := TokenizeChat(tok, tmpl, msgs)
@@ -136,7 +137,7 @@ func TestTokenizeChatSpansDecodeToAssistantContent(t *testing.T) {
 // TestInspectSlidingWindowContext: a Mistral whose sliding_window is below
 // max_position_embeddings shows the window as its context, and why.
 func TestInspectSlidingWindowContext(t *testing.T) {
-	dir := testmodel.Copy(t, "../../models/stories260k")
+	dir := testutil.CopyDir(t, testutil.Stories260k())
 	p := filepath.Join(dir, "config.json")
 	b, err := os.ReadFile(p)
 	if err != nil {

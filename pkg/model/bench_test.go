@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drafter-ai/drafter/internal/testutil"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
@@ -110,7 +111,7 @@ func BenchmarkPrefill(b *testing.B) {
 			seq := mustSeq(b, m, 512)
 			in := []Input{{Seq: seq, Tokens: toks}}
 			b.ResetTimer()
-			c0 := processCPU()
+			c0 := testutil.ProcessCPU()
 			for i := 0; i < b.N; i++ {
 				seq.Reset()
 				if _, err := m.Forward(in, Options{}); err != nil {
@@ -118,7 +119,7 @@ func BenchmarkPrefill(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(512*b.N)/b.Elapsed().Seconds(), "tokens/s")
-			b.ReportMetric((processCPU()-c0)*1e3/float64(512*b.N), "cpu-ms/token")
+			b.ReportMetric((testutil.ProcessCPU()-c0)*1e3/float64(512*b.N), "cpu-ms/token")
 			reportRaw(b, m, 512, 1, 512)
 		})
 	}
@@ -156,13 +157,13 @@ func BenchmarkDecode(b *testing.B) {
 				}
 				reset()
 				b.ResetTimer()
-				c0, paused := processCPU(), 0.0
+				c0, paused := testutil.ProcessCPU(), 0.0
 				for i := 0; i < b.N; i++ {
 					if batch[0].Seq.Len() == capacity {
 						b.StopTimer()
-						p0 := processCPU()
+						p0 := testutil.ProcessCPU()
 						reset()
-						paused += processCPU() - p0
+						paused += testutil.ProcessCPU() - p0
 						b.StartTimer()
 					}
 					if _, err := m.Forward(batch, Options{}); err != nil {
@@ -170,7 +171,7 @@ func BenchmarkDecode(b *testing.B) {
 					}
 				}
 				b.ReportMetric(float64(nseq*b.N)/b.Elapsed().Seconds(), "tokens/s")
-				b.ReportMetric((processCPU()-c0-paused)*1e3/float64(nseq*b.N), "cpu-ms/token")
+				b.ReportMetric((testutil.ProcessCPU()-c0-paused)*1e3/float64(nseq*b.N), "cpu-ms/token")
 				reportRaw(b, m, nseq, nseq, nseq)
 			})
 		}
@@ -204,7 +205,7 @@ func BenchmarkTreeVerify(b *testing.B) {
 			in := []Input{{Seq: seq, Tokens: toks, Parents: parents, Logits: LogitsAll}}
 			opt := Options{Taps: []int{m.NumLayers()}}
 			b.ResetTimer()
-			c0 := processCPU()
+			c0 := testutil.ProcessCPU()
 			for i := 0; i < b.N; i++ {
 				if _, err := m.Forward(in, opt); err != nil {
 					b.Fatal(err)
@@ -213,7 +214,7 @@ func BenchmarkTreeVerify(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric((processCPU()-c0)*1e6/float64(b.N), "cpu-us/pass")
+			b.ReportMetric((testutil.ProcessCPU()-c0)*1e6/float64(b.N), "cpu-us/pass")
 		})
 	}
 }

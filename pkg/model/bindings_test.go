@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/drafter-ai/drafter/internal/testutil"
 	"github.com/drafter-ai/drafter/pkg/checkpoint"
 )
 
@@ -16,7 +17,7 @@ func TestBindingsMatchCheckWeights(t *testing.T) {
 	if err != nil || len(paths) == 0 {
 		t.Fatalf("no config fixtures: %v", err)
 	}
-	paths = append(paths, "../../models/stories260k/config.json")
+	paths = append(paths, filepath.Join(testutil.Stories260k(), "config.json"))
 	for _, p := range paths {
 		cfg, err := checkpoint.LoadConfig(p)
 		if err != nil {

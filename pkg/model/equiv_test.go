@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/drafter-ai/drafter/internal/testutil"
 )
 
 // maxDiff returns the largest absolute difference of two float32 vectors.
@@ -146,19 +148,6 @@ func TestBatchedEqualsSingle(t *testing.T) {
 	}
 }
 
-// randomTree returns parents of an n-node tree in topological order with
-// several roots and branches.
-func randomTree(rng *rand.Rand, n int) []int {
-	p := make([]int, n)
-	for i := range p {
-		p[i] = rng.IntN(i+2) - 2 // -2..i-1
-		if p[i] < -1 {
-			p[i] = -1
-		}
-	}
-	return p
-}
-
 func pathTo(parents []int, node int) []int {
 	var path []int
 	for v := node; v >= 0; v = parents[v] {
@@ -177,7 +166,7 @@ func TestTreeEqualsPaths(t *testing.T) {
 				rng := rand.New(rand.NewPCG(uint64(size), uint64(prefixLen)))
 				V := m.VocabSize()
 				prefix := randTokens(rng, prefixLen, V)
-				parents := randomTree(rng, size)
+				parents := testutil.RandomTree(rng, size)
 				if size > 1 {
 					parents[1] = 0 // at least one path of depth 2
 				}

@@ -5,21 +5,10 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"testing"
+
+	"github.com/drafter-ai/drafter/internal/testutil"
 )
-
-// sharedDir is /work/shared beside the checkout, as CI lays it out.
-const sharedDir = "../../../shared"
-
-func sharedPath(t testing.TB, rel string) string {
-	t.Helper()
-	p := filepath.Join(sharedDir, rel)
-	if _, err := os.Stat(p); err != nil {
-		t.Skipf("shared reference data not found at %s (it sits beside the checkout in CI): %v", p, err)
-	}
-	return p
-}
 
 func readJSON(t testing.TB, path string, v any) {
 	t.Helper()
@@ -34,7 +23,7 @@ func readJSON(t testing.TB, path string, v any) {
 
 func loadModel(t testing.TB, name string) *Model {
 	t.Helper()
-	m, err := Load(sharedPath(t, "models/"+name), nil)
+	m, err := Load(testutil.Shared(t, "models/"+name), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +63,7 @@ type greedyRef struct {
 // llama.cpp's run of the same weights.
 func TestGreedyReference(t *testing.T) {
 	var ref greedyRef
-	readJSON(t, sharedPath(t, "reference/stories260k/greedy_once_upon_a_time.json"), &ref)
+	readJSON(t, testutil.Shared(t, "reference/stories260k/greedy_once_upon_a_time.json"), &ref)
 	if len(ref.GeneratedIDs) != 64 || len(ref.StepLogits) != 64 {
 		t.Fatalf("reference has %d tokens and %d logit steps, want 64", len(ref.GeneratedIDs), len(ref.StepLogits))
 	}
@@ -122,7 +111,7 @@ type lastRef struct {
 // read through the taps of one prefill.
 func TestLastPositionTaps(t *testing.T) {
 	var ref lastRef
-	readJSON(t, sharedPath(t, "reference/stories260k/last_position_once_upon_a_time_little.json"), &ref)
+	readJSON(t, testutil.Shared(t, "reference/stories260k/last_position_once_upon_a_time_little.json"), &ref)
 	for _, name := range []string{"stories260k", "stories260k-untied"} {
 		t.Run(name, func(t *testing.T) {
 			m := loadModel(t, name)

@@ -3,8 +3,11 @@ package nn
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"testing"
+
+	"github.com/drafter-ai/drafter/internal/testutil"
 )
 
 func TestExpfAccuracy(t *testing.T) {
@@ -29,7 +32,7 @@ func TestExpfAccuracy(t *testing.T) {
 func TestCrossEntropyManyRows(t *testing.T) {
 	r := rand.New(rand.NewPCG(8, 8))
 	rows, v := 1000, 300
-	logits := randn(r, rows*v, 3)
+	logits := testutil.RandNormal(r, rows*v, 3)
 	targets := make([]int32, rows)
 	var want float64
 	for row := range targets {
@@ -38,7 +41,7 @@ func TestCrossEntropyManyRows(t *testing.T) {
 			targets[row] = -1
 			continue
 		}
-		want -= logsoftmax64(to64(logits[row*v : row*v+v]))[targets[row]]
+		want -= testutil.LogSoftmax(to64(logits[row*v : row*v+v]))[targets[row]]
 	}
 	d := make([]float32, rows*v)
 	got := CrossEntropy(logits, rows, v, targets, nil, d)
@@ -46,7 +49,7 @@ func TestCrossEntropyManyRows(t *testing.T) {
 		t.Fatalf("cross-entropy %.10g, want %.10g", got, want)
 	}
 	for row := 0; row < rows; row++ {
-		ls := logsoftmax64(to64(logits[row*v : row*v+v]))
+		ls := testutil.LogSoftmax(to64(logits[row*v : row*v+v]))
 		want := make([]float64, v)
 		if tg := targets[row]; tg >= 0 {
 			for j := range want {
@@ -63,7 +66,7 @@ func TestCrossEntropyManyRows(t *testing.T) {
 func TestCrossEntropyEval(t *testing.T) {
 	r := rand.New(rand.NewPCG(6, 6))
 	rows, v := 40, 13
-	logits := randn(r, rows*v, 2)
+	logits := testutil.RandNormal(r, rows*v, 2)
 	for j := 0; j < v; j++ { // one row of ties: every logit equal
 		logits[5*v+j] = 0.5
 	}
@@ -75,10 +78,8 @@ func TestCrossEntropyEval(t *testing.T) {
 	keep := append([]float32(nil), logits...)
 	loss, rank := make([]float64, rows), make([]int32, rows)
 	CrossEntropyEval(logits, rows, v, targets, loss, rank)
-	for i := range keep {
-		if keep[i] != logits[i] {
-			t.Fatal("CrossEntropyEval changed the logits")
-		}
+	if !slices.Equal(keep, logits) {
+		t.Fatal("CrossEntropyEval changed the logits")
 	}
 	for row := 0; row < rows; row++ {
 		tg := targets[row]
@@ -89,7 +90,7 @@ func TestCrossEntropyEval(t *testing.T) {
 			continue
 		}
 		l64 := to64(logits[row*v : row*v+v])
-		want := -logsoftmax64(l64)[tg]
+		want := -testutil.LogSoftmax(l64)[tg]
 		if math.Abs(loss[row]-want) > 1e-6*(1+want) {
 			t.Fatalf("row %d loss %.9g, want %.9g", row, loss[row], want)
 		}

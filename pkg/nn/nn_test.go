@@ -5,20 +5,13 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/drafter-ai/drafter/internal/testutil"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
 // The checks below compare every forward with an independent float64
 // implementation and every backward with central finite differences of that
 // float64 forward: the scalar checked is L = sum(g * f(inputs)) for a random g.
-
-func randn(r *rand.Rand, n int, scale float64) []float32 {
-	s := make([]float32, n)
-	for i := range s {
-		s[i] = float32(r.NormFloat64() * scale)
-	}
-	return s
-}
 
 func to64(x []float32) []float64 {
 	y := make([]float64, len(x))
@@ -82,7 +75,7 @@ func rmsnorm64(x, w []float64, rows, n int, eps float64) []float64 {
 func TestRMSNormForwardBackward(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 1))
 	rows, n, eps := 3, 7, float32(1e-5)
-	x, w, g := randn(r, rows*n, 1), randn(r, n, 1), randn(r, rows*n, 1)
+	x, w, g := testutil.RandNormal(r, rows*n, 1), testutil.RandNormal(r, n, 1), testutil.RandNormal(r, rows*n, 1)
 	out := make([]float32, rows*n)
 	RMSNorm(out, x, w, rows, n, eps)
 	x64, w64, g64 := to64(x), to64(w), to64(g)
@@ -105,7 +98,7 @@ func TestRMSNormForwardBackward(t *testing.T) {
 func TestRMSNormRowsAlike(t *testing.T) {
 	r := rand.New(rand.NewPCG(2, 2))
 	rows, n, eps := 4096, 64, float32(1e-6)
-	x, w := randn(r, rows*n, 3), randn(r, n, 1)
+	x, w := testutil.RandNormal(r, rows*n, 3), testutil.RandNormal(r, n, 1)
 	all := make([]float32, rows*n)
 	RMSNorm(all, x, w, rows, n, eps)
 	one := make([]float32, n)
@@ -127,7 +120,7 @@ func silu64(v float64) float64 { return v / (1 + math.Exp(-v)) }
 func TestSiLUAndSwiGLU(t *testing.T) {
 	r := rand.New(rand.NewPCG(2, 2))
 	n := 23
-	x, u, g := randn(r, n, 2), randn(r, n, 1), randn(r, n, 1)
+	x, u, g := testutil.RandNormal(r, n, 2), testutil.RandNormal(r, n, 1), testutil.RandNormal(r, n, 1)
 	x64, u64, g64 := to64(x), to64(u), to64(g)
 	silu := func(v []float64) []float64 {
 		o := make([]float64, len(v))
@@ -158,30 +151,14 @@ func TestSiLUAndSwiGLU(t *testing.T) {
 	assertClose(t, "swiglu dup", du, numGrad(u64, func(v []float64) float64 { return dot(g64, swiglu(x64, v)) }), 1e-5)
 }
 
-func logsoftmax64(x []float64) []float64 {
-	m := x[0]
-	for _, v := range x {
-		m = math.Max(m, v)
-	}
-	var s float64
-	for _, v := range x {
-		s += math.Exp(v - m)
-	}
-	o := make([]float64, len(x))
-	for i, v := range x {
-		o[i] = v - m - math.Log(s)
-	}
-	return o
-}
-
 func TestSoftmax(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 3))
 	rows, n := 4, 9
-	x := randn(r, rows*n, 3)
+	x := testutil.RandNormal(r, rows*n, 3)
 	x64 := to64(x)
 	Softmax(x, rows, n)
 	for row := 0; row < rows; row++ {
-		ls := logsoftmax64(x64[row*n : row*n+n])
+		ls := testutil.LogSoftmax(x64[row*n : row*n+n])
 		want := make([]float64, n)
 		for i := range ls {
 			want[i] = math.Exp(ls[i])
@@ -193,7 +170,7 @@ func TestSoftmax(t *testing.T) {
 func TestCrossEntropyHardAndSoft(t *testing.T) {
 	r := rand.New(rand.NewPCG(4, 4))
 	rows, v := 5, 11
-	logits := randn(r, rows*v, 2)
+	logits := testutil.RandNormal(r, rows*v, 2)
 	targets := []int32{3, -1, 0, 10, 7}
 	weights := []float32{1, 1, 0.8, 0, 0.64}
 	l64 := to64(logits)
@@ -203,7 +180,7 @@ func TestCrossEntropyHardAndSoft(t *testing.T) {
 			if targets[row] < 0 || weights[row] == 0 {
 				continue
 			}
-			s -= float64(weights[row]) * logsoftmax64(l[row*v : row*v+v])[targets[row]]
+			s -= float64(weights[row]) * testutil.LogSoftmax(l[row*v : row*v+v])[targets[row]]
 		}
 		return s
 	}
@@ -232,7 +209,7 @@ func TestCrossEntropyHardAndSoft(t *testing.T) {
 	soft := func(l []float64) float64 {
 		var s float64
 		for row := 0; row < rows; row++ {
-			ls := logsoftmax64(l[row*v : row*v+v])
+			ls := testutil.LogSoftmax(l[row*v : row*v+v])
 			for j := 0; j < v; j++ {
 				s -= float64(weights[row]) * float64(p[row*v+j]) * ls[j]
 			}
@@ -261,7 +238,7 @@ func TestLinearForwardBackward(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 5))
 	for _, rows := range []int{1, 6} {
 		in, outF := 5, 4
-		x, w, b, g := randn(r, rows*in, 1), randn(r, outF*in, 1), randn(r, outF, 1), randn(r, rows*outF, 1)
+		x, w, b, g := testutil.RandNormal(r, rows*in, 1), testutil.RandNormal(r, outF*in, 1), testutil.RandNormal(r, outF, 1), testutil.RandNormal(r, rows*outF, 1)
 		x64, w64, b64, g64 := to64(x), to64(w), to64(b), to64(g)
 		lin := func(x, w, b []float64) []float64 {
 			o := make([]float64, rows*outF)
@@ -323,7 +300,7 @@ func TestRoPEForwardBackward(t *testing.T) {
 	for i := range inv {
 		inv[i] = math.Pow(10000, -float64(2*i)/float64(d))
 	}
-	x, g := randn(r, rows*heads*d, 1), randn(r, rows*heads*d, 1)
+	x, g := testutil.RandNormal(r, rows*heads*d, 1), testutil.RandNormal(r, rows*heads*d, 1)
 	x64, g64 := to64(x), to64(g)
 	y := append([]float32(nil), x...)
 	rp.Forward(y, rows, heads, pos)

@@ -5,6 +5,8 @@ import (
 	"math"
 	"path/filepath"
 	"testing"
+
+	"github.com/drafter-ai/drafter/internal/testutil"
 )
 
 // TestFirstNonFinite puts NaN, +Inf and -Inf at chosen places of F32, BF16 and F16
@@ -74,7 +76,7 @@ func TestF16OverflowIsNonFinite(t *testing.T) {
 	if !errors.As(err, &nf) || nf.Index != 2 || !math.IsInf(float64(nf.Value), 1) {
 		t.Fatalf("overflowing F16 value: %v", err)
 	}
-	wantErr(t, err, `"blocks.0.layers.0.weight"`, "+Inf", "element 2", "(F16 [2, 2])", "index [1, 0]")
+	testutil.WantErr(t, err, `"blocks.0.layers.0.weight"`, "+Inf", "element 2", "(F16 [2, 2])", "index [1, 0]")
 }
 
 // TestReadFinite checks the file, tensor and index in the error of each refusal.
@@ -104,10 +106,10 @@ func TestReadFinite(t *testing.T) {
 	if !errors.As(err, &nf) || nf.File != path || nf.Index != 4 {
 		t.Fatalf("NaN tensor: %v", err)
 	}
-	wantErr(t, err, path, `"bad"`, "NaN", "element 4", "index [1, 1]")
-	wantErr(t, s.ReadFinite("good", []int{3, 2}, dst), path, `"good"`, "shape [2, 3], want [3, 2]")
-	wantErr(t, s.ReadFinite("ids", []int{2}, dst[:2]), path, `"ids"`, "dtype I64")
-	wantErr(t, s.ReadFinite("absent", []int{2}, dst[:2]), `"absent"`, path)
+	testutil.WantErr(t, err, path, `"bad"`, "NaN", "element 4", "index [1, 1]")
+	testutil.WantErr(t, s.ReadFinite("good", []int{3, 2}, dst), path, `"good"`, "shape [2, 3], want [3, 2]")
+	testutil.WantErr(t, s.ReadFinite("ids", []int{2}, dst[:2]), path, `"ids"`, "dtype I64")
+	testutil.WantErr(t, s.ReadFinite("absent", []int{2}, dst[:2]), `"absent"`, path)
 	if err := s.CheckFinite("ids"); err != nil {
 		t.Fatalf("integer tensor: %v", err)
 	}

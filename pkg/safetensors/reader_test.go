@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/drafter-ai/drafter/internal/testutil"
 )
 
 func TestBadFiles(t *testing.T) {
@@ -47,7 +50,7 @@ func TestBadFiles(t *testing.T) {
 			if err == nil {
 				s.Close()
 			}
-			wantErr(t, err, append([]string{p}, c.want...)...)
+			testutil.WantErr(t, err, append([]string{p}, c.want...)...)
 		})
 	}
 }
@@ -63,18 +66,18 @@ func TestBadLengthPrefix(t *testing.T) {
 	}
 	p := write("short", []byte{1, 2, 3})
 	_, err := Open(p)
-	wantErr(t, err, p, "3 bytes", "too short")
+	testutil.WantErr(t, err, p, "3 bytes", "too short")
 
 	b := make([]byte, 16)
 	binary.LittleEndian.PutUint64(b, 200<<20)
 	p = write("huge", b)
 	_, err = Open(p)
-	wantErr(t, err, p, "header length 209715200", "limit")
+	testutil.WantErr(t, err, p, "header length 209715200", "limit")
 
 	binary.LittleEndian.PutUint64(b, 9)
 	p = write("long", b)
 	_, err = Open(p)
-	wantErr(t, err, p, "header length 9", "8 bytes that follow")
+	testutil.WantErr(t, err, p, "header length 9", "8 bytes that follow")
 }
 
 func TestTruncatedFile(t *testing.T) {
@@ -87,7 +90,7 @@ func TestTruncatedFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := Open(p)
-	wantErr(t, err, p, `tensor "w"`, "past the end", "truncated")
+	testutil.WantErr(t, err, p, `tensor "w"`, "past the end", "truncated")
 }
 
 func TestRawFloat32AndClose(t *testing.T) {
@@ -112,14 +115,14 @@ func TestRawFloat32AndClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantNames := []string{"bf16", "empty", "f16", "f32", "i32", "i64", "mask", "scalar", "u8"}
-	if fmt.Sprint(s.Names()) != fmt.Sprint(wantNames) {
+	if !slices.Equal(s.Names(), wantNames) {
 		t.Fatalf("names %v, want %v", s.Names(), wantNames)
 	}
 	if m := s.Metadata(); len(m) != 2 || m["format"] != "pt" || m["by"] != "drafter" {
 		t.Fatalf("metadata %v", m)
 	}
 	f, shape, err := s.Float32("f32")
-	if err != nil || fmt.Sprint(shape) != "[2 2]" || fmt.Sprint(f) != fmt.Sprint(vals) {
+	if err != nil || !slices.Equal(shape, []int{2, 2}) || !slices.Equal(f, vals) {
 		t.Fatalf("f32: %v %v %v", f, shape, err)
 	}
 	// F16: 1, -2.5 and 65504 are exact halves; 3e-3 = 1572.86 * 2^-19 (the half step at
@@ -143,7 +146,7 @@ func TestRawFloat32AndClose(t *testing.T) {
 		t.Fatalf("i32: %v %v", i32, err)
 	}
 	_, _, err = s.Int32("i64")
-	wantErr(t, err, `"i64"`, "element 1", "does not fit in int32")
+	testutil.WantErr(t, err, `"i64"`, "element 1", "does not fit in int32")
 	wide, _, err := s.Int64("i32")
 	if err != nil || fmt.Sprint(wide) != "[-5 9]" {
 		t.Fatalf("i32 as i64: %v %v", wide, err)
@@ -165,15 +168,15 @@ func TestRawFloat32AndClose(t *testing.T) {
 		t.Fatalf("empty: %v %v %v", f, shape, err)
 	}
 	_, _, err = s.Float32("i64")
-	wantErr(t, err, `"i64"`, p, "dtype I64", "F32, F16 and BF16")
+	testutil.WantErr(t, err, `"i64"`, p, "dtype I64", "F32, F16 and BF16")
 	_, _, err = s.Float32("nope")
-	wantErr(t, err, `no tensor "nope"`, p)
-	wantErr(t, s.Float32Into("f32", make([]float32, 3)), `"f32"`, "4 elements", "destination has 3")
+	testutil.WantErr(t, err, `no tensor "nope"`, p)
+	testutil.WantErr(t, s.Float32Into("f32", make([]float32, 3)), `"f32"`, "4 elements", "destination has 3")
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
 	_, _, err = s.Raw("u8")
-	wantErr(t, err, "closed")
+	testutil.WantErr(t, err, "closed")
 	if err := s.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
@@ -229,16 +232,16 @@ func TestWriterByteLayout(t *testing.T) {
 
 func TestWriterRejects(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "m.safetensors")
-	wantErr(t, WriteFile(p, []Tensor{F32Tensor("a", []int{1}, []float32{1}), F32Tensor("a", []int{1}, []float32{1})}, nil), `"a" given twice`)
-	wantErr(t, WriteFile(p, []Tensor{{Name: "a", DType: F32, Shape: []int{2}, Data: make([]byte, 4)}}, nil), `"a"`, "needs 8 bytes", "has 4")
-	wantErr(t, WriteFile(p, []Tensor{{Name: "a", DType: "F128", Shape: []int{1}, Data: make([]byte, 16)}}, nil), `unknown dtype "F128"`)
-	wantErr(t, WriteFile(p, []Tensor{F32Tensor("__metadata__", []int{1}, []float32{1})}, nil), "invalid tensor name")
-	wantErr(t, WriteFile(filepath.Join(p, "nodir", "x"), nil, nil), "writing")
+	testutil.WantErr(t, WriteFile(p, []Tensor{F32Tensor("a", []int{1}, []float32{1}), F32Tensor("a", []int{1}, []float32{1})}, nil), `"a" given twice`)
+	testutil.WantErr(t, WriteFile(p, []Tensor{{Name: "a", DType: F32, Shape: []int{2}, Data: make([]byte, 4)}}, nil), `"a"`, "needs 8 bytes", "has 4")
+	testutil.WantErr(t, WriteFile(p, []Tensor{{Name: "a", DType: "F128", Shape: []int{1}, Data: make([]byte, 16)}}, nil), `unknown dtype "F128"`)
+	testutil.WantErr(t, WriteFile(p, []Tensor{F32Tensor("__metadata__", []int{1}, []float32{1})}, nil), "invalid tensor name")
+	testutil.WantErr(t, WriteFile(filepath.Join(p, "nodir", "x"), nil, nil), "writing")
 	if _, err := os.Stat(p); err == nil {
 		t.Fatal("a rejected write left a file behind")
 	}
 	_, err := FloatTensor("a", I64, []int{1}, []float32{1})
-	wantErr(t, err, `"a"`, "I64")
+	testutil.WantErr(t, err, `"a"`, "I64")
 }
 
 // writeShards writes a sharded checkpoint: shards maps file name to tensors, index maps
@@ -286,25 +289,25 @@ func TestShardedFolder(t *testing.T) {
 		dir := t.TempDir()
 		writeShards(t, dir, map[string][]Tensor{s1: {a, b}}, map[string]string{"a": s1, "b": s1, "c": s2})
 		_, err := OpenDir(dir)
-		wantErr(t, err, "shard "+s2, "missing", IndexFile)
+		testutil.WantErr(t, err, "shard "+s2, "missing", IndexFile)
 	})
 	t.Run("tensor not in named shard", func(t *testing.T) {
 		dir := t.TempDir()
 		writeShards(t, dir, map[string][]Tensor{s1: {a}, s2: {c}}, map[string]string{"a": s1, "b": s1, "c": s2})
 		_, err := OpenDir(dir)
-		wantErr(t, err, `tensor "b"`, s1, "no shard holds it")
+		testutil.WantErr(t, err, `tensor "b"`, s1, "no shard holds it")
 	})
 	t.Run("tensor in another shard", func(t *testing.T) {
 		dir := t.TempDir()
 		writeShards(t, dir, map[string][]Tensor{s1: {a}, s2: {b, c}}, map[string]string{"a": s1, "b": s1, "c": s2})
 		_, err := OpenDir(dir)
-		wantErr(t, err, `tensor "b"`, "maps", "but it is in", s2)
+		testutil.WantErr(t, err, `tensor "b"`, "maps", "but it is in", s2)
 	})
 	t.Run("duplicate across shards", func(t *testing.T) {
 		dir := t.TempDir()
 		writeShards(t, dir, map[string][]Tensor{s1: {a, b}, s2: {b, c}}, map[string]string{"a": s1, "b": s1, "c": s2})
 		_, err := OpenDir(dir)
-		wantErr(t, err, `tensor "b" is in two shards`, s1, s2)
+		testutil.WantErr(t, err, `tensor "b" is in two shards`, s1, s2)
 	})
 	t.Run("bad shard", func(t *testing.T) {
 		dir := t.TempDir()
@@ -313,41 +316,34 @@ func TestShardedFolder(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err := OpenDir(dir)
-		wantErr(t, err, s2, "too short")
+		testutil.WantErr(t, err, s2, "too short")
 	})
 	t.Run("escaping path", func(t *testing.T) {
 		dir := t.TempDir()
 		writeShards(t, dir, nil, map[string]string{"a": "../x.safetensors"})
 		_, err := OpenDir(dir)
-		wantErr(t, err, `tensor "a"`, "../x.safetensors", "not a file inside")
+		testutil.WantErr(t, err, `tensor "a"`, "../x.safetensors", "not a file inside")
 	})
 	t.Run("invalid index", func(t *testing.T) {
 		dir := t.TempDir()
 		os.WriteFile(filepath.Join(dir, IndexFile), []byte(`{"weight_map": [`), 0o644)
 		_, err := OpenDir(dir)
-		wantErr(t, err, IndexFile, "invalid JSON")
+		testutil.WantErr(t, err, IndexFile, "invalid JSON")
 	})
 	t.Run("no weights", func(t *testing.T) {
 		dir := t.TempDir()
 		os.WriteFile(filepath.Join(dir, "adapter_model.safetensors"), nil, 0o644)
 		_, err := OpenDir(dir)
-		wantErr(t, err, dir, "neither model.safetensors nor", "adapter_model.safetensors")
+		testutil.WantErr(t, err, dir, "neither model.safetensors nor", "adapter_model.safetensors")
 	})
 }
 
-// The bundled model, committed in the repository, and the reference copy in shared/.
-const (
-	stories260kDir       = "../../models/stories260k"
-	sharedStories260kDir = "../../../shared/models/stories260k"
-)
-
+// The bundled model, committed in the repository, and the reference copy in
+// the shared reference data.
 func TestStories260k(t *testing.T) {
-	t.Run("bundled", func(t *testing.T) { checkStories260k(t, stories260kDir) })
+	t.Run("bundled", func(t *testing.T) { checkStories260k(t, testutil.Stories260k()) })
 	t.Run("shared", func(t *testing.T) {
-		if _, err := os.Stat(sharedStories260kDir); err != nil {
-			t.Skipf("shared/ is not beside the checkout (%v)", err)
-		}
-		checkStories260k(t, sharedStories260kDir)
+		checkStories260k(t, testutil.Shared(t, "models/stories260k"))
 	})
 }
 

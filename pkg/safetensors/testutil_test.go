@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 )
 
@@ -20,17 +19,4 @@ func rawFile(t *testing.T, hdr string, data []byte) string {
 		t.Fatal(err)
 	}
 	return p
-}
-
-// wantErr fails unless err is non-nil and contains every substring.
-func wantErr(t *testing.T, err error, subs ...string) {
-	t.Helper()
-	if err == nil {
-		t.Fatalf("got no error, want one containing %q", subs)
-	}
-	for _, s := range subs {
-		if !strings.Contains(err.Error(), s) {
-			t.Fatalf("error %q does not contain %q", err, s)
-		}
-	}
 }

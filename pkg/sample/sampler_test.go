@@ -6,7 +6,7 @@ import (
 	"sort"
 	"testing"
 
-	"gonum.org/v1/gonum/stat/distuv"
+	"github.com/drafter-ai/drafter/internal/testutil"
 )
 
 // naiveProbs is the textbook version of the Hugging Face warper chain with full
@@ -89,14 +89,6 @@ func naiveProbs(logits []float32, p Params) []float64 {
 		softmax()
 	}
 	return out
-}
-
-func randomLogits(r *rand.Rand, n int, scale float64) []float32 {
-	l := make([]float32, n)
-	for i := range l {
-		l[i] = float32(r.NormFloat64() * scale)
-	}
-	return l
 }
 
 func TestGreedyTies(t *testing.T) {
@@ -183,7 +175,7 @@ func TestProbsAgainstNaive(t *testing.T) {
 			}
 			out := make([]float32, n)
 			for trial := 0; trial < 20; trial++ {
-				logits := randomLogits(r, n, 1+float64(trial%4))
+				logits := testutil.RandNormal(r, n, 1+float64(trial%4))
 				// Some repeated values and masked tokens.
 				logits[r.IntN(n)] = logits[r.IntN(n)]
 				logits[r.IntN(n)] = float32(math.Inf(-1))
@@ -209,40 +201,6 @@ func TestProbsAgainstNaive(t *testing.T) {
 	}
 }
 
-// chiSquareP returns the p-value of observed counts against probabilities,
-// pooling cells whose expected count is below 5 into one.
-func chiSquareP(t *testing.T, counts []int, probs []float64, n int) float64 {
-	t.Helper()
-	var stat, poolObs, poolExp float64
-	df := -1
-	for i, p := range probs {
-		if p == 0 {
-			if counts[i] != 0 {
-				t.Fatalf("token %d has probability 0 but was drawn %d times", i, counts[i])
-			}
-			continue
-		}
-		e := p * float64(n)
-		if e < 5 {
-			poolObs += float64(counts[i])
-			poolExp += e
-			continue
-		}
-		d := float64(counts[i]) - e
-		stat += d * d / e
-		df++
-	}
-	if poolExp > 0 {
-		d := poolObs - poolExp
-		stat += d * d / poolExp
-		df++
-	}
-	if df < 1 {
-		return 1
-	}
-	return distuv.ChiSquared{K: float64(df)}.Survival(stat)
-}
-
 // TestSampleMatchesProbs draws many tokens with a fixed seed and checks by a
 // chi-square test that Sample draws from the distribution Probs reports; the
 // same counts tested against a slightly perturbed distribution must fail.
@@ -255,7 +213,7 @@ func TestSampleMatchesProbs(t *testing.T) {
 		{Temperature: 0.9, TopK: 8, TopP: 0.9, MinP: 0.01},
 	} {
 		s, _ := NewSampler(n, p)
-		logits := randomLogits(r, n, 1)
+		logits := testutil.RandNormal(r, n, 1)
 		probs := make([]float32, n)
 		if err := s.Probs(logits, probs); err != nil {
 			t.Fatal(err)
@@ -273,7 +231,7 @@ func TestSampleMatchesProbs(t *testing.T) {
 		for i, v := range probs {
 			want[i] = float64(v)
 		}
-		if pv := chiSquareP(t, counts, want, draws); pv < 1e-4 {
+		if pv, _ := testutil.ChiSquareP(counts, want, draws); pv < 1e-4 {
 			t.Errorf("%v: chi-square p-value %g < 1e-4: Sample does not draw from Probs", p, pv)
 		}
 		// Perturb: move 0.01 of mass from the most to the least probable kept token.
@@ -288,7 +246,7 @@ func TestSampleMatchesProbs(t *testing.T) {
 		}
 		want[hi] -= 0.01
 		want[lo] += 0.01
-		if pv := chiSquareP(t, counts, want, draws); pv >= 1e-4 {
+		if pv, _ := testutil.ChiSquareP(counts, want, draws); pv >= 1e-4 {
 			t.Errorf("%v: a perturbed distribution passed (p-value %g): the test cannot fail", p, pv)
 		}
 	}
@@ -296,7 +254,7 @@ func TestSampleMatchesProbs(t *testing.T) {
 
 func TestReproducibleAndResumable(t *testing.T) {
 	s, _ := NewSampler(50, Params{Temperature: 1, TopP: 0.95})
-	logits := randomLogits(rand.New(rand.NewPCG(3, 4)), 50, 2)
+	logits := testutil.RandNormal(rand.New(rand.NewPCG(3, 4)), 50, 2)
 	a, b := NewRNG(9, 5), NewRNG(9, 5)
 	for i := 0; i < 100; i++ {
 		x, _ := s.Sample(logits, a)
@@ -361,7 +319,7 @@ func TestStreamsIndependent(t *testing.T) {
 		for i := range probs {
 			probs[i] = 0.01
 		}
-		if pv := chiSquareP(t, counts, probs, n); pv < 1e-4 {
+		if pv, _ := testutil.ChiSquareP(counts, probs, n); pv < 1e-4 {
 			t.Errorf("pair %d: joint draws not independent uniform (p-value %g)", pi, pv)
 		}
 	}
@@ -370,7 +328,7 @@ func TestStreamsIndependent(t *testing.T) {
 func TestNoAllocations(t *testing.T) {
 	const n = 32000
 	r := rand.New(rand.NewPCG(5, 6))
-	logits := randomLogits(r, n, 3)
+	logits := testutil.RandNormal(r, n, 3)
 	rng := NewRNG(1, 1)
 	for _, p := range []Params{{}, {Temperature: 1}, {Temperature: 0.8, TopK: 50, TopP: 0.9, MinP: 0.05}, {Temperature: 1, TopP: 0.95}} {
 		s, _ := NewSampler(n, p)
@@ -404,7 +362,7 @@ func TestKthLargest(t *testing.T) {
 
 func BenchmarkSample(b *testing.B) {
 	const n = 128256
-	logits := randomLogits(rand.New(rand.NewPCG(1, 1)), n, 3)
+	logits := testutil.RandNormal(rand.New(rand.NewPCG(1, 1)), n, 3)
 	for _, c := range []struct {
 		name string
 		p    Params

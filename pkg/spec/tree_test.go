@@ -7,14 +7,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/drafter-ai/drafter/internal/testutil"
 	"github.com/drafter-ai/drafter/pkg/sample"
 )
 
-// randomTree adds n nodes with random parents to t.
+// randomTree makes t a random tree of n nodes (testutil.RandomTree) of
+// tokens below vocab.
 func randomTree(r *rand.Rand, t *Tree, n, vocab int) {
 	t.Reset()
-	for i := range n {
-		parent := r.IntN(i+1) - 1
+	for _, parent := range testutil.RandomTree(r, n) {
 		if _, err := t.Add(r.IntN(vocab), parent, 0, 0); err != nil {
 			panic(err)
 		}

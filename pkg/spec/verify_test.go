@@ -8,8 +8,8 @@ import (
 	"sort"
 	"testing"
 
+	"github.com/drafter-ai/drafter/internal/testutil"
 	"github.com/drafter-ai/drafter/pkg/sample"
-	"gonum.org/v1/gonum/stat/distuv"
 )
 
 // The toy models: deterministic pseudo-random logits over a small vocabulary
@@ -36,21 +36,8 @@ func toyLogits(seed uint64, ctx []int, vocab int) []float64 {
 	return out
 }
 
-func logSoftmax(l []float64) []float64 {
-	m := slices.Max(l)
-	var s float64
-	for _, v := range l {
-		s += math.Exp(v - m)
-	}
-	out := make([]float64, len(l))
-	for i, v := range l {
-		out[i] = v - m - math.Log(s)
-	}
-	return out
-}
-
 func toyLogProbs(seed uint64, ctx []int, vocab int) []float64 {
-	return logSoftmax(toyLogits(seed, ctx, vocab))
+	return testutil.LogSoftmax(toyLogits(seed, ctx, vocab))
 }
 
 const V = 6
@@ -64,7 +51,7 @@ func draftLogProbs(ctx []int) []float64 {
 	for i := range t {
 		t[i] = 0.7*t[i] + 1.2*n[i]
 	}
-	return logSoftmax(t)
+	return testutil.LogSoftmax(t)
 }
 
 // naiveWarp is the textbook Hugging Face warper chain for the expected
@@ -84,7 +71,7 @@ func naiveWarp(logits []float64, p sample.Params) []float64 {
 			}
 		}
 	}
-	probs := func() []float64 { return expAll(logSoftmax(z)) }
+	probs := func() []float64 { return expAll(testutil.LogSoftmax(z)) }
 	out := probs()
 	if p.TopP > 0 && p.TopP < 1 {
 		order := make([]int, n)
@@ -132,36 +119,6 @@ func expectedSeq(p sample.Params, ctx []int, n int) []float64 {
 	return out
 }
 
-// chiSquare returns the p-value of counts against probs (cells with
-// expected count < 5 pooled); a draw in a zero-probability cell fails at once.
-func chiSquare(t *testing.T, counts []int, probs []float64, n int) float64 {
-	t.Helper()
-	var stat, po, pe float64
-	df := -1
-	for i, p := range probs {
-		if p == 0 {
-			if counts[i] != 0 {
-				return 0
-			}
-			continue
-		}
-		e := p * float64(n)
-		if e < 5 {
-			po += float64(counts[i])
-			pe += e
-			continue
-		}
-		d := float64(counts[i]) - e
-		stat += d * d / e
-		df++
-	}
-	if pe > 0 {
-		stat += (po - pe) * (po - pe) / pe
-		df++
-	}
-	return distuv.ChiSquared{K: float64(df)}.Survival(stat)
-}
-
 // toy memoises the toy models per context (contexts are short, the
 // vocabulary tiny), which keeps 200k-draw tests fast. Returned slices are
 // shared: do not modify them.
@@ -171,17 +128,25 @@ type toy struct {
 	dp   map[uint64][]float32 // the draft's probabilities
 }
 
-func (m *toy) draftProbs(ctx []int) []float32 {
+// memo returns cache's value for ctx, computing it with f the first time.
+func memo[T any](cache map[uint64]T, ctx []int, f func([]int) T) T {
 	k := ctxKey(ctx)
-	p, ok := m.dp[k]
+	v, ok := cache[k]
 	if !ok {
-		p = make([]float32, V)
+		v = f(ctx)
+		cache[k] = v
+	}
+	return v
+}
+
+func (m *toy) draftProbs(ctx []int) []float32 {
+	return memo(m.dp, ctx, func(ctx []int) []float32 {
+		p := make([]float32, V)
 		for i, v := range m.draft(ctx) {
 			p[i] = float32(math.Exp(v))
 		}
-		m.dp[k] = p
-	}
-	return p
+		return p
+	})
 }
 
 func newToy() *toy {
@@ -191,13 +156,11 @@ func newToy() *toy {
 // draftTopK writes the draft's k best tokens at ctx and their log-probs.
 func (m *toy) draftTopK(ctx []int, tokens []int, logps []float64) {
 	lp := m.draft(ctx)
-	k := ctxKey(ctx)
-	order, ok := m.top[k]
-	if !ok {
-		order = make([]int, V)
+	order := memo(m.top, ctx, func([]int) []int {
+		order := make([]int, V)
 		topKOf(lp, order, make([]float64, V))
-		m.top[k] = order
-	}
+		return order
+	})
 	for j := range tokens {
 		tokens[j], logps[j] = order[j], lp[order[j]]
 	}
@@ -211,25 +174,9 @@ func ctxKey(ctx []int) uint64 {
 	return h
 }
 
-func (m *toy) target(ctx []int) []float64 {
-	k := ctxKey(ctx)
-	l, ok := m.t[k]
-	if !ok {
-		l = target(ctx)
-		m.t[k] = l
-	}
-	return l
-}
+func (m *toy) target(ctx []int) []float64 { return memo(m.t, ctx, target) }
 
-func (m *toy) draft(ctx []int) []float64 {
-	k := ctxKey(ctx)
-	l, ok := m.d[k]
-	if !ok {
-		l = draftLogProbs(ctx)
-		m.d[k] = l
-	}
-	return l
-}
+func (m *toy) draft(ctx []int) []float64 { return memo(m.d, ctx, draftLogProbs) }
 
 // env holds what one decoding step needs: the tree, the target rows, the
 // draft rows, the verifier and two random streams (drafting, verification).
@@ -299,8 +246,9 @@ func (e *env) drawWithout(ctx []int, used []int) int {
 // tokens.
 type stepper func(e *env, ctx []int) ([]int, error)
 
-// sampledChain drafts a chain of 3 tokens sampled from the draft.
-func sampledChain(e *env, ctx []int) ([]int, error) {
+// drawChain drafts a chain of 3 tokens sampled from the draft and fills the
+// rows.
+func drawChain(e *env, ctx []int) {
 	e.tree.Reset()
 	c := slices.Clone(ctx)
 	parent := Root
@@ -310,6 +258,11 @@ func sampledChain(e *env, ctx []int) ([]int, error) {
 		c = append(c, x)
 	}
 	e.fillRows(ctx, true)
+}
+
+// sampledChain drafts a chain of 3 tokens sampled from the draft.
+func sampledChain(e *env, ctx []int) ([]int, error) {
+	drawChain(e, ctx)
 	err := e.ver.Sample(&e.tree, e.logits, e.draft, e.vrng, &e.res)
 	return e.res.Tokens, err
 }
@@ -317,15 +270,7 @@ func sampledChain(e *env, ctx []int) ([]int, error) {
 // sampledChainRows is sampledChain verified by SampleRows, the target's rows
 // read on demand (as drafter eval verifies EAGLE-3 chains at temperature > 0).
 func sampledChainRows(e *env, ctx []int) ([]int, error) {
-	e.tree.Reset()
-	c := slices.Clone(ctx)
-	parent := Root
-	for range 3 {
-		x := e.drawWithout(c, nil)
-		parent, _ = e.tree.Add(x, parent, 0, 0)
-		c = append(c, x)
-	}
-	e.fillRows(ctx, true)
+	drawChain(e, ctx)
 	err := e.ver.SampleRows(&e.tree, &countingRows{logits: e.logits}, e.draft, e.vrng, &e.res)
 	return e.res.Tokens, err
 }
@@ -529,7 +474,7 @@ func TestLossless(t *testing.T) {
 				return toks, err
 			}
 			counts := runDraws(t, e, counted, draws, n)
-			pv := chiSquare(t, counts, expectedSeq(c.params, []int{3}, n), draws)
+			pv, _ := testutil.ChiSquareP(counts, expectedSeq(c.params, []int{3}, n), draws)
 			if c.broken {
 				if pv >= pThreshold {
 					t.Errorf("broken rule passed the chi-square test (p-value %g): the test cannot tell", pv)

@@ -7,20 +7,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/drafter-ai/drafter/internal/testmodel"
-)
-
-const (
-	storiesDir = "../../models/stories260k"
-	// untiedDir has an lm_head of its own; it lives only in shared/.
-	untiedDir = "../../../shared/models/stories260k-untied"
+	"github.com/drafter-ai/drafter/internal/testutil"
 )
 
 // TestLevels: Open reads no tokenizer and builds no model, OpenWithTokenizer
 // adds the tokenizer, Load the stop ids and the model and releases the
 // files; all three find the same fingerprint.
 func TestLevels(t *testing.T) {
-	o, err := Open(storiesDir, nil)
+	o, err := Open(testutil.Stories260k(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +22,7 @@ func TestLevels(t *testing.T) {
 	if o.Weights == nil || o.Model != nil || o.Tok != nil || o.Stop != nil || o.Fingerprint == "" {
 		t.Fatalf("Open: weights %v, model %v, tokenizer %v, stop %v, fingerprint %q", o.Weights != nil, o.Model != nil, o.Tok != nil, o.Stop, o.Fingerprint)
 	}
-	w, err := OpenWithTokenizer(storiesDir, nil)
+	w, err := OpenWithTokenizer(testutil.Stories260k(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +30,7 @@ func TestLevels(t *testing.T) {
 	if w.Tok == nil || w.Model != nil || w.Weights == nil {
 		t.Fatalf("OpenWithTokenizer: tokenizer %v, model %v, weights %v", w.Tok != nil, w.Model != nil, w.Weights != nil)
 	}
-	l, err := Load(storiesDir, nil, nil)
+	l, err := Load(testutil.Stories260k(), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +49,7 @@ func TestLevels(t *testing.T) {
 	if _, _, err := l.OutputLayers(false); err == nil || !strings.Contains(err.Error(), "closed") {
 		t.Fatalf("OutputLayers after Close: %v", err)
 	}
-	if l.Name() != storiesDir || l.Config == nil {
+	if l.Name() != testutil.Stories260k() || l.Config == nil {
 		t.Fatal("the configs must stay readable after Close")
 	}
 }
@@ -63,9 +57,11 @@ func TestLevels(t *testing.T) {
 // TestOutputLayers: the embedding and lm_head read from the files without
 // building the model are the model's own, for a tied and an untied model.
 func TestOutputLayers(t *testing.T) {
-	for _, dir := range []string{storiesDir, untiedDir} {
+	// The untied variant has an lm_head of its own; it is in the shared
+	// reference data only.
+	for _, dir := range []string{testutil.Stories260k(), testutil.SharedPath("models/stories260k-untied")} {
 		if _, err := os.Stat(dir); err != nil {
-			t.Skip("shared/ is not beside the checkout: ", dir)
+			t.Skip("shared reference data not found: ", dir)
 		}
 		o, err := Open(dir, nil)
 		if err != nil {
@@ -103,7 +99,7 @@ func TestOutputLayers(t *testing.T) {
 // a model with neither can be opened (train and inspect need no stop id) but
 // not loaded to generate.
 func TestStopIDs(t *testing.T) {
-	dir := testmodel.Copy(t, storiesDir)
+	dir := testutil.CopyDir(t, testutil.Stories260k())
 	write(t, filepath.Join(dir, "generation_config.json"), `{"bos_token_id": 1, "eos_token_id": [3, 2, 3]}`)
 	l, err := Load(dir, nil, nil)
 	if err != nil {
@@ -114,7 +110,7 @@ func TestStopIDs(t *testing.T) {
 		t.Fatalf("stop ids %v, want [3 2]", l.Stop)
 	}
 
-	none := testmodel.Copy(t, storiesDir)
+	none := testutil.CopyDir(t, testutil.Stories260k())
 	os.Remove(filepath.Join(none, "generation_config.json"))
 	cfg, err := os.ReadFile(filepath.Join(none, "config.json"))
 	if err != nil {

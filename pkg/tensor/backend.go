@@ -21,6 +21,20 @@ type Backend interface {
 	Sgemv(trans bool, m, n int, alpha float32, a []float32, lda int, x []float32, beta float32, y []float32)
 }
 
+// CPU returns the CPU backend: OpenBLAS when the shared library is installed
+// (and the build has cgo), otherwise pure Go. It reads no environment: the
+// command chooses a backend (cmd/drafter's DRAFTER_BLAS) and passes it down.
+func CPU() Backend {
+	if o, err := OpenBLAS(); err == nil {
+		return o
+	}
+	return PureGo()
+}
+
+// PureGo returns the pure-Go backend: drafter's own kernels, in Go assembly
+// on amd64 (gonum's BLAS on other processors or with -tags purego).
+func PureGo() Backend { return goBLAS{} }
+
 // MatMulT computes out[m,n] = x[m,k] * w[n,k]^T, the layout of a Hugging Face
 // Linear weight ([out_features, in_features]). Products of at most SmallRows
 // rows run through DotRows (split over the workers when large), so that a

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"gonum.org/v1/gonum/blas/gonum"
+
+	"github.com/drafter-ai/drafter/internal/testutil"
 )
 
 // gonumBLAS is the previous pure-Go backend, gonum's BLAS, kept for
@@ -24,7 +26,7 @@ func (gonumBLAS) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []floa
 // by the CPU time of all threads instead of the wall-clock time.
 func BenchmarkSgemm(b *testing.B) {
 	bes := []Backend{goBLAS{}, gonumBLAS{}}
-	if o := openBLAS(); o != nil {
+	if o, err := OpenBLAS(); err == nil {
 		bes = append(bes, o)
 	}
 	r := rand.New(rand.NewPCG(1, 2))
@@ -49,14 +51,14 @@ func BenchmarkSgemm(b *testing.B) {
 		if s.transB {
 			ldb = s.k
 		}
-		a, bb, c := randSlice(r, s.m*s.k), randSlice(r, s.n*s.k), randSlice(r, s.m*s.n)
+		a, bb, c := testutil.RandNormal(r, s.m*s.k, 1), testutil.RandNormal(r, s.n*s.k, 1), testutil.RandNormal(r, s.m*s.n, 1)
 		for _, be := range bes {
 			name := be.Name()
 			if _, ok := be.(gonumBLAS); ok {
 				name = "gonum"
 			}
 			b.Run(fmt.Sprintf("%s/%dx%dx%d/%s", s.name, s.m, s.n, s.k, name), func(b *testing.B) {
-				c0 := cpuTime()
+				c0 := testutil.ProcessCPU()
 				for b.Loop() {
 					be.Sgemm(s.transA, s.transB, s.m, s.n, s.k, 1, a, lda, bb, ldb, 0, c, s.n)
 				}
@@ -64,7 +66,7 @@ func BenchmarkSgemm(b *testing.B) {
 				b.ReportMetric(flops/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 				// Per second of CPU time of all threads: what a core does
 				// while it runs, whatever else shares the machine.
-				b.ReportMetric(flops/(cpuTime()-c0)/1e9, "GFLOP/cpu-s")
+				b.ReportMetric(flops/(testutil.ProcessCPU()-c0)/1e9, "GFLOP/cpu-s")
 			})
 		}
 	}

@@ -6,29 +6,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/drafter-ai/drafter/internal/testutil"
 	"github.com/drafter-ai/drafter/pkg/tensor/internal/kernel"
 )
-
-// gemmTol is the bound on the error of a float32 Sgemm element against the
-// exact result: with u = 2^-24, any order of k float32 multiply-adds (fused
-// or not) is within γ·Σ|a||b| of the exact inner product, γ = (k+2)u/(1-(k+2)u)
-// (Higham, Accuracy and Stability of Numerical Algorithms, 3.1; the +2 covers
-// the scaling by alpha and the adding of beta*C). It is a worst-case bound: a
-// correct kernel always meets it, a wrong or missing term misses it.
-func gemmTol(transA, transB bool, i, j, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta, c float32) float64 {
-	const u = 1.0 / (1 << 24)
-	var s float64
-	for p := 0; p < k; p++ {
-		av, bv := opElems(transA, transB, a, lda, b, ldb, i, j, p)
-		s += math.Abs(float64(av) * float64(bv))
-	}
-	t := math.Abs(float64(alpha)) * s
-	if beta != 0 {
-		t += math.Abs(float64(beta) * float64(c))
-	}
-	g := float64(k+2) * u / (1 - float64(k+2)*u)
-	return g*t + 1e-37
-}
 
 // testGoGemm runs one product on the pure-Go backend and checks it against
 // the float64 reference, and that the padding of C is untouched.
@@ -43,7 +23,7 @@ func testGoGemm(t *testing.T, r *rand.Rand, ta, tb bool, m, n, k, pad int, alpha
 		br, bc = n, k
 	}
 	lda, ldb, ldc := ac+pad, bc+pad, n+pad
-	a, b, c := randSlice(r, (ar-1)*lda+ac), randSlice(r, (br-1)*ldb+bc), randSlice(r, (m-1)*ldc+n+pad)
+	a, b, c := testutil.RandNormal(r, (ar-1)*lda+ac, 1), testutil.RandNormal(r, (br-1)*ldb+bc, 1), testutil.RandNormal(r, (m-1)*ldc+n+pad, 1)
 	if beta == 0 {
 		for i := range c {
 			if i%ldc < n {
@@ -52,11 +32,7 @@ func testGoGemm(t *testing.T, r *rand.Rand, ta, tb bool, m, n, k, pad int, alpha
 		}
 	}
 	c0 := append([]float32(nil), c...)
-	ref := c
-	if beta == 0 { // naiveGemm would compute 0*NaN
-		ref = make([]float32, len(c))
-	}
-	want := naiveGemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, ref, ldc)
+	want64, tol := testutil.GemmRef(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 	goBLAS{}.Sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 	for i := range c {
 		if i/ldc >= m || i%ldc >= n {
@@ -65,9 +41,10 @@ func testGoGemm(t *testing.T, r *rand.Rand, ta, tb bool, m, n, k, pad int, alpha
 			}
 			continue
 		}
-		tol := gemmTol(ta, tb, i/ldc, i%ldc, k, alpha, a, lda, b, ldb, beta, c0[i])
-		if d := math.Abs(float64(c[i]) - float64(want[i])); !(d <= tol+math.Abs(float64(want[i]))*0x1p-24) {
-			t.Fatalf("ta=%v tb=%v %dx%dx%d alpha=%g beta=%g: c[%d,%d]=%g want %g (err %g > %g)", ta, tb, m, n, k, alpha, beta, i/ldc, i%ldc, c[i], want[i], d, tol)
+		// want rounded to float32, so half its last place is allowed besides.
+		want := float32(want64[i])
+		if d := math.Abs(float64(c[i]) - float64(want)); !(d <= tol[i]+math.Abs(float64(want))*0x1p-24) {
+			t.Fatalf("ta=%v tb=%v %dx%dx%d alpha=%g beta=%g: c[%d,%d]=%g want %g (err %g > %g)", ta, tb, m, n, k, alpha, beta, i/ldc, i%ldc, c[i], want, d, tol[i])
 		}
 	}
 }
@@ -96,13 +73,13 @@ func TestGoSgemmConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			r := rand.New(rand.NewPCG(uint64(g), 9))
-			a, b := randSlice(r, m*k), randSlice(r, n*k)
-			want := naiveGemm(false, true, m, n, k, 1, a, k, b, k, 0, make([]float32, m*n), n)
+			a, b := testutil.RandNormal(r, m*k, 1), testutil.RandNormal(r, n*k, 1)
+			want, _ := testutil.GemmRef(false, true, m, n, k, 1, a, k, b, k, 0, make([]float32, m*n), n)
 			c := make([]float32, m*n)
 			for it := 0; it < 5; it++ {
 				goBLAS{}.Sgemm(false, true, m, n, k, 1, a, k, b, k, 0, c, n)
 				for i := range c {
-					if d := math.Abs(float64(c[i] - want[i])); d > 1e-4*(1+math.Abs(float64(want[i]))) {
+					if w := float32(want[i]); math.Abs(float64(c[i]-w)) > 1e-4*(1+math.Abs(float64(w))) {
 						errs <- "concurrent products disagree with the reference"
 						return
 					}
@@ -144,14 +121,14 @@ func TestGoSgemv(t *testing.T) {
 	for _, sz := range [][2]int{{1, 1}, {37, 19}, {64, 130}, {5, 300}} {
 		m, n := sz[0], sz[1]
 		lda := n + 2
-		a := randSlice(r, (m-1)*lda+n)
+		a := testutil.RandNormal(r, (m-1)*lda+n, 1)
 		for _, trans := range []bool{false, true} {
 			for _, ab := range [][2]float32{{1, 0}, {1, 1}, {0.5, 2}, {-1, 0}} {
 				xl, yl := n, m
 				if trans {
 					xl, yl = m, n
 				}
-				x, y := randSlice(r, xl), randSlice(r, yl)
+				x, y := testutil.RandNormal(r, xl, 1), testutil.RandNormal(r, yl, 1)
 				if ab[1] == 0 {
 					for i := range y {
 						y[i] = float32(math.NaN())

@@ -39,29 +39,16 @@ static void drafter_sgemv(int t, int m, int n, float alpha, const float *a, int 
 import "C"
 
 import (
-	"os"
+	"errors"
 	"sync"
 	"unsafe"
-
-	"golang.org/x/sys/cpu"
 )
 
 // OpenBLAS is found at run time with dlopen, so one binary uses it where it is
-// installed and falls back to pure Go where it is not. It is loaded lazily, after
-// OPENBLAS_CORETYPE is set: on virtual machines that mask the CPU model OpenBLAS
-// otherwise picks its generic "Prescott" kernels, 6x slower than SkylakeX ones.
+// installed and falls back to pure Go where it is not. It is loaded once, on
+// first use: OpenBLAS picks its kernels as it loads, from OPENBLAS_CORETYPE
+// when set (see OpenBLASCoreType; the command sets it before loading).
 var loadOpenBLAS = sync.OnceValue(func() *openblas {
-	if os.Getenv("DRAFTER_BLAS") == "go" {
-		return nil
-	}
-	if os.Getenv("OPENBLAS_CORETYPE") == "" {
-		switch {
-		case cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512DQ && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512CD:
-			os.Setenv("OPENBLAS_CORETYPE", "SkylakeX")
-		case cpu.X86.HasAVX2 && cpu.X86.HasFMA:
-			os.Setenv("OPENBLAS_CORETYPE", "Haswell")
-		}
-	}
 	for _, name := range []string{"libopenblas.so.0", "libopenblas.so", "libopenblasp.so.0"} {
 		cs := C.CString(name)
 		ok := C.drafter_load_openblas(cs, 1)
@@ -73,13 +60,13 @@ var loadOpenBLAS = sync.OnceValue(func() *openblas {
 	return nil
 })
 
-// CPU returns the CPU backend: OpenBLAS when the shared library is installed
-// (and DRAFTER_BLAS is not "go"), otherwise pure Go.
-func CPU() Backend {
+// OpenBLAS returns the OpenBLAS backend, or an error when the shared library
+// (libopenblas.so.0) cannot be loaded.
+func OpenBLAS() (Backend, error) {
 	if o := loadOpenBLAS(); o != nil {
-		return o
+		return o, nil
 	}
-	return goBLAS{}
+	return nil, errors.New("tensor: OpenBLAS not found (no libopenblas.so.0 with cblas_sgemm and cblas_sgemv; Debian/Ubuntu: apt install libopenblas0)")
 }
 
 // openblas runs each OpenBLAS call on the calling thread (OpenBLAS is set to

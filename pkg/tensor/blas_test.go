@@ -4,47 +4,9 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/drafter-ai/drafter/internal/testutil"
 )
-
-// opElems returns op(A)[i,p] and op(B)[p,j] of row-major A and B.
-func opElems(transA, transB bool, a []float32, lda int, b []float32, ldb int, i, j, p int) (av, bv float32) {
-	if transA {
-		av = a[p*lda+i]
-	} else {
-		av = a[i*lda+p]
-	}
-	if transB {
-		bv = b[j*ldb+p]
-	} else {
-		bv = b[p*ldb+j]
-	}
-	return av, bv
-}
-
-// naive computes the reference product in float64.
-func naiveGemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) []float32 {
-	out := make([]float32, len(c))
-	copy(out, c)
-	for i := 0; i < m; i++ {
-		for j := 0; j < n; j++ {
-			var s float64
-			for p := 0; p < k; p++ {
-				av, bv := opElems(transA, transB, a, lda, b, ldb, i, j, p)
-				s += float64(av) * float64(bv)
-			}
-			out[i*ldc+j] = float32(float64(alpha)*s + float64(beta)*float64(c[i*ldc+j]))
-		}
-	}
-	return out
-}
-
-func randSlice(r *rand.Rand, n int) []float32 {
-	s := make([]float32, n)
-	for i := range s {
-		s[i] = float32(r.NormFloat64())
-	}
-	return s
-}
 
 func TestSgemmAgainstNaive(t *testing.T) {
 	be := CPU()
@@ -61,12 +23,12 @@ func TestSgemmAgainstNaive(t *testing.T) {
 		if tc.tb {
 			br, bc = tc.n, tc.k
 		}
-		a, b, c := randSlice(r, ar*ac), randSlice(r, br*bc), randSlice(r, tc.m*tc.n)
-		want := naiveGemm(tc.ta, tc.tb, tc.m, tc.n, tc.k, 0.5, a, ac, b, bc, 2, c, tc.n)
+		a, b, c := testutil.RandNormal(r, ar*ac, 1), testutil.RandNormal(r, br*bc, 1), testutil.RandNormal(r, tc.m*tc.n, 1)
+		want, _ := testutil.GemmRef(tc.ta, tc.tb, tc.m, tc.n, tc.k, 0.5, a, ac, b, bc, 2, c, tc.n)
 		be.Sgemm(tc.ta, tc.tb, tc.m, tc.n, tc.k, 0.5, a, ac, b, bc, 2, c, tc.n)
 		for i := range c {
-			if math.Abs(float64(c[i]-want[i])) > 1e-4*(1+math.Abs(float64(want[i]))) {
-				t.Fatalf("%s %+v: c[%d]=%g want %g", be.Name(), tc, i, c[i], want[i])
+			if w := float32(want[i]); math.Abs(float64(c[i]-w)) > 1e-4*(1+math.Abs(float64(w))) {
+				t.Fatalf("%s %+v: c[%d]=%g want %g", be.Name(), tc, i, c[i], w)
 			}
 		}
 	}
@@ -76,24 +38,24 @@ func TestSgemvAgainstNaive(t *testing.T) {
 	be := CPU()
 	r := rand.New(rand.NewPCG(3, 4))
 	m, n := 37, 19
-	a := randSlice(r, m*n)
+	a := testutil.RandNormal(r, m*n, 1)
 	for _, trans := range []bool{false, true} {
 		xl, yl := n, m
 		if trans {
 			xl, yl = m, n
 		}
-		x, y := randSlice(r, xl), randSlice(r, yl)
+		x, y := testutil.RandNormal(r, xl, 1), testutil.RandNormal(r, yl, 1)
 		// y = A x as a gemm with one column.
-		var want []float32
+		var want []float64
 		if trans {
-			want = naiveGemm(true, false, n, 1, m, 1, a, n, x, 1, 0.25, y, 1)
+			want, _ = testutil.GemmRef(true, false, n, 1, m, 1, a, n, x, 1, 0.25, y, 1)
 		} else {
-			want = naiveGemm(false, false, m, 1, n, 1, a, n, x, 1, 0.25, y, 1)
+			want, _ = testutil.GemmRef(false, false, m, 1, n, 1, a, n, x, 1, 0.25, y, 1)
 		}
 		be.Sgemv(trans, m, n, 1, a, n, x, 0.25, y)
 		for i := range y {
-			if math.Abs(float64(y[i]-want[i])) > 1e-4*(1+math.Abs(float64(want[i]))) {
-				t.Fatalf("trans=%v y[%d]=%g want %g", trans, i, y[i], want[i])
+			if w := float32(want[i]); math.Abs(float64(y[i]-w)) > 1e-4*(1+math.Abs(float64(w))) {
+				t.Fatalf("trans=%v y[%d]=%g want %g", trans, i, y[i], w)
 			}
 		}
 	}
@@ -103,7 +65,7 @@ func TestMatMulTSingleRowEqualsGemm(t *testing.T) {
 	be := CPU()
 	r := rand.New(rand.NewPCG(5, 6))
 	n, k := 23, 16
-	x, w := randSlice(r, 2*k), randSlice(r, n*k)
+	x, w := testutil.RandNormal(r, 2*k, 1), testutil.RandNormal(r, n*k, 1)
 	both := make([]float32, 2*n)
 	MatMulT(be, both, x, w, 2, n, k)
 	one := make([]float32, n)
@@ -135,7 +97,7 @@ func BenchmarkSgemm256x576x8192(b *testing.B) {
 	be := CPU()
 	r := rand.New(rand.NewPCG(1, 1))
 	m, n, k := 256, 8192, 576
-	x, w, out := randSlice(r, m*k), randSlice(r, n*k), make([]float32, m*n)
+	x, w, out := testutil.RandNormal(r, m*k, 1), testutil.RandNormal(r, n*k, 1), make([]float32, m*n)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		MatMulT(be, out, x, w, m, n, k)

@@ -2,5 +2,9 @@
 
 package tensor
 
-// CPU returns the CPU backend; a build without cgo always uses pure Go.
-func CPU() Backend { return goBLAS{} }
+import "errors"
+
+// OpenBLAS returns an error: a build without cgo cannot load OpenBLAS.
+func OpenBLAS() (Backend, error) {
+	return nil, errors.New("tensor: OpenBLAS needs a build with cgo; this one has none (CGO_ENABLED=0)")
+}

@@ -7,21 +7,15 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/drafter-ai/drafter/internal/testutil"
 )
 
 // storiesJSON returns stories260k's tokenizer.json as a generic map to edit.
 func storiesJSON(t *testing.T) map[string]any {
 	t.Helper()
-	needShared(t)
-	data, err := os.ReadFile(filepath.Join(modelDir("stories260k"), "tokenizer.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m map[string]any
-	if err := json.Unmarshal(data, &m); err != nil {
-		t.Fatal(err)
-	}
-	return m
+	testutil.Shared(t, "")
+	return testutil.ReadJSON(t, filepath.Join(modelDir("stories260k"), "tokenizer.json"))
 }
 
 func loadEdited(t *testing.T, m map[string]any) (*Tokenizer, error) {

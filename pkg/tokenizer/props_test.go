@@ -8,6 +8,8 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/text/unicode/norm"
+
+	"github.com/drafter-ai/drafter/internal/testutil"
 )
 
 // seedTexts are the reference strings of every model plus some awkward inputs.
@@ -137,7 +139,7 @@ func TestMergeHeapMatchesLinear(t *testing.T) {
 // TestWordMarkSplitExact checks that cutting SentencePiece text before each "▁"
 // gives the tokens of encoding the whole text as one word.
 func TestWordMarkSplitExact(t *testing.T) {
-	needShared(t)
+	testutil.Shared(t, "")
 	for _, name := range []string{"llama2", "mistral", "stories260k"} {
 		split, err := Load(modelDir(name) + "/tokenizer.json")
 		if err != nil {

@@ -448,13 +448,7 @@ func newAddedMatcher(added []addedToken, list []int, nz normalizer) *addedMatche
 		am.first[s[0]] = true
 		n := int32(0)
 		for k := 0; k < len(s); k++ {
-			next := int32(-1)
-			for _, e := range am.nodes[n].edges {
-				if e.b == s[k] {
-					next = e.to
-					break
-				}
-			}
+			next := am.child(n, s[k])
 			if next < 0 {
 				next = int32(len(am.nodes))
 				am.nodes = append(am.nodes, trieNode{tok: -1})
@@ -467,6 +461,17 @@ func newAddedMatcher(added []addedToken, list []int, nz normalizer) *addedMatche
 		}
 	}
 	return am
+}
+
+// child returns the node the edge b leads to from node n, -1 when there is
+// none.
+func (am *addedMatcher) child(n int32, b byte) int32 {
+	for _, e := range am.nodes[n].edges {
+		if e.b == b {
+			return e.to
+		}
+	}
+	return -1
 }
 
 // section is a part of the text: an added token (tok >= 0, index into added) or
@@ -490,13 +495,7 @@ func (am *addedMatcher) split(added []addedToken, s []byte, out []section, cands
 		cands = cands[:0]
 		n := int32(0)
 		for k := i; k < len(s); k++ {
-			next := int32(-1)
-			for _, e := range am.nodes[n].edges {
-				if e.b == s[k] {
-					next = e.to
-					break
-				}
-			}
+			next := am.child(n, s[k])
 			if next < 0 {
 				break
 			}

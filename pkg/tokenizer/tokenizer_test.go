@@ -7,12 +7,13 @@ import (
 	"slices"
 	"sync"
 	"testing"
+
+	"github.com/drafter-ai/drafter/internal/testutil"
 )
 
-const sharedDir = "../../../shared"
-
-// refCase is one entry of shared/reference/tokenizers/tokenizer_cases.json,
-// produced by @huggingface/tokenizers 0.2.0.
+// refCase is one text of the shared reference data's tokenizer cases, with
+// the ids @huggingface/tokenizers 0.2.0 gives it (without and with special
+// tokens) and its decoding.
 type refCase struct {
 	Text           string `json:"text"`
 	IDs            []int  `json:"ids"`
@@ -24,9 +25,9 @@ var models = []string{"llama3", "qwen3", "mistral", "llama2", "stories260k"}
 
 func modelDir(name string) string {
 	if name == "stories260k" {
-		return filepath.Join(sharedDir, "models", "stories260k")
+		return testutil.SharedPath("models/stories260k")
 	}
-	return filepath.Join(sharedDir, "reference", "tokenizers", name)
+	return testutil.SharedPath(filepath.Join("reference", "tokenizers", name))
 }
 
 var (
@@ -44,17 +45,10 @@ func init() {
 	}
 }
 
-func needShared(t testing.TB) {
-	t.Helper()
-	if _, err := os.Stat(sharedDir); err != nil {
-		t.Skipf("shared reference directory %s not found: %v", sharedDir, err)
-	}
-}
-
 // tok loads a reference tokenizer once per test binary (Llama-3's is 9 MB).
 func tok(t testing.TB, name string) *Tokenizer {
 	t.Helper()
-	needShared(t)
+	testutil.Shared(t, "")
 	loadOnce[name].Do(func() {
 		loaded[name], loadErr[name] = LoadDir(modelDir(name))
 	})
@@ -66,12 +60,12 @@ func tok(t testing.TB, name string) *Tokenizer {
 
 func refCases(t testing.TB, name string) []refCase {
 	t.Helper()
-	needShared(t)
+	testutil.Shared(t, "")
 	casesOnce.Do(func() {
 		var f struct {
 			Models map[string][]refCase `json:"models"`
 		}
-		data, err := os.ReadFile(filepath.Join(sharedDir, "reference", "tokenizers", "tokenizer_cases.json"))
+		data, err := os.ReadFile(testutil.SharedPath("reference/tokenizers/tokenizer_cases.json"))
 		if err != nil {
 			casesErr = err
 			return

@@ -17,6 +17,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
 // row is one benchmark result line.
@@ -39,8 +41,12 @@ func main() {
 		args := append([]string{"test", "-run", "^$", "-bench", *filter, "-benchtime", *benchtime}, strings.Fields(*pkgs)...)
 		cmd := exec.Command("go", args...)
 		cmd.Env = os.Environ()
-		if be == "go" {
-			cmd.Env = append(cmd.Env, "CGO_ENABLED=0", "DRAFTER_BLAS=go")
+		switch {
+		case be == "go":
+			cmd.Env = append(cmd.Env, "CGO_ENABLED=0")
+		case os.Getenv("OPENBLAS_CORETYPE") == "" && tensor.OpenBLASCoreType() != "":
+			// The kernels the drafter binary would load (cmd/drafter sets it).
+			cmd.Env = append(cmd.Env, "OPENBLAS_CORETYPE="+tensor.OpenBLASCoreType())
 		}
 		var out bytes.Buffer
 		cmd.Stdout = &out

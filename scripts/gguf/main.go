@@ -39,6 +39,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/drafter-ai/drafter/pkg/checkpoint"
@@ -201,7 +202,7 @@ func convert(f *ggufFile, cfg *checkpoint.Config, name string, get func(string) 
 			if err != nil {
 				return nil, err
 			}
-			if fmt.Sprint(shape) != fmt.Sprint(spec.Shape) {
+			if !slices.Equal(shape, spec.Shape) {
 				return nil, fmt.Errorf("tensor %s has shape %v, want %v", spec.Name, shape, spec.Shape)
 			}
 			if heads > 0 {

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/drafter-ai/drafter/internal/testmodel"
+	"github.com/drafter-ai/drafter/internal/testutil"
 	"github.com/drafter-ai/drafter/pkg/drafters"
 	"github.com/drafter-ai/drafter/pkg/model"
 	"github.com/drafter-ai/drafter/pkg/sample"
@@ -14,12 +14,10 @@ import (
 	"github.com/drafter-ai/drafter/pkg/tokenizer"
 )
 
-const modelDir = "../../../models/stories260k"
-
 // loadTarget loads the bundled model.
 func loadTarget(t testing.TB) *model.Model {
 	t.Helper()
-	m, err := model.Load(modelDir, nil)
+	m, err := model.Load(testutil.Stories260k(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +28,7 @@ func loadTarget(t testing.TB) *model.Model {
 // raw text (with the tokenizer's special tokens).
 func promptTokens(t testing.TB) []int {
 	t.Helper()
-	tok, err := tokenizer.LoadDir(modelDir)
+	tok, err := tokenizer.LoadDir(testutil.Stories260k())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +170,7 @@ func TestEagleSampledChain(t *testing.T) {
 		}
 		counts[tr.Node(0).Token]++
 	}
-	pv, df := testmodel.ChiSquareP(counts, want0, draws)
+	pv, df := testutil.ChiSquareP(counts, want0, draws)
 	t.Logf("first drafted token vs q: chi-square p = %.3f (%d degrees of freedom)", pv, df)
 	if pv < 1e-3 {
 		t.Fatalf("the first drafted token does not follow the draft distribution: p = %.2g", pv)

@@ -1,7 +1,6 @@
 package medusa
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -11,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/drafter-ai/drafter/internal/testutil"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 )
@@ -32,18 +32,6 @@ func randomHeads(t *testing.T, g Geometry, seed uint64) (*Heads, []float32) {
 		p[i] = float32(0.4 * r.NormFloat64())
 	}
 	return m, target
-}
-
-func readConfig(t *testing.T, path string) map[string]any {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatal(err)
-	}
-	return m
 }
 
 // TestExportRoundTrip writes both layouts, checks key names, shapes, dtypes and
@@ -77,7 +65,7 @@ func TestExportRoundTrip(t *testing.T) {
 		}
 		checkKeys(t, vs, want)
 		vs.Close()
-		vc := readConfig(t, filepath.Join(dir, "vllm", "config.json"))
+		vc := testutil.ReadJSON(t, filepath.Join(dir, "vllm", "config.json"))
 		for k, v := range map[string]any{"model_type": "medusa", "architectures": []any{"MedusaModel"}, "hidden_size": 8.0, "vocab_size": 13.0,
 			"num_heads": 3.0, "num_hidden_layers": 2.0, "medusa_fc_bias": true, "original_lm_head": shared, "truncated_vocab_size": 13.0} {
 			if !reflect.DeepEqual(vc[k], v) {
@@ -106,13 +94,13 @@ func TestExportRoundTrip(t *testing.T) {
 			}
 		}
 		fs.Close()
-		fc := readConfig(t, filepath.Join(dir, "medusa", "config.json"))
+		fc := testutil.ReadJSON(t, filepath.Join(dir, "medusa", "config.json"))
 		for k, v := range map[string]any{"medusa_num_heads": 3.0, "medusa_num_layers": 2.0, "base_model_name_or_path": "org/target"} {
 			if !reflect.DeepEqual(fc[k], v) {
 				t.Errorf("medusa config %s = %v, want %v", k, fc[k], v)
 			}
 		}
-		pv := readConfig(t, filepath.Join(dir, "drafter.json"))
+		pv := testutil.ReadJSON(t, filepath.Join(dir, "drafter.json"))
 		if pv["method"] != "medusa" || pv["target_fingerprint"] != "sha256:abc" || pv["data_manifests"].(map[string]any)["data/manifest.json"] != "sha256:def" ||
 			pv["args"].(map[string]any)["lr"] != 0.01 || pv["metrics"] == nil {
 			t.Errorf("drafter.json incomplete: %v", pv)
@@ -263,7 +251,7 @@ func TestExportOmitsNilMetrics(t *testing.T) {
 	if err := Export(dir, m, ExportInfo{Metrics: (*metrics)(nil)}); err != nil {
 		t.Fatal(err)
 	}
-	if v, ok := readConfig(t, filepath.Join(dir, "drafter.json"))["metrics"]; ok {
+	if v, ok := testutil.ReadJSON(t, filepath.Join(dir, "drafter.json"))["metrics"]; ok {
 		t.Fatalf("drafter.json records metrics %v for a nil *Metrics", v)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/drafter-ai/drafter/internal/testutil"
 )
 
 // refDot is the float64 reference of DotRows.
@@ -22,14 +24,6 @@ func refDot(out []float32, ldo int, x, w []float32, m, n, k int, acc bool) []flo
 		}
 	}
 	return ref
-}
-
-func randVec(r *rand.Rand, n int) []float32 {
-	s := make([]float32, n)
-	for i := range s {
-		s[i] = float32(r.NormFloat64())
-	}
-	return s
 }
 
 // check compares got against the float64 reference with a bound scaled by
@@ -60,8 +54,8 @@ func TestDotRowsAgainstFloat64(t *testing.T) {
 			for m := 1; m <= 17; m++ {
 				for _, acc := range []bool{false, true} {
 					ldo := n + 3
-					x, w := randVec(r, m*k), randVec(r, n*k)
-					out0 := randVec(r, (m-1)*ldo+n)
+					x, w := testutil.RandNormal(r, m*k, 1), testutil.RandNormal(r, n*k, 1)
+					out0 := testutil.RandNormal(r, (m-1)*ldo+n, 1)
 					ref := refDot(out0, ldo, x, w, m, n, k, acc)
 					got := append([]float32(nil), out0...)
 					DotRows(got, ldo, x, k, w, k, m, n, k, acc)
@@ -88,8 +82,8 @@ func TestDotRowsBatchInvariant(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 5))
 	for _, k := range []int{64, 172, 13} {
 		n := 70
-		w := randVec(r, n*k)
-		x := randVec(r, 16*k)
+		w := testutil.RandNormal(r, n*k, 1)
+		x := testutil.RandNormal(r, 16*k, 1)
 		single := make([]float32, 16*n)
 		for i := 0; i < 16; i++ {
 			DotRows(single[i*n:], n, x[i*k:], k, w, k, 1, n, k, false)
@@ -121,7 +115,7 @@ func TestDotRowsShortBuffersPanic(t *testing.T) {
 func TestDotRowsStrided(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 9))
 	for _, c := range []struct{ m, n, k, ldx, ldw int }{{1, 37, 8, 8, 32}, {2, 150, 8, 16, 32}, {3, 9, 13, 20, 17}, {5, 64, 64, 70, 128}, {7, 21, 13, 20, 17}, {12, 40, 64, 70, 128}} {
-		x, w := randVec(r, (c.m-1)*c.ldx+c.k), randVec(r, (c.n-1)*c.ldw+c.k)
+		x, w := testutil.RandNormal(r, (c.m-1)*c.ldx+c.k, 1), testutil.RandNormal(r, (c.n-1)*c.ldw+c.k, 1)
 		ldo := c.n + 1
 		got := make([]float32, (c.m-1)*ldo+c.n)
 		DotRows(got, ldo, x, c.ldx, w, c.ldw, c.m, c.n, c.k, false)
@@ -145,8 +139,8 @@ func TestWeightedSumAgainstFloat64(t *testing.T) {
 	r := rand.New(rand.NewPCG(4, 4))
 	for _, c := range []struct{ n, k, ldv int }{{0, 8, 8}, {1, 8, 32}, {3, 8, 32}, {150, 8, 32}, {7, 13, 20}, {33, 24, 24}, {5, 3, 3}} {
 		for _, acc := range []bool{false, true} {
-			p, v := randVec(r, c.n), randVec(r, max(0, (c.n-1)*c.ldv+c.k))
-			out0 := randVec(r, c.k+2)
+			p, v := testutil.RandNormal(r, c.n, 1), testutil.RandNormal(r, max(0, (c.n-1)*c.ldv+c.k), 1)
+			out0 := testutil.RandNormal(r, c.k+2, 1)
 			got := append([]float32(nil), out0...)
 			WeightedSum(got, p, v, c.ldv, c.n, c.k, acc)
 			for d := 0; d < c.k; d++ {
@@ -170,7 +164,7 @@ func TestWeightedSumAgainstFloat64(t *testing.T) {
 		}
 	}
 	// Zero weights past the end change nothing, bit for bit.
-	p, v := randVec(r, 40), randVec(r, 40*32)
+	p, v := testutil.RandNormal(r, 40, 1), testutil.RandNormal(r, 40*32, 1)
 	a, b := make([]float32, 8), make([]float32, 8)
 	WeightedSum(a, p[:37], v, 32, 37, 8, false)
 	clear(p[37:])

@@ -1,6 +1,10 @@
 package kernel
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/drafter-ai/drafter/internal/testutil"
+)
 
 // BenchmarkMicro measures a micro-kernel alone on a tile whose operands stay
 // in the L1 cache: the ceiling for Sgemm (GFLOP per second of CPU time).
@@ -15,14 +19,14 @@ func BenchmarkMicro(b *testing.B) {
 			a := grow(new([]float32), mr*k)
 			bb := grow(new([]float32), nr*k)
 			c := make([]float32, mr*64)
-			c0 := cpuTime()
+			c0 := testutil.ProcessCPU()
 			for b.Loop() {
 				for i := 0; i < 100; i++ {
 					microKernel(kind, k, &a[0], &bb[0], &c[0], 64, 1, 1, 1)
 				}
 			}
 			flops := 2 * float64(mr*nr*k*100) * float64(b.N)
-			b.ReportMetric(flops/(cpuTime()-c0)/1e9, "GFLOP/cpu-s")
+			b.ReportMetric(flops/(testutil.ProcessCPU()-c0)/1e9, "GFLOP/cpu-s")
 		})
 	}
 }

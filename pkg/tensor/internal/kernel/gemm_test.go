@@ -6,58 +6,9 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+
+	"github.com/drafter-ai/drafter/internal/testutil"
 )
-
-// gemmRef computes alpha*op(A)*op(B) + beta*C in float64, and for each element
-// the bound on the error of a float32 evaluation: with u = 2^-24 the unit
-// roundoff, any order of k float32 multiply-adds (fused or not) is within
-// γ·Σ|a||b| of the exact inner product, γ = (k+2)u/(1-(k+2)u) (Higham,
-// Accuracy and Stability, 3.1; the +2 covers the products and the final
-// scaling by alpha and adding beta*C, each rounded once). The bound is
-// worst-case, so a correct kernel always meets it, while a wrong or missing
-// term misses it by the size of a term.
-func gemmRef(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) (want, tol []float64) {
-	want = make([]float64, len(c))
-	tol = make([]float64, len(c))
-	const u = 1.0 / (1 << 24)
-	g := float64(k+2) * u / (1 - float64(k+2)*u)
-	for i := 0; i < m; i++ {
-		for j := 0; j < n; j++ {
-			var s, sa float64
-			for p := 0; p < k; p++ {
-				var av, bv float32
-				if transA {
-					av = a[p*lda+i]
-				} else {
-					av = a[i*lda+p]
-				}
-				if transB {
-					bv = b[j*ldb+p]
-				} else {
-					bv = b[p*ldb+j]
-				}
-				s += float64(av) * float64(bv)
-				sa += math.Abs(float64(av) * float64(bv))
-			}
-			w := float64(alpha) * s
-			t := math.Abs(float64(alpha)) * sa
-			if beta != 0 {
-				w += float64(beta) * float64(c[i*ldc+j])
-				t += math.Abs(float64(beta) * float64(c[i*ldc+j]))
-			}
-			want[i*ldc+j] = w
-			tol[i*ldc+j] = g*t + 1e-37 // plus the smallest normals
-		}
-	}
-	return want, tol
-}
-
-// randFill fills s with standard normal values.
-func randFill(r *rand.Rand, s []float32) {
-	for i := range s {
-		s[i] = float32(r.NormFloat64())
-	}
-}
 
 // serialRunner runs the chunks one after another, in reverse order, so that
 // a chunk that depended on an earlier one's side effects would show.
@@ -97,12 +48,9 @@ func checkGemm(t *testing.T, g *Gemm, par Runner, workers int, r *rand.Rand, ta,
 		br, bc = n, k
 	}
 	lda, ldb, ldc := ac+pad, bc+2*pad, n+3*pad
-	a := make([]float32, max(0, (ar-1)*lda+ac))
-	b := make([]float32, max(0, (br-1)*ldb+bc))
-	c := make([]float32, (m-1)*ldc+n+pad)
-	randFill(r, a)
-	randFill(r, b)
-	randFill(r, c)
+	a := testutil.RandNormal(r, max(0, (ar-1)*lda+ac), 1)
+	b := testutil.RandNormal(r, max(0, (br-1)*ldb+bc), 1)
+	c := testutil.RandNormal(r, (m-1)*ldc+n+pad, 1)
 	if beta == 0 {
 		for i := range c {
 			if i%ldc < n {
@@ -111,7 +59,7 @@ func checkGemm(t *testing.T, g *Gemm, par Runner, workers int, r *rand.Rand, ta,
 		}
 	}
 	orig := append([]float32(nil), c...)
-	want, tol := gemmRef(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	want, tol := testutil.GemmRef(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 	g.Sgemm(par, workers, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 	for i := range c {
 		if i/ldc >= m || i%ldc >= n {
@@ -241,7 +189,7 @@ func BenchmarkGemm(b *testing.B) {
 					if tt[1] {
 						ldb = k
 					}
-					c0 := cpuTime()
+					c0 := testutil.ProcessCPU()
 					for b.Loop() {
 						g.Sgemm(nil, 1, tt[0], tt[1], m, n, k, 1, x, lda, y, ldb, 0, z, n)
 					}
@@ -249,7 +197,7 @@ func BenchmarkGemm(b *testing.B) {
 					b.ReportMetric(flops/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 					// On a shared machine the process's CPU time measures the
 					// kernel better than the wall clock.
-					b.ReportMetric(flops/(cpuTime()-c0)/1e9, "GFLOP/cpu-s")
+					b.ReportMetric(flops/(testutil.ProcessCPU()-c0)/1e9, "GFLOP/cpu-s")
 				})
 			}
 		}

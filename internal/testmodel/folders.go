@@ -1,55 +1,29 @@
-// Package testmodel writes model folders for tests: copies of a checkpoint,
-// with the body's weights changed or the weights split over several
-// safetensors files.
+// Package testmodel holds the test helpers that need the module's own
+// packages: model folders derived from a checkpoint (copies, a fine-tuned
+// body, the weights split over several files) and runs of a loaded model
+// (greedy continuations and teacher-forced hidden states, the captures tests
+// train and check on). The helpers that need none are in internal/testutil.
 package testmodel
 
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/drafter-ai/drafter/internal/testutil"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
 )
 
-// Copy copies the files of the model folder from into a new temporary folder
-// and returns its path.
+// Copy is testutil.CopyDir.
+//
+// Deprecated: train/run's tests still call it; they switch to
+// testutil.CopyDir once the training loop's restructure lands, and this goes.
 func Copy(tb testing.TB, from string) string {
 	tb.Helper()
-	dir := tb.TempDir()
-	entries, err := os.ReadDir(from)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	for _, e := range entries {
-		if e.Type().IsRegular() {
-			CopyFile(tb, filepath.Join(from, e.Name()), filepath.Join(dir, e.Name()))
-		}
-	}
-	return dir
-}
-
-// CopyFile copies the file from to the path to.
-func CopyFile(tb testing.TB, from, to string) {
-	tb.Helper()
-	in, err := os.Open(from)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer in.Close()
-	out, err := os.Create(to)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		tb.Fatal(err)
-	}
-	if err := out.Close(); err != nil {
-		tb.Fatal(err)
-	}
+	return testutil.CopyDir(tb, from)
 }
 
 // read returns every tensor of dir/model.safetensors with its own copy of the
