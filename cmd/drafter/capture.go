@@ -137,7 +137,11 @@ and an appended EOS. Rerunning the same command resumes an interrupted capture.`
 }
 
 func runCapture(ctx context.Context, o *captureOptions) error {
-	t, err := target.Load(o.Model, nil, fileCache())
+	be, err := backend()
+	if err != nil {
+		return err
+	}
+	t, err := target.Load(o.Model, be, fileCache())
 	if err != nil {
 		return err
 	}

@@ -112,7 +112,11 @@ func parseShard(s string) (i, n int, err error) {
 }
 
 func runDistill(ctx context.Context, o *distillOptions) error {
-	t, err := target.Load(o.Model, nil, fileCache())
+	be, err := backend()
+	if err != nil {
+		return err
+	}
+	t, err := target.Load(o.Model, be, fileCache())
 	if err != nil {
 		return err
 	}

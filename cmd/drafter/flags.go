@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -109,12 +110,9 @@ func flagText(f *pflag.Flag) string {
 func given(fs *pflag.FlagSet, skip ...string) map[string]string {
 	m := map[string]string{}
 	fs.Visit(func(f *pflag.Flag) {
-		for _, s := range skip {
-			if f.Name == s {
-				return
-			}
+		if !slices.Contains(skip, f.Name) {
+			m[f.Name] = f.Value.String()
 		}
-		m[f.Name] = f.Value.String()
 	})
 	return m
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drafter-ai/drafter/internal/testutil"
 	"github.com/drafter-ai/drafter/pkg/completions"
 	"github.com/drafter-ai/drafter/pkg/completions/completionstest"
 )
@@ -46,7 +47,7 @@ func TestGeneratorFlags(t *testing.T) {
 		{"DRAFTER_TEST_NO_SUCH_KEY", exitError, "401 Unauthorized: Unauthorized: invalid API key (no API key was sent: $DRAFTER_TEST_NO_SUCH_KEY is not set"},
 		{"DRAFTER_TEST_KEY", exitOK, ""},
 	} {
-		r := runCLI(t, nil, "distill", "--model", evalTestModel, "--prompts", prompts, "--max-new-tokens", "1", "--quiet",
+		r := runCLI(t, nil, "distill", "--model", testutil.Stories260k(), "--prompts", prompts, "--max-new-tokens", "1", "--quiet",
 			"--out", filepath.Join(t.TempDir(), "d"), "--generator", srv.URL, "--api-key-env", tc.env)
 		if r.code != tc.code || !strings.Contains(r.msg, tc.want) {
 			t.Fatalf("--api-key-env %s: exit %d %q, want %d %q", tc.env, r.code, r.msg, tc.code, tc.want)

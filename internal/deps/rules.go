@@ -52,7 +52,7 @@ type layer struct {
 var layers = []layer{
 	{0, []string{"pkg/tensor"}},
 	{1, []string{"pkg/finite", "pkg/atomicfile", "pkg/filecache", "pkg/outlock", "pkg/safetensors",
-		"pkg/arch", "pkg/checkpoint", "pkg/tokenizer", "pkg/chat", "pkg/fingerprint"}},
+		"pkg/arch", "pkg/checkpoint", "pkg/tokenizer", "pkg/chat", "pkg/fingerprint", "pkg/completions"}},
 	{2, []string{"pkg/nn", "pkg/sample", "pkg/spec", "pkg/model"}},
 	{3, []string{"pkg/drafters", "pkg/target", "pkg/generate", "pkg/inspect", "capture", "data"}},
 	{4, stages},

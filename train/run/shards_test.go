@@ -12,7 +12,7 @@ import (
 
 	"github.com/drafter-ai/drafter/capture"
 	"github.com/drafter-ai/drafter/capture/distill"
-	"github.com/drafter-ai/drafter/internal/testmodel"
+	"github.com/drafter-ai/drafter/internal/testutil"
 	"github.com/drafter-ai/drafter/pkg/drafters/medusa"
 	"github.com/drafter-ai/drafter/pkg/generate"
 	"github.com/drafter-ai/drafter/pkg/target"
@@ -179,7 +179,7 @@ func TestShardsMustFit(t *testing.T) {
 		}
 		entries, _ := os.ReadDir(from)
 		for _, e := range entries {
-			testmodel.CopyFile(t, filepath.Join(from, e.Name()), filepath.Join(to, e.Name()))
+			testutil.CopyFile(t, filepath.Join(from, e.Name()), filepath.Join(to, e.Name()))
 		}
 		return to
 	}
