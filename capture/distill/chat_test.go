@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/drafter-ai/drafter/capture"
+	"github.com/drafter-ai/drafter/internal/testutil"
 	"github.com/drafter-ai/drafter/pkg/target"
 )
 
@@ -19,7 +20,7 @@ func chatModel(t testing.TB) *target.Target {
 	t.Helper()
 	dir := t.TempDir()
 	for _, f := range []string{"config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "special_tokens_map.json"} {
-		b, err := os.ReadFile(filepath.Join(storiesDir, f))
+		b, err := os.ReadFile(filepath.Join(testutil.Stories260k(), f))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,16 +12,16 @@ import (
 	"testing"
 
 	"github.com/drafter-ai/drafter/capture"
+	"github.com/drafter-ai/drafter/internal/testmodel"
+	"github.com/drafter-ai/drafter/internal/testutil"
 	"github.com/drafter-ai/drafter/pkg/generate"
 	"github.com/drafter-ai/drafter/pkg/model"
 	"github.com/drafter-ai/drafter/pkg/target"
 )
 
-const storiesDir = "../../models/stories260k"
-
 func loadStories(t testing.TB) *target.Target {
 	t.Helper()
-	tg, err := target.Load(storiesDir, nil, nil)
+	tg, err := target.Load(testutil.Stories260k(), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,19 +126,12 @@ func TestCapturedStatesEqualTeacherForcing(t *testing.T) {
 		for i, v := range s.tokens {
 			ids[i] = int(v)
 		}
-		seq, err := m.NewSequence(len(ids))
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := m.Forward([]model.Input{{Seq: seq, Tokens: ids, Logits: model.LogitsNone}}, model.Options{Taps: taps})
-		if err != nil {
-			t.Fatal(err)
-		}
+		states := testmodel.States(t, m, ids, taps)
 		if len(s.states) != len(taps) {
 			t.Fatalf("%d state columns, want %d", len(s.states), len(taps))
 		}
 		for c := range taps {
-			want := res.HiddenOf(c, 0)
+			want := states[c]
 			for k := range want {
 				if d := math.Abs(float64(s.states[c][k] - want[k])); d > 1e-4 {
 					t.Fatalf("sample %d column %d position %d: stored %g, teacher-forced %g", id, c, k/H, s.states[c][k], want[k])
@@ -320,7 +313,7 @@ func TestResumeRefusesChangedArguments(t *testing.T) {
 // error suggesting float32, and the capture stays resumable.
 func TestFloat16Overflow(t *testing.T) {
 	tg := loadStories(t)
-	m, err := model.Load(storiesDir, nil)
+	m, err := model.Load(testutil.Stories260k(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

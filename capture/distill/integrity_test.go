@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/drafter-ai/drafter/internal/testutil"
 	"github.com/drafter-ai/drafter/pkg/model"
 	"github.com/drafter-ai/drafter/pkg/outlock"
 	"github.com/drafter-ai/drafter/pkg/target"
@@ -55,7 +56,7 @@ func TestNaNModelNamesPrompt(t *testing.T) {
 	if bad < 0 {
 		t.Fatal("every prompt token is in another prompt or a response")
 	}
-	m, err := model.Load(storiesDir, nil)
+	m, err := model.Load(testutil.Stories260k(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +80,7 @@ func TestNaNModelNamesPrompt(t *testing.T) {
 // writer, which refuses a NaN naming the record, sample, position and column.
 func TestNaNStateRefusedByCapture(t *testing.T) {
 	tg := loadStories(t)
-	m, err := model.Load(storiesDir, nil)
+	m, err := model.Load(testutil.Stories260k(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

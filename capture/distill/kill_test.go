@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/drafter-ai/drafter/capture"
+	"github.com/drafter-ai/drafter/internal/testutil"
 	"github.com/drafter-ai/drafter/pkg/filecache"
 )
 
@@ -27,7 +28,7 @@ func TestKillAndResume(t *testing.T) {
 	bin := buildDrafter(t, dir)
 	prompts := promptFile(t, dir)
 	args := func(out string) []string {
-		return []string{"distill", "--model", storiesDir, "--prompts", prompts, "--out", out, "--quiet",
+		return []string{"distill", "--model", testutil.Stories260k(), "--prompts", prompts, "--out", out, "--quiet",
 			"--temperature", "0.9", "--max-new-tokens", "48", "--samples-per-prompt", "6", "--seed", "5",
 			"--batch", "3", "--shard-rows", "150", "--dtype", "float16"}
 	}

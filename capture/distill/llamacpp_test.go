@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/drafter-ai/drafter/internal/testutil"
 	"github.com/drafter-ai/drafter/pkg/completions"
 	"github.com/drafter-ai/drafter/pkg/generate"
 	"github.com/drafter-ai/drafter/pkg/model"
@@ -60,7 +61,7 @@ func llamaServer(t *testing.T, extra ...string) string {
 		missing("node-llama-cpp is not installed in " + dir)
 	}
 	gguf := filepath.Join(t.TempDir(), "stories260k.gguf")
-	if b, err := exec.Command("go", "run", "../../scripts/gguf", "-model", storiesDir, "-o", gguf).CombinedOutput(); err != nil {
+	if b, err := exec.Command("go", "run", "../../scripts/gguf", "-model", testutil.Stories260k(), "-o", gguf).CombinedOutput(); err != nil {
 		t.Fatalf("scripts/gguf: %v\n%s", err, b)
 	}
 	args := append([]string{filepath.Join(dir, "server.mjs"), "--model", gguf, "--name", "stories260k"}, extra...)

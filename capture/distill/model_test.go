@@ -11,6 +11,7 @@ import (
 
 	"github.com/drafter-ai/drafter/capture"
 	"github.com/drafter-ai/drafter/internal/testmodel"
+	"github.com/drafter-ai/drafter/internal/testutil"
 	"github.com/drafter-ai/drafter/pkg/target"
 )
 
@@ -43,7 +44,7 @@ func snapshot(t *testing.T, dir string) map[string]string {
 // and nothing in the output changes.
 func TestResumeRefusesAnotherCheckpoint(t *testing.T) {
 	orig := loadStories(t)
-	tunedDir := testmodel.Copy(t, storiesDir)
+	tunedDir := testutil.CopyDir(t, testutil.Stories260k())
 	testmodel.ScaleBody(t, tunedDir, 0.9)
 	tuned, err := target.Load(tunedDir, nil, nil)
 	if err != nil {

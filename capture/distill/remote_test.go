@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/drafter-ai/drafter/capture"
+	"github.com/drafter-ai/drafter/internal/testutil"
 	"github.com/drafter-ai/drafter/pkg/completions"
 	"github.com/drafter-ai/drafter/pkg/completions/completionstest"
 	"github.com/drafter-ai/drafter/pkg/generate"
@@ -355,7 +356,7 @@ func TestRemoteKillAndResume(t *testing.T) {
 	bin := buildDrafter(t, dir)
 	prompts := promptFile(t, dir)
 	args := func(out string) []string {
-		return []string{"distill", "--model", storiesDir, "--prompts", prompts, "--out", out, "--quiet",
+		return []string{"distill", "--model", testutil.Stories260k(), "--prompts", prompts, "--out", out, "--quiet",
 			"--temperature", "0.9", "--max-new-tokens", "40", "--samples-per-prompt", "6", "--seed", "5",
 			"--batch", "3", "--shard-rows", "150", "--dtype", "float16", "--generator", srv.URL, "--concurrency", "3"}
 	}
