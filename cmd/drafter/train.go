@@ -13,9 +13,9 @@ import (
 	"github.com/spf13/pflag"
 
 	deagle3 "github.com/drafter-ai/drafter/pkg/drafters/eagle3"
+	"github.com/drafter-ai/drafter/train"
 	"github.com/drafter-ai/drafter/train/eagle3"
 	"github.com/drafter-ai/drafter/train/medusa"
-	"github.com/drafter-ai/drafter/train/run"
 )
 
 // maxHeads bounds --heads. Head h predicts the token h+2 positions ahead, and
@@ -44,9 +44,9 @@ const (
 func (sp trainSpelling) has(method string) bool {
 	switch sp {
 	case medusaCmd:
-		return method == run.MethodMedusa
+		return method == train.MethodMedusa
 	case eagle3Cmd:
-		return method == run.MethodEAGLE3
+		return method == train.MethodEAGLE3
 	}
 	return true
 }
@@ -124,13 +124,13 @@ func (f *trainFlags) register(fs *pflag.FlagSet, sp trainSpelling) {
 		floatVar(fs, &f.warmupFrac, "warmup", e.WarmupFrac, "linear warm-up as a fraction of all updates, in [0,1); 0 disables")
 	}
 
-	if sp.has(run.MethodMedusa) {
+	if sp.has(train.MethodMedusa) {
 		fs.IntVar(&f.heads, "heads", m.Heads, sp.only("medusa", fmt.Sprintf("number of heads, 1 to %d (head h predicts the token at t+h+2)", maxHeads)))
 		fs.BoolVar(&f.sharedLMHead, "shared-lm-head", m.SharedLMHead, sp.only("medusa", "keep the target's lm_head for every head, frozen (a much smaller export)"))
 		floatVar(fs, &f.headDecay, "head-decay", m.Decay, sp.only("medusa", "loss weight of head h is decay^h, in (0,1] (1 = equal weights)"))
 		fs.StringVar(&f.dtype, "dtype", "f32", sp.only("medusa", "dtype of the exported weights: f32, bf16 or f16"))
 	}
-	if sp.has(run.MethodEAGLE3) {
+	if sp.has(train.MethodEAGLE3) {
 		fs.IntVar(&f.tttSteps, "ttt-steps", e.Steps, sp.only("eagle3", "training-time-test unroll length, 1 or more"))
 		floatVar(fs, &f.tttDecay, "ttt-decay", e.StepDecay, sp.only("eagle3", "loss weight of unrolled step k is decay^k, in (0,1]"))
 		fs.IntVar(&f.draftVocab, "draft-vocab", e.DraftVocab, sp.only("eagle3", "draft vocabulary size N, 1 or more (the N most frequent response tokens; capped at the target's vocabulary)"))
@@ -194,21 +194,21 @@ func medusaWarmup(c medusa.Config) string {
 
 // trainOptions are what a drafter train command line asks for.
 type trainOptions struct {
-	Run  run.Options
+	Run  train.Options
 	JSON bool
 	Out  io.Writer
 }
 
 // options checks the flags of c (spelled sp) and maps them onto the chosen
 // trainer's configuration, starting from its defaults: both spellings of the
-// same settings give the same run.Options, so their train_args.json match
+// same settings give the same train.Options, so their train_args.json match
 // and either resumes the other. progress receives the progress bar unless
 // --quiet.
-func (f *trainFlags) options(c *cobra.Command, sp trainSpelling, progress io.Writer) (run.Options, error) {
+func (f *trainFlags) options(c *cobra.Command, sp trainSpelling, progress io.Writer) (train.Options, error) {
 	fs := c.Flags()
 	set := fs.Changed
-	method := map[trainSpelling]string{medusaCmd: run.MethodMedusa, eagle3Cmd: run.MethodEAGLE3, byMethodFlag: f.method}[sp]
-	o := run.Options{Method: method, Model: f.model, Data: f.data, Out: f.out, Resume: f.resume, VerifyData: f.verifyData, Args: given(fs, "json")}
+	method := map[trainSpelling]string{medusaCmd: train.MethodMedusa, eagle3Cmd: train.MethodEAGLE3, byMethodFlag: f.method}[sp]
+	o := train.Options{Method: method, Model: f.model, Data: f.data, Out: f.out, Resume: f.resume, VerifyData: f.verifyData, Args: given(fs, "json")}
 	if !f.quiet {
 		o.Progress = progress
 	}
@@ -232,7 +232,7 @@ func (f *trainFlags) options(c *cobra.Command, sp trainSpelling, progress io.Wri
 		{"log-every", f.logEvery < 0, "0 (no training lines) or a positive number of steps"},
 	}
 	switch method {
-	case run.MethodMedusa:
+	case train.MethodMedusa:
 		checks = append(checks,
 			flagCheck{"heads", f.heads < 1 || f.heads > maxHeads, fmt.Sprintf("1 to %d heads (head h predicts the token h+2 ahead; further heads rarely hit and each adds an output layer to the export)", maxHeads)},
 			flagCheck{blocks, f.blocks < 0, "the number of residual blocks per head, 0 or more"},
@@ -268,7 +268,7 @@ func (f *trainFlags) options(c *cobra.Command, sp trainSpelling, progress io.Wri
 		}
 		o.Medusa = cfg
 
-	case run.MethodEAGLE3:
+	case train.MethodEAGLE3:
 		checks = append(checks,
 			flagCheck{"ttt-steps", f.tttSteps < 1, "an unroll length of 1 or more"},
 			flagCheck{"ttt-decay", !(f.tttDecay > 0 && f.tttDecay <= 1), "a loss decay per step in (0,1]"},
@@ -319,12 +319,12 @@ func (f *trainFlags) readMethodFlags(fs *pflag.FlagSet) error {
 	var this, other trainSpelling
 	var otherName string
 	switch f.method {
-	case run.MethodMedusa:
+	case train.MethodMedusa:
 		this, other, otherName = medusaCmd, eagle3Cmd, "an EAGLE-3"
-	case run.MethodEAGLE3:
+	case train.MethodEAGLE3:
 		this, other, otherName = eagle3Cmd, medusaCmd, "a Medusa"
 	default:
-		return usagef("--method %q: want %s or %s", f.method, run.MethodMedusa, run.MethodEAGLE3)
+		return usagef("--method %q: want %s or %s", f.method, train.MethodMedusa, train.MethodEAGLE3)
 	}
 	// The other method's flags are those its subcommand has and this
 	// method's does not; --layers and --warmup are read below.
@@ -335,7 +335,7 @@ func (f *trainFlags) readMethodFlags(fs *pflag.FlagSet) error {
 		}
 	}
 	switch f.method {
-	case run.MethodMedusa:
+	case train.MethodMedusa:
 		if fs.Changed("layers") {
 			n, err := strconv.Atoi(strings.TrimSpace(f.layersText))
 			if err != nil {
@@ -350,7 +350,7 @@ func (f *trainFlags) readMethodFlags(fs *pflag.FlagSet) error {
 			}
 			f.warmupSteps = n
 		}
-	case run.MethodEAGLE3:
+	case train.MethodEAGLE3:
 		if fs.Changed("layers") {
 			if err := (*intsValue)(&f.layers).Set(f.layersText); err != nil {
 				return usagef("--layers %s: for eagle3 it takes 3 Hugging Face hidden_states indices, low,mid,high (for example 2,16,29)", f.layersText)
@@ -554,8 +554,8 @@ func newTrainCmd(sp trainSpelling, runF func(*trainOptions) error, c *cobra.Comm
 
 func runTrain(ctx context.Context, o *trainOptions) error {
 	o.Run.Cache = fileCache()
-	res, err := run.Run(ctx, o.Run)
-	var le *run.LayerError
+	res, err := train.Run(ctx, o.Run)
+	var le *train.LayerError
 	if errors.As(err, &le) && le.FromOverride {
 		return &usageError{err}
 	}

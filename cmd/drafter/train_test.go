@@ -11,9 +11,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/drafter-ai/drafter/train"
 	"github.com/drafter-ai/drafter/train/eagle3"
 	"github.com/drafter-ai/drafter/train/medusa"
-	"github.com/drafter-ai/drafter/train/run"
 )
 
 // trainOpts parses a drafter train command line without running it and
@@ -32,7 +32,7 @@ func TestTrainDefaults(t *testing.T) {
 	// Flags left out keep the trainer defaults, in every spelling.
 	for _, args := range [][]string{byMedusa, medusaArgs} {
 		o := trainOpts(t, args...).Run
-		if !reflect.DeepEqual(o.Medusa, medusa.DefaultConfig()) || o.Method != run.MethodMedusa {
+		if !reflect.DeepEqual(o.Medusa, medusa.DefaultConfig()) || o.Method != train.MethodMedusa {
 			t.Errorf("%v: medusa config %+v, want DefaultConfig %+v", args, o.Medusa, medusa.DefaultConfig())
 		}
 		if o.Progress == nil {
@@ -41,7 +41,7 @@ func TestTrainDefaults(t *testing.T) {
 	}
 	for _, args := range [][]string{byEAGLE3, eagle3Args} {
 		o := trainOpts(t, with(args, "--quiet")...).Run
-		if !reflect.DeepEqual(o.EAGLE3, eagle3.DefaultConfig()) || o.Layers != nil || o.Format != "" || o.Progress != nil || o.Method != run.MethodEAGLE3 {
+		if !reflect.DeepEqual(o.EAGLE3, eagle3.DefaultConfig()) || o.Layers != nil || o.Format != "" || o.Progress != nil || o.Method != train.MethodEAGLE3 {
 			t.Errorf("%v: eagle3 options %+v, want DefaultConfig %+v and no progress", args, o, eagle3.DefaultConfig())
 		}
 	}
@@ -90,7 +90,7 @@ func TestTrainMapping(t *testing.T) {
 
 // sameSettings fails unless a and b train the same drafter: they may differ
 // only in the arguments recorded as typed.
-func sameSettings(t *testing.T, a, b run.Options) {
+func sameSettings(t *testing.T, a, b train.Options) {
 	t.Helper()
 	a.Args, b.Args = nil, nil
 	a.Progress, b.Progress = nil, nil
@@ -192,11 +192,11 @@ func TestTrainSpellingsShareArgsFile(t *testing.T) {
 				t.Fatalf("drafter %s: exit %d: %s", strings.Join(args, " "), r.code, r.msg)
 			}
 		}
-		ja, err := os.ReadFile(filepath.Join(outA, run.ArgsFile))
+		ja, err := os.ReadFile(filepath.Join(outA, train.ArgsFile))
 		if err != nil {
 			t.Fatal(err)
 		}
-		jb, err := os.ReadFile(filepath.Join(outB, run.ArgsFile))
+		jb, err := os.ReadFile(filepath.Join(outB, train.ArgsFile))
 		if err != nil {
 			t.Fatal(err)
 		}

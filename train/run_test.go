@@ -1,4 +1,4 @@
-package run
+package train
 
 import (
 	"bytes"
@@ -26,8 +26,8 @@ import (
 )
 
 // modelDir is the bundled stories260k checkpoint (5 layers, hidden 64, vocab
-// 512, tied embeddings), from train/run.
-const modelDir = "../../models/stories260k"
+// 512, tied embeddings), from train/.
+const modelDir = "../models/stories260k"
 
 // modelFingerprint is the fingerprint Run finds for modelDir.
 func modelFingerprint(t *testing.T) string {

@@ -1,4 +1,4 @@
-// Package run is `drafter train`: it binds the frozen target checkpoint, the
+// Package train is `drafter train`: it binds the frozen target checkpoint, the
 // captured hidden-state shards and one of the trainers (train/medusa,
 // train/eagle3) together.
 //
@@ -22,4 +22,4 @@
 // later Run with Resume continues it. A resume whose result-affecting settings,
 // target or data differ from the first run's is refused with every difference
 // listed.
-package run
+package train
