@@ -1,21 +1,24 @@
-// Package train is `drafter train`: it binds the frozen target checkpoint, the
-// captured hidden-state shards and one of the trainers (train/medusa,
-// train/eagle3) together.
+// Package train is `drafter train`, the second stage: it binds the frozen
+// target checkpoint, the captured hidden-state shards and one drafter method
+// together. The method comes as its options (Options.Method, a loop.Method:
+// medusa.Options from train/medusa, eagle3.Options from train/eagle3), so
+// Run knows no method by name; every method trains with the one loop in
+// train/loop.
 //
-// Run opens the target (its fingerprint, its lm_head or tied embedding as the
-// frozen output layer, its embedding for EAGLE-3), checks every capture
-// directory against it before reading a single shard (the manifest's model
-// fingerprint must equal the target's; the columns the method reads must have
-// been captured), adapts capture.Dataset to the trainers' one dataset interface
-// without per-sample allocation, trains with a progress bar, and writes the
-// exports plus drafter.json into the output folder:
+// Run opens the target, asks the method which captured states it reads,
+// checks every capture directory against the target before reading a single
+// shard (the manifest's model fingerprint must equal the target's; the
+// columns the method reads must have been captured), verifies the shards,
+// adapts capture.Dataset to the trainers' one dataset interface without
+// per-sample allocation, and hands all of it to the method, which trains
+// with a progress bar and writes into the output folder:
 //
 //	out/train_args.json        the settings a --resume must repeat (written first)
-//	out/checkpoint.safetensors the resumable training state (the trainers')
+//	out/checkpoint.safetensors the resumable training state
 //	out/metrics.jsonl          training and held-out evaluation lines
 //	out/drafter.json           method, target fingerprint, data manifest hashes,
 //	                           all arguments, final metrics
-//	out/vllm/, out/medusa/     Medusa exports (train/medusa.Export)
+//	out/vllm/, out/medusa/     Medusa exports (pkg/drafters/medusa.Export)
 //	out/eagle3/                EAGLE-3 export (native or speculators layout)
 //
 // Cancelling the context stops training at the next step with a checkpoint; a

@@ -243,10 +243,11 @@ func (s *checkpointSum) hex() string { return hex.EncodeToString(s.h.Sum(nil)) }
 
 // Resume restores a run from the checkpoint at path, if there is one, for a
 // trainer started with its resume option: it loads the parameters, moments and
-// st, checks the saved arguments with sameArgs (which explains any difference),
-// and decodes the trainer's own state from st.Extra into extra. It reports
-// whether a checkpoint was found; a missing file starts the run afresh.
-func Resume(path string, opt *AdamW, st *TrainState, sameArgs func(saved json.RawMessage) error, extra any) (bool, error) {
+// st, and decodes the trainer's own state from st.Extra into extra. It reports
+// whether a checkpoint was found; a missing file starts the run afresh. (The
+// run's settings are checked against the first run's before: see
+// train/loop.)
+func Resume(path string, opt *AdamW, st *TrainState, extra any) (bool, error) {
 	if _, err := os.Stat(path); err != nil {
 		if os.IsNotExist(err) {
 			return false, nil
@@ -255,9 +256,6 @@ func Resume(path string, opt *AdamW, st *TrainState, sameArgs func(saved json.Ra
 	}
 	if err := LoadCheckpoint(path, opt, st); err != nil {
 		return false, err
-	}
-	if err := sameArgs(st.Args); err != nil {
-		return false, fmt.Errorf("cannot resume from %s: %w", path, err)
 	}
 	if err := json.Unmarshal(st.Extra, extra); err != nil {
 		return false, fmt.Errorf("checkpoint %s: decoding trainer state: %w", path, err)
