@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -540,7 +541,7 @@ func TestAdapters(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := ds.State(i, fin, nil)
-		if !equalF(ms.Final, want) || !equalI(ms.Tokens, samples[i].tokens) || len(ms.Features[0]) != 0 {
+		if !slices.Equal(ms.Final, want) || !slices.Equal(ms.Tokens, samples[i].tokens) || len(ms.Features[0]) != 0 {
 			t.Fatalf("medusa sample %d differs from the capture", i)
 		}
 		if err := ed.Sample(i, &es, all); err != nil {
@@ -549,14 +550,14 @@ func TestAdapters(t *testing.T) {
 		if err := dataset.Check(i, &es, all, 64, 512); err != nil {
 			t.Fatal(err)
 		}
-		if !equalF(es.Features[0], ds.State(i, h3, nil)) || !equalF(es.Features[1], ds.State(i, h1, nil)) ||
-			!equalF(es.Features[2], es.Features[0]) || !equalF(es.Final, want) {
+		if !slices.Equal(es.Features[0], ds.State(i, h3, nil)) || !slices.Equal(es.Features[1], ds.State(i, h1, nil)) ||
+			!slices.Equal(es.Features[2], es.Features[0]) || !slices.Equal(es.Final, want) {
 			t.Fatalf("eagle3 sample %d differs from the capture", i)
 		}
 		if &es.Features[2][0] == &es.Features[0][0] {
 			t.Errorf("repeated feature layer shares memory with the first: the caller's buffers would alias")
 		}
-		if err := ed.Sample(i, &es, dataset.TokensOnly); err != nil || len(es.Final) != 0 || len(es.Features[1]) != 0 || !equalI(es.Tokens, samples[i].tokens) {
+		if err := ed.Sample(i, &es, dataset.TokensOnly); err != nil || len(es.Final) != 0 || len(es.Features[1]) != 0 || !slices.Equal(es.Tokens, samples[i].tokens) {
 			t.Fatalf("tokens-only read of sample %d: %v", i, err)
 		}
 	}
@@ -581,7 +582,7 @@ func TestAdapters(t *testing.T) {
 	wg.Wait()
 	for i := range got {
 		ed.Sample(i, &es, all)
-		if !equalF(got[i].Final, es.Final) || !equalF(got[i].Features[1], es.Features[1]) {
+		if !slices.Equal(got[i].Final, es.Final) || !slices.Equal(got[i].Features[1], es.Features[1]) {
 			t.Fatalf("concurrent read of sample %d differs", i)
 		}
 	}
@@ -636,30 +637,6 @@ func TestCancelBeforeFirstStep(t *testing.T) {
 	if r, err := Run(context.Background(), o); err != nil || r.Steps == 0 {
 		t.Fatalf("resume: %v, %+v", err, r)
 	}
-}
-
-func equalF(a, b []float32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
-func equalI(a, b []int32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestVerifyData corrupts one byte of a shard: with or without --verify-data

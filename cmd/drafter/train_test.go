@@ -35,7 +35,7 @@ func TestTrainDefaults(t *testing.T) {
 	// Flags left out keep the trainer defaults, in every spelling.
 	for _, args := range [][]string{byMedusa, medusaArgs} {
 		o := trainOpts(t, args...).Run
-		if m := medusaOf(t, o); !reflect.DeepEqual(m.Config, medusa.DefaultConfig()) || o.Method.Kind() != dmedusa.Kind {
+		if m := methodOf[medusa.Options](t, o); !reflect.DeepEqual(m.Config, medusa.DefaultConfig()) || o.Method.Kind() != dmedusa.Kind {
 			t.Errorf("%v: medusa config %+v, want DefaultConfig %+v", args, m.Config, medusa.DefaultConfig())
 		}
 		if o.Progress == nil {
@@ -44,18 +44,18 @@ func TestTrainDefaults(t *testing.T) {
 	}
 	for _, args := range [][]string{byEAGLE3, eagle3Args} {
 		o := trainOpts(t, with(args, "--quiet")...).Run
-		if e := eagle3Of(t, o); !reflect.DeepEqual(e.Config, eagle3.DefaultConfig()) || e.Layers != nil || e.Config.Export.Format != "" || o.Progress != nil || o.Method.Kind() != deagle3.Kind {
+		if e := methodOf[eagle3.Options](t, o); !reflect.DeepEqual(e.Config, eagle3.DefaultConfig()) || e.Layers != nil || e.Config.Export.Format != "" || o.Progress != nil || o.Method.Kind() != deagle3.Kind {
 			t.Errorf("%v: eagle3 options %+v, want DefaultConfig %+v and no progress", args, o, eagle3.DefaultConfig())
 		}
 	}
 	// --batch-tokens does not bound --max-length: a longer sample trains as
 	// a batch of its own.
 	e := eagle3.DefaultConfig()
-	o := eagle3Of(t, trainOpts(t, with(byEAGLE3, "--batch-tokens", "64", "--max-length", "4096")...).Run).Config
+	o := methodOf[eagle3.Options](t, trainOpts(t, with(byEAGLE3, "--batch-tokens", "64", "--max-length", "4096")...).Run).Config
 	if o.MaxLength != 4096 || o.BatchTokens != 64 {
 		t.Errorf("--batch-tokens 64 --max-length 4096: max length %d, batch %d; want 4096, 64", o.MaxLength, o.BatchTokens)
 	}
-	o = eagle3Of(t, trainOpts(t, with(eagle3Args, "--batch-tokens", "64")...).Run).Config
+	o = methodOf[eagle3.Options](t, trainOpts(t, with(eagle3Args, "--batch-tokens", "64")...).Run).Config
 	if o.MaxLength != e.MaxLength || o.BatchTokens != 64 {
 		t.Errorf("--batch-tokens 64: max length %d, batch %d; want %d, 64", o.MaxLength, o.BatchTokens, e.MaxLength)
 	}
@@ -73,7 +73,7 @@ func TestTrainMapping(t *testing.T) {
 	want.Heads, want.Layers, want.SharedLMHead, want.Decay, want.LR, want.WeightDecay, want.WarmupSteps = 3, 2, true, 1, 3e-3, 0.1, 17
 	want.MaxEpochs, want.MaxSteps, want.Patience, want.BatchTokens, want.HeldOut, want.EvalEvery, want.CheckpointEvery, want.Seed = 9, 50, 0, 512, 0.1, 25, 10, 0
 	want.DType = safetensors.BF16
-	if m := medusaOf(t, byMethod); !reflect.DeepEqual(m.Config, want) {
+	if m := methodOf[medusa.Options](t, byMethod); !reflect.DeepEqual(m.Config, want) {
 		t.Errorf("medusa config = %+v, want %+v", m.Config, want)
 	}
 	sameSettings(t, byMethod, sub)
@@ -87,30 +87,20 @@ func TestTrainMapping(t *testing.T) {
 	we.Steps, we.StepDecay, we.DraftVocab, we.MaxLength, we.LR, we.WarmupFrac, we.ClipNorm, we.Patience = 3, 0.5, 100, 64, 1e-3, 0, 0, 0
 	we.Epochs, we.MaxSteps, we.EvalEvery, we.EvalFraction, we.Seed, we.Intermediate, we.TargetTemperature = 5, 40, 7, 0.2, 4, 96, 0.7
 	we.Export.Format = "speculators"
-	if e := eagle3Of(t, byMethod); !reflect.DeepEqual(e.Config, we) || !reflect.DeepEqual(e.Layers, []int{1, 3, 4}) {
+	if e := methodOf[eagle3.Options](t, byMethod); !reflect.DeepEqual(e.Config, we) || !reflect.DeepEqual(e.Layers, []int{1, 3, 4}) {
 		t.Errorf("eagle3 options = %+v layers %v, want %+v [1 3 4]", e.Config, e.Layers, we)
 	}
 	sameSettings(t, byMethod, sub)
 }
 
-// medusaOf returns the Medusa options o trains with.
-func medusaOf(t *testing.T, o train.Options) medusa.Options {
+// methodOf returns the options of method M that o trains with.
+func methodOf[M any](t *testing.T, o train.Options) M {
 	t.Helper()
-	m, ok := o.Method.(medusa.Options)
+	m, ok := o.Method.(M)
 	if !ok {
-		t.Fatalf("method %T, want medusa.Options", o.Method)
+		t.Fatalf("method %T, want %T", o.Method, m)
 	}
 	return m
-}
-
-// eagle3Of returns the EAGLE-3 options o trains with.
-func eagle3Of(t *testing.T, o train.Options) eagle3.Options {
-	t.Helper()
-	e, ok := o.Method.(eagle3.Options)
-	if !ok {
-		t.Fatalf("method %T, want eagle3.Options", o.Method)
-	}
-	return e
 }
 
 // sameSettings fails unless a and b train the same drafter: they may differ
