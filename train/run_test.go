@@ -17,6 +17,8 @@ import (
 	"testing"
 
 	"github.com/drafter-ai/drafter/capture"
+	"github.com/drafter-ai/drafter/pkg/checkpoint"
+	"github.com/drafter-ai/drafter/pkg/drafters"
 	deagle3 "github.com/drafter-ai/drafter/pkg/drafters/eagle3"
 	dmedusa "github.com/drafter-ai/drafter/pkg/drafters/medusa"
 	"github.com/drafter-ai/drafter/pkg/model"
@@ -780,5 +782,71 @@ func TestTargetTemperatureFromData(t *testing.T) {
 	plain.Method = one
 	if _, err := Run(context.Background(), plain); err != nil {
 		t.Fatalf("resuming an old run with --target-temperature 1: %v", err)
+	}
+}
+
+// otherMethod is a drafter method Run has never heard of: it reads three
+// feature layers, records what Run hands it (and its first sample) and
+// writes a drafter.json.
+type otherMethod struct {
+	got    **loop.Setup
+	sample *dataset.Sample
+}
+
+func (otherMethod) Kind() drafters.Kind { return "other" }
+
+func (otherMethod) Columns(c *checkpoint.Config) (loop.Columns, error) {
+	return loop.Columns{FeatureLayers: []int{1, 3, c.NumLayers}}, nil
+}
+
+func (m otherMethod) Train(ctx context.Context, s *loop.Setup) (*loop.Outcome, error) {
+	*m.got = s
+	if err := s.Data.Sample(0, m.sample, dataset.Final|dataset.Features); err != nil {
+		return nil, err
+	}
+	if _, _, err := s.OutputLayers(false); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(s.Job.Out, 0o755); err != nil {
+		return nil, err
+	}
+	prov, err := json.Marshal(map[string]any{"method": "other", "args": s.Job.Provenance.Args})
+	if err != nil {
+		return nil, err
+	}
+	return &loop.Outcome{Steps: 1, Epochs: 1, Stopped: "max-epochs", Exports: []string{s.Job.Out}},
+		os.WriteFile(filepath.Join(s.Job.Out, ProvenanceFile), prov, 0o644)
+}
+
+// TestRunAnyMethod: Run trains any loop.Method it is given, asking it which
+// columns it reads (a missing one is refused before it trains) and handing
+// it the target, the checked captures, their data with those columns and
+// the settings record.
+func TestRunAnyMethod(t *testing.T) {
+	fp := modelFingerprint(t)
+	tmp := t.TempDir()
+	dir, low := filepath.Join(tmp, "cap"), filepath.Join(tmp, "low")
+	samples := distil(t, 3)
+	writeCapture(t, dir, fp, samples, []int{1, 3, 5}, true)
+	writeCapture(t, low, fp, samples, []int{1, 3}, true)
+	var got *loop.Setup
+	var s dataset.Sample
+	m := otherMethod{got: &got, sample: &s}
+	if _, err := Run(context.Background(), Options{Method: m, Model: modelDir, Data: []string{low}, Out: filepath.Join(tmp, "refused")}); err == nil ||
+		!strings.Contains(err.Error(), "hidden_5") || got != nil {
+		t.Fatalf("data without the method's column: err %v, method trained: %v", err, got != nil)
+	}
+	res, err := Run(context.Background(), Options{Method: m, Model: modelDir, Data: []string{dir}, Out: filepath.Join(tmp, "out")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Method != "other" || res.Steps != 1 || res.Provenance["method"] != "other" || got == nil {
+		t.Fatalf("result %+v", res)
+	}
+	if !slices.Equal(s.Tokens, samples[0].tokens) || len(s.Features[2]) != 64*len(s.Tokens) {
+		t.Fatalf("the method's first sample has tokens %v and %d values of its high feature, want %v and 64 per token", s.Tokens, len(s.Features[2]), samples[0].tokens)
+	}
+	if len(got.Captures) != 1 || got.Captures[0].Dir != dir || got.Job.Settings.TargetFingerprint != fp || got.Target.Fingerprint != fp {
+		t.Fatalf("the method was handed captures %+v, settings %+v", got.Captures, got.Job.Settings)
 	}
 }
