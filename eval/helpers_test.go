@@ -19,6 +19,7 @@ import (
 	"github.com/drafter-ai/drafter/pkg/tensor"
 	"github.com/drafter-ai/drafter/train/dataset"
 	"github.com/drafter-ai/drafter/train/eagle3"
+	"github.com/drafter-ai/drafter/train/loop"
 	"github.com/drafter-ai/drafter/train/medusa"
 )
 
@@ -157,7 +158,7 @@ func runLossless(tb testing.TB, m *model.Model, d *Drafter, ps []Prompt, cfg Con
 // stories260k continuations of the training prompts, exported to disk the
 // way the train command writes them.
 type trained struct {
-	dir       string // train output root: medusa/ (Medusa Export) and eagle/ (EAGLE-3 Train)
+	dir       string // train output root: medusa-out/ and eagle-out/, as the trainers write them
 	medusaDir string
 	eagleDir  string
 	fp        string
@@ -235,13 +236,11 @@ func trainDrafters(t *testing.T) (tr trained) {
 	mcfg := medusa.DefaultConfig()
 	mcfg.BatchTokens = 512
 	mcfg.MaxEpochs = medusaEpochs
-	mres, err := medusa.Train(context.Background(), mcfg, medusa.Target{Vocab: m.VocabSize(), LMHead: m.LMHead}, mem, be, filepath.Join(root, "medusa-work"))
+	tr.medusaDir = filepath.Join(root, "medusa-out")
+	mres, err := medusa.Train(context.Background(), mcfg, m.LMHead, mem, be,
+		&loop.Job{Out: tr.medusaDir, Provenance: loop.Provenance{BaseModel: testutil.Stories260k(), TargetFingerprint: tr.fp}})
 	if err != nil {
 		tr.err = err
-		return
-	}
-	tr.medusaDir = filepath.Join(root, "medusa-out")
-	if tr.err = dmedusa.Export(tr.medusaDir, mres.Heads, dmedusa.ExportInfo{BaseModel: testutil.Stories260k(), TargetFingerprint: tr.fp, Metrics: mres.Best}); tr.err != nil {
 		return
 	}
 
@@ -249,12 +248,11 @@ func trainDrafters(t *testing.T) (tr trained) {
 	start = time.Now()
 	g := deagle3.TargetGeometry(m.Config, 0)
 	ecfg := eagle3.DefaultConfig() // a zero field is not replaced by its default
-	ecfg.Target = &eagle3.Target{Geometry: g, Embed: m.Embed, LMHead: m.LMHead}
 	ecfg.DraftVocab, ecfg.BatchTokens, ecfg.MaxLength, ecfg.Epochs, ecfg.Seed = 256, 512, 512, eagleEpochs, 1
 	ecfg.Export = deagle3.ExportOptions{DefaultLayers: true}
-	ecfg.Provenance = eagle3.Provenance{TargetFingerprint: tr.fp}
 	tr.eagleDir = filepath.Join(root, "eagle-out")
-	eres, err := eagle3.Train(context.Background(), ecfg, mem, be, tr.eagleDir)
+	eres, err := eagle3.Train(context.Background(), ecfg, g, m.Embed, m.LMHead, mem, be,
+		&loop.Job{Out: tr.eagleDir, Provenance: loop.Provenance{TargetFingerprint: tr.fp}})
 	if err != nil {
 		tr.err = err
 		return

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/drafter-ai/drafter/capture"
-	"github.com/drafter-ai/drafter/train/run"
+	"github.com/drafter-ai/drafter/train"
 )
 
 // yamlPaths reads the block mappings of a Kubernetes manifest written in the
@@ -192,7 +192,7 @@ func TestKubernetesExample(t *testing.T) {
 	for _, e := range o.Run.Data {
 		data = append(data, filepath.Join(root, e))
 	}
-	got, err := run.ExpandData(data)
+	got, err := train.ExpandData(data)
 	if err != nil {
 		t.Fatalf("%s: --data %v: %v", trainFile, o.Run.Data, err)
 	}

@@ -15,9 +15,11 @@ import (
 	"github.com/spf13/pflag"
 
 	deagle3 "github.com/drafter-ai/drafter/pkg/drafters/eagle3"
+	dmedusa "github.com/drafter-ai/drafter/pkg/drafters/medusa"
+	"github.com/drafter-ai/drafter/pkg/safetensors"
+	"github.com/drafter-ai/drafter/train"
 	"github.com/drafter-ai/drafter/train/eagle3"
 	"github.com/drafter-ai/drafter/train/medusa"
-	"github.com/drafter-ai/drafter/train/run"
 )
 
 // maxHeads bounds --heads. Head h predicts the token h+2 positions ahead, and
@@ -27,6 +29,12 @@ import (
 // and the checkpoint (--heads 1000 wrote 1.1 GB for the 260k-parameter demo
 // model).
 const maxHeads = 16
+
+// The methods drafter train trains, by name.
+const (
+	methodMedusa = string(dmedusa.Kind)
+	methodEAGLE3 = string(deagle3.Kind)
+)
 
 // trainSpelling is one of the three command lines of drafter train.
 type trainSpelling int
@@ -46,9 +54,9 @@ const (
 func (sp trainSpelling) has(method string) bool {
 	switch sp {
 	case medusaCmd:
-		return method == run.MethodMedusa
+		return method == methodMedusa
 	case eagle3Cmd:
-		return method == run.MethodEAGLE3
+		return method == methodEAGLE3
 	}
 	return true
 }
@@ -126,13 +134,13 @@ func (f *trainFlags) register(fs *pflag.FlagSet, sp trainSpelling) {
 		floatVar(fs, &f.warmupFrac, "warmup", e.WarmupFrac, "linear warm-up as a fraction of all updates, in [0,1); 0 disables")
 	}
 
-	if sp.has(run.MethodMedusa) {
+	if sp.has(methodMedusa) {
 		fs.IntVar(&f.heads, "heads", m.Heads, sp.only("medusa", fmt.Sprintf("number of heads, 1 to %d (head h predicts the token at t+h+2)", maxHeads)))
 		fs.BoolVar(&f.sharedLMHead, "shared-lm-head", m.SharedLMHead, sp.only("medusa", "keep the target's lm_head for every head, frozen (a much smaller export)"))
 		floatVar(fs, &f.headDecay, "head-decay", m.Decay, sp.only("medusa", "loss weight of head h is decay^h, in (0,1] (1 = equal weights)"))
 		fs.StringVar(&f.dtype, "dtype", "f32", sp.only("medusa", "dtype of the exported weights: f32, bf16 or f16"))
 	}
-	if sp.has(run.MethodEAGLE3) {
+	if sp.has(methodEAGLE3) {
 		fs.IntVar(&f.tttSteps, "ttt-steps", e.Steps, sp.only("eagle3", "training-time-test unroll length, 1 or more"))
 		floatVar(fs, &f.tttDecay, "ttt-decay", e.StepDecay, sp.only("eagle3", "loss weight of unrolled step k is decay^k, in (0,1]"))
 		fs.IntVar(&f.draftVocab, "draft-vocab", e.DraftVocab, sp.only("eagle3", "draft vocabulary size N, 1 or more (the N most frequent response tokens; capped at the target's vocabulary)"))
@@ -196,21 +204,21 @@ func medusaWarmup(c medusa.Config) string {
 
 // trainOptions are what a drafter train command line asks for.
 type trainOptions struct {
-	Run  run.Options
+	Run  train.Options
 	JSON bool
 	Out  io.Writer
 }
 
 // options checks the flags of c (spelled sp) and maps them onto the chosen
 // trainer's configuration, starting from its defaults: both spellings of the
-// same settings give the same run.Options, so their train_args.json match
+// same settings give the same train.Options, so their train_args.json match
 // and either resumes the other. progress receives the progress bar unless
 // --quiet.
-func (f *trainFlags) options(c *cobra.Command, sp trainSpelling, progress io.Writer) (run.Options, error) {
+func (f *trainFlags) options(c *cobra.Command, sp trainSpelling, progress io.Writer) (train.Options, error) {
 	fs := c.Flags()
 	set := fs.Changed
-	method := map[trainSpelling]string{medusaCmd: run.MethodMedusa, eagle3Cmd: run.MethodEAGLE3, byMethodFlag: f.method}[sp]
-	o := run.Options{Method: method, Model: f.model, Data: f.data, Out: f.out, Resume: f.resume, VerifyData: f.verifyData, Args: given(fs, "json")}
+	method := map[trainSpelling]string{medusaCmd: methodMedusa, eagle3Cmd: methodEAGLE3, byMethodFlag: f.method}[sp]
+	o := train.Options{Model: f.model, Data: f.data, Out: f.out, Resume: f.resume, VerifyData: f.verifyData, Args: given(fs, "json")}
 	if !f.quiet {
 		o.Progress = progress
 	}
@@ -236,7 +244,7 @@ func (f *trainFlags) options(c *cobra.Command, sp trainSpelling, progress io.Wri
 		{"log-every", f.logEvery < 0, "0 (no training lines) or a positive number of steps"},
 	}
 	switch method {
-	case run.MethodMedusa:
+	case methodMedusa:
 		checks = append(checks,
 			flagCheck{"heads", f.heads < 1 || f.heads > maxHeads, fmt.Sprintf("1 to %d heads (head h predicts the token h+2 ahead; further heads rarely hit and each adds an output layer to the export)", maxHeads)},
 			flagCheck{blocks, f.blocks < 0, "the number of residual blocks per head, 0 or more"},
@@ -261,18 +269,18 @@ func (f *trainFlags) options(c *cobra.Command, sp trainSpelling, progress io.Wri
 		if set("dtype") {
 			switch strings.ToLower(f.dtype) {
 			case "f32", "float32", "fp32":
-				o.DType = "F32"
+				cfg.DType = safetensors.F32
 			case "bf16", "bfloat16":
-				o.DType = "BF16"
+				cfg.DType = safetensors.BF16
 			case "f16", "float16", "fp16":
-				o.DType = "F16"
+				cfg.DType = safetensors.F16
 			default:
 				return o, usagef("--dtype %s: want f32, bf16 or f16", f.dtype)
 			}
 		}
-		o.Medusa = cfg
+		o.Method = medusa.Options{Config: cfg}
 
-	case run.MethodEAGLE3:
+	case methodEAGLE3:
 		checks = append(checks,
 			flagCheck{"ttt-steps", f.tttSteps < 1, "an unroll length of 1 or more"},
 			flagCheck{"ttt-decay", !(f.tttDecay > 0 && f.tttDecay <= 1), "a loss decay per step in (0,1]"},
@@ -288,13 +296,14 @@ func (f *trainFlags) options(c *cobra.Command, sp trainSpelling, progress io.Wri
 		if err := checkFlags(c, checks); err != nil {
 			return o, err
 		}
+		opts := eagle3.Options{Config: eagle3.DefaultConfig()}
 		if set("layers") {
 			if err := eagle3Layers(f.layers); err != nil {
 				return o, err
 			}
-			o.Layers = f.layers
+			opts.Layers = f.layers
 		}
-		cfg := eagle3.DefaultConfig()
+		cfg := &opts.Config
 		assign(set, "ttt-steps", &cfg.Steps, f.tttSteps)
 		assign(set, "ttt-decay", &cfg.StepDecay, f.tttDecay)
 		assign(set, "draft-vocab", &cfg.DraftVocab, f.draftVocab)
@@ -309,9 +318,9 @@ func (f *trainFlags) options(c *cobra.Command, sp trainSpelling, progress io.Wri
 			if f.format != deagle3.FormatNative && f.format != deagle3.FormatSpeculators {
 				return o, usagef("--format %s: want %s or %s", f.format, deagle3.FormatNative, deagle3.FormatSpeculators)
 			}
-			o.Format = f.format
+			cfg.Export.Format = f.format
 		}
-		o.EAGLE3 = cfg
+		o.Method = opts
 
 	}
 	return o, nil
@@ -323,12 +332,12 @@ func (f *trainFlags) readMethodFlags(fs *pflag.FlagSet) error {
 	var this, other trainSpelling
 	var otherName string
 	switch f.method {
-	case run.MethodMedusa:
+	case methodMedusa:
 		this, other, otherName = medusaCmd, eagle3Cmd, "an EAGLE-3"
-	case run.MethodEAGLE3:
+	case methodEAGLE3:
 		this, other, otherName = eagle3Cmd, medusaCmd, "a Medusa"
 	default:
-		return usagef("--method %q: want %s or %s", f.method, run.MethodMedusa, run.MethodEAGLE3)
+		return usagef("--method %q: want %s or %s", f.method, methodMedusa, methodEAGLE3)
 	}
 	// The other method's flags are those its subcommand has and this
 	// method's does not; --layers and --warmup are read below.
@@ -339,7 +348,7 @@ func (f *trainFlags) readMethodFlags(fs *pflag.FlagSet) error {
 		}
 	}
 	switch f.method {
-	case run.MethodMedusa:
+	case methodMedusa:
 		if fs.Changed("layers") {
 			n, err := strconv.Atoi(strings.TrimSpace(f.layersText))
 			if err != nil {
@@ -354,7 +363,7 @@ func (f *trainFlags) readMethodFlags(fs *pflag.FlagSet) error {
 			}
 			f.warmupSteps = n
 		}
-	case run.MethodEAGLE3:
+	case methodEAGLE3:
 		if fs.Changed("layers") {
 			if err := (*intsValue)(&f.layers).Set(f.layersText); err != nil {
 				return usagef("--layers %s: for eagle3 it takes 3 Hugging Face hidden_states indices, low,mid,high (for example 2,16,29)", f.layersText)
@@ -567,8 +576,8 @@ func runTrain(ctx context.Context, o *trainOptions) error {
 	if o.Run.Backend, err = backend(); err != nil {
 		return err
 	}
-	res, err := run.Run(ctx, o.Run)
-	var le *run.LayerError
+	res, err := train.Run(ctx, o.Run)
+	var le *eagle3.LayerError
 	if errors.As(err, &le) && le.FromOverride {
 		return &usageError{err}
 	}

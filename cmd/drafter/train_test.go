@@ -12,9 +12,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/drafter-ai/drafter/internal/testutil"
+	deagle3 "github.com/drafter-ai/drafter/pkg/drafters/eagle3"
+	dmedusa "github.com/drafter-ai/drafter/pkg/drafters/medusa"
+	"github.com/drafter-ai/drafter/pkg/safetensors"
+	"github.com/drafter-ai/drafter/train"
 	"github.com/drafter-ai/drafter/train/eagle3"
 	"github.com/drafter-ai/drafter/train/medusa"
-	"github.com/drafter-ai/drafter/train/run"
 )
 
 // trainOpts parses a drafter train command line without running it and
@@ -33,8 +36,8 @@ func TestTrainDefaults(t *testing.T) {
 	// Flags left out keep the trainer defaults, in every spelling.
 	for _, args := range [][]string{byMedusa, medusaArgs} {
 		o := trainOpts(t, args...).Run
-		if !reflect.DeepEqual(o.Medusa, medusa.DefaultConfig()) || o.Method != run.MethodMedusa {
-			t.Errorf("%v: medusa config %+v, want DefaultConfig %+v", args, o.Medusa, medusa.DefaultConfig())
+		if m := methodOf[medusa.Options](t, o); !reflect.DeepEqual(m.Config, medusa.DefaultConfig()) || o.Method.Kind() != dmedusa.Kind {
+			t.Errorf("%v: medusa config %+v, want DefaultConfig %+v", args, m.Config, medusa.DefaultConfig())
 		}
 		if o.Progress == nil {
 			t.Errorf("%v: progress writer dropped without --quiet", args)
@@ -42,20 +45,20 @@ func TestTrainDefaults(t *testing.T) {
 	}
 	for _, args := range [][]string{byEAGLE3, eagle3Args} {
 		o := trainOpts(t, with(args, "--quiet")...).Run
-		if !reflect.DeepEqual(o.EAGLE3, eagle3.DefaultConfig()) || o.Layers != nil || o.Format != "" || o.Progress != nil || o.Method != run.MethodEAGLE3 {
+		if e := methodOf[eagle3.Options](t, o); !reflect.DeepEqual(e.Config, eagle3.DefaultConfig()) || e.Layers != nil || e.Config.Export.Format != "" || o.Progress != nil || o.Method.Kind() != deagle3.Kind {
 			t.Errorf("%v: eagle3 options %+v, want DefaultConfig %+v and no progress", args, o, eagle3.DefaultConfig())
 		}
 	}
 	// --batch-tokens does not bound --max-length: a longer sample trains as
 	// a batch of its own.
 	e := eagle3.DefaultConfig()
-	o := trainOpts(t, with(byEAGLE3, "--batch-tokens", "64", "--max-length", "4096")...).Run
-	if o.EAGLE3.MaxLength != 4096 || o.EAGLE3.BatchTokens != 64 {
-		t.Errorf("--batch-tokens 64 --max-length 4096: max length %d, batch %d; want 4096, 64", o.EAGLE3.MaxLength, o.EAGLE3.BatchTokens)
+	o := methodOf[eagle3.Options](t, trainOpts(t, with(byEAGLE3, "--batch-tokens", "64", "--max-length", "4096")...).Run).Config
+	if o.MaxLength != 4096 || o.BatchTokens != 64 {
+		t.Errorf("--batch-tokens 64 --max-length 4096: max length %d, batch %d; want 4096, 64", o.MaxLength, o.BatchTokens)
 	}
-	o = trainOpts(t, with(eagle3Args, "--batch-tokens", "64")...).Run
-	if o.EAGLE3.MaxLength != e.MaxLength || o.EAGLE3.BatchTokens != 64 {
-		t.Errorf("--batch-tokens 64: max length %d, batch %d; want %d, 64", o.EAGLE3.MaxLength, o.EAGLE3.BatchTokens, e.MaxLength)
+	o = methodOf[eagle3.Options](t, trainOpts(t, with(eagle3Args, "--batch-tokens", "64")...).Run).Config
+	if o.MaxLength != e.MaxLength || o.BatchTokens != 64 {
+		t.Errorf("--batch-tokens 64: max length %d, batch %d; want %d, 64", o.MaxLength, o.BatchTokens, e.MaxLength)
 	}
 }
 
@@ -70,8 +73,9 @@ func TestTrainMapping(t *testing.T) {
 	want := medusa.DefaultConfig()
 	want.Heads, want.Layers, want.SharedLMHead, want.Decay, want.LR, want.WeightDecay, want.WarmupSteps = 3, 2, true, 1, 3e-3, 0.1, 17
 	want.MaxEpochs, want.MaxSteps, want.Patience, want.BatchTokens, want.HeldOut, want.EvalEvery, want.CheckpointEvery, want.Seed = 9, 50, 0, 512, 0.1, 25, 10, 0
-	if !reflect.DeepEqual(byMethod.Medusa, want) || byMethod.DType != "BF16" {
-		t.Errorf("medusa config = %+v dtype %s, want %+v BF16", byMethod.Medusa, byMethod.DType, want)
+	want.DType = safetensors.BF16
+	if m := methodOf[medusa.Options](t, byMethod); !reflect.DeepEqual(m.Config, want) {
+		t.Errorf("medusa config = %+v, want %+v", m.Config, want)
 	}
 	sameSettings(t, byMethod, sub)
 
@@ -83,15 +87,26 @@ func TestTrainMapping(t *testing.T) {
 	we := eagle3.DefaultConfig()
 	we.Steps, we.StepDecay, we.DraftVocab, we.MaxLength, we.LR, we.WarmupFrac, we.ClipNorm, we.Patience = 3, 0.5, 100, 64, 1e-3, 0, 0, 0
 	we.Epochs, we.MaxSteps, we.EvalEvery, we.EvalFraction, we.Seed, we.Intermediate, we.TargetTemperature = 5, 40, 7, 0.2, 4, 96, 0.7
-	if !reflect.DeepEqual(byMethod.EAGLE3, we) || !reflect.DeepEqual(byMethod.Layers, []int{1, 3, 4}) || byMethod.Format != "speculators" {
-		t.Errorf("eagle3 options = %+v layers %v format %q, want %+v [1 3 4] speculators", byMethod.EAGLE3, byMethod.Layers, byMethod.Format, we)
+	we.Export.Format = "speculators"
+	if e := methodOf[eagle3.Options](t, byMethod); !reflect.DeepEqual(e.Config, we) || !reflect.DeepEqual(e.Layers, []int{1, 3, 4}) {
+		t.Errorf("eagle3 options = %+v layers %v, want %+v [1 3 4]", e.Config, e.Layers, we)
 	}
 	sameSettings(t, byMethod, sub)
 }
 
+// methodOf returns the options of method M that o trains with.
+func methodOf[M any](t *testing.T, o train.Options) M {
+	t.Helper()
+	m, ok := o.Method.(M)
+	if !ok {
+		t.Fatalf("method %T, want %T", o.Method, m)
+	}
+	return m
+}
+
 // sameSettings fails unless a and b train the same drafter: they may differ
 // only in the arguments recorded as typed.
-func sameSettings(t *testing.T, a, b run.Options) {
+func sameSettings(t *testing.T, a, b train.Options) {
 	t.Helper()
 	a.Args, b.Args = nil, nil
 	a.Progress, b.Progress = nil, nil
@@ -191,11 +206,11 @@ func TestTrainSpellingsShareArgsFile(t *testing.T) {
 				t.Fatalf("drafter %s: exit %d: %s", strings.Join(args, " "), r.code, r.msg)
 			}
 		}
-		ja, err := os.ReadFile(filepath.Join(outA, run.ArgsFile))
+		ja, err := os.ReadFile(filepath.Join(outA, train.ArgsFile))
 		if err != nil {
 			t.Fatal(err)
 		}
-		jb, err := os.ReadFile(filepath.Join(outB, run.ArgsFile))
+		jb, err := os.ReadFile(filepath.Join(outB, train.ArgsFile))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,6 +1,6 @@
 // Package dataset defines what the drafter trainers read: samples of token ids,
 // a loss mask and the frozen target's hidden states, behind one small interface
-// that the capture reader (Arrow shards, train/run's adapter) and in-memory data
+// that the capture reader (Arrow shards, train's adapter) and in-memory data
 // (Memory) both implement. A trainer asks for the fields it needs, so a pass
 // that only counts tokens reads no states.
 package dataset

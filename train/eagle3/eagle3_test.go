@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -14,6 +15,8 @@ import (
 
 	deagle3 "github.com/drafter-ai/drafter/pkg/drafters/eagle3"
 	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/train/dataset"
+	"github.com/drafter-ai/drafter/train/loop"
 )
 
 // TestExportLoadReproducesTrainer exports a (perturbed) draft, reloads it with
@@ -79,9 +82,8 @@ func TestExportLoadReproducesTrainer(t *testing.T) {
 	}
 }
 
-func trainConfig(tt *tinyTarget) Config {
+func trainConfig() Config {
 	c := DefaultConfig()
-	c.Target = &Target{Geometry: tt.g, Embed: tt.embed, LMHead: tt.head}
 	c.DraftVocab, c.Steps, c.BatchTokens, c.MaxLength, c.Epochs, c.Patience, c.Seed, c.LogEvery = 12, 3, 64, 24, 6, 0, 3, 1
 	c.Export = deagle3.ExportOptions{DefaultLayers: true}
 	return c
@@ -92,7 +94,7 @@ func TestTrainLearnsAndExports(t *testing.T) {
 	g.DraftVocab = 0
 	tt := newTinyTarget(31, g)
 	ds := memory(g.Hidden, tt.samples(32, 60, 8, 20))
-	cfg := trainConfig(tt)
+	cfg := trainConfig()
 	var evals []EvalMetrics
 	cfg.Progress = func(p Progress) {
 		if p.Eval != nil {
@@ -100,7 +102,7 @@ func TestTrainLearnsAndExports(t *testing.T) {
 		}
 	}
 	out := t.TempDir()
-	res, err := Train(context.Background(), cfg, ds, tensor.CPU(), out)
+	res, err := train(context.Background(), cfg, tt, ds, out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +114,7 @@ func TestTrainLearnsAndExports(t *testing.T) {
 	if _, err := deagle3.LoadDraft(res.ExportDir, tt.embed, tensor.CPU()); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{MetricsFile, CheckpointFile, ProvenanceFile, "eagle3/config.json", "eagle3/model.safetensors"} {
+	for _, f := range []string{loop.MetricsFile, loop.CheckpointFile, ProvenanceFile, "eagle3/config.json", "eagle3/model.safetensors"} {
 		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
 			t.Fatal(err)
 		}
@@ -126,9 +128,9 @@ func TestTrainWiderDraft(t *testing.T) {
 	g := tinyGeometry()
 	tt := newTinyTarget(33, g)
 	ds := memory(g.Hidden, tt.samples(34, 12, 8, 12))
-	cfg := trainConfig(tt)
+	cfg := trainConfig()
 	cfg.Epochs, cfg.Intermediate = 1, 3*g.Intermediate
-	res, err := Train(context.Background(), cfg, ds, tensor.CPU(), t.TempDir())
+	res, err := train(context.Background(), cfg, tt, ds, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +152,7 @@ func TestTrainWiderDraft(t *testing.T) {
 		t.Fatalf("loaded draft has intermediate %d, want %d", d.Geometry.Intermediate, 3*g.Intermediate)
 	}
 	cfg.Intermediate = -1
-	if _, err := Train(context.Background(), cfg, ds, tensor.CPU(), t.TempDir()); err == nil || !strings.Contains(err.Error(), "MLP width") {
+	if _, err := train(context.Background(), cfg, tt, ds, t.TempDir()); err == nil || !strings.Contains(err.Error(), "MLP width") {
 		t.Fatalf("Intermediate -1: err = %v, want a refusal naming the MLP width", err)
 	}
 }
@@ -162,9 +164,9 @@ func TestResumeBitIdentical(t *testing.T) {
 	tt := newTinyTarget(41, g)
 	ds := memory(g.Hidden, tt.samples(42, 30, 8, 20))
 	full := t.TempDir()
-	cfg := trainConfig(tt)
+	cfg := trainConfig()
 	cfg.Epochs = 3
-	if _, err := Train(context.Background(), cfg, ds, tensor.CPU(), full); err != nil {
+	if _, err := train(context.Background(), cfg, tt, ds, full); err != nil {
 		t.Fatal(err)
 	}
 	part := t.TempDir()
@@ -175,12 +177,12 @@ func TestResumeBitIdentical(t *testing.T) {
 			cancel()
 		}
 	}
-	if _, err := Train(ctx, cfg2, ds, tensor.CPU(), part); !errors.Is(err, context.Canceled) {
+	if _, err := train(ctx, cfg2, tt, ds, part); !errors.Is(err, context.Canceled) {
 		t.Fatalf("interrupted run returned %v", err)
 	}
 	cfg3 := cfg
 	cfg3.Resume = true
-	if _, err := Train(context.Background(), cfg3, ds, tensor.CPU(), part); err != nil {
+	if _, err := train(context.Background(), cfg3, tt, ds, part); err != nil {
 		t.Fatal(err)
 	}
 	sameRun(t, full, part)
@@ -216,7 +218,7 @@ func sameRun(t *testing.T, a, b string) {
 	if len(wa) == 0 || !bytes.Equal(wa, wb) {
 		t.Fatal("resumed run's weights differ from the uninterrupted run's")
 	}
-	ma, mb := metricsWithoutTimings(t, filepath.Join(a, MetricsFile)), metricsWithoutTimings(t, filepath.Join(b, MetricsFile))
+	ma, mb := metricsWithoutTimings(t, filepath.Join(a, loop.MetricsFile)), metricsWithoutTimings(t, filepath.Join(b, loop.MetricsFile))
 	if !reflect.DeepEqual(ma, mb) {
 		t.Fatalf("metrics.jsonl differs:\nuninterrupted %v\nresumed       %v", ma, mb)
 	}
@@ -230,10 +232,10 @@ func TestResumeBeforeFirstEvaluation(t *testing.T) {
 	g := tinyGeometry()
 	tt := newTinyTarget(43, g)
 	ds := memory(g.Hidden, tt.samples(44, 30, 8, 20))
-	cfg := trainConfig(tt)
+	cfg := trainConfig()
 	cfg.Epochs = 2
 	full := t.TempDir()
-	if _, err := Train(context.Background(), cfg, ds, tensor.CPU(), full); err != nil {
+	if _, err := train(context.Background(), cfg, tt, ds, full); err != nil {
 		t.Fatal(err)
 	}
 	part := t.TempDir()
@@ -249,7 +251,7 @@ func TestResumeBeforeFirstEvaluation(t *testing.T) {
 			cancel()
 		}
 	}
-	if _, err := Train(ctx, cfg2, ds, tensor.CPU(), part); !errors.Is(err, context.Canceled) {
+	if _, err := train(ctx, cfg2, tt, ds, part); !errors.Is(err, context.Canceled) {
 		t.Fatalf("interrupted run returned %v", err)
 	}
 	if evals != 0 {
@@ -257,7 +259,7 @@ func TestResumeBeforeFirstEvaluation(t *testing.T) {
 	}
 	cfg3 := cfg
 	cfg3.Resume = true
-	if _, err := Train(context.Background(), cfg3, ds, tensor.CPU(), part); err != nil {
+	if _, err := train(context.Background(), cfg3, tt, ds, part); err != nil {
 		t.Fatal(err)
 	}
 	sameRun(t, full, part)
@@ -270,7 +272,7 @@ func TestMaxStepsEvalEveryAndNoWarmup(t *testing.T) {
 	g := tinyGeometry()
 	tt := newTinyTarget(45, g)
 	ds := memory(g.Hidden, tt.samples(46, 30, 8, 20))
-	cfg := trainConfig(tt)
+	cfg := trainConfig()
 	cfg.Epochs, cfg.EvalEvery, cfg.WarmupFrac = 2, 4, 0
 	var evalSteps []int
 	var firstLR float64
@@ -282,7 +284,7 @@ func TestMaxStepsEvalEveryAndNoWarmup(t *testing.T) {
 		}
 	}
 	full := t.TempDir()
-	res, err := Train(context.Background(), cfg, ds, tensor.CPU(), full)
+	res, err := train(context.Background(), cfg, tt, ds, full)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,7 +303,7 @@ func TestMaxStepsEvalEveryAndNoWarmup(t *testing.T) {
 	part := t.TempDir()
 	cut := cfg
 	cut.MaxSteps = 6
-	r1, err := Train(context.Background(), cut, ds, tensor.CPU(), part)
+	r1, err := train(context.Background(), cut, tt, ds, part)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +311,7 @@ func TestMaxStepsEvalEveryAndNoWarmup(t *testing.T) {
 		t.Fatalf("cut run: %d steps, stopped by %q, best %+v", r1.Steps, r1.Stopped, r1.Best)
 	}
 	cfg.Resume = true
-	if _, err := Train(context.Background(), cfg, ds, tensor.CPU(), part); err != nil {
+	if _, err := train(context.Background(), cfg, tt, ds, part); err != nil {
 		t.Fatal(err)
 	}
 	sameRun(t, full, part)
@@ -338,9 +340,9 @@ func TestBatchSmallerThanSamples(t *testing.T) {
 	g.DraftVocab = 0
 	tt := newTinyTarget(41, g)
 	ds := memory(g.Hidden, tt.samples(42, 12, 8, 20))
-	cfg := trainConfig(tt)
+	cfg := trainConfig()
 	cfg.BatchTokens, cfg.MaxLength, cfg.Epochs = 4, 24, 1
-	res, err := Train(context.Background(), cfg, ds, tensor.CPU(), t.TempDir())
+	res, err := train(context.Background(), cfg, tt, ds, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,13 +351,35 @@ func TestBatchSmallerThanSamples(t *testing.T) {
 	}
 }
 
+// train trains cfg for the tiny target tt on ds into out.
+func train(ctx context.Context, cfg Config, tt *tinyTarget, ds dataset.Dataset, out string) (*Result, error) {
+	return Train(ctx, cfg, tt.g, tt.embed, tt.head, ds, tensor.CPU(), &loop.Job{Out: out})
+}
+
+// sameArgs resumes with cfg a run whose train_args.json records saved as
+// its trainer settings, and returns the refusal to resume, if any.
+func sameArgs(t *testing.T, tt *tinyTarget, saved []byte, cfg Config) error {
+	t.Helper()
+	dir := t.TempDir()
+	rec := fmt.Sprintf(`{"method":"eagle3","target_fingerprint":"","data":null,"trainer":%s}`, saved)
+	if err := os.WriteFile(filepath.Join(dir, loop.ArgsFile), []byte(rec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Resume = true
+	_, err := train(context.Background(), cfg, tt, memory(tt.g.Hidden, tt.samples(40, 4, 8, 12)), dir)
+	if err != nil && !strings.Contains(err.Error(), "cannot resume") {
+		t.Fatal(err)
+	}
+	return err
+}
+
 // TestSameArgsTargetWidth checks that a checkpoint saved without a draft
 // width (as before it was a setting) resumes with the target's width given,
 // and not with another.
 func TestSameArgsTargetWidth(t *testing.T) {
 	g := tinyGeometry()
 	tt := newTinyTarget(35, g)
-	cfg := trainConfig(tt)
+	cfg := trainConfig()
 	saved, err := json.Marshal(cfg) // Intermediate 0: not recorded
 	if err != nil {
 		t.Fatal(err)
@@ -364,11 +388,11 @@ func TestSameArgsTargetWidth(t *testing.T) {
 		t.Fatalf("a zero width is recorded: %s", saved)
 	}
 	cfg.Intermediate = g.Intermediate
-	if err := sameArgs(saved, cfg); err != nil {
+	if err := sameArgs(t, tt, saved, cfg); err != nil {
 		t.Fatalf("the target's width given: %v", err)
 	}
 	cfg.Intermediate = 2 * g.Intermediate
-	if err := sameArgs(saved, cfg); err == nil {
+	if err := sameArgs(t, tt, saved, cfg); err == nil {
 		t.Fatal("twice the target's width resumed a checkpoint trained at the target's width")
 	}
 }
@@ -378,7 +402,7 @@ func TestSameArgsTargetWidth(t *testing.T) {
 // with 1 given and not with another, and that a bad temperature is refused.
 func TestSameArgsTargetTemperature(t *testing.T) {
 	tt := newTinyTarget(39, tinyGeometry())
-	cfg := trainConfig(tt)
+	cfg := trainConfig()
 	saved, err := json.Marshal(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -387,16 +411,16 @@ func TestSameArgsTargetTemperature(t *testing.T) {
 		t.Fatalf("an unset target temperature is recorded: %s", saved)
 	}
 	cfg.TargetTemperature = 1
-	if err := sameArgs(saved, cfg); err != nil {
+	if err := sameArgs(t, tt, saved, cfg); err != nil {
 		t.Fatalf("target temperature 1 given: %v", err)
 	}
 	cfg.TargetTemperature = GreedyTargetTemperature
-	if err := sameArgs(saved, cfg); err == nil {
+	if err := sameArgs(t, tt, saved, cfg); err == nil {
 		t.Fatal("a sharpened target resumed a checkpoint trained toward the plain softmax")
 	}
 	cfg.TargetTemperature = -1
 	ds := memory(tt.g.Hidden, tt.samples(40, 4, 8, 12))
-	if _, err := Train(context.Background(), cfg, ds, tensor.CPU(), t.TempDir()); err == nil || !strings.Contains(err.Error(), "target temperature") {
+	if _, err := train(context.Background(), cfg, tt, ds, t.TempDir()); err == nil || !strings.Contains(err.Error(), "target temperature") {
 		t.Fatalf("target temperature -1: err = %v", err)
 	}
 }
@@ -409,10 +433,10 @@ func TestTrainRefusesUnorderedLayers(t *testing.T) {
 	tt := newTinyTarget(35, g)
 	ds := memory(g.Hidden, tt.samples(36, 4, 8, 12))
 	for _, ids := range [][]int{{5, 3, 1}, {3, 3, 3}} {
-		cfg := trainConfig(tt)
+		cfg := trainConfig()
 		cfg.Export = deagle3.ExportOptions{LayerIDs: ids}
 		out := filepath.Join(t.TempDir(), "out")
-		_, err := Train(context.Background(), cfg, ds, tensor.CPU(), out)
+		_, err := train(context.Background(), cfg, tt, ds, out)
 		if err == nil || !strings.Contains(err.Error(), "not strictly increasing") {
 			t.Fatalf("layers %v: err = %v", ids, err)
 		}

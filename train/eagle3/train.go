@@ -1,9 +1,10 @@
 // Package eagle3 trains an EAGLE-3 draft layer (pkg/drafters/eagle3) on
 // captured target hidden states: it packs samples into batches, computes the
 // target distributions and the soft cross-entropy of the draft unrolled for
-// several steps ("training-time test", TTT) with gradients flowing through
-// the unroll, and runs the training loop (schedule, held-out evaluation,
-// early stopping, checkpoints and resume). Parameters, gradients and
+// several steps ("training-time test", TTT, in ttt.go) with gradients
+// flowing through the unroll, and its held-out loss, and trains with the
+// shared loop (train/loop), which owns the schedule, checkpoints, resume,
+// evaluation cadence and early stopping. Parameters, gradients and
 // activations are carved once from contiguous buffers, so a training step
 // allocates nothing. The layer, its export layouts and its proposer live in
 // pkg/drafters/eagle3.
@@ -11,21 +12,19 @@ package eagle3
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"sort"
-	"time"
 
 	"github.com/drafter-ai/drafter/pkg/atomicfile"
 	"github.com/drafter-ai/drafter/pkg/drafters"
 	deagle3 "github.com/drafter-ai/drafter/pkg/drafters/eagle3"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 	"github.com/drafter-ai/drafter/train/dataset"
+	"github.com/drafter-ai/drafter/train/loop"
 	"github.com/drafter-ai/drafter/train/optim"
 )
 
@@ -33,8 +32,6 @@ import (
 // train well without tuning; a zero field is NOT replaced by its default (0
 // turns warm-up, clipping, early stopping and logging off).
 type Config struct {
-	// Target is the frozen target: geometry, embedding and lm_head.
-	Target *Target `json:"-"`
 	// DraftVocab is N, capped at the target vocabulary V.
 	DraftVocab int `json:"draft_vocab"`
 	// Intermediate is the draft layer's MLP width, its config's
@@ -96,8 +93,6 @@ type Config struct {
 	LogEvery int `json:"log_every"`
 	// Export says how to write the result (layout, layer ids).
 	Export deagle3.ExportOptions `json:"-"`
-	// Provenance is recorded in drafter.json.
-	Provenance Provenance `json:"-"`
 	// Progress, when set, is called after every update and evaluation.
 	Progress func(Progress) `json:"-"`
 }
@@ -140,8 +135,6 @@ func DefaultConfig() Config {
 
 func (c *Config) validate() error {
 	switch {
-	case c.Target == nil:
-		return errors.New("eagle3: Config.Target is nil")
 	case c.DraftVocab < 1:
 		return fmt.Errorf("eagle3: draft vocabulary must be >= 1, got %d", c.DraftVocab)
 	case c.Intermediate < 0:
@@ -179,25 +172,8 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// Provenance is what drafter.json records about where a run came from.
-type Provenance struct {
-	// BaseModel is the target's Hub id or path.
-	BaseModel string
-	// TargetFingerprint identifies the exact target weights.
-	TargetFingerprint string
-	// DataManifests maps each training data manifest to its SHA-256.
-	DataManifests map[string]string
-	// Args are the training arguments as given.
-	Args any
-}
-
-// Progress reports where a run is.
-type Progress struct {
-	Epoch, Step, TotalSteps int
-	Loss, LR                float64
-	TokensPerSec            float64
-	Eval                    *EvalMetrics // set after an evaluation
-}
+// Progress reports where a run is (Eval is set after an evaluation).
+type Progress = loop.Progress[*EvalMetrics]
 
 // EvalMetrics are held-out results: the loss (as trained: sum over steps of
 // 0.8^k times the step's mean soft cross-entropy), the per-step accuracy
@@ -217,46 +193,40 @@ type EvalMetrics struct {
 	ElapsedSec float64   `json:"elapsed_s"`
 }
 
-// Result summarises a finished run.
+// Better reports whether evaluation m has a lower held-out loss than b.
+func (m *EvalMetrics) Better(b *EvalMetrics) bool { return m.Loss < b.Loss }
+
+// Record notes whether the evaluation is the best so far (BestSoFar) and
+// returns its metrics.jsonl line.
+func (m *EvalMetrics) Record(best bool) any {
+	m.BestSoFar = best
+	return map[string]any{"kind": "eval", "epoch": m.Epoch, "step": m.Step, "loss": m.Loss, "step_loss": m.StepLoss,
+		"accuracy": m.Accuracy, "accept_length": m.AcceptLen, "train_loss": m.TrainLoss, "best": m.BestSoFar, "elapsed_s": m.ElapsedSec}
+}
+
+// Summary describes the evaluation for the progress report.
+func (m *EvalMetrics) Summary() string {
+	return fmt.Sprintf("eval epoch %d step %d: loss %.4f  acc %s  acceptance %.3f", m.Epoch, m.Step, m.Loss, loop.FormatFloats(m.Accuracy), m.AcceptLen)
+}
+
+// Result summarises a finished run: the loop's result (Best is the
+// evaluation of the exported weights), the draft vocabulary and geometry,
+// and the export folder.
 type Result struct {
-	// Best is the evaluation of the exported (best) weights; nil when no
-	// evaluation ran (a run cut short by MaxSteps before the first), in which
-	// case the last weights are exported.
-	Best *EvalMetrics
-	// Steps are the updates taken in total; Epochs the epochs started.
-	Steps, Epochs int
-	// Stopped says why training ended: "early-stop", "max-epochs",
-	// "max-steps" or "resumed-complete".
-	Stopped   string
+	loop.Result[*EvalMetrics]
 	Vocab     *deagle3.Vocab
 	Geometry  deagle3.Geometry
 	ExportDir string
 }
 
-// Files Train writes into its output folder.
+// Files Train writes into its output folder besides the loop's.
 const (
 	// ExportDir is the export's subfolder.
 	ExportDir = "eagle3"
 	// ProvenanceFile is drafter.json, at the top of the output folder as
 	// Medusa's.
 	ProvenanceFile = drafters.ProvenanceFile
-	// CheckpointFile is the resumable training state.
-	CheckpointFile = "checkpoint.safetensors"
-	// MetricsFile is the metrics log.
-	MetricsFile = "metrics.jsonl"
 )
-
-// trainExtra is the trainer-specific part of a checkpoint.
-type trainExtra struct {
-	Best      float64      `json:"best"` // meaningful when HaveBest
-	HaveBest  bool         `json:"have_best"`
-	BestEval  *EvalMetrics `json:"best_eval,omitempty"`
-	Bad       int          `json:"bad"`
-	Done      bool         `json:"done"`
-	LastEval  int          `json:"last_eval_step"`
-	LossSum   float64      `json:"loss_sum"`
-	LossCount int          `json:"loss_count"`
-}
 
 // provenance is drafter.json.
 type provenance struct {
@@ -279,20 +249,65 @@ type provenance struct {
 	Metrics           *EvalMetrics      `json:"metrics,omitempty"`
 }
 
-// Train trains an EAGLE-3 draft layer on ds (tokens, loss masks, the three
-// feature layers and the final post-norm state) and writes into out:
-// eagle3/ (the exported draft: config.json, model.safetensors), drafter.json
-// (provenance and the final held-out metrics), metrics.jsonl (one JSON object
-// per logged update and per evaluation) and checkpoint.safetensors (the
-// resumable state). Cancelling ctx saves a checkpoint and returns an error
-// wrapping ctx's; a later run with Resume continues and ends bit-identical to
-// an uninterrupted run, metrics.jsonl included (timings aside).
-func Train(ctx context.Context, cfg Config, ds dataset.Dataset, be tensor.Backend, out string) (*Result, error) {
+// Train trains an EAGLE-3 draft layer for a target of geometry target (its
+// draft vocabulary is cfg's), input embedding embed [V, H] and lm_head
+// lmHead [V, H] (embed again when tied), on ds (tokens, loss masks, the three
+// feature layers and the final post-norm state), with the shared loop
+// (train/loop). It writes into job.Out: eagle3/ (the exported draft:
+// config.json, model.safetensors), drafter.json (job.Provenance and the
+// final held-out metrics), and the loop's metrics.jsonl, checkpoint and
+// train_args.json. Cancelling ctx saves a checkpoint and returns an error
+// wrapping ctx's; a later run with Resume continues and ends bit-identical
+// to an uninterrupted run, metrics.jsonl included (timings aside).
+func Train(ctx context.Context, cfg Config, target deagle3.Geometry, embed, lmHead []float32, ds dataset.Dataset, be tensor.Backend, job *loop.Job) (*Result, error) {
+	t, err := newTrainer(cfg, target, embed, lmHead, ds, be)
+	if err != nil {
+		return nil, err
+	}
+	// Runs recorded before --intermediate and --target-temperature existed
+	// trained at the target's width toward the plain softmax.
+	unrecorded := map[string]any{"intermediate_size": target.Intermediate, "target_temperature": 1}
+	lc := loop.Config[*EvalMetrics]{Method: string(deagle3.Kind), Settings: cfg, Unrecorded: unrecorded,
+		LR: cfg.LR, MinLRRatio: cfg.MinLRRatio, ClipNorm: cfg.ClipNorm, MaxSteps: cfg.MaxSteps, Patience: cfg.Patience,
+		EvalEvery: cfg.EvalEvery, CheckpointEvery: cfg.CheckpointEvery, LogEvery: cfg.LogEvery, Resume: cfg.Resume, Progress: cfg.Progress}
+	r, err := loop.Run(ctx, lc, job, t)
+	if err != nil {
+		return nil, err
+	}
+	return &Result{Result: *r, Vocab: t.voc, Geometry: t.g, ExportDir: filepath.Join(job.Out, ExportDir)}, nil
+}
+
+// trainer is the EAGLE-3 side of the loop (loop.Trainer).
+type trainer struct {
+	cfg     Config
+	g       deagle3.Geometry
+	ds      dataset.Dataset
+	p       *deagle3.Params
+	n       *net
+	voc     *deagle3.Vocab
+	params  []optim.Param
+	smp     dataset.Sample
+	lengths []int
+	// trainIdx and evalIdx are the training and held-out samples;
+	// epochSteps the batches of each epoch; evalBatches the held-out ones.
+	trainIdx, evalIdx []int
+	epochSteps        []int
+	evalBatches       [][]int
+	// The current epoch's batches and the next one's index.
+	batches [][]int
+	cursor  int
+	flops   float64 // per token of a step
+}
+
+// newTrainer splits the samples (a seeded held-out share), builds the draft
+// vocabulary from the training samples' response tokens, initialises the
+// layer and packs every epoch's batches to plan the schedule: all from
+// tokens and masks, reading no state.
+func newTrainer(cfg Config, target deagle3.Geometry, embed, lmHead []float32, ds dataset.Dataset, be tensor.Backend) (*trainer, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	tg := cfg.Target
-	g := tg.Geometry
+	g := target
 	g.DraftVocab = min(cfg.DraftVocab, g.Vocab)
 	if cfg.Intermediate > 0 {
 		g.Intermediate = cfg.Intermediate
@@ -300,8 +315,8 @@ func Train(ctx context.Context, cfg Config, ds dataset.Dataset, be tensor.Backen
 	if err := g.Validate(); err != nil {
 		return nil, err
 	}
-	if len(tg.Embed) != g.Vocab*g.Hidden || len(tg.LMHead) != g.Vocab*g.Hidden {
-		return nil, fmt.Errorf("eagle3: target embedding has %d values and lm_head %d, want vocab %d x hidden %d each", len(tg.Embed), len(tg.LMHead), g.Vocab, g.Hidden)
+	if len(embed) != g.Vocab*g.Hidden || len(lmHead) != g.Vocab*g.Hidden {
+		return nil, fmt.Errorf("eagle3: target embedding has %d values and lm_head %d, want vocab %d x hidden %d each", len(embed), len(lmHead), g.Vocab, g.Hidden)
 	}
 	if ds.Hidden() != g.Hidden {
 		return nil, fmt.Errorf("eagle3: the dataset's hidden states have width %d, the target's hidden_size is %d", ds.Hidden(), g.Hidden)
@@ -309,288 +324,158 @@ func Train(ctx context.Context, cfg Config, ds dataset.Dataset, be tensor.Backen
 	if ds.NumSamples() < 2 {
 		return nil, fmt.Errorf("eagle3: need at least 2 samples (one held out), got %d", ds.NumSamples())
 	}
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		return nil, fmt.Errorf("eagle3: creating the output folder: %w", err)
-	}
+	t := &trainer{cfg: cfg, g: g, ds: ds}
 
 	// Split, lengths and the draft vocabulary, from tokens and masks only.
 	perm := rand.New(rand.NewPCG(cfg.Seed, 1)).Perm(ds.NumSamples())
 	nEval := max(1, int(math.Round(cfg.EvalFraction*float64(ds.NumSamples()))))
 	nEval = min(nEval, ds.NumSamples()-1)
-	evalIdx, trainIdx := append([]int(nil), perm[:nEval]...), append([]int(nil), perm[nEval:]...)
-	sort.Ints(evalIdx)
-	sort.Ints(trainIdx)
-	lengths := make([]int, ds.NumSamples())
+	t.evalIdx, t.trainIdx = append([]int(nil), perm[:nEval]...), append([]int(nil), perm[nEval:]...)
+	sort.Ints(t.evalIdx)
+	sort.Ints(t.trainIdx)
+	t.lengths = make([]int, ds.NumSamples())
 	counts := make([]int64, g.Vocab)
-	var smp dataset.Sample
 	for _, i := range perm {
-		if err := readTokens(ds, i, &smp, g.Vocab); err != nil {
+		if err := readTokens(ds, i, &t.smp, g.Vocab); err != nil {
 			return nil, fmt.Errorf("eagle3: %w", err)
 		}
-		lengths[i] = len(smp.Tokens)
+		t.lengths[i] = len(t.smp.Tokens)
 	}
-	for _, i := range trainIdx {
-		if err := readTokens(ds, i, &smp, g.Vocab); err != nil {
+	for _, i := range t.trainIdx {
+		if err := readTokens(ds, i, &t.smp, g.Vocab); err != nil {
 			return nil, fmt.Errorf("eagle3: %w", err)
 		}
-		countInto(counts, &smp)
+		countInto(counts, &t.smp)
 	}
-	voc, err := deagle3.BuildVocab(counts, g.DraftVocab)
-	if err != nil {
+	var err error
+	if t.voc, err = deagle3.BuildVocab(counts, g.DraftVocab); err != nil {
 		return nil, err
 	}
 
-	p := deagle3.NewParams(g)
-	initParams(p, g, cfg.Seed, tg.LMHead, voc)
-	n, err := newNet(g, cfg.Steps, cfg.StepDecay, be, p, tg.Embed, tg.LMHead, voc, max(cfg.BatchTokens, cfg.MaxLength), cfg.MaxLength, true)
-	if err != nil {
+	t.p = deagle3.NewParams(g)
+	initParams(t.p, g, cfg.Seed, lmHead, t.voc)
+	if t.n, err = newNet(g, cfg.Steps, cfg.StepDecay, be, t.p, embed, lmHead, t.voc, max(cfg.BatchTokens, cfg.MaxLength), cfg.MaxLength, true); err != nil {
 		return nil, err
 	}
-	n.invTau = 1 / cfg.targetTemp()
-	var params []optim.Param
-	grads := n.gr.Tensors(g)
-	for i, t := range p.Tensors(g) {
-		params = append(params, optim.Param{Name: t.Name, Data: t.Data, Grad: grads[i].Data})
-	}
-	opt, err := optim.NewAdamW(params, optim.AdamWConfig{Beta1: 0.9, Beta2: cfg.Beta2, Eps: 1e-8, WeightDecay: cfg.WeightDecay})
-	if err != nil {
-		return nil, err
-	}
-	best := make([]float32, len(p.All))
-	copy(best, p.All)
-
-	// Batches per epoch: a seeded order packed greedily by tokens.
-	epochBatches := func(epoch int) [][]int {
-		order := append([]int(nil), trainIdx...)
-		rand.New(rand.NewPCG(cfg.Seed, uint64(epoch)+2)).Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
-		return pack(order, lengths, cfg.MaxLength, cfg.BatchTokens)
+	t.n.invTau = 1 / cfg.targetTemp()
+	grads := t.n.gr.Tensors(g)
+	for i, p := range t.p.Tensors(g) {
+		t.params = append(t.params, optim.Param{Name: p.Name, Data: p.Data, Grad: grads[i].Data})
 	}
 	total := 0
 	for e := 0; e < cfg.Epochs; e++ {
-		total += len(epochBatches(e))
+		t.epochSteps = append(t.epochSteps, len(t.epochBatches(e)))
+		total += t.epochSteps[e]
 	}
 	if total == 0 {
 		return nil, errors.New("eagle3: no training sample has 3 or more tokens")
 	}
-	// MaxSteps only truncates: the schedule spans the epoch cap, so a run cut
-	// short and resumed follows the same learning rates as one that was not.
-	sched := optim.Schedule{Base: cfg.LR, MinRatio: cfg.MinLRRatio, Warmup: int(math.Ceil(cfg.WarmupFrac * float64(total))), Total: total}
-	evalBatches := pack(evalIdx, lengths, cfg.MaxLength, max(cfg.BatchTokens, cfg.MaxLength))
-	args, err := json.Marshal(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("eagle3: encoding the arguments: %w", err)
-	}
-
-	ckpt := filepath.Join(out, CheckpointFile)
-	st := &optim.TrainState{Buffers: []optim.Param{{Name: "best", Data: best}}}
-	var extra trainExtra
-	if cfg.Resume {
-		check := func(saved json.RawMessage) error { return sameArgs(saved, cfg) }
-		if _, err := optim.Resume(ckpt, opt, st, check, &extra); err != nil {
-			return nil, fmt.Errorf("eagle3: %w", err)
-		}
-	}
-	metrics, err := optim.OpenMetrics(filepath.Join(out, MetricsFile), int(opt.StepCount), cfg.Resume)
-	if err != nil {
-		return nil, fmt.Errorf("eagle3: %w", err)
-	}
-	defer metrics.Close()
-	logLine := func(v any) error {
-		if err := metrics.Write(v); err != nil {
-			return fmt.Errorf("eagle3: %w", err)
-		}
-		return nil
-	}
-	save := func() error {
-		st.Args = args
-		b, err := json.Marshal(extra)
-		if err != nil {
-			return fmt.Errorf("eagle3: encoding trainer state: %w", err)
-		}
-		st.Extra = b
-		return optim.SaveCheckpoint(ckpt, opt, st)
-	}
-
-	start := time.Now()
-	// eval evaluates the current weights, keeps them when they are the best so
-	// far, logs the result and updates the early-stopping count.
-	eval := func(epoch int) (*EvalMetrics, error) {
-		em, err := evaluate(n, ds, evalBatches)
-		if err != nil {
-			return nil, err
-		}
-		em.Epoch, em.Step, em.ElapsedSec = epoch+1, int(opt.StepCount), time.Since(start).Seconds()
-		if extra.LossCount > 0 {
-			em.TrainLoss = extra.LossSum / float64(extra.LossCount)
-		}
-		extra.LossSum, extra.LossCount, extra.LastEval = 0, 0, em.Step
-		if !extra.HaveBest || em.Loss < extra.Best {
-			extra.Best, extra.HaveBest, extra.Bad = em.Loss, true, 0
-			em.BestSoFar = true
-			copy(best, p.All)
-			e := em
-			extra.BestEval = &e
-		} else {
-			extra.Bad++
-		}
-		if err := logLine(map[string]any{"kind": "eval", "epoch": em.Epoch, "step": em.Step, "loss": em.Loss, "step_loss": em.StepLoss,
-			"accuracy": em.Accuracy, "accept_length": em.AcceptLen, "train_loss": em.TrainLoss, "best": em.BestSoFar, "elapsed_s": em.ElapsedSec}); err != nil {
-			return nil, err
-		}
-		if cfg.Progress != nil {
-			e := em
-			cfg.Progress(Progress{Epoch: epoch, Step: em.Step, TotalSteps: total, Loss: em.Loss, LR: sched.LR(em.Step), Eval: &e})
-		}
-		return &em, nil
-	}
-	finish := func(reason string) (*Result, error) {
-		// The checkpoint keeps the current weights (a max-steps run may be
-		// resumed); the export holds the best ones.
-		extra.Done = reason != "max-steps"
-		if err := save(); err != nil {
-			return nil, err
-		}
-		if extra.HaveBest {
-			copy(p.All, best)
-		}
-		res := &Result{Best: extra.BestEval, Steps: int(opt.StepCount), Epochs: min(st.Epoch+1, cfg.Epochs), Stopped: reason,
-			Vocab: voc, Geometry: g, ExportDir: filepath.Join(out, ExportDir)}
-		if err := deagle3.Export(res.ExportDir, g, p, voc, cfg.Export); err != nil {
-			return nil, err
-		}
-		format := cfg.Export.Format
-		if format == "" {
-			format = deagle3.FormatNative
-		}
-		var layers []int
-		if !cfg.Export.DefaultLayers {
-			layers = cfg.Export.LayerIDs
-		}
-		manifests := cfg.Provenance.DataManifests
-		if manifests == nil {
-			manifests = map[string]string{}
-		}
-		if err := atomicfile.WriteJSON(filepath.Join(out, ProvenanceFile), provenance{
-			Method: string(deagle3.Kind), Formats: []string{ExportDir}, Format: format,
-			Hidden: g.Hidden, Vocab: g.Vocab, DraftVocab: g.DraftVocab, DraftVocabSeen: voc.Seen, TTTSteps: cfg.Steps,
-			FeatureLayers: layers, DefaultLayers: cfg.Export.DefaultLayers,
-			BaseModel: cfg.Provenance.BaseModel, TargetFingerprint: cfg.Provenance.TargetFingerprint, DataManifests: manifests,
-			Args: cfg.Provenance.Args, Steps: res.Steps, Stopped: reason, Metrics: extra.BestEval,
-		}); err != nil {
-			return nil, err
-		}
-		return res, nil
-	}
-	if extra.Done {
-		return finish("resumed-complete")
-	}
-
-	flopsTok := FLOPsPerToken(g, cfg.Steps)
-	for ; st.Epoch < cfg.Epochs; st.Epoch, st.Cursor = st.Epoch+1, 0 {
-		epoch := st.Epoch
-		batches := epochBatches(epoch)
-		for ; st.Cursor < len(batches); st.Cursor++ {
-			step := int(opt.StepCount)
-			if cfg.MaxSteps > 0 && step >= cfg.MaxSteps {
-				return finish("max-steps")
-			}
-			if err := ctx.Err(); err != nil {
-				if serr := save(); serr != nil {
-					return nil, errors.Join(err, serr)
-				}
-				return nil, fmt.Errorf("eagle3: training stopped at step %d, checkpoint written to %s (resume to continue): %w", step, ckpt, err)
-			}
-			t0 := time.Now()
-			if err := fillBatch(n, ds, batches[st.Cursor], &smp); err != nil {
-				return nil, err
-			}
-			opt.ZeroGrad()
-			loss := n.forward(true)
-			if math.IsNaN(loss) || math.IsInf(loss, 0) {
-				return nil, fmt.Errorf("eagle3: training loss became %v at step %d (lower the learning rate)", loss, step)
-			}
-			n.backward()
-			gnorm := optim.ClipGradNorm(params, cfg.ClipNorm)
-			lr := sched.LR(step)
-			opt.Step(lr)
-			step++
-			extra.LossSum += loss
-			extra.LossCount++
-			tps := float64(n.rows) / time.Since(t0).Seconds()
-			if cfg.LogEvery > 0 && step%cfg.LogEvery == 0 {
-				acc := make([]float64, cfg.Steps)
-				for k := range acc {
-					acc[k] = ratio(n.correctK[k], n.maskedK[k])
-				}
-				if err := logLine(map[string]any{"kind": "train", "epoch": epoch, "step": step, "loss": loss, "lr": lr,
-					"grad_norm": gnorm, "accuracy": acc, "tokens": n.rows, "tokens_per_s": tps, "gflops": flopsTok * tps / 1e9}); err != nil {
-					return nil, err
-				}
-			}
-			if cfg.Progress != nil {
-				cfg.Progress(Progress{Epoch: epoch, Step: step, TotalSteps: total, Loss: loss, LR: lr, TokensPerSec: tps})
-			}
-			evalNow := step%max(cfg.EvalEvery, 1) == 0
-			if cfg.EvalEvery == 0 {
-				evalNow = st.Cursor == len(batches)-1
-			}
-			if evalNow {
-				if _, err := eval(epoch); err != nil {
-					return nil, err
-				}
-				if cfg.Patience > 0 && extra.Bad >= cfg.Patience {
-					st.Cursor++
-					return finish("early-stop")
-				}
-			}
-			// Checkpoints come after the step's evaluation, so one written at
-			// step s holds everything up to and including step s.
-			if evalNow || (cfg.CheckpointEvery > 0 && step%cfg.CheckpointEvery == 0) {
-				st.Cursor++ // the batch is done: a resume starts at the next
-				err := save()
-				st.Cursor--
-				if err != nil {
-					return nil, err
-				}
-			}
-		}
-	}
-	st.Epoch = cfg.Epochs - 1
-	if extra.LastEval != int(opt.StepCount) {
-		// A final evaluation so the last weights compete for "best".
-		if _, err := eval(st.Epoch); err != nil {
-			return nil, err
-		}
-	}
-	return finish("max-epochs")
+	t.evalBatches = pack(t.evalIdx, t.lengths, cfg.MaxLength, max(cfg.BatchTokens, cfg.MaxLength))
+	t.flops = FLOPsPerToken(g, cfg.Steps)
+	return t, nil
 }
 
-// sameArgs rejects a resume whose training arguments differ from the
-// checkpoint's. Resume, the step cap, the checkpoint and log intervals may
-// change: they do not alter the trained weights. A draft width equal to the
-// target's is the same setting as none (checkpoints made before the width
-// was a setting record none).
-func sameArgs(saved json.RawMessage, cfg Config) error {
-	var old Config
-	if err := json.Unmarshal(saved, &old); err != nil {
-		return fmt.Errorf("decoding the saved arguments: %w", err)
+// epochBatches packs epoch's seeded order of the training samples greedily
+// by tokens.
+func (t *trainer) epochBatches(epoch int) [][]int {
+	order := append([]int(nil), t.trainIdx...)
+	rand.New(rand.NewPCG(t.cfg.Seed, uint64(epoch)+2)).Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
+	return pack(order, t.lengths, t.cfg.MaxLength, t.cfg.BatchTokens)
+}
+
+// Params lists the layer's tensors under their native names.
+func (t *trainer) Params() []optim.Param { return t.params }
+
+// Plan: the packed batches of each epoch, a warm-up of WarmupFrac of them
+// all, always held-out samples.
+func (t *trainer) Plan() loop.Plan {
+	total := 0
+	for _, n := range t.epochSteps {
+		total += n
 	}
-	width := cfg.Target.Geometry.Intermediate
-	for _, c := range []*Config{&old, &cfg} {
-		c.Resume, c.MaxSteps, c.CheckpointEvery, c.LogEvery = false, 0, 0, 0
-		if c.Intermediate == width { // the target's width, given or not
-			c.Intermediate = 0
-		}
-		if c.TargetTemperature == 1 { // 1, given or not
-			c.TargetTemperature = 0
-		}
-	}
-	a, _ := json.Marshal(old)
-	b, _ := json.Marshal(cfg)
-	if string(a) != string(b) {
-		return fmt.Errorf("the arguments differ from the checkpoint's (saved %s, now %s)", a, b)
-	}
+	return loop.Plan{EpochSteps: t.epochSteps, Warmup: int(math.Ceil(t.cfg.WarmupFrac * float64(total))), HeldOut: true,
+		AdamW: optim.AdamWConfig{Beta1: 0.9, Beta2: t.cfg.Beta2, Eps: 1e-8, WeightDecay: t.cfg.WeightDecay}}
+}
+
+// Seek packs epoch's batches and starts at batch pos.Cursor.
+func (t *trainer) Seek(epoch int, pos loop.Position) error {
+	t.batches, t.cursor = t.epochBatches(epoch), pos.Cursor
 	return nil
+}
+
+// Next reads the next batch's samples into the net.
+func (t *trainer) Next() (bool, error) {
+	if t.cursor >= len(t.batches) {
+		return false, nil
+	}
+	if err := fillBatch(t.n, t.ds, t.batches[t.cursor], &t.smp); err != nil {
+		return false, err
+	}
+	t.cursor++
+	return true, nil
+}
+
+// Position is the batch after the one read.
+func (t *trainer) Position() loop.Position { return loop.Position{Cursor: t.cursor} }
+
+// Step runs the unrolled draft forward and, when its loss is finite,
+// backward.
+func (t *trainer) Step() (float64, int) {
+	loss := t.n.forward(true)
+	if !math.IsNaN(loss) && !math.IsInf(loss, 0) {
+		t.n.backward()
+	}
+	return loss, t.n.rows
+}
+
+// Evaluate runs the held-out batches (EvalMetrics).
+func (t *trainer) Evaluate(e loop.Eval) (*EvalMetrics, error) {
+	em, err := evaluate(t.n, t.ds, t.evalBatches)
+	if err != nil {
+		return nil, err
+	}
+	em.Epoch, em.Step, em.ElapsedSec, em.TrainLoss = e.Epoch+1, e.Step, e.Elapsed.Seconds(), e.TrainLoss
+	return &em, nil
+}
+
+// TrainLine is a step's metrics.jsonl line, with the step's accuracies and
+// its throughput.
+func (t *trainer) TrainLine(s loop.StepStats) any {
+	acc := make([]float64, t.cfg.Steps)
+	for k := range acc {
+		acc[k] = ratio(t.n.correctK[k], t.n.maskedK[k])
+	}
+	tps := float64(s.Tokens) / s.Took.Seconds()
+	return map[string]any{"kind": "train", "epoch": s.Epoch, "step": s.Step, "loss": s.Loss, "lr": s.LR,
+		"grad_norm": s.GradNorm, "accuracy": acc, "tokens": s.Tokens, "tokens_per_s": tps, "gflops": t.flops * tps / 1e9}
+}
+
+// Export writes the draft into job.Out's eagle3/ folder, and drafter.json.
+func (t *trainer) Export(job *loop.Job, r *loop.Result[*EvalMetrics]) error {
+	cfg, g, voc := t.cfg, t.g, t.voc
+	if err := deagle3.Export(filepath.Join(job.Out, ExportDir), g, t.p, voc, cfg.Export); err != nil {
+		return err
+	}
+	format := cfg.Export.Format
+	if format == "" {
+		format = deagle3.FormatNative
+	}
+	var layers []int
+	if !cfg.Export.DefaultLayers {
+		layers = cfg.Export.LayerIDs
+	}
+	p := job.Provenance
+	manifests := p.DataManifests
+	if manifests == nil {
+		manifests = map[string]string{}
+	}
+	return atomicfile.WriteJSON(filepath.Join(job.Out, ProvenanceFile), provenance{
+		Method: string(deagle3.Kind), Formats: []string{ExportDir}, Format: format,
+		Hidden: g.Hidden, Vocab: g.Vocab, DraftVocab: g.DraftVocab, DraftVocabSeen: voc.Seen, TTTSteps: cfg.Steps,
+		FeatureLayers: layers, DefaultLayers: cfg.Export.DefaultLayers,
+		BaseModel: p.BaseModel, TargetFingerprint: p.TargetFingerprint, DataManifests: manifests,
+		Args: p.Args, Steps: r.Steps, Stopped: r.Stopped, Metrics: r.Best,
+	})
 }
 
 // pack splits samples (in the given order) into batches of at most batch

@@ -10,16 +10,6 @@ import (
 	"github.com/drafter-ai/drafter/train/dataset"
 )
 
-// Target is what the trainer needs of the frozen target model: its geometry
-// (Hidden, heads, ... of the draft layer; DraftVocab is filled in by the
-// trainer), its input embedding [V, H] and its lm_head [V, H] (the embedding
-// again when the target ties them).
-type Target struct {
-	Geometry deagle3.Geometry
-	Embed    []float32
-	LMHead   []float32
-}
-
 // stepAct holds what one unrolled step keeps for its backward pass: the
 // layer's activations (deagle3.Acts; Acts.H is the step's hidden input, fc's
 // output or the previous step's Out) and the step's rows.

@@ -12,12 +12,13 @@ import (
 	"github.com/drafter-ai/drafter/pkg/model"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 	"github.com/drafter-ai/drafter/train/dataset"
+	"github.com/drafter-ai/drafter/train/loop"
 )
 
 // stories260kData generates n samples from the bundled stories260k model: BOS,
 // `prompt` tokens sampled at temperature 1 (not trained on), then `response`
 // greedy tokens, with the final post-norm hidden states of a teacher-forced pass.
-func stories260kData(t *testing.T, n, prompt, response int, seed uint64) (*dataset.Memory, Target) {
+func stories260kData(t *testing.T, n, prompt, response int, seed uint64) (*dataset.Memory, []float32) {
 	t.Helper()
 	dir := "../../models/stories260k"
 	if _, err := os.Stat(dir); err != nil {
@@ -29,7 +30,7 @@ func stories260kData(t *testing.T, n, prompt, response int, seed uint64) (*datas
 		t.Fatal(err)
 	}
 	cfg := m.Config
-	H, V, L := cfg.HiddenSize, cfg.VocabSize, cfg.NumLayers
+	H, L := cfg.HiddenSize, cfg.NumLayers
 	r := rand.New(rand.NewPCG(seed, 3))
 	d := &dataset.Memory{H: H}
 	T := 1 + prompt + response
@@ -86,7 +87,7 @@ func stories260kData(t *testing.T, n, prompt, response int, seed uint64) (*datas
 		}
 		d.Samples = append(d.Samples, s)
 	}
-	return d, Target{Vocab: V, LMHead: m.LMHead}
+	return d, m.LMHead
 }
 
 // TestCalibrateStories260k is the calibration experiment behind the defaults:
@@ -107,10 +108,10 @@ func TestCalibrateStories260k(t *testing.T) {
 	if v, err := strconv.Atoi(os.Getenv("DRAFTER_CALIBRATE_EPOCHS")); err == nil {
 		cfg.MaxEpochs = v
 	}
-	init, _ := dmedusa.NewHeads(dmedusa.Geometry{Hidden: data.H, Vocab: target.Vocab, Heads: cfg.Heads, Layers: cfg.Layers}, target.LMHead, false)
+	init, _ := dmedusa.NewHeads(dmedusa.Geometry{Hidden: data.H, Vocab: len(target) / data.H, Heads: cfg.Heads, Layers: cfg.Layers}, target, false)
 	base := evalHeads(t, init, data, cfg)
 	t.Logf("untrained: loss %.3f top1 %.3v", base.Loss, base.Top1)
-	res, err := Train(context.Background(), cfg, target, data, tensor.CPU(), t.TempDir())
+	res, err := Train(context.Background(), cfg, target, data, tensor.CPU(), &loop.Job{Out: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

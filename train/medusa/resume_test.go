@@ -9,13 +9,14 @@ import (
 	"testing"
 
 	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/train/loop"
 )
 
 // TestResumeBitIdentical: a run cut at step k (by MaxSteps, or by cancelling
 // its context) and resumed ends with exactly the weights of an uninterrupted run.
 func TestResumeBitIdentical(t *testing.T) {
 	data, st := synthData(3, 16, 32, 60, 3, 20)
-	target := Target{Vocab: st.V, LMHead: st.LM}
+	target := st.LM // the target's lm_head
 	cfg := DefaultConfig()
 	cfg.BatchTokens = 128
 	cfg.MaxEpochs = 20
@@ -25,7 +26,7 @@ func TestResumeBitIdentical(t *testing.T) {
 	cfg.LogEvery = 1
 	be := tensor.CPU()
 
-	full, err := Train(context.Background(), cfg, target, data, be, t.TempDir())
+	full, err := Train(context.Background(), cfg, target, data, be, &loop.Job{Out: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +56,7 @@ func TestResumeBitIdentical(t *testing.T) {
 		t.Fatalf("uninterrupted run (%s, best at step %v of %d) does not exercise early stopping", full.Stopped, full.Best, full.Steps)
 	}
 	cut.MaxSteps = full.Best.Step + 2
-	part, err := Train(context.Background(), cut, target, data, be, dir)
+	part, err := Train(context.Background(), cut, target, data, be, &loop.Job{Out: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +65,7 @@ func TestResumeBitIdentical(t *testing.T) {
 	}
 	res := cfg
 	res.Resume = true
-	got, err := Train(context.Background(), res, target, data, be, dir)
+	got, err := Train(context.Background(), res, target, data, be, &loop.Job{Out: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,14 +80,14 @@ func TestResumeBitIdentical(t *testing.T) {
 			cancel()
 		}
 	}
-	_, err = Train(ctx, cc, target, data, be, dir)
+	_, err = Train(ctx, cc, target, data, be, &loop.Job{Out: dir})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled run returned %v", err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, CheckpointFile)); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, loop.CheckpointFile)); err != nil {
 		t.Fatalf("no checkpoint after cancellation: %v", err)
 	}
-	got, err = Train(context.Background(), res, target, data, be, dir)
+	got, err = Train(context.Background(), res, target, data, be, &loop.Job{Out: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +96,7 @@ func TestResumeBitIdentical(t *testing.T) {
 	// Resuming with different arguments is refused.
 	bad := res
 	bad.LR *= 2
-	if _, err := Train(context.Background(), bad, target, data, be, dir); err == nil {
+	if _, err := Train(context.Background(), bad, target, data, be, &loop.Job{Out: dir}); err == nil {
 		t.Fatal("resume with a different learning rate accepted")
 	}
 }
@@ -108,7 +109,7 @@ func TestTrainAutoBatchAndEpochs(t *testing.T) {
 	cfg.MaxSteps = 2
 	var total int
 	cfg.Progress = func(p Progress) { total = p.TotalSteps }
-	res, err := Train(context.Background(), cfg, Target{Vocab: st.V, LMHead: st.LM}, data, tensor.CPU(), t.TempDir())
+	res, err := Train(context.Background(), cfg, st.LM, data, tensor.CPU(), &loop.Job{Out: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

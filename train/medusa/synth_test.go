@@ -9,6 +9,7 @@ import (
 	dmedusa "github.com/drafter-ai/drafter/pkg/drafters/medusa"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 	"github.com/drafter-ai/drafter/train/dataset"
+	"github.com/drafter-ai/drafter/train/loop"
 )
 
 // synthTarget is a tiny random frozen "language model": a recurrent state
@@ -121,7 +122,7 @@ func TestTrainLearnsSyntheticTarget(t *testing.T) {
 		}
 	}
 	dir := t.TempDir()
-	res, err := Train(context.Background(), cfg, Target{Vocab: st.V, LMHead: st.LM}, data, tensor.CPU(), dir)
+	res, err := Train(context.Background(), cfg, st.LM, data, tensor.CPU(), &loop.Job{Out: dir})
 	if err != nil {
 		t.Fatal(err)
 	}

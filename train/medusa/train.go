@@ -1,25 +1,23 @@
 // Package medusa trains Medusa-1 heads (pkg/drafters/medusa) on a frozen
-// target's final hidden states: it packs captured positions into batches,
-// computes the heads' weighted cross-entropy and its gradient, and runs the
-// training loop (schedule, held-out evaluation, early stopping, checkpoints
-// and resume). The heads, their export layouts and their proposer live in
-// pkg/drafters/medusa.
+// target's final hidden states: it packs captured positions into batches
+// (batch.go), computes the heads' weighted cross-entropy and its gradient
+// (step.go) and their held-out chain acceptance (heldout.go), and trains
+// with the shared loop (train/loop), which owns the schedule, checkpoints,
+// resume, evaluation cadence and early stopping. The heads, their export
+// layouts and their proposer live in pkg/drafters/medusa.
 package medusa
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
-	"math/rand/v2"
-	"os"
-	"path/filepath"
-	"time"
 
 	dmedusa "github.com/drafter-ai/drafter/pkg/drafters/medusa"
+	"github.com/drafter-ai/drafter/pkg/safetensors"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 	"github.com/drafter-ai/drafter/train/dataset"
+	"github.com/drafter-ai/drafter/train/loop"
 	"github.com/drafter-ai/drafter/train/optim"
 )
 
@@ -47,13 +45,20 @@ type Config struct {
 	HeldOut   float64 `json:"held_out"`   // fraction of samples held out for evaluation
 	Seed      uint64  `json:"seed"`
 
-	CheckpointEvery int  `json:"checkpoint_every"` // steps between checkpoints; 0 = at evaluations only
-	Resume          bool `json:"resume"`           // continue from OutDir/checkpoint.safetensors when present
+	CheckpointEvery int  `json:"checkpoint_every"` // steps between checkpoints besides those at evaluations; 0 = at evaluations only
+	Resume          bool `json:"resume"`           // continue from the checkpoint in the output folder when present
 	LogEvery        int  `json:"log_every"`        // steps between metrics.jsonl training lines
 
-	// Progress, when set, is called after every step (not serialised).
+	// DType is the export's dtype: F32 (when empty), BF16 or F16 (not
+	// recorded: it does not change the training).
+	DType safetensors.DType `json:"-"`
+	// Progress, when set, is called after every step and evaluation (not
+	// recorded).
 	Progress func(Progress) `json:"-"`
 }
+
+// Progress is reported after every step and evaluation.
+type Progress = loop.Progress[*Metrics]
 
 // DefaultConfig returns the defaults: 4 heads of 3 blocks, decay 0.8, AdamW at
 // lr 1e-2 with 2% warm-up and a cosine down to 10%, clip 1.0, 5% of the
@@ -154,22 +159,6 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// Target is what training needs from the frozen target model.
-type Target struct {
-	Vocab  int
-	LMHead []float32 // [Vocab, Hidden]: lm_head.weight, or the embedding when tied
-}
-
-// Progress is reported after every optimiser step.
-type Progress struct {
-	Step, TotalSteps int     // TotalSteps is the cap (early stopping may end sooner)
-	Epoch            int     // 0-based
-	Loss             float64 // this step's training loss
-	TokensPerSec     float64 // positions per second, averaged since the run (re)started
-	ETA              time.Duration
-	Eval             *Metrics // set on steps that ran an evaluation
-}
-
 // Metrics is one held-out evaluation.
 type Metrics struct {
 	Step       int       `json:"step"`
@@ -193,16 +182,37 @@ type Metrics struct {
 	ChainSteps int     `json:"chain_steps"`
 }
 
-// Result is what Train returns.
+// Result is what Train returns: the loop's result (Best is the evaluation
+// of the returned heads, nil without a held-out set), and the heads.
 type Result struct {
-	Heads   *dmedusa.Heads // the best heads (highest held-out chain acceptance, then lowest loss), or the last when nothing is held out
-	Best    *Metrics       // evaluation of the returned heads (nil without a held-out set)
-	Steps   int            // optimiser steps taken
-	Epochs  int            // epochs started
-	Stopped string         // why training ended: "early-stop", "max-epochs", "max-steps"
+	loop.Result[*Metrics]
+	// Heads are the best heads (highest held-out chain acceptance, then
+	// lowest loss), or the last when nothing is held out.
+	Heads *dmedusa.Heads
 	// BatchTokens and MaxEpochs are the batch and epoch cap the run used
 	// (Config's, or chosen from the data where Config has 0).
 	BatchTokens, MaxEpochs int
+}
+
+// Better reports whether evaluation m beats b: a higher held-out chain
+// acceptance, or an equal one with a lower loss. The chain acceptance is
+// what the drafter is for; on small data the held-out loss of these heads
+// stops falling (their confidence grows on what they get wrong) long before
+// their top-1 accuracy stops rising.
+func (m *Metrics) Better(b *Metrics) bool {
+	if m.Chain != b.Chain {
+		return m.Chain > b.Chain
+	}
+	return m.Loss < b.Loss
+}
+
+// Record returns the evaluation as its metrics.jsonl line.
+func (m *Metrics) Record(best bool) any { return m }
+
+// Summary describes the evaluation for the progress report.
+func (m *Metrics) Summary() string {
+	return fmt.Sprintf("eval step %d: loss %.4f  top-1 %s  top-5 %s  acceptance %.3f  chain %.3f",
+		m.Step, m.Loss, loop.FormatFloats(m.Top1), loop.FormatFloats(m.Top5), m.Acceptance, m.Chain)
 }
 
 // Acceptance returns 1 + sum_k prod_{j<=k} top1[j], the expected number of
@@ -217,140 +227,63 @@ func Acceptance(top1 []float64) float64 {
 	return a
 }
 
-// sampleOrder returns a permutation of [0,n) for the given stream; each epoch
-// draws its own from (seed, epoch), so a resumed run rebuilds it exactly.
-func sampleOrder(n int, seed, stream uint64) []int {
-	p := rand.New(rand.NewPCG(seed, stream)).Perm(n)
-	return p
-}
-
-const heldOutStream = 0x6d656475 // "medu": the stream of the held-out split
-
-// positions reads samples in order and packs their positions into batches.
-type positions struct {
-	data   dataset.Dataset
-	heads  int
-	hidden int
-	vocab  int
-	order  []int
-	cursor int // next sample in order
-	offset int // next position within it
-	loaded int // order index of the sample in cur, -1 if none
-	cur    dataset.Sample
-	// When non-nil (evaluation), rowT and rowS receive each row's position in
-	// its sample and the sample's index in order; capacity rows each.
-	rowT, rowS []int32
-}
-
-// useful reports whether some head has a target at position t.
-func useful(s *dataset.Sample, t, heads int) bool {
-	for h := 0; h < heads; h++ {
-		if j := t + h + 2; j < len(s.Tokens) && s.LossMask[j] {
-			return true
-		}
-	}
-	return false
-}
-
-// fill packs up to b capacity positions into b; it returns false at the end of
-// the order.
-func (p *positions) fill(b *Batch, capacity int) (bool, error) {
-	b.Rows = 0
-	H := p.hidden
-	for b.Rows < capacity && p.cursor < len(p.order) {
-		if p.loaded != p.cursor {
-			i := p.order[p.cursor]
-			if err := p.data.Sample(i, &p.cur, dataset.Final); err != nil {
-				return false, fmt.Errorf("medusa: reading sample %d: %w", i, err)
-			}
-			if err := dataset.Check(i, &p.cur, dataset.Final, H, p.vocab); err != nil {
-				return false, fmt.Errorf("medusa: %w", err)
-			}
-			p.loaded = p.cursor
-		}
-		s := &p.cur
-		T := len(s.Tokens)
-		for ; p.offset < T && b.Rows < capacity; p.offset++ {
-			t := p.offset
-			if !useful(s, t, p.heads) {
-				continue
-			}
-			r := b.Rows
-			if p.rowT != nil {
-				p.rowT[r], p.rowS[r] = int32(t), int32(p.cursor)
-			}
-			copy(b.X[r*H:(r+1)*H], s.Final[t*H:(t+1)*H])
-			for h := 0; h < p.heads; h++ {
-				tg := int32(-1)
-				if j := t + h + 2; j < T && s.LossMask[j] {
-					tg = s.Tokens[j]
-				}
-				b.Targets[h][r] = tg
-			}
-			b.Rows++
-		}
-		if p.offset >= T {
-			p.cursor++
-			p.offset = 0
-		}
-	}
-	return b.Rows > 0, nil
-}
-
-// countPositions returns the number of positions with at least one target in
-// the listed samples, reading tokens and masks only.
-func countPositions(data dataset.Dataset, idx []int, heads, hidden, vocab int) (int, error) {
-	var s dataset.Sample
-	total := 0
-	for _, i := range idx {
-		if err := data.Sample(i, &s, dataset.TokensOnly); err != nil {
-			return 0, fmt.Errorf("medusa: reading sample %d: %w", i, err)
-		}
-		if err := dataset.Check(i, &s, dataset.TokensOnly, hidden, vocab); err != nil {
-			return 0, fmt.Errorf("medusa: %w", err)
-		}
-		for t := range s.Tokens {
-			if useful(&s, t, heads) {
-				total++
-			}
-		}
-	}
-	return total, nil
-}
-
-// trainExtra is the trainer-specific state saved in checkpoints.
-type trainExtra struct {
-	BestLoss  float64  `json:"best_loss"` // meaningful when HaveBest
-	HaveBest  bool     `json:"have_best"`
-	BadEvals  int      `json:"bad_evals"`
-	BestEval  *Metrics `json:"best_eval,omitempty"`
-	LastEval  int      `json:"last_eval_step"`
-	Completed bool     `json:"completed"`
-}
-
-// CheckpointFile is the name of the training checkpoint inside the output folder.
-const CheckpointFile = "checkpoint.safetensors"
-
-// MetricsFile is the name of the metrics log inside the output folder.
-const MetricsFile = "metrics.jsonl"
-
-// Train trains Medusa heads on data and returns the best heads. It writes
-// metrics.jsonl and periodic checkpoints into outDir (created if needed); the
-// exports are written separately by Export. When ctx is cancelled it writes a
+// Train trains Medusa heads on data with the shared loop (train/loop) and
+// exports the best ones into job.Out (dmedusa.Export, with cfg.DType and
+// job.Provenance). lmHead is the target's [vocab, hidden] output layer
+// (lm_head.weight, or the embedding when tied): the heads start from it, and
+// with cfg.SharedLMHead share it frozen. When ctx is cancelled it writes a
 // checkpoint and returns an error wrapping ctx.Err(); a later call with
 // cfg.Resume continues and ends bit-identical to an uninterrupted run.
-func Train(ctx context.Context, cfg Config, target Target, data dataset.Dataset, be tensor.Backend, outDir string) (*Result, error) {
+func Train(ctx context.Context, cfg Config, lmHead []float32, data dataset.Dataset, be tensor.Backend, job *loop.Job) (*Result, error) {
+	t, err := newTrainer(cfg, lmHead, data, be)
+	if err != nil {
+		return nil, err
+	}
+	lc := loop.Config[*Metrics]{Method: string(dmedusa.Kind), Settings: cfg, LR: cfg.LR, MinLRRatio: cfg.MinLRRatio, ClipNorm: cfg.ClipNorm,
+		MaxSteps: cfg.MaxSteps, Patience: cfg.Patience, EvalEvery: cfg.EvalEvery, CheckpointEvery: cfg.CheckpointEvery,
+		LogEvery: cfg.LogEvery, Resume: cfg.Resume, Progress: cfg.Progress}
+	r, err := loop.Run(ctx, lc, job, t)
+	if err != nil {
+		return nil, err
+	}
+	return &Result{Result: *r, Heads: t.heads, BatchTokens: t.batchTokens, MaxEpochs: t.maxEpochs}, nil
+}
+
+// trainer is the Medusa side of the loop (loop.Trainer).
+type trainer struct {
+	cfg     Config
+	be      tensor.Backend
+	data    dataset.Dataset
+	heads   *dmedusa.Heads
+	hidden  int
+	vocab   int
+	weights []float64 // per-head loss weights
+	ws      *Workspace
+	batch   *Batch
+	pos     *positions
+	ev      *evaluator
+
+	heldIdx, trainIdx      []int
+	batchTokens, maxEpochs int
+	stepsPerEpoch          int
+}
+
+// newTrainer builds the heads and splits the samples: a seeded held-out
+// share, the rest trained on, their positions counted to choose the batch
+// and the epoch cap where cfg leaves them to the data.
+func newTrainer(cfg Config, lmHead []float32, data dataset.Dataset, be tensor.Backend) (*trainer, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	H := data.Hidden()
-	g := dmedusa.Geometry{Hidden: H, Vocab: target.Vocab, Heads: cfg.Heads, Layers: cfg.Layers, SharedLMHead: cfg.SharedLMHead}
-	m, err := dmedusa.NewHeads(g, target.LMHead, true)
-	if err != nil {
-		return nil, err
+	if H <= 0 || len(lmHead)%H != 0 {
+		return nil, fmt.Errorf("medusa: the target lm_head has %d values, not a whole number of rows of the data's hidden size %d", len(lmHead), H)
 	}
-	if err := os.MkdirAll(outDir, 0o755); err != nil {
-		return nil, fmt.Errorf("medusa: creating output folder: %w", err)
+	t := &trainer{cfg: cfg, be: be, data: data, hidden: H, vocab: len(lmHead) / H}
+	g := dmedusa.Geometry{Hidden: H, Vocab: t.vocab, Heads: cfg.Heads, Layers: cfg.Layers, SharedLMHead: cfg.SharedLMHead}
+	var err error
+	if t.heads, err = dmedusa.NewHeads(g, lmHead, true); err != nil {
+		return nil, err
 	}
 	n := data.NumSamples()
 	if n == 0 {
@@ -364,8 +297,8 @@ func Train(ctx context.Context, cfg Config, target Target, data dataset.Dataset,
 	if nHeld >= n {
 		nHeld = n - 1
 	}
-	heldIdx, trainIdx := split[:nHeld], split[nHeld:]
-	trainPos, err := countPositions(data, trainIdx, cfg.Heads, H, target.Vocab)
+	t.heldIdx, t.trainIdx = split[:nHeld], split[nHeld:]
+	trainPos, err := countPositions(data, t.trainIdx, cfg.Heads, H, t.vocab)
 	if err != nil {
 		return nil, err
 	}
@@ -374,359 +307,81 @@ func Train(ctx context.Context, cfg Config, target Target, data dataset.Dataset,
 	}
 	// The automatic batch and epoch cap depend on the data only, so a resumed
 	// run (same data, same arguments) derives the same ones.
-	batchTokens, maxEpochs := cfg.BatchTokens, cfg.MaxEpochs
-	if batchTokens == 0 {
-		batchTokens = AutoBatchTokens(trainPos)
+	t.batchTokens, t.maxEpochs = cfg.BatchTokens, cfg.MaxEpochs
+	if t.batchTokens == 0 {
+		t.batchTokens = AutoBatchTokens(trainPos)
 	}
-	if maxEpochs == 0 {
-		maxEpochs = AutoEpochs(trainPos)
+	if t.maxEpochs == 0 {
+		t.maxEpochs = AutoEpochs(trainPos)
 	}
-	stepsPerEpoch := (trainPos + batchTokens - 1) / batchTokens
-	totalSteps := stepsPerEpoch * maxEpochs
-	// MaxSteps only truncates: the schedule spans the epoch cap, so a run cut
-	// short and resumed follows the same learning rates as one that was not.
-	warmup := cfg.WarmupSteps
+	t.stepsPerEpoch = (trainPos + t.batchTokens - 1) / t.batchTokens
+	t.weights = Weights(cfg.Heads, cfg.Decay)
+	t.ws = NewWorkspace(t.heads, t.batchTokens, 0)
+	t.batch = &Batch{X: make([]float32, t.batchTokens*H), Targets: make([][]int32, cfg.Heads)}
+	for h := range t.batch.Targets {
+		t.batch.Targets[h] = make([]int32, t.batchTokens)
+	}
+	t.pos = &positions{data: data, heads: cfg.Heads, hidden: H, vocab: t.vocab, loaded: -1}
+	t.ev = newEvaluator(t.batchTokens)
+	return t, nil
+}
+
+// Params lists the heads' trainable tensors under their vLLM names.
+func (t *trainer) Params() []optim.Param { return params(t.heads) }
+
+// Plan: every epoch packs the same training positions, so it has the same
+// number of batches; the warm-up is cfg's, or 2% of the scheduled steps.
+func (t *trainer) Plan() loop.Plan {
+	steps := make([]int, t.maxEpochs)
+	for e := range steps {
+		steps[e] = t.stepsPerEpoch
+	}
+	warmup := t.cfg.WarmupSteps
 	if warmup < 0 {
-		warmup = int(math.Ceil(0.02 * float64(totalSteps)))
-	}
-	sched := optim.Schedule{Base: cfg.LR, MinRatio: cfg.MinLRRatio, Warmup: warmup, Total: totalSteps}
-	evalEvery := cfg.EvalEvery
-	if evalEvery == 0 {
-		evalEvery = stepsPerEpoch
+		warmup = int(math.Ceil(0.02 * float64(t.stepsPerEpoch*t.maxEpochs)))
 	}
 	ac := optim.DefaultAdamW()
-	ac.WeightDecay = cfg.WeightDecay
-	params := params(m)
-	opt, err := optim.NewAdamW(params, ac)
-	if err != nil {
-		return nil, err
-	}
-	weights := Weights(cfg.Heads, cfg.Decay)
-	ws := NewWorkspace(m, batchTokens, 0)
-	batch := &Batch{X: make([]float32, batchTokens*H), Targets: make([][]int32, cfg.Heads)}
-	for h := range batch.Targets {
-		batch.Targets[h] = make([]int32, batchTokens)
-	}
-	best := make([]float32, len(m.ParamData()))
-	copy(best, m.ParamData())
-	args, err := json.Marshal(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("medusa: encoding arguments: %w", err)
-	}
-
-	ex := trainExtra{}
-	st := &optim.TrainState{Buffers: []optim.Param{{Name: "best", Data: best}}}
-	ckptPath := filepath.Join(outDir, CheckpointFile)
-	if cfg.Resume {
-		check := func(saved json.RawMessage) error { return sameArgs(saved, cfg) }
-		if _, err := optim.Resume(ckptPath, opt, st, check, &ex); err != nil {
-			return nil, fmt.Errorf("medusa: %w", err)
-		}
-	}
-	metrics, err := optim.OpenMetrics(filepath.Join(outDir, MetricsFile), int(opt.StepCount), cfg.Resume)
-	if err != nil {
-		return nil, fmt.Errorf("medusa: %w", err)
-	}
-	defer metrics.Close()
-
-	save := func() error {
-		st.Args = args
-		var err error
-		if st.Extra, err = json.Marshal(ex); err != nil {
-			return fmt.Errorf("medusa: encoding trainer state: %w", err)
-		}
-		return optim.SaveCheckpoint(ckptPath, opt, st)
-	}
-	ev := newEvaluator(batchTokens)
-	eval := func(step, epoch int) (*Metrics, error) {
-		return ev.evaluate(be, ws, batch, data, heldIdx, cfg.Heads, H, target.Vocab, weights, step, epoch)
-	}
-
-	res := &Result{Heads: m, BatchTokens: batchTokens, MaxEpochs: maxEpochs}
-	step := int(opt.StepCount)
-	start := time.Now()
-	startStep := step
-	tokens := 0
-	finish := func(reason string) (*Result, error) {
-		res.Stopped, res.Steps, res.Epochs = reason, step, st.Epoch+1
-		// The checkpoint keeps the current weights (a max-steps run may be
-		// resumed); the returned heads are the best ones.
-		ex.Completed = reason != "max-steps"
-		if err := save(); err != nil {
-			return nil, err
-		}
-		if nHeld > 0 && ex.HaveBest {
-			copy(m.ParamData(), best)
-			res.Best = ex.BestEval
-		}
-		return res, nil
-	}
-	if ex.Completed {
-		return finish("resumed-complete")
-	}
-	pos := &positions{data: data, heads: cfg.Heads, hidden: H, vocab: target.Vocab, loaded: -1}
-	for ; st.Epoch < maxEpochs; st.Epoch, st.Cursor, st.Offset = st.Epoch+1, 0, 0 {
-		order := sampleOrder(len(trainIdx), cfg.Seed, uint64(st.Epoch)+1)
-		for i, o := range order {
-			order[i] = trainIdx[o]
-		}
-		pos.order, pos.cursor, pos.offset, pos.loaded = order, st.Cursor, st.Offset, -1
-		for {
-			if cfg.MaxSteps > 0 && step >= cfg.MaxSteps {
-				return finish("max-steps")
-			}
-			if err := ctx.Err(); err != nil {
-				if serr := save(); serr != nil {
-					return nil, errors.Join(err, serr)
-				}
-				return nil, fmt.Errorf("medusa: training stopped at step %d, checkpoint written to %s (resume to continue): %w", step, ckptPath, err)
-			}
-			ok, err := pos.fill(batch, batchTokens)
-			if err != nil {
-				return nil, err
-			}
-			if !ok {
-				break
-			}
-			st.Cursor, st.Offset = pos.cursor, pos.offset
-			m.ZeroGrad()
-			loss := ws.TrainStep(be, batch, weights)
-			if math.IsNaN(loss) || math.IsInf(loss, 0) {
-				return nil, fmt.Errorf("medusa: training loss became %v at step %d (lower the learning rate)", loss, step)
-			}
-			norm := optim.ClipGradNorm(params, cfg.ClipNorm)
-			lr := sched.LR(step)
-			opt.Step(lr)
-			step++
-			tokens += batch.Rows
-
-			p := Progress{Step: step, TotalSteps: totalSteps, Epoch: st.Epoch, Loss: loss}
-			if el := time.Since(start).Seconds(); el > 0 {
-				p.TokensPerSec = float64(tokens) / el
-				p.ETA = time.Duration(float64(totalSteps-step) * el / float64(step-startStep) * float64(time.Second))
-			}
-			if cfg.LogEvery > 0 && step%cfg.LogEvery == 0 {
-				if err := metricsWrite(metrics, map[string]any{"step": step, "epoch": st.Epoch, "loss": loss, "lr": lr, "grad_norm": norm, "tokens_per_sec": p.TokensPerSec}); err != nil {
-					return nil, err
-				}
-			}
-			stop := false
-			if nHeld > 0 && step%evalEvery == 0 {
-				mt, err := eval(step, st.Epoch)
-				if err != nil {
-					return nil, err
-				}
-				p.Eval = mt
-				ex.LastEval = step
-				if !ex.HaveBest || better(mt, ex.BestEval) {
-					ex.BestLoss, ex.HaveBest, ex.BadEvals, ex.BestEval = mt.Loss, true, 0, mt
-					copy(best, m.ParamData())
-				} else {
-					ex.BadEvals++
-				}
-				if err := metricsWrite(metrics, mt); err != nil {
-					return nil, err
-				}
-				stop = cfg.Patience > 0 && ex.BadEvals >= cfg.Patience
-				if cfg.CheckpointEvery == 0 && !stop {
-					if err := save(); err != nil {
-						return nil, err
-					}
-				}
-			}
-			if cfg.CheckpointEvery > 0 && step%cfg.CheckpointEvery == 0 {
-				if err := save(); err != nil {
-					return nil, err
-				}
-			}
-			if cfg.Progress != nil {
-				cfg.Progress(p)
-			}
-			if stop {
-				return finish("early-stop")
-			}
-		}
-	}
-	st.Epoch = maxEpochs - 1
-	if nHeld > 0 && ex.LastEval != step {
-		// A final evaluation so the last weights compete for "best".
-		mt, err := eval(step, st.Epoch)
-		if err != nil {
-			return nil, err
-		}
-		if !ex.HaveBest || better(mt, ex.BestEval) {
-			ex.BestLoss, ex.HaveBest, ex.BestEval = mt.Loss, true, mt
-			copy(best, m.ParamData())
-		}
-		if err := metricsWrite(metrics, mt); err != nil {
-			return nil, err
-		}
-	}
-	return finish("max-epochs")
+	ac.WeightDecay = t.cfg.WeightDecay
+	return loop.Plan{EpochSteps: steps, Warmup: warmup, HeldOut: len(t.heldIdx) > 0, AdamW: ac}
 }
 
-// better reports whether evaluation a beats b: a higher held-out chain
-// acceptance, or an equal one with a lower loss. The chain acceptance is
-// what the drafter is for; on small data the held-out loss of these heads
-// stops falling (their confidence grows on what they get wrong) long before
-// their top-1 accuracy stops rising.
-func better(a, b *Metrics) bool {
-	if b == nil {
-		return true
+// Seek orders the training samples for epoch, from (seed, epoch), and
+// starts at pos: a sample in that order and a position in it.
+func (t *trainer) Seek(epoch int, pos loop.Position) error {
+	order := sampleOrder(len(t.trainIdx), t.cfg.Seed, uint64(epoch)+1)
+	for i, o := range order {
+		order[i] = t.trainIdx[o]
 	}
-	if a.Chain != b.Chain {
-		return a.Chain > b.Chain
-	}
-	return a.Loss < b.Loss
-}
-
-// metricsWrite appends v to the metrics log.
-func metricsWrite(l *optim.MetricsLog, v any) error {
-	if err := l.Write(v); err != nil {
-		return fmt.Errorf("medusa: %w", err)
-	}
+	t.pos.order, t.pos.cursor, t.pos.offset, t.pos.loaded = order, pos.Cursor, pos.Offset, -1
 	return nil
 }
 
-// sameArgs rejects a resume whose training arguments differ from the
-// checkpoint's. Resume, the step cap (a run may be extended or cut short), the
-// checkpoint and log intervals and the callback may change: they do not alter
-// the trained weights.
-func sameArgs(saved json.RawMessage, cfg Config) error {
-	var old Config
-	if err := json.Unmarshal(saved, &old); err != nil {
-		return fmt.Errorf("decoding the saved arguments: %w", err)
-	}
-	old.Resume, cfg.Resume = false, false
-	old.MaxSteps, cfg.MaxSteps = 0, 0
-	old.CheckpointEvery, cfg.CheckpointEvery = 0, 0
-	old.LogEvery, cfg.LogEvery = 0, 0
-	old.Progress, cfg.Progress = nil, nil
-	a, _ := json.Marshal(old)
-	b, _ := json.Marshal(cfg)
-	if string(a) != string(b) {
-		return fmt.Errorf("the arguments differ from the checkpoint's (saved %s, now %s)", a, b)
-	}
-	return nil
+// Next packs the next batchTokens positions.
+func (t *trainer) Next() (bool, error) { return t.pos.fill(t.batch, t.batchTokens) }
+
+// Position is the sample and position the next batch starts at.
+func (t *trainer) Position() loop.Position {
+	return loop.Position{Cursor: t.pos.cursor, Offset: t.pos.offset}
 }
 
-// evaluator holds the buffers of the held-out evaluation.
-type evaluator struct {
-	rowT, rowS []int32 // per batch row: position and sample (index in the held-out order)
-	lead       []int32 // per position of the sample being walked: leading heads right
-	sample     dataset.Sample
-	// walk totals of the current evaluation
-	walked, steps int
+// Step runs the heads forward and backward over the batch.
+func (t *trainer) Step() (float64, int) {
+	return t.ws.TrainStep(t.be, t.batch, t.weights), t.batch.Rows
 }
 
-// newEvaluator allocates an evaluator for batches of up to rows positions.
-func newEvaluator(rows int) *evaluator {
-	return &evaluator{rowT: make([]int32, rows), rowS: make([]int32, rows)}
+// Evaluate measures the heads on the held-out samples (Metrics).
+func (t *trainer) Evaluate(e loop.Eval) (*Metrics, error) {
+	return t.ev.evaluate(t.be, t.ws, t.batch, t.data, t.heldIdx, t.cfg.Heads, t.hidden, t.vocab, t.weights, e.Step, e.Epoch)
 }
 
-// walk adds sample i's greedy chain walk (see Metrics.Chain) to the totals:
-// from each position t whose next token is a response token it takes
-// 1+lead[t] tokens (lead never runs past the response: a head without a
-// target ends it).
-func (e *evaluator) walk(data dataset.Dataset, i int) error {
-	if err := data.Sample(i, &e.sample, dataset.TokensOnly); err != nil {
-		return fmt.Errorf("medusa: reading sample %d: %w", i, err)
-	}
-	mask := e.sample.LossMask
-	T := len(mask)
-	lead := e.lead[:T]
-	for t := 0; t < T-1; {
-		if !mask[t+1] {
-			t++
-			continue
-		}
-		a := 1 + int(lead[t])
-		e.steps++
-		e.walked += a
-		t += a
-	}
-	return nil
+// TrainLine is a step's metrics.jsonl line.
+func (t *trainer) TrainLine(s loop.StepStats) any {
+	return map[string]any{"step": s.Step, "epoch": s.Epoch, "loss": s.Loss, "lr": s.LR, "grad_norm": s.GradNorm, "tokens_per_sec": s.TokensPerSec}
 }
 
-// startSample resets the per-position leads for a sample of T tokens.
-func (e *evaluator) startSample(T int) {
-	if cap(e.lead) < T {
-		e.lead = make([]int32, T)
-	}
-	clear(e.lead[:T])
-}
-
-// evaluate runs the heads over every position of the held-out samples idx.
-func (e *evaluator) evaluate(be tensor.Backend, ws *Workspace, b *Batch, data dataset.Dataset, idx []int, heads, H, vocab int, w []float64, step, epoch int) (*Metrics, error) {
-	mt := &Metrics{Step: step, Epoch: epoch, HeadLoss: make([]float64, heads), Top1: make([]float64, heads), Top5: make([]float64, heads), Tokens: make([]int, heads)}
-	t1, t5 := make([]int, heads), make([]int, heads)
-	p := &positions{data: data, heads: heads, hidden: H, vocab: vocab, order: idx, loaded: -1, rowT: e.rowT, rowS: e.rowS}
-	e.walked, e.steps = 0, 0
-	// Rows arrive in held-out order; sample k collects leads until a row of a
-	// later sample shows up, then it is walked.
-	k := 0
-	if len(idx) > 0 {
-		if err := data.Sample(idx[0], &e.sample, dataset.TokensOnly); err != nil {
-			return nil, fmt.Errorf("medusa: reading sample %d: %w", idx[0], err)
-		}
-		e.startSample(len(e.sample.Tokens))
-	}
-	next := func() error {
-		if err := e.walk(data, idx[k]); err != nil {
-			return err
-		}
-		k++
-		if k < len(idx) {
-			if err := data.Sample(idx[k], &e.sample, dataset.TokensOnly); err != nil {
-				return fmt.Errorf("medusa: reading sample %d: %w", idx[k], err)
-			}
-			e.startSample(len(e.sample.Tokens))
-		}
-		return nil
-	}
-	for {
-		ok, err := p.fill(b, ws.MaxRows)
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			break
-		}
-		ws.Evaluate(be, b)
-		leads := ws.Leads(b.Rows)
-		for r, l := range leads {
-			for int(e.rowS[r]) > k {
-				if err := next(); err != nil {
-					return nil, err
-				}
-			}
-			e.lead[e.rowT[r]] = l
-		}
-		rows, ce, top1, top5 := ws.Stats()
-		for h := 0; h < heads; h++ {
-			mt.Tokens[h] += rows[h]
-			mt.HeadLoss[h] += ce[h]
-			t1[h] += top1[h]
-			t5[h] += top5[h]
-		}
-	}
-	for h := 0; h < heads; h++ {
-		if mt.Tokens[h] > 0 {
-			k := float64(mt.Tokens[h])
-			mt.HeadLoss[h] /= k
-			mt.Top1[h], mt.Top5[h] = float64(t1[h])/k, float64(t5[h])/k
-		}
-		mt.Loss += w[h] * mt.HeadLoss[h]
-	}
-	for k < len(idx) {
-		if err := next(); err != nil {
-			return nil, err
-		}
-	}
-	mt.Acceptance = Acceptance(mt.Top1)
-	mt.ChainSteps = e.steps
-	if e.steps > 0 {
-		mt.Chain = float64(e.walked) / float64(e.steps)
-	}
-	return mt, nil
+// Export writes the heads in both layouts, with drafter.json.
+func (t *trainer) Export(job *loop.Job, r *loop.Result[*Metrics]) error {
+	p := job.Provenance
+	return dmedusa.Export(job.Out, t.heads, dmedusa.ExportInfo{BaseModel: p.BaseModel, TargetFingerprint: p.TargetFingerprint,
+		DataManifests: p.DataManifests, Args: p.Args, Metrics: r.Best, DType: t.cfg.DType})
 }

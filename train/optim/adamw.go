@@ -1,4 +1,4 @@
-// Package optim holds the optimisation pieces both drafter trainers share: AdamW
+// Package optim holds the optimisation pieces of the training loop (train/loop): AdamW
 // with float32 master weights, the warm-up + cosine learning-rate schedule,
 // global gradient-norm clipping and an atomic checkpoint file that lets a run
 // resume bit-identically.

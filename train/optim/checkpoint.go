@@ -24,8 +24,8 @@ const checkpointFormat = "drafter-train-checkpoint/1"
 // checkpointSum). Checkpoints written before it existed have none.
 const checksumKey = "sha256"
 
-// TrainState is what a trainer needs besides the optimiser to resume a run
-// exactly where it stopped.
+// TrainState is what the training loop needs besides the optimiser to
+// resume a run exactly where it stopped.
 type TrainState struct {
 	// RNG is the serialised random generator (for example rand.PCG.MarshalBinary).
 	RNG []byte `json:"rng"`
@@ -34,8 +34,8 @@ type TrainState struct {
 	Epoch  int `json:"epoch"`
 	Cursor int `json:"cursor"`
 	Offset int `json:"offset"`
-	// Args are the run's arguments as JSON; Extra is any trainer-specific JSON
-	// (best loss so far, patience counter, ...).
+	// Args are the run's settings as JSON; Extra is the loop's own state as
+	// JSON (the best evaluation so far, the patience counter, ...).
 	Args  json.RawMessage `json:"args,omitempty"`
 	Extra json.RawMessage `json:"extra,omitempty"`
 	// Buffers are additional float32 tensors saved by name (Grad is ignored),
@@ -242,11 +242,11 @@ func (s *checkpointSum) field(b []byte) {
 func (s *checkpointSum) hex() string { return hex.EncodeToString(s.h.Sum(nil)) }
 
 // Resume restores a run from the checkpoint at path, if there is one, for a
-// trainer started with its resume option: it loads the parameters, moments and
-// st, checks the saved arguments with sameArgs (which explains any difference),
-// and decodes the trainer's own state from st.Extra into extra. It reports
-// whether a checkpoint was found; a missing file starts the run afresh.
-func Resume(path string, opt *AdamW, st *TrainState, sameArgs func(saved json.RawMessage) error, extra any) (bool, error) {
+// run started with its resume option: it loads the parameters, moments and
+// st, and decodes st.Extra into extra. It reports whether a checkpoint was
+// found; a missing file starts the run afresh. (The caller checks the run's
+// settings against the first run's: see train/loop.)
+func Resume(path string, opt *AdamW, st *TrainState, extra any) (bool, error) {
 	if _, err := os.Stat(path); err != nil {
 		if os.IsNotExist(err) {
 			return false, nil
@@ -255,9 +255,6 @@ func Resume(path string, opt *AdamW, st *TrainState, sameArgs func(saved json.Ra
 	}
 	if err := LoadCheckpoint(path, opt, st); err != nil {
 		return false, err
-	}
-	if err := sameArgs(st.Args); err != nil {
-		return false, fmt.Errorf("cannot resume from %s: %w", path, err)
 	}
 	if err := json.Unmarshal(st.Extra, extra); err != nil {
 		return false, fmt.Errorf("checkpoint %s: decoding trainer state: %w", path, err)

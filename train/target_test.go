@@ -1,4 +1,4 @@
-package run
+package train
 
 import (
 	"context"
@@ -44,19 +44,19 @@ func TestBodyTunedTargetRefused(t *testing.T) {
 		}
 	}
 
-	_, err = Run(context.Background(), Options{Method: MethodMedusa, Model: tuned, Data: []string{origData},
-		Out: filepath.Join(tmp, "out-data"), Medusa: smallMedusa()})
+	_, err = Run(context.Background(), Options{Method: smallMedusa(), Model: tuned, Data: []string{origData},
+		Out: filepath.Join(tmp, "out-data")})
 	wantAll("data from the original", err, origData, "another model", fp, tunedFP)
 
 	out := filepath.Join(tmp, "out")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	_, err = Run(ctx, Options{Method: MethodMedusa, Model: modelDir, Data: []string{origData}, Out: out, Medusa: smallMedusa(),
+	_, err = Run(ctx, Options{Method: smallMedusa(), Model: modelDir, Data: []string{origData}, Out: out,
 		Progress: &cancelOn{text: "eval ", cancel: cancel}})
 	if err == nil {
 		t.Fatal("the run to resume was not interrupted")
 	}
-	_, err = Run(context.Background(), Options{Method: MethodMedusa, Model: tuned, Data: []string{tunedData}, Out: out,
-		Medusa: smallMedusa(), Resume: true})
+	_, err = Run(context.Background(), Options{Method: smallMedusa(), Model: tuned, Data: []string{tunedData}, Out: out,
+		Resume: true})
 	wantAll("resume on the tuned copy", err, "cannot resume", "target fingerprint (--model): was \""+fp+"\", now \""+tunedFP+"\"")
 }

@@ -1,19 +1,10 @@
-package run
+package eagle3
 
 import (
 	"fmt"
 
 	"github.com/drafter-ai/drafter/pkg/checkpoint"
-	deagle3 "github.com/drafter-ai/drafter/pkg/drafters/eagle3"
-	"github.com/drafter-ai/drafter/train/eagle3"
 )
-
-// eagle3Target describes the target to the EAGLE-3 trainer (which fills in
-// DraftVocab): its geometry from config.json, its embedding and its lm_head
-// (target.Target.OutputLayers).
-func eagle3Target(c *checkpoint.Config, embed, lmHead []float32) *eagle3.Target {
-	return &eagle3.Target{Geometry: deagle3.TargetGeometry(c, 0), Embed: embed, LMHead: lmHead}
-}
 
 // LayerError is a set of EAGLE-3 feature layers the target cannot use: an
 // index outside [1, L], or not 3 of them. FromOverride tells whether the
@@ -30,7 +21,7 @@ func (e *LayerError) Error() string { return e.Err.Error() }
 // Unwrap returns the underlying error.
 func (e *LayerError) Unwrap() error { return e.Err }
 
-// eagle3FeatureLayers returns the three Hugging Face hidden_states indices EAGLE-3
+// featureLayers returns the three Hugging Face hidden_states indices EAGLE-3
 // fuses: override when given (it must hold 3), else drafter's defaults for
 // the target c (checkpoint.Config.EAGLE3DraftLayers: 2, L/2, L-3 from 7 layers
 // up). It reports whether they are the engines' defaults (2, L/2, L-3),
@@ -41,7 +32,7 @@ func (e *LayerError) Unwrap() error { return e.Err }
 // layer below 7 layers (2, 2, 2 for 5), and a caller may train on them.
 // drafter train refuses --layers that are not ascending and distinct, since
 // the serving engines gather the states in ascending order, each once.
-func eagle3FeatureLayers(c *checkpoint.Config, override []int) (layers [3]int, isDefault bool, err error) {
+func featureLayers(c *checkpoint.Config, override []int) (layers [3]int, isDefault bool, err error) {
 	def := c.EAGLE3Layers()
 	L := c.NumLayers
 	if override == nil {
@@ -61,7 +52,7 @@ func eagle3FeatureLayers(c *checkpoint.Config, override []int) (layers [3]int, i
 				src = "--layers"
 			}
 			return layers, false, &LayerError{override != nil, fmt.Errorf("train: EAGLE-3 %s feature layer is hidden_states index %d from %s, outside [1, %d] for this %d-layer target (0 is the embedding output)%s",
-				featureName(i), k, src, L, L, smallModelHint(L, override))}
+				FeatureName(i), k, src, L, L, smallModelHint(L, override))}
 		}
 	}
 	return layers, isDefault, nil
@@ -74,8 +65,8 @@ func smallModelHint(L int, override []int) string {
 	return ""
 }
 
-// featureName names feature c (0, 1, 2) of the EAGLE-3 fusion.
-func featureName(c int) string {
+// FeatureName names feature c (0, 1, 2) of the EAGLE-3 fusion.
+func FeatureName(c int) string {
 	switch c {
 	case 0:
 		return "low"

@@ -1,4 +1,4 @@
-package run
+package train
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"github.com/drafter-ai/drafter/pkg/generate"
 	"github.com/drafter-ai/drafter/pkg/target"
 	"github.com/drafter-ai/drafter/train/dataset"
+	trainmedusa "github.com/drafter-ai/drafter/train/medusa"
 )
 
 // shardPrompts are the prompts the split tests distil.
@@ -61,11 +62,8 @@ func (d *distiller) run(out string, shard, n int, change ...func(*distill.Option
 // (the default feature layers and final_norm).
 func (d *distiller) open(entries ...string) (*trainingData, error) {
 	d.t.Helper()
-	layers, _, err := eagle3FeatureLayers(d.tg.Config, nil)
-	if err != nil {
-		d.t.Fatal(err)
-	}
-	need := Needs{Method: MethodEAGLE3, FinalNorm: true, Layers: layers[:]}
+	layers := d.tg.Config.EAGLE3DraftLayers()
+	need := Needs{Method: "eagle3", FinalNorm: true, Layers: layers[:]}
 	td, err := openData(entries, d.tg.Fingerprint, d.tg.Config.HiddenSize, need, capture.DatasetOptions{}, layers[:])
 	if err == nil {
 		d.t.Cleanup(func() { td.ds.Close() })
@@ -135,11 +133,11 @@ func TestShardsTrainAsOne(t *testing.T) {
 
 	train := func(name string, data ...string) *medusa.Heads {
 		t.Helper()
-		res, err := Run(context.Background(), Options{Method: MethodMedusa, Model: modelDir, Data: data, Out: filepath.Join(tmp, name), Medusa: smallMedusa()})
+		res, err := Run(context.Background(), Options{Method: smallMedusa(), Model: modelDir, Data: data, Out: filepath.Join(tmp, name)})
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		return res.Medusa.Heads
+		return res.Trainer.(*trainmedusa.Result).Heads
 	}
 	hw, hs := train("train-whole", whole), train("train-split", filepath.Join(parent, "d-*"))
 	for h := range hw.W {

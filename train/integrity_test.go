@@ -1,4 +1,4 @@
-package run
+package train
 
 import (
 	"bytes"
@@ -54,7 +54,7 @@ func TestTrainRefusesZeroedRows(t *testing.T) {
 		t.Fatal(err, cerr)
 	}
 	out := filepath.Join(t.TempDir(), "out")
-	_, err = Run(context.Background(), Options{Method: MethodMedusa, Model: modelDir, Data: []string{dir}, Out: out, Medusa: smallMedusa()})
+	_, err = Run(context.Background(), Options{Method: smallMedusa(), Model: modelDir, Data: []string{dir}, Out: out})
 	if err == nil || !strings.Contains(err.Error(), shard+" has SHA-256") || !strings.Contains(err.Error(), "corrupted or was modified") {
 		t.Fatalf("zeroed rows: %v", err)
 	}
@@ -117,7 +117,7 @@ func TestTrainRefusesNaNRows(t *testing.T) {
 	}
 	resealShard(t, dir, 0)
 	out := filepath.Join(t.TempDir(), "out")
-	_, err = Run(context.Background(), Options{Method: MethodMedusa, Model: modelDir, Data: []string{dir}, Out: out, Medusa: smallMedusa()})
+	_, err = Run(context.Background(), Options{Method: smallMedusa(), Model: modelDir, Data: []string{dir}, Out: out})
 	want := fmt.Sprintf("%s row %d (sample 1, position 2), column final_norm, element 0 of %d: NaN", shard, len(samples[0].tokens)+2, H)
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("NaN rows: %v\nwant it to name %q", err, want)
@@ -148,8 +148,8 @@ func TestTrainVerifyCache(t *testing.T) {
 		{true, fmt.Sprintf("data: %d shards verified, %d read (", n, n)},
 	} {
 		var progress bytes.Buffer
-		o := Options{Method: MethodMedusa, Model: modelDir, Data: []string{dir}, Out: filepath.Join(t.TempDir(), "out"),
-			Medusa: smallMedusa(), Cache: cache, VerifyData: c.verify, Progress: &progress}
+		o := Options{Method: smallMedusa(), Model: modelDir, Data: []string{dir}, Out: filepath.Join(t.TempDir(), "out"),
+			Cache: cache, VerifyData: c.verify, Progress: &progress}
 		Run(ctx, o)
 		if !strings.Contains(progress.String(), c.want) {
 			t.Fatalf("run %d (VerifyData %v): progress %q, want %q", i+1, c.verify, progress.String(), c.want)
@@ -196,7 +196,7 @@ func TestConcurrentTrainsOneOut(t *testing.T) {
 	tmp := t.TempDir()
 	dir := filepath.Join(tmp, "cap")
 	writeCapture(t, dir, fp, distil(t, 12), []int{1, 3, 5}, true)
-	opt := Options{Method: MethodMedusa, Model: modelDir, Data: []string{dir}, Medusa: smallMedusa()}
+	opt := Options{Method: smallMedusa(), Model: modelDir, Data: []string{dir}}
 	ref := opt
 	ref.Out = filepath.Join(tmp, "ref")
 	if _, err := Run(context.Background(), ref); err != nil {
@@ -243,7 +243,7 @@ func TestResumeRefusesDamagedCheckpoint(t *testing.T) {
 	fp := modelFingerprint(t)
 	dir := filepath.Join(t.TempDir(), "cap")
 	writeCapture(t, dir, fp, distil(t, 12), []int{1, 3, 5}, true)
-	o := Options{Method: MethodMedusa, Model: modelDir, Data: []string{dir}, Out: filepath.Join(t.TempDir(), "out"), Medusa: smallMedusa()}
+	o := Options{Method: smallMedusa(), Model: modelDir, Data: []string{dir}, Out: filepath.Join(t.TempDir(), "out")}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	o.Progress = &cancelOn{text: "eval ", cancel: cancel}

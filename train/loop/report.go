@@ -1,4 +1,4 @@
-package run
+package loop
 
 import (
 	"fmt"
@@ -7,14 +7,12 @@ import (
 	"time"
 
 	"github.com/schollz/progressbar/v3"
-
-	"github.com/drafter-ai/drafter/train/eagle3"
-	"github.com/drafter-ai/drafter/train/medusa"
 )
 
-// reporter draws the progress bar (step/total, loss, tokens/s, ETA) on w and
-// prints one line per held-out evaluation above it. A nil w reports nothing.
-type reporter struct {
+// Reporter draws the progress bar (step/total, loss, tokens/s, ETA) on w and
+// prints lines above it: one per held-out evaluation, and the caller's. A
+// nil w reports nothing.
+type Reporter struct {
 	w     io.Writer
 	bar   *progressbar.ProgressBar
 	start time.Time
@@ -22,13 +20,14 @@ type reporter struct {
 	now   func() time.Time
 }
 
-func newReporter(w io.Writer) *reporter {
-	return &reporter{w: w, now: time.Now}
+// NewReporter reports on w (nil: nothing).
+func NewReporter(w io.Writer) *Reporter {
+	return &Reporter{w: w, now: time.Now}
 }
 
 // step records an optimiser step. total is the scheduled cap (early stopping
 // may end sooner); tps the trainer's tokens per second.
-func (r *reporter) step(step, total, epoch int, loss, tps float64) {
+func (r *Reporter) step(step, total, epoch int, loss, tps float64) {
 	if r.w == nil {
 		return
 	}
@@ -58,8 +57,8 @@ func (r *reporter) step(step, total, epoch int, loss, tps float64) {
 	r.bar.Set(step)
 }
 
-// line prints a message above the bar.
-func (r *reporter) line(s string) {
+// Line prints a message above the bar.
+func (r *Reporter) Line(s string) {
 	if r.w == nil {
 		return
 	}
@@ -69,32 +68,17 @@ func (r *reporter) line(s string) {
 	fmt.Fprintln(r.w, s)
 }
 
-// finish ends the bar's line.
-func (r *reporter) finish() {
+// Finish ends the bar's line.
+func (r *Reporter) Finish() {
 	if r.w == nil || r.bar == nil {
 		return
 	}
 	r.bar.Clear()
 }
 
-func (r *reporter) medusa(p medusa.Progress) {
-	r.step(p.Step, p.TotalSteps, p.Epoch, p.Loss, p.TokensPerSec)
-	if m := p.Eval; m != nil {
-		r.line(fmt.Sprintf("eval step %d: loss %.4f  top-1 %s  top-5 %s  acceptance %.3f  chain %.3f",
-			m.Step, m.Loss, fmtFloats(m.Top1), fmtFloats(m.Top5), m.Acceptance, m.Chain))
-	}
-}
-
-func (r *reporter) eagle3(p eagle3.Progress) {
-	if m := p.Eval; m != nil {
-		r.line(fmt.Sprintf("eval epoch %d step %d: loss %.4f  acc %s  acceptance %.3f",
-			m.Epoch, m.Step, m.Loss, fmtFloats(m.Accuracy), m.AcceptLen))
-		return
-	}
-	r.step(p.Step, p.TotalSteps, p.Epoch, p.Loss, p.TokensPerSec)
-}
-
-func fmtFloats(v []float64) string {
+// FormatFloats formats v with 3 decimals, as the evaluations' summaries
+// show their per-head or per-step figures.
+func FormatFloats(v []float64) string {
 	s := make([]string, len(v))
 	for i, x := range v {
 		s[i] = fmt.Sprintf("%.3f", x)

@@ -1,4 +1,4 @@
-package run
+package train
 
 import (
 	"context"
@@ -33,9 +33,9 @@ func TestOnDistilledData(t *testing.T) {
 		t.Fatal(err)
 	}
 	fp := modelFingerprint(t)
-	for _, m := range []string{MethodMedusa, MethodEAGLE3} {
+	for _, m := range []string{methodMedusa, methodEAGLE3} {
 		out := filepath.Join(tmp, "out-"+m)
-		res, err := Run(context.Background(), Options{Method: m, Model: modelDir, Data: []string{dir}, Out: out, Medusa: smallMedusa(), EAGLE3: smallEAGLE3()})
+		res, err := Run(context.Background(), Options{Method: small(m), Model: modelDir, Data: []string{dir}, Out: out})
 		if err != nil {
 			t.Fatalf("%s: %v", m, err)
 		}

@@ -1,4 +1,4 @@
-package run
+package train
 
 import (
 	"cmp"
@@ -90,7 +90,7 @@ func CheckData(dirs []string, fingerprint string, hidden int, need Needs) ([]Dat
 			}
 			return nil, fmt.Errorf("train: capture %s has no %s column: Hugging Face hidden_states index %d, the %s %s feature layer from %s, was not captured; "+
 				"it was distilled with --layers %s (columns: %s). Train with --layers naming 3 captured indices, or capture again with --layers %s",
-				dir, capture.ColumnName(k), k, featureName(c), need.Method, src, joinInts(m.Layers), columnList(m), joinInts(uniq(need.Layers)))
+				dir, capture.ColumnName(k), k, eagle3.FeatureName(c), need.Method, src, joinInts(m.Layers), columnList(m), joinInts(uniq(need.Layers)))
 		}
 		if len(out) > 0 {
 			if err := sameLayout(out[0], DataDir{Dir: dir, Manifest: m}); err != nil {
@@ -490,7 +490,7 @@ func NewCaptureData(ds *capture.Dataset, layers []int) (*CaptureData, error) {
 	d.features = true
 	for c, k := range layers {
 		if d.cols[c], err = ds.ColumnIndex(capture.ColumnName(k)); err != nil {
-			return nil, fmt.Errorf("train: eagle3 %s feature layer (hidden_states index %d): %w", featureName(c), k, err)
+			return nil, fmt.Errorf("train: eagle3 %s feature layer (hidden_states index %d): %w", eagle3.FeatureName(c), k, err)
 		}
 		d.alias[c] = c
 		for j := 0; j < c; j++ {
@@ -545,41 +545,4 @@ func (d *CaptureData) Sample(i int, dst *dataset.Sample, what dataset.Fields) er
 		dst.Features[c] = f
 	}
 	return nil
-}
-
-// dataTargetTemperature chooses EAGLE-3's target temperature from how the
-// captures were made: eagle3.GreedyTargetTemperature when every one was
-// distilled greedily (the drafter will serve greedy decoding), 1 when none
-// was (sampled distillation, or conversations captured as they are). Data
-// that mixes both has no single serving temperature: the caller must choose.
-func dataTargetTemperature(dirs []DataDir) (float64, error) {
-	var greedy, other []string
-	for _, d := range dirs {
-		if distilledGreedily(d.Manifest) {
-			greedy = append(greedy, d.Dir)
-		} else {
-			other = append(other, d.Dir)
-		}
-	}
-	switch {
-	case len(other) == 0:
-		return eagle3.GreedyTargetTemperature, nil
-	case len(greedy) == 0:
-		return 1, nil
-	}
-	return 0, fmt.Errorf("train: --data mixes greedy captures (%s) with sampled or teacher-forced ones (%s): pass --target-temperature (%g trains for greedy serving, 1 for sampling)",
-		strings.Join(greedy, ", "), strings.Join(other, ", "), eagle3.GreedyTargetTemperature)
-}
-
-// distilledGreedily reports whether a capture's manifest records drafter
-// distill's greedy decoding: temperature 0, or top-k 1 (which samples the top
-// token only).
-func distilledGreedily(m *capture.Manifest) bool {
-	g, ok := m.Generation.(map[string]any)
-	if !ok || g["teacher_forced"] != nil {
-		return false
-	}
-	t, ok := g["temperature"].(float64)
-	k, _ := g["top_k"].(float64)
-	return ok && (t == 0 || k == 1)
 }

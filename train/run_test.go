@@ -1,4 +1,4 @@
-package run
+package train
 
 import (
 	"bytes"
@@ -7,14 +7,18 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/drafter-ai/drafter/capture"
+	"github.com/drafter-ai/drafter/pkg/checkpoint"
+	"github.com/drafter-ai/drafter/pkg/drafters"
 	deagle3 "github.com/drafter-ai/drafter/pkg/drafters/eagle3"
 	dmedusa "github.com/drafter-ai/drafter/pkg/drafters/medusa"
 	"github.com/drafter-ai/drafter/pkg/model"
@@ -22,12 +26,13 @@ import (
 	"github.com/drafter-ai/drafter/pkg/target"
 	"github.com/drafter-ai/drafter/train/dataset"
 	"github.com/drafter-ai/drafter/train/eagle3"
+	"github.com/drafter-ai/drafter/train/loop"
 	"github.com/drafter-ai/drafter/train/medusa"
 )
 
 // modelDir is the bundled stories260k checkpoint (5 layers, hidden 64, vocab
-// 512, tied embeddings), from train/run.
-const modelDir = "../../models/stories260k"
+// 512, tied embeddings), from train/.
+const modelDir = "../models/stories260k"
 
 // modelFingerprint is the fingerprint Run finds for modelDir.
 func modelFingerprint(t *testing.T) string {
@@ -154,16 +159,50 @@ func writeCapture(t *testing.T, dir, fp string, samples []captured, layers []int
 	}
 }
 
-func smallMedusa() medusa.Config {
+// The methods' names.
+const (
+	methodMedusa = string(dmedusa.Kind)
+	methodEAGLE3 = string(deagle3.Kind)
+)
+
+func smallMedusa() medusa.Options {
 	c := medusa.DefaultConfig()
 	c.Heads, c.MaxEpochs, c.BatchTokens, c.HeldOut, c.LogEvery = 2, 3, 128, 0.2, 1
-	return c
+	return medusa.Options{Config: c}
 }
 
-func smallEAGLE3() eagle3.Config {
+func smallEAGLE3() eagle3.Options {
 	c := eagle3.DefaultConfig()
 	c.DraftVocab, c.Steps, c.BatchTokens, c.MaxLength, c.Epochs, c.EvalFraction, c.LogEvery = 96, 2, 256, 64, 2, 0.2, 1
-	return c
+	return eagle3.Options{Config: c}
+}
+
+// small returns smallMedusa or smallEAGLE3 by the method's name.
+func small(method string) loop.Method {
+	if method == methodEAGLE3 {
+		return smallEAGLE3()
+	}
+	return smallMedusa()
+}
+
+// eagle3Layers returns smallEAGLE3 with the feature layers given.
+func eagle3Layers(layers ...int) eagle3.Options {
+	o := smallEAGLE3()
+	o.Layers = layers
+	return o
+}
+
+// scaleLR returns m with its learning rate multiplied by f.
+func scaleLR(m loop.Method, f float64) loop.Method {
+	switch o := m.(type) {
+	case medusa.Options:
+		o.Config.LR *= f
+		return o
+	case eagle3.Options:
+		o.Config.LR *= f
+		return o
+	}
+	panic(fmt.Sprintf("scaleLR: method %T", m))
 }
 
 func sha(t *testing.T, path string) string {
@@ -225,12 +264,13 @@ func TestMedusaEndToEnd(t *testing.T) {
 	writeCapture(t, d2, fp, samples[12:], []int{1, 3, 5}, true)
 	out := filepath.Join(tmp, "out")
 	var bar bytes.Buffer
-	res, err := Run(context.Background(), Options{Method: MethodMedusa, Model: modelDir, Data: []string{d1, d2}, Out: out,
-		Medusa: smallMedusa(), Progress: &bar, Args: map[string]string{"method": "medusa"}})
+	res, err := Run(context.Background(), Options{Method: smallMedusa(), Model: modelDir, Data: []string{d1, d2}, Out: out,
+		Progress: &bar, Args: map[string]string{"method": "medusa"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Steps == 0 || res.Medusa.Best == nil {
+	mres := res.Trainer.(*medusa.Result)
+	if res.Steps == 0 || mres.Best == nil {
 		t.Fatalf("result %+v: no steps or no held-out evaluation", res)
 	}
 	for _, f := range []string{"vllm/config.json", "vllm/model.safetensors", "medusa/config.json", "medusa/medusa_lm_head.safetensors",
@@ -251,13 +291,13 @@ func TestMedusaEndToEnd(t *testing.T) {
 	if h.Heads != 2 || h.Hidden != 64 || h.Vocab != 512 {
 		t.Errorf("reloaded geometry %+v", h.Geometry)
 	}
-	for i, w := range res.Medusa.Heads.W[1][0] {
+	for i, w := range mres.Heads.W[1][0] {
 		if h.W[1][0][i] != w {
 			t.Fatalf("reloaded head 1 weight %d = %v, trained %v", i, h.W[1][0][i], w)
 		}
 	}
 	// A second run into the same folder without --resume is refused.
-	_, err = Run(context.Background(), Options{Method: MethodMedusa, Model: modelDir, Data: []string{d1}, Out: out, Medusa: smallMedusa()})
+	_, err = Run(context.Background(), Options{Method: smallMedusa(), Model: modelDir, Data: []string{d1}, Out: out})
 	if err == nil || !strings.Contains(err.Error(), "--resume") {
 		t.Errorf("training into a used --out: err = %v, want a refusal mentioning --resume", err)
 	}
@@ -274,7 +314,7 @@ func TestEAGLE3EndToEnd(t *testing.T) {
 	// layers), native layout: the export leaves them to the engines.
 	out := filepath.Join(tmp, "out")
 	var bar bytes.Buffer
-	res, err := Run(context.Background(), Options{Method: MethodEAGLE3, Model: modelDir, Data: []string{dir}, Out: out, EAGLE3: smallEAGLE3(), Layers: []int{2, 2, 2}, Progress: &bar})
+	res, err := Run(context.Background(), Options{Method: eagle3Layers(2, 2, 2), Model: modelDir, Data: []string{dir}, Out: out, Progress: &bar})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +349,7 @@ func TestEAGLE3EndToEnd(t *testing.T) {
 	// drafter's default for this 5-layer target, 1, 3, 5, differs from the
 	// engines': the ids are written.
 	outd := filepath.Join(tmp, "outd")
-	if _, err := Run(context.Background(), Options{Method: MethodEAGLE3, Model: modelDir, Data: []string{dir}, Out: outd, EAGLE3: smallEAGLE3()}); err != nil {
+	if _, err := Run(context.Background(), Options{Method: smallEAGLE3(), Model: modelDir, Data: []string{dir}, Out: outd}); err != nil {
 		t.Fatal(err)
 	}
 	cfg = readProv(t, filepath.Join(outd, "eagle3", "config.json"))
@@ -323,11 +363,11 @@ func TestEAGLE3EndToEnd(t *testing.T) {
 
 	// --layers 1,2,3, --intermediate 344 and the speculators layout: the ids
 	// and the width are written.
-	wide := smallEAGLE3()
-	wide.Intermediate = 344
+	wide := eagle3Layers(1, 2, 3)
+	wide.Config.Intermediate = 344
+	wide.Config.Export.Format = deagle3.FormatSpeculators
 	out2 := filepath.Join(tmp, "out2")
-	if _, err := Run(context.Background(), Options{Method: MethodEAGLE3, Model: modelDir, Data: []string{dir}, Out: out2,
-		EAGLE3: wide, Layers: []int{1, 2, 3}, Format: deagle3.FormatSpeculators}); err != nil {
+	if _, err := Run(context.Background(), Options{Method: wide, Model: modelDir, Data: []string{dir}, Out: out2}); err != nil {
 		t.Fatal(err)
 	}
 	cfg = readProv(t, filepath.Join(out2, "eagle3", "config.json"))
@@ -351,9 +391,8 @@ func TestFingerprintMismatchRefused(t *testing.T) {
 	other := strings.Repeat("ab", 32)
 	writeCapture(t, good, fp, samples, []int{1, 3, 5}, true)
 	writeCapture(t, bad, other, samples, []int{1, 3, 5}, true)
-	for _, m := range []string{MethodMedusa, MethodEAGLE3} {
-		_, err := Run(context.Background(), Options{Method: m, Model: modelDir, Data: []string{good, bad}, Out: filepath.Join(tmp, "out-"+m),
-			Medusa: smallMedusa(), EAGLE3: smallEAGLE3()})
+	for _, m := range []string{methodMedusa, methodEAGLE3} {
+		_, err := Run(context.Background(), Options{Method: small(m), Model: modelDir, Data: []string{good, bad}, Out: filepath.Join(tmp, "out-"+m)})
 		if err == nil {
 			t.Fatalf("%s: data from another model accepted", m)
 		}
@@ -381,15 +420,15 @@ func TestMissingColumnsRefused(t *testing.T) {
 		wants  []string
 		reject []string
 	}{
-		{"medusa without final_norm", Options{Method: MethodMedusa, Data: []string{noFinal}, Medusa: smallMedusa()},
+		{"medusa without final_norm", Options{Method: smallMedusa(), Data: []string{noFinal}},
 			[]string{noFinal, "final_norm", "medusa", "hidden_2"}, nil},
-		{"eagle3 without final_norm", Options{Method: MethodEAGLE3, Data: []string{noFinal}, EAGLE3: smallEAGLE3()},
+		{"eagle3 without final_norm", Options{Method: smallEAGLE3(), Data: []string{noFinal}},
 			[]string{noFinal, "final_norm", "eagle3"}, nil},
-		{"eagle3 default layers not captured", Options{Method: MethodEAGLE3, Data: []string{low}, EAGLE3: smallEAGLE3()},
+		{"eagle3 default layers not captured", Options{Method: smallEAGLE3(), Data: []string{low}},
 			[]string{low, "hidden_5", "index 5", "--layers 1,3", "default"}, nil},
-		{"eagle3 --layers not captured", Options{Method: MethodEAGLE3, Data: []string{low}, EAGLE3: smallEAGLE3(), Layers: []int{1, 3, 4}},
+		{"eagle3 --layers not captured", Options{Method: eagle3Layers(1, 3, 4), Data: []string{low}},
 			[]string{low, "hidden_4", "index 4", "high", "--layers 1,3,4", "--layers 1,3 "}, nil},
-		{"eagle3 layer out of range", Options{Method: MethodEAGLE3, Data: []string{low}, EAGLE3: smallEAGLE3(), Layers: []int{0, 1, 3}},
+		{"eagle3 layer out of range", Options{Method: eagle3Layers(0, 1, 3), Data: []string{low}},
 			[]string{"index 0", "[1, 5]"}, nil},
 	}
 	for _, c := range cases {
@@ -420,10 +459,10 @@ func TestResume(t *testing.T) {
 	tmp := t.TempDir()
 	dir := filepath.Join(tmp, "cap")
 	writeCapture(t, dir, fp, samples, []int{1, 3, 5}, true)
-	for _, m := range []string{MethodMedusa, MethodEAGLE3} {
+	for _, m := range []string{methodMedusa, methodEAGLE3} {
 		t.Run(m, func(t *testing.T) {
 			opt := func(out string) Options {
-				return Options{Method: m, Model: modelDir, Data: []string{dir}, Out: filepath.Join(tmp, m+out), Medusa: smallMedusa(), EAGLE3: smallEAGLE3()}
+				return Options{Method: small(m), Model: modelDir, Data: []string{dir}, Out: filepath.Join(tmp, m+out)}
 			}
 			whole := opt("-whole")
 			if _, err := Run(context.Background(), whole); err != nil {
@@ -445,8 +484,7 @@ func TestResume(t *testing.T) {
 			part.Progress = nil
 			changed := part
 			changed.Resume = true
-			changed.Medusa.LR *= 2
-			changed.EAGLE3.LR *= 2
+			changed.Method = scaleLR(changed.Method, 2)
 			if _, err := Run(context.Background(), changed); err == nil || !strings.Contains(err.Error(), "lr: was") {
 				t.Fatalf("resume with another lr: err = %v, want a refusal naming lr", err)
 			}
@@ -455,7 +493,7 @@ func TestResume(t *testing.T) {
 				t.Fatal(err)
 			}
 			files := []string{"vllm/model.safetensors", "medusa/medusa_lm_head.safetensors"}
-			if m == MethodEAGLE3 {
+			if m == methodEAGLE3 {
 				files = []string{"eagle3/model.safetensors"}
 			}
 			for _, f := range files {
@@ -505,7 +543,7 @@ func TestAdapters(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := ds.State(i, fin, nil)
-		if !equalF(ms.Final, want) || !equalI(ms.Tokens, samples[i].tokens) || len(ms.Features[0]) != 0 {
+		if !slices.Equal(ms.Final, want) || !slices.Equal(ms.Tokens, samples[i].tokens) || len(ms.Features[0]) != 0 {
 			t.Fatalf("medusa sample %d differs from the capture", i)
 		}
 		if err := ed.Sample(i, &es, all); err != nil {
@@ -514,14 +552,14 @@ func TestAdapters(t *testing.T) {
 		if err := dataset.Check(i, &es, all, 64, 512); err != nil {
 			t.Fatal(err)
 		}
-		if !equalF(es.Features[0], ds.State(i, h3, nil)) || !equalF(es.Features[1], ds.State(i, h1, nil)) ||
-			!equalF(es.Features[2], es.Features[0]) || !equalF(es.Final, want) {
+		if !slices.Equal(es.Features[0], ds.State(i, h3, nil)) || !slices.Equal(es.Features[1], ds.State(i, h1, nil)) ||
+			!slices.Equal(es.Features[2], es.Features[0]) || !slices.Equal(es.Final, want) {
 			t.Fatalf("eagle3 sample %d differs from the capture", i)
 		}
 		if &es.Features[2][0] == &es.Features[0][0] {
 			t.Errorf("repeated feature layer shares memory with the first: the caller's buffers would alias")
 		}
-		if err := ed.Sample(i, &es, dataset.TokensOnly); err != nil || len(es.Final) != 0 || len(es.Features[1]) != 0 || !equalI(es.Tokens, samples[i].tokens) {
+		if err := ed.Sample(i, &es, dataset.TokensOnly); err != nil || len(es.Final) != 0 || len(es.Features[1]) != 0 || !slices.Equal(es.Tokens, samples[i].tokens) {
 			t.Fatalf("tokens-only read of sample %d: %v", i, err)
 		}
 	}
@@ -546,7 +584,7 @@ func TestAdapters(t *testing.T) {
 	wg.Wait()
 	for i := range got {
 		ed.Sample(i, &es, all)
-		if !equalF(got[i].Final, es.Final) || !equalF(got[i].Features[1], es.Features[1]) {
+		if !slices.Equal(got[i].Final, es.Final) || !slices.Equal(got[i].Features[1], es.Features[1]) {
 			t.Fatalf("concurrent read of sample %d differs", i)
 		}
 	}
@@ -591,7 +629,7 @@ func TestCancelBeforeFirstStep(t *testing.T) {
 	fp := modelFingerprint(t)
 	dir := filepath.Join(t.TempDir(), "cap")
 	writeCapture(t, dir, fp, distil(t, 6), []int{1, 3, 5}, true)
-	o := Options{Method: MethodMedusa, Model: modelDir, Data: []string{dir}, Out: filepath.Join(t.TempDir(), "out"), Medusa: smallMedusa()}
+	o := Options{Method: smallMedusa(), Model: modelDir, Data: []string{dir}, Out: filepath.Join(t.TempDir(), "out")}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := Run(ctx, o); !errors.Is(err, context.Canceled) {
@@ -601,30 +639,6 @@ func TestCancelBeforeFirstStep(t *testing.T) {
 	if r, err := Run(context.Background(), o); err != nil || r.Steps == 0 {
 		t.Fatalf("resume: %v, %+v", err, r)
 	}
-}
-
-func equalF(a, b []float32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
-func equalI(a, b []int32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestVerifyData corrupts one byte of a shard: with or without --verify-data
@@ -642,7 +656,7 @@ func TestVerifyData(t *testing.T) {
 	if err := os.WriteFile(shard, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	o := Options{Method: MethodMedusa, Model: modelDir, Data: []string{dir}, Out: filepath.Join(t.TempDir(), "out"), Medusa: smallMedusa(), VerifyData: true}
+	o := Options{Method: smallMedusa(), Model: modelDir, Data: []string{dir}, Out: filepath.Join(t.TempDir(), "out"), VerifyData: true}
 	if _, err := Run(context.Background(), o); err == nil || !strings.Contains(err.Error(), capture.ShardFileName(0)) {
 		t.Errorf("corrupt shard with VerifyData: err = %v, want an error naming %s", err, capture.ShardFileName(0))
 	}
@@ -661,7 +675,7 @@ func TestResumeUnrecordedWidth(t *testing.T) {
 	tmp := t.TempDir()
 	dir := filepath.Join(tmp, "cap")
 	writeCapture(t, dir, fp, distil(t, 12), []int{1, 3, 5}, true)
-	opt := Options{Method: MethodEAGLE3, Model: modelDir, Data: []string{dir}, Out: filepath.Join(tmp, "out"), EAGLE3: smallEAGLE3()}
+	opt := Options{Method: smallEAGLE3(), Model: modelDir, Data: []string{dir}, Out: filepath.Join(tmp, "out")}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	first := opt
@@ -689,46 +703,27 @@ func TestResumeUnrecordedWidth(t *testing.T) {
 
 	opt.Resume = true
 	wide := opt
-	wide.EAGLE3.Intermediate = 344
+	w := smallEAGLE3()
+	w.Config.Intermediate = 344
+	wide.Method = w
 	if _, err := Run(context.Background(), wide); err == nil || !strings.Contains(err.Error(), "intermediate_size: was 172, now 344") {
 		t.Fatalf("resume with another width: err = %v, want a refusal naming 172 and 344", err)
 	}
 	same := opt
-	same.EAGLE3.Intermediate = 172 // stories260k's own width
+	s := smallEAGLE3()
+	s.Config.Intermediate = 172 // stories260k's own width
+	same.Method = s
 	if _, err := Run(context.Background(), same); err != nil {
 		t.Fatalf("resume with the target's width given: %v", err)
 	}
 }
 
 // TestTargetTemperatureFromData checks EAGLE-3's target temperature chosen
-// from how the captures were made, its record, and the resume of a run
-// recorded before the setting existed (which trained toward the plain
-// softmax).
+// from how the captures were made (see also train/eagle3's
+// TestDataTargetTemperature), its record, and the resume of a run recorded
+// before the setting existed (which trained toward the plain softmax).
 func TestTargetTemperatureFromData(t *testing.T) {
-	dd := func(dir string, gen any) DataDir {
-		return DataDir{Dir: dir, Manifest: &capture.Manifest{Generation: gen}}
-	}
 	greedy := map[string]any{"temperature": 0.0, "decoding": "greedy"}
-	for _, c := range []struct {
-		dirs []DataDir
-		want float64
-	}{
-		{[]DataDir{dd("a", greedy), dd("b", greedy)}, eagle3.GreedyTargetTemperature},
-		{[]DataDir{dd("a", map[string]any{"temperature": 1.0})}, 1},
-		{[]DataDir{dd("a", map[string]any{"temperature": 0.8, "top_k": 1.0})}, eagle3.GreedyTargetTemperature},
-		{[]DataDir{dd("a", map[string]any{"temperature": 0.8, "top_k": 40.0})}, 1},
-		{[]DataDir{dd("a", map[string]any{"teacher_forced": true})}, 1},
-		{[]DataDir{dd("a", nil)}, 1},
-	} {
-		if got, err := dataTargetTemperature(c.dirs); err != nil || got != c.want {
-			t.Errorf("%v: %v, %v; want %v", c.dirs[0].Manifest.Generation, got, err, c.want)
-		}
-	}
-	_, err := dataTargetTemperature([]DataDir{dd("greedy-dir", greedy), dd("sampled-dir", map[string]any{"temperature": 0.7})})
-	if err == nil || !strings.Contains(err.Error(), "--target-temperature") || !strings.Contains(err.Error(), "greedy-dir") || !strings.Contains(err.Error(), "sampled-dir") {
-		t.Errorf("mixed data: err = %v, want a request for --target-temperature naming both captures", err)
-	}
-
 	fp := modelFingerprint(t)
 	tmp := t.TempDir()
 	dir := filepath.Join(tmp, "cap")
@@ -761,7 +756,7 @@ func TestTargetTemperatureFromData(t *testing.T) {
 		}
 		return m
 	}
-	opt := Options{Method: MethodEAGLE3, Model: modelDir, Data: []string{dir}, Out: filepath.Join(tmp, "new"), EAGLE3: smallEAGLE3()}
+	opt := Options{Method: smallEAGLE3(), Model: modelDir, Data: []string{dir}, Out: filepath.Join(tmp, "new")}
 	if tr := started(opt)["trainer"].(map[string]any); tr["target_temperature"] != eagle3.GreedyTargetTemperature {
 		t.Fatalf("trainer settings %v, want target_temperature %g recorded for greedy data", tr, eagle3.GreedyTargetTemperature)
 	}
@@ -770,7 +765,9 @@ func TestTargetTemperatureFromData(t *testing.T) {
 	// no target temperature: the new default must not resume it, 1 must.
 	opt.Out = filepath.Join(tmp, "old")
 	old := opt
-	old.EAGLE3.TargetTemperature = 1
+	one := smallEAGLE3()
+	one.Config.TargetTemperature = 1
+	old.Method = one
 	m := started(old)
 	delete(m["trainer"].(map[string]any), "target_temperature")
 	raw, _ = json.Marshal(m)
@@ -782,8 +779,74 @@ func TestTargetTemperatureFromData(t *testing.T) {
 		t.Fatalf("resuming an old run with the new default: err = %v, want a refusal naming 1 and 0.5", err)
 	}
 	plain := opt
-	plain.EAGLE3.TargetTemperature = 1
+	plain.Method = one
 	if _, err := Run(context.Background(), plain); err != nil {
 		t.Fatalf("resuming an old run with --target-temperature 1: %v", err)
+	}
+}
+
+// otherMethod is a drafter method Run has never heard of: it reads three
+// feature layers, records what Run hands it (and its first sample) and
+// writes a drafter.json.
+type otherMethod struct {
+	got    **loop.Setup
+	sample *dataset.Sample
+}
+
+func (otherMethod) Kind() drafters.Kind { return "other" }
+
+func (otherMethod) Columns(c *checkpoint.Config) (loop.Columns, error) {
+	return loop.Columns{FeatureLayers: []int{1, 3, c.NumLayers}}, nil
+}
+
+func (m otherMethod) Train(ctx context.Context, s *loop.Setup) (*loop.Outcome, error) {
+	*m.got = s
+	if err := s.Data.Sample(0, m.sample, dataset.Final|dataset.Features); err != nil {
+		return nil, err
+	}
+	if _, _, err := s.OutputLayers(false); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(s.Job.Out, 0o755); err != nil {
+		return nil, err
+	}
+	prov, err := json.Marshal(map[string]any{"method": "other", "args": s.Job.Provenance.Args})
+	if err != nil {
+		return nil, err
+	}
+	return &loop.Outcome{Steps: 1, Epochs: 1, Stopped: "max-epochs", Exports: []string{s.Job.Out}},
+		os.WriteFile(filepath.Join(s.Job.Out, ProvenanceFile), prov, 0o644)
+}
+
+// TestRunAnyMethod: Run trains any loop.Method it is given, asking it which
+// columns it reads (a missing one is refused before it trains) and handing
+// it the target, the checked captures, their data with those columns and
+// the settings record.
+func TestRunAnyMethod(t *testing.T) {
+	fp := modelFingerprint(t)
+	tmp := t.TempDir()
+	dir, low := filepath.Join(tmp, "cap"), filepath.Join(tmp, "low")
+	samples := distil(t, 3)
+	writeCapture(t, dir, fp, samples, []int{1, 3, 5}, true)
+	writeCapture(t, low, fp, samples, []int{1, 3}, true)
+	var got *loop.Setup
+	var s dataset.Sample
+	m := otherMethod{got: &got, sample: &s}
+	if _, err := Run(context.Background(), Options{Method: m, Model: modelDir, Data: []string{low}, Out: filepath.Join(tmp, "refused")}); err == nil ||
+		!strings.Contains(err.Error(), "hidden_5") || got != nil {
+		t.Fatalf("data without the method's column: err %v, method trained: %v", err, got != nil)
+	}
+	res, err := Run(context.Background(), Options{Method: m, Model: modelDir, Data: []string{dir}, Out: filepath.Join(tmp, "out")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Method != "other" || res.Steps != 1 || res.Provenance["method"] != "other" || got == nil {
+		t.Fatalf("result %+v", res)
+	}
+	if !slices.Equal(s.Tokens, samples[0].tokens) || len(s.Features[2]) != 64*len(s.Tokens) {
+		t.Fatalf("the method's first sample has tokens %v and %d values of its high feature, want %v and 64 per token", s.Tokens, len(s.Features[2]), samples[0].tokens)
+	}
+	if len(got.Captures) != 1 || got.Captures[0].Dir != dir || got.Job.Settings.TargetFingerprint != fp || got.Target.Fingerprint != fp {
+		t.Fatalf("the method was handed captures %+v, settings %+v", got.Captures, got.Job.Settings)
 	}
 }

@@ -1,0 +1,183 @@
+package train
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/drafter-ai/drafter/capture"
+	"github.com/drafter-ai/drafter/pkg/drafters"
+	"github.com/drafter-ai/drafter/pkg/filecache"
+	"github.com/drafter-ai/drafter/pkg/outlock"
+	"github.com/drafter-ai/drafter/pkg/target"
+	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/train/loop"
+	"github.com/drafter-ai/drafter/train/optim"
+)
+
+// The files of the output folder besides the exports.
+const (
+	// ArgsFile records the settings a resume must repeat (loop.ArgsFile).
+	ArgsFile = loop.ArgsFile
+	// CheckpointFile is the resumable training state (loop.CheckpointFile).
+	CheckpointFile = loop.CheckpointFile
+	// ProvenanceFile is drafter.json, which the method's export writes at
+	// the top of the output folder.
+	ProvenanceFile = drafters.ProvenanceFile
+)
+
+// Options is one `drafter train` run.
+type Options struct {
+	// Method is the method to train, with its settings: a medusa.Options
+	// (train/medusa) or an eagle3.Options (train/eagle3), values.
+	Method loop.Method
+	// Model is the target checkpoint folder; Data the capture directories made
+	// from it; Out the output folder (created if needed).
+	Model string
+	Data  []string
+	Out   string
+	// Resume continues the run whose checkpoint is in Out. Without it, an Out
+	// holding a checkpoint is refused.
+	Resume bool
+	// VerifyData verifies every shard of Data again, ignoring Cache. Shards
+	// are always verified before training (size and SHA-256 against the
+	// manifest, every state finite); Cache spares reading a shard unchanged
+	// since it was last verified.
+	VerifyData bool
+	// Cache remembers the target's tensor digests and the verified shards
+	// between runs (nil: none); the command passes the user's cache folder.
+	Cache *filecache.Cache
+	// Progress receives the progress bar and evaluation lines; nil is quiet.
+	Progress io.Writer
+	// Args are the command-line arguments as given (flag name to value), for
+	// drafter.json.
+	Args map[string]string
+	// Backend runs the matrix products; nil means tensor.CPU().
+	Backend tensor.Backend
+}
+
+// Result is what Run did.
+type Result struct {
+	// Method is the method trained.
+	Method drafters.Kind
+	// Out is the output folder; Exports the export folders written in it.
+	Out     string
+	Exports []string
+	// Steps are the optimiser steps taken in total (including before a resume).
+	Steps int
+	// Provenance is what drafter.json holds.
+	Provenance map[string]any
+	// Trainer is the method's own result (*medusa.Result, *eagle3.Result).
+	Trainer any
+}
+
+// Run trains the drafter opt describes; see the package documentation.
+func Run(ctx context.Context, opt Options) (*Result, error) {
+	m := opt.Method
+	if m == nil {
+		return nil, errors.New("train: no method given (medusa or eagle3)")
+	}
+	if opt.Model == "" || opt.Out == "" {
+		return nil, errors.New("train: --model and --out are required")
+	}
+	lock, err := outlock.Acquire(opt.Out, "drafter train")
+	if err != nil {
+		return nil, fmt.Errorf("train: %w", err)
+	}
+	defer lock.Release()
+	be := opt.Backend
+	if be == nil {
+		be = tensor.CPU()
+	}
+	ckpt := filepath.Join(opt.Out, CheckpointFile)
+	if _, err := os.Stat(ckpt); err == nil && !opt.Resume {
+		return nil, fmt.Errorf("train: %s already holds a training run (%s): pass --resume to continue it, or choose another --out", opt.Out, CheckpointFile)
+	}
+
+	tg, err := target.Open(opt.Model, opt.Cache)
+	if err != nil {
+		return nil, err
+	}
+	defer tg.Close()
+	cols, err := m.Columns(tg.Config)
+	if err != nil {
+		return nil, err
+	}
+	need := Needs{Method: string(m.Kind()), FinalNorm: true, Layers: cols.FeatureLayers, LayersFromFlag: cols.FromFlag}
+	start := time.Now()
+	td, err := openData(opt.Data, tg.Fingerprint, tg.Config.HiddenSize, need,
+		capture.DatasetOptions{Cache: opt.Cache, Recheck: opt.VerifyData}, cols.FeatureLayers)
+	if err != nil {
+		return nil, err
+	}
+	defer td.ds.Close()
+	dirs, ds, data := td.dirs, td.ds, td.data
+	rep := loop.NewReporter(opt.Progress)
+	defer rep.Finish()
+	rep.Line(verifiedLine(ds.Verified(), time.Since(start)))
+	if opt.Resume {
+		if note := optim.CheckpointNote(ckpt); note != "" {
+			rep.Line(note)
+		}
+	}
+	captures := make([]loop.Capture, len(dirs))
+	manifests := make(map[string]string, len(dirs))
+	for i, d := range dirs {
+		captures[i] = loop.Capture{Dir: d.Dir, ManifestSHA256: d.ManifestSHA256, Manifest: d.Manifest}
+		manifests[filepath.Join(d.Dir, capture.ManifestName)] = d.ManifestSHA256
+	}
+	// The method completes the settings record before the loop writes it,
+	// and before the export writes drafter.json.
+	set := &loop.Settings{TargetFingerprint: tg.Fingerprint, Data: captures}
+	args := map[string]any{
+		"command":  opt.Args,
+		"model":    opt.Model,
+		"data":     td.folders,
+		"out":      opt.Out,
+		"settings": set,
+	}
+	job := loop.Job{Out: opt.Out, Settings: set, Report: rep,
+		Provenance: loop.Provenance{BaseModel: tg.Name(), TargetFingerprint: tg.Fingerprint, DataManifests: manifests, Args: args}}
+	out, err := m.Train(ctx, &loop.Setup{Target: tg, Captures: captures, Data: data, Backend: be, Resume: opt.Resume, Job: job})
+	if err != nil {
+		return nil, err
+	}
+	rep.Finish()
+	rep.Line(fmt.Sprintf("trained %d steps over %d epochs (%s); exports in %s", out.Steps, out.Epochs, out.Stopped, strings.Join(out.Exports, ", ")))
+	prov, err := readJSONMap(filepath.Join(opt.Out, ProvenanceFile))
+	if err != nil {
+		return nil, err
+	}
+	return &Result{Method: m.Kind(), Out: opt.Out, Exports: out.Exports, Steps: out.Steps, Provenance: prov, Trainer: out.Result}, nil
+}
+
+func readJSONMap(path string) (map[string]any, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("train: %w", err)
+	}
+	m := map[string]any{}
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("train: %s: %w", path, err)
+	}
+	return m, nil
+}
+
+// verifiedLine says what verifying the data took.
+func verifiedLine(st capture.VerifyStats, took time.Duration) string {
+	s := fmt.Sprintf("data: %d shards verified", st.Shards)
+	if st.Read > 0 {
+		s += fmt.Sprintf(", %d read (%.1f MiB in %s, %.2f GB/s)", st.Read, float64(st.Bytes)/(1<<20),
+			took.Round(time.Millisecond), float64(st.Bytes)/1e9/max(took.Seconds(), 1e-9))
+	}
+	if st.Cached > 0 {
+		s += fmt.Sprintf(", %d unchanged since verified", st.Cached)
+	}
+	return s
+}
