@@ -81,7 +81,7 @@ func CheckData(dirs []string, fingerprint string, hidden int, need Needs) ([]Dat
 				dir, capture.ColFinalNorm, need.Method, columnList(m))
 		}
 		for c, k := range need.Layers {
-			if hasLayer(m.Layers, k) {
+			if slices.Contains(m.Layers, k) {
 				continue
 			}
 			src := "the target's default EAGLE-3 feature layers"
@@ -421,15 +421,6 @@ func isPattern(s string) bool {
 	return strings.ContainsAny(s, `*?[`)
 }
 
-func hasLayer(layers []int, k int) bool {
-	for _, l := range layers {
-		if l == k {
-			return true
-		}
-	}
-	return false
-}
-
 func columnList(m *capture.Manifest) string {
 	if len(m.Columns) == 0 {
 		return "no state columns"
@@ -448,7 +439,7 @@ func joinInts(v []int) string {
 func uniq(v []int) []int {
 	var out []int
 	for _, x := range v {
-		if !hasLayer(out, x) {
+		if !slices.Contains(out, x) {
 			out = append(out, x)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -225,7 +226,7 @@ func TestConcurrentTrainsOneOut(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("first training: %v", err)
 	}
-	if got, want := metricSteps(t, first.Out), metricSteps(t, ref.Out); fmt.Sprint(got) != fmt.Sprint(want) {
+	if got, want := metricSteps(t, first.Out), metricSteps(t, ref.Out); !slices.Equal(got, want) {
 		t.Fatalf("metrics.jsonl steps %v, want %v as in a training alone", got, want)
 	}
 	if got, want := sha(t, filepath.Join(first.Out, "vllm", "model.safetensors")), sha(t, filepath.Join(ref.Out, "vllm", "model.safetensors")); got != want {

@@ -17,6 +17,7 @@ import (
 	"testing"
 
 	"github.com/drafter-ai/drafter/capture"
+	"github.com/drafter-ai/drafter/internal/testutil"
 	"github.com/drafter-ai/drafter/pkg/checkpoint"
 	"github.com/drafter-ai/drafter/pkg/drafters"
 	deagle3 "github.com/drafter-ai/drafter/pkg/drafters/eagle3"
@@ -32,7 +33,8 @@ import (
 
 // modelDir is the bundled stories260k checkpoint (5 layers, hidden 64, vocab
 // 512, tied embeddings), from train/.
-const modelDir = "../models/stories260k"
+// modelDir is the bundled model.
+var modelDir = testutil.Stories260k()
 
 // modelFingerprint is the fingerprint Run finds for modelDir.
 func modelFingerprint(t *testing.T) string {
@@ -217,15 +219,7 @@ func sha(t *testing.T, path string) string {
 
 func readProv(t *testing.T, path string) map[string]any {
 	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := map[string]any{}
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatal(err)
-	}
-	return m
+	return testutil.ReadJSON(t, path)
 }
 
 // checkProvenance checks drafter.json against the target and the manifests on

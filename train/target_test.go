@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/drafter-ai/drafter/internal/testmodel"
+	"github.com/drafter-ai/drafter/internal/testutil"
 	"github.com/drafter-ai/drafter/pkg/target"
 )
 
@@ -16,7 +17,7 @@ import (
 // each error naming both fingerprints.
 func TestBodyTunedTargetRefused(t *testing.T) {
 	fp := modelFingerprint(t)
-	tuned := testmodel.Copy(t, modelDir)
+	tuned := testutil.CopyDir(t, modelDir)
 	testmodel.ScaleBody(t, tuned, 0.9)
 	tg, err := target.Open(tuned, nil)
 	if err != nil {

@@ -13,18 +13,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/drafter-ai/drafter/internal/testutil"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
 )
-
-// Copy is testutil.CopyDir.
-//
-// Deprecated: train/run's tests still call it; they switch to
-// testutil.CopyDir once the training loop's restructure lands, and this goes.
-func Copy(tb testing.TB, from string) string {
-	tb.Helper()
-	return testutil.CopyDir(tb, from)
-}
 
 // read returns every tensor of dir/model.safetensors with its own copy of the
 // bytes, or, for the tensors where change is not nil and returns true, a

@@ -12,9 +12,11 @@ import (
 )
 
 // This file holds an independent float64 implementation of the unrolled draft
-// and its loss, written directly from formats.md (no shared code with ttt.go or
-// attention.go beyond the parameter layout), used as the oracle for the
-// gradient check and the trainer's forward.
+// and its loss, written directly from the EAGLE-3 recipe (the alignment in
+// ttt.go's load: step k's row i feeds token i+1+k and learns the target's
+// distribution at position i+1+k; no shared code with ttt.go or the draft
+// layer beyond the parameter layout), used as the oracle for the gradient
+// check and the trainer's forward.
 
 type refParams struct {
 	fc, hn, in, q, k, v, o, pn, gate, up, down, norm, lm []float64

@@ -116,7 +116,7 @@ func newNet(g deagle3.Geometry, steps int, decay float64, be tensor.Backend, p *
 // computes the target distributions, and the per-step tokens, positions and
 // loss weights. The caller guarantees the total fits in maxRows.
 //
-// Alignment (formats.md): at step k, row i of a sequence of n tokens feeds the
+// Alignment (EAGLE-3's training-time test, as EAGLE and SpecForge train it): at step k, row i of a sequence of n tokens feeds the
 // embedding of token i+1+k and is trained toward the target distribution at
 // position i+1+k (which predicts token i+2+k). The row is kept when i+2+k < n,
 // that predicted token is a response token (loss mask set), and the target's
