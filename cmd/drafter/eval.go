@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/drafter-ai/drafter/eval"
+	"github.com/drafter-ai/drafter/pkg/drafters"
 	"github.com/drafter-ai/drafter/pkg/spec"
 )
 
@@ -168,14 +169,27 @@ func runEval(ctx context.Context, o *evalOptions) error {
 	}
 	_, err = eval.Evaluate(ctx, o.Eval, o.Out)
 	var ge *eval.GateError
+	var se *drafters.SettingError
 	var ce *eval.ConfigError
 	switch {
 	case errors.As(err, &ge):
 		return &gateError{err}
+	case errors.As(err, &se):
+		return &usageError{settingError(se)}
 	case errors.As(err, &ce):
 		return &usageError{err}
 	}
 	return overrideUsage(err)
+}
+
+// settingError words a drafter's refusal of a decoding setting with the
+// flags that set it.
+func settingError(e *drafters.SettingError) error {
+	flags := make([]string, len(e.Settings))
+	for i, s := range e.Settings {
+		flags[i] = "--" + string(s) // the settings are named as eval's flags
+	}
+	return fmt.Errorf("eval: %s: %s", strings.Join(flags, " and "), e.Msg)
 }
 
 // parseTypical parses --typical "EPS,ALPHA" (e.g. "0.09,0.3", Medusa's

@@ -111,7 +111,7 @@ func TestEvalExitCodes(t *testing.T) {
 		{"--typical", "0.09"},     // malformed
 		{"--tree", "[[0,0]]"},     // not closed under prefixes
 		{"--mode", "beam"},        // unknown mode
-		{"--depth", "5"},          // more than the 2 heads
+		{"--depth", "5"},          // more than the 2 heads (checked by the drafter: see below)
 		{"--no-such-flag"},        // unknown flag
 		{"--typical", "0.09,0.3"}, // lossy acceptance at temperature 0
 		{"--topk", "4"},           // an EAGLE-2 setting for Medusa heads
@@ -119,6 +119,19 @@ func TestEvalExitCodes(t *testing.T) {
 	} {
 		if code, msg := evalCLI(t, append(base, bad...)...); code != exitUsage {
 			t.Errorf("%v: exit %d (%s); want %d", bad, code, msg, exitUsage)
+		}
+	}
+	// Settings only the loaded drafter can refuse are named by their flags.
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--depth", "5"}, "eval: --depth: a chain of 5 exceeds the drafter's 2 Medusa heads"},
+		{[]string{"--topk", "4"}, "eval: --topk and --total-tokens: configure EAGLE-2's dynamic tree"},
+		{[]string{"--tree", "[[0]]"}, "eval: --tree and --mode: a static tree applies to tree mode"},
+	} {
+		if code, msg := evalCLI(t, append(base, c.args...)...); code != exitUsage || !strings.Contains(msg, c.want) {
+			t.Errorf("%v: exit %d (%s); want %d and %q", c.args, code, msg, exitUsage, c.want)
 		}
 	}
 }

@@ -8,6 +8,8 @@
 package drafters
 
 import (
+	"fmt"
+	"strings"
 	"github.com/drafter-ai/drafter/pkg/model"
 	"github.com/drafter-ai/drafter/pkg/sample"
 	"github.com/drafter-ai/drafter/pkg/spec"
@@ -49,6 +51,41 @@ type Decoding struct {
 	HitK int
 	// Sampling is the target's sampling rule, which sampled drafts follow.
 	Sampling sample.Params
+}
+
+// Setting names a field of Decoding in errors, so that a command can name
+// the flag that set it.
+type Setting string
+
+// The Decoding fields a SettingError can name.
+const (
+	SettingMode        Setting = "mode"
+	SettingDepth       Setting = "depth"
+	SettingTree        Setting = "tree"
+	SettingTopK        Setting = "topk"
+	SettingTotalTokens Setting = "total-tokens"
+)
+
+// SettingError is a decoding setting the drafter cannot use: Settings are
+// the fields at fault (the first is the one to change) and Msg says why,
+// in the drafter's words.
+type SettingError struct {
+	Settings []Setting
+	Msg      string
+}
+
+// Error names the settings and the reason.
+func (e *SettingError) Error() string {
+	names := make([]string, len(e.Settings))
+	for i, s := range e.Settings {
+		names[i] = string(s)
+	}
+	return strings.Join(names, ", ") + ": " + e.Msg
+}
+
+// Refuse returns a *SettingError for settings with the message format makes.
+func Refuse(settings []Setting, format string, a ...any) error {
+	return &SettingError{Settings: settings, Msg: fmt.Sprintf(format, a...)}
 }
 
 // Method is one drafter architecture: the export layouts it reads and how

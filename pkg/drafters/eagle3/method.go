@@ -1,7 +1,6 @@
 package eagle3
 
 import (
-	"errors"
 	"fmt"
 	"path/filepath"
 
@@ -168,11 +167,11 @@ func (d *Drafter) Kind() drafters.Kind { return Kind }
 // DefaultTreeTopK, DefaultTreeTotal). A static tree does not apply.
 func (d *Drafter) Configure(c drafters.Decoding) (drafters.Decoding, error) {
 	if c.Tree != nil {
-		return c, errors.New("a static tree (--tree) applies to Medusa heads; EAGLE-3 builds its tree dynamically (depth, top-k, total tokens)")
+		return c, drafters.Refuse([]drafters.Setting{drafters.SettingTree}, "a static tree applies to Medusa heads; EAGLE-3 builds its tree dynamically (depth, topk, total-tokens)")
 	}
 	if c.Mode == drafters.ModeChain {
 		if c.TopK != 0 || c.TotalTokens != 0 {
-			return c, errors.New("top-k and total tokens apply to the EAGLE-2 tree, not to chain mode")
+			return c, drafters.Refuse([]drafters.Setting{drafters.SettingTopK, drafters.SettingTotalTokens}, "apply to the EAGLE-2 tree, not to a chain")
 		}
 		if c.Depth == 0 {
 			c.Depth = DefaultChainDepth

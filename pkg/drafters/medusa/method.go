@@ -1,7 +1,6 @@
 package medusa
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/drafter-ai/drafter/pkg/drafters"
@@ -134,31 +133,31 @@ func (d *Drafter) Kind() drafters.Kind { return Kind }
 func (d *Drafter) Configure(c drafters.Decoding) (drafters.Decoding, error) {
 	heads := d.h.Heads
 	if c.TopK != 0 || c.TotalTokens != 0 {
-		return c, errors.New("top-k and total tokens configure EAGLE-2's dynamic tree; a Medusa tree is set with a list of paths (--tree)")
+		return c, drafters.Refuse([]drafters.Setting{drafters.SettingTopK, drafters.SettingTotalTokens}, "configure EAGLE-2's dynamic tree; a Medusa tree is a static list of paths (tree)")
 	}
 	if c.Mode == drafters.ModeChain {
 		if c.Tree != nil {
-			return c, errors.New("a tree was given in chain mode; use tree mode for a static tree")
+			return c, drafters.Refuse([]drafters.Setting{drafters.SettingTree, drafters.SettingMode}, "a static tree applies to tree mode, not to a chain")
 		}
 		if c.Depth == 0 {
 			c.Depth = heads
 		}
 		if c.Depth > heads {
-			return c, fmt.Errorf("chain depth %d exceeds the drafter's %d Medusa heads", c.Depth, heads)
+			return c, drafters.Refuse([]drafters.Setting{drafters.SettingDepth}, "a chain of %d exceeds the drafter's %d Medusa heads", c.Depth, heads)
 		}
 		return c, nil
 	}
 	if c.Depth != 0 {
-		return c, errors.New("depth does not apply to a Medusa tree (its depth is the longest --tree path)")
+		return c, drafters.Refuse([]drafters.Setting{drafters.SettingDepth}, "does not apply to a Medusa tree (its depth is the longest path of the tree)")
 	}
 	if c.Tree == nil {
 		c.Tree = spec.DefaultChoices(heads)
 	}
 	if err := c.Tree.Validate(); err != nil {
-		return c, fmt.Errorf("tree: %w", err)
+		return c, drafters.Refuse([]drafters.Setting{drafters.SettingTree}, "%v", err)
 	}
 	if c.Tree.Depth() > heads {
-		return c, fmt.Errorf("tree paths reach depth %d but the drafter has %d Medusa heads", c.Tree.Depth(), heads)
+		return c, drafters.Refuse([]drafters.Setting{drafters.SettingTree}, "paths reach depth %d but the drafter has %d Medusa heads", c.Tree.Depth(), heads)
 	}
 	return c, nil
 }
