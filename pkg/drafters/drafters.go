@@ -9,10 +9,11 @@ package drafters
 
 import (
 	"fmt"
+	"strings"
+
 	"github.com/drafter-ai/drafter/pkg/model"
 	"github.com/drafter-ai/drafter/pkg/sample"
 	"github.com/drafter-ai/drafter/pkg/spec"
-	"strings"
 )
 
 // Kind names a drafter method, as drafter.json's "method" and eval's reports
