@@ -137,11 +137,7 @@ and an appended EOS. Rerunning the same command resumes an interrupted capture.`
 }
 
 func runCapture(ctx context.Context, o *captureOptions) error {
-	be, err := backend()
-	if err != nil {
-		return err
-	}
-	t, err := target.Load(o.Model, be, fileCache())
+	t, err := loadTarget(o.Model)
 	if err != nil {
 		return err
 	}

@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/drafter-ai/drafter/capture/distill"
-	"github.com/drafter-ai/drafter/pkg/target"
 )
 
 // maxSamplesPerPrompt bounds --samples-per-prompt against typos: each
@@ -112,11 +111,7 @@ func parseShard(s string) (i, n int, err error) {
 }
 
 func runDistill(ctx context.Context, o *distillOptions) error {
-	be, err := backend()
-	if err != nil {
-		return err
-	}
-	t, err := target.Load(o.Model, be, fileCache())
+	t, err := loadTarget(o.Model)
 	if err != nil {
 		return err
 	}

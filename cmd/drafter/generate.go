@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/drafter-ai/drafter/pkg/generate"
-	"github.com/drafter-ai/drafter/pkg/target"
 )
 
 type generateOptions struct {
@@ -59,11 +58,7 @@ do_sample); flags override them.`,
 }
 
 func runGenerate(ctx context.Context, o *generateOptions) error {
-	be, err := backend()
-	if err != nil {
-		return err
-	}
-	t, err := target.Load(o.Model, be, fileCache())
+	t, err := loadTarget(o.Model)
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/drafter-ai/drafter/pkg/target"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 	"github.com/spf13/cobra"
 )
@@ -133,6 +134,16 @@ func setOpenBLASCoreType() {
 // backend returns the compute backend DRAFTER_BLAS asks for, for the
 // commands that run the model.
 func backend() (tensor.Backend, error) { return backendFor(os.Getenv(envBLAS)) }
+
+// loadTarget loads the checkpoint in dir with its model on the backend
+// DRAFTER_BLAS names and the fingerprints cached in the user's cache.
+func loadTarget(dir string) (*target.Target, error) {
+	be, err := backend()
+	if err != nil {
+		return nil, err
+	}
+	return target.Load(dir, be, fileCache())
+}
 
 // backendFor returns the compute backend for a DRAFTER_BLAS value: unset or
 // empty, OpenBLAS when it is installed and pure Go otherwise; "go", pure Go;
