@@ -26,6 +26,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/drafter-ai/drafter/capture"
@@ -68,7 +69,11 @@ type generatedLine struct {
 
 // runRemote is Run with opt.Generator set; p is what prepare resolved.
 func runRemote(ctx context.Context, t *target.Target, opt Options, p *plan, start time.Time) (*Summary, error) {
-	client, err := completions.New(*opt.Generator)
+	gopts := *opt.Generator
+	if opt.Progress != nil && gopts.OnRetry == nil {
+		gopts.OnRetry = newRetryNotices(opt.Progress, 5*time.Second).note
+	}
+	client, err := completions.New(gopts)
 	if err != nil {
 		return nil, fmt.Errorf("distill: --generator: %w", err)
 	}
@@ -506,4 +511,37 @@ func (g *generatedFile) close() error {
 	}
 	g.f = nil
 	return err
+}
+
+// retryNotices reports the client's retries on the progress writer, at most
+// one line per server every interval, so that a slow or unreachable server is
+// seen while the client waits for it, without a line per request.
+type retryNotices struct {
+	w        io.Writer
+	interval time.Duration
+	mu       sync.Mutex
+	last     map[string]time.Time
+	quiet    map[string]int // retries not reported since the last line
+}
+
+func newRetryNotices(w io.Writer, interval time.Duration) *retryNotices {
+	return &retryNotices{w: w, interval: interval, last: map[string]time.Time{}, quiet: map[string]int{}}
+}
+
+// note is completions.Options.OnRetry.
+func (n *retryNotices) note(r completions.Retry) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	now := time.Now()
+	if t, ok := n.last[r.URL]; ok && now.Sub(t) < n.interval {
+		n.quiet[r.URL]++
+		return
+	}
+	more := ""
+	if q := n.quiet[r.URL]; q > 0 {
+		more = fmt.Sprintf(" (and %d more retries since the last notice)", q)
+	}
+	fmt.Fprintf(n.w, "\ndistill: %s: attempt %d of %d failed: %v; retrying in %v%s\n",
+		r.URL, r.Attempt, r.MaxAttempts, r.Err, r.Wait.Round(time.Millisecond), more)
+	n.last[r.URL], n.quiet[r.URL] = now, 0
 }

@@ -509,3 +509,28 @@ func TestRemoteHoldsTheLock(t *testing.T) {
 		t.Fatalf("lock file left after the run: %v", err)
 	}
 }
+
+// TestRetryNotices: a retry is reported with the server, the attempt, the
+// reason and the wait, at most one line per server per interval, the
+// retries in between counted on the next line.
+func TestRetryNotices(t *testing.T) {
+	var b strings.Builder
+	n := newRetryNotices(&b, time.Hour)
+	r := completions.Retry{URL: "http://a:8000", Attempt: 1, MaxAttempts: 8, Err: errors.New("connection refused"), Wait: 500 * time.Millisecond}
+	n.note(r)
+	r.Attempt = 2
+	n.note(r)
+	n.note(completions.Retry{URL: "http://b:8000", Attempt: 1, MaxAttempts: 8, Err: errors.New("429 Too Many Requests"), Wait: time.Second})
+	out := b.String()
+	if !strings.Contains(out, "http://a:8000: attempt 1 of 8 failed: connection refused; retrying in 500ms") ||
+		!strings.Contains(out, "http://b:8000: attempt 1 of 8 failed: 429 Too Many Requests; retrying in 1s") ||
+		strings.Count(out, "http://a:8000") != 1 {
+		t.Fatalf("notices:\n%s", out)
+	}
+	n.interval = 0
+	r.Attempt = 3
+	n.note(r)
+	if !strings.Contains(b.String(), "attempt 3 of 8 failed: connection refused; retrying in 500ms (and 1 more retries since the last notice)") {
+		t.Fatalf("notices:\n%s", b.String())
+	}
+}

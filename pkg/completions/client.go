@@ -162,6 +162,25 @@ type Options struct {
 	Backoff, MaxBackoff time.Duration
 	// HTTP is the HTTP client (default: a client without overall timeout).
 	HTTP *http.Client
+	// OnRetry, when set, is told of every failed attempt that will be
+	// retried, before the wait, so that a slow or unreachable server is
+	// never waited on in silence. It may be called from several goroutines
+	// at once.
+	OnRetry func(Retry)
+}
+
+// Retry describes a failed attempt that will be retried.
+type Retry struct {
+	// URL is the server the attempt went to; Key the request's key (0 for
+	// the model listing).
+	URL string
+	Key uint64
+	// Attempt is the failed attempt (1-based) of at most MaxAttempts.
+	Attempt, MaxAttempts int
+	// Err is why it failed; Wait how long the request waits before its next
+	// attempt (0 when another server takes it at once).
+	Err  error
+	Wait time.Duration
 }
 
 // Client sends requests to completion servers. It is safe for concurrent use.

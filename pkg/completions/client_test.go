@@ -249,13 +249,20 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 		w.Write([]byte(`{"model":"m","choices":[{"text":"A","finish_reason":"length","token_ids":[10]}],"usage":{"completion_tokens":1}}`))
 	}))
 	defer srv.Close()
-	c := newClient(t, completions.Options{URLs: []string{srv.URL}, Model: "m"})
+	var retries []completions.Retry
+	c := newClient(t, completions.Options{URLs: []string{srv.URL}, Model: "m",
+		OnRetry: func(r completions.Retry) { retries = append(retries, r) }})
 	r, err := c.Do(context.Background(), request(0))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if r.Attempts != 2 || len(times) != 2 {
 		t.Fatalf("%d attempts, %d requests", r.Attempts, len(times))
+	}
+	// The wait was announced, with the server's reason and the wait it asked for.
+	if len(retries) != 1 || retries[0].Attempt != 1 || retries[0].Wait < time.Second || retries[0].URL != srv.URL ||
+		!strings.Contains(retries[0].Err.Error(), "429") {
+		t.Fatalf("OnRetry saw %+v; want one retry of attempt 1 on %s, waiting at least 1s after a 429", retries, srv.URL)
 	}
 	if d := times[1].Sub(times[0]); d < time.Second {
 		t.Fatalf("retried after %v, before the server's Retry-After of 1s", d)

@@ -119,6 +119,9 @@ func (c *Client) retry(ctx context.Context, key uint64, failover bool, f func(ct
 		if failover && c.healthy(ep) {
 			wait = 0
 		}
+		if c.opt.OnRetry != nil {
+			c.opt.OnRetry(Retry{URL: ep.base, Key: key, Attempt: attempt, MaxAttempts: c.opt.MaxAttempts, Err: err, Wait: wait})
+		}
 		if err := sleep(ctx, wait); err != nil {
 			return err
 		}
