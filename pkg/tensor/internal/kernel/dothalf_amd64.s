@@ -1,0 +1,231 @@
+//go:build !purego
+
+#include "textflag.h"
+#include "zero_amd64.h"
+
+// The few-row products over 16-bit weights of DotRowsBF16 and DotRowsF16
+// (see dothalf.go). Every element is sixteen lanes of fused multiply-adds
+// over k (k ≡ l mod 16 in lane l, the k%16 tail padded with zeros), then
+// s_l = lane l + lane l+8, added as ((s0+s1)+(s2+s3))+((s4+s5)+(s6+s7)),
+// then the old output when acc: the same operations in every kernel here,
+// whatever the rows or the element's place.
+
+// halfMask is sixteen all-ones lanes then sixteen zero lanes: the 64 bytes
+// at offset 4*(16-t) select the first t lanes of sixteen.
+DATA halfMask<>+0(SB)/8, $-1
+DATA halfMask<>+8(SB)/8, $-1
+DATA halfMask<>+16(SB)/8, $-1
+DATA halfMask<>+24(SB)/8, $-1
+DATA halfMask<>+32(SB)/8, $-1
+DATA halfMask<>+40(SB)/8, $-1
+DATA halfMask<>+48(SB)/8, $-1
+DATA halfMask<>+56(SB)/8, $-1
+DATA halfMask<>+64(SB)/8, $0
+DATA halfMask<>+72(SB)/8, $0
+DATA halfMask<>+80(SB)/8, $0
+DATA halfMask<>+88(SB)/8, $0
+DATA halfMask<>+96(SB)/8, $0
+DATA halfMask<>+104(SB)/8, $0
+DATA halfMask<>+112(SB)/8, $0
+DATA halfMask<>+120(SB)/8, $0
+GLOBL halfMask<>(SB), RODATA|NOPTR, $128
+
+// ---- AVX-512: up to six rows by four weight rows (dothalf512_amd64.h) ----
+
+// ROWS1..ROWS6 apply op to input rows 0..n-1: their address, the register
+// that receives them, and their four accumulators.
+#define ROWS1(op) \
+	op((SI), Z4, Z8, Z9, Z10, Z11)
+
+#define ROWS2(op) \
+	ROWS1(op) \
+	op((SI)(R8*1), Z5, Z12, Z13, Z14, Z15)
+
+#define ROWS3(op) \
+	ROWS2(op) \
+	op((SI)(R8*2), Z4, Z16, Z17, Z18, Z19)
+
+#define ROWS4(op) \
+	ROWS3(op) \
+	op((DI), Z5, Z20, Z21, Z22, Z23)
+
+#define ROWS5(op) \
+	ROWS4(op) \
+	op((DI)(R8*1), Z4, Z24, Z25, Z26, Z27)
+
+#define ROWS6(op) \
+	ROWS5(op) \
+	op((DI)(R8*2), Z5, Z28, Z29, Z30, Z31)
+
+// ZACC4 clears a row's accumulators.
+#define ZACC4(src, xr, a0, a1, a2, a3) \
+	VPXORD a0, a0, a0 \
+	VPXORD a1, a1, a1 \
+	VPXORD a2, a2, a2 \
+	VPXORD a3, a3, a3
+
+// XROWZ loads sixteen floats of an input row into xr and accumulates their
+// products with the four widened weight rows Z0-Z3; XROWZM the tail, its
+// lanes past k zeroed.
+#define XROWZ(src, xr, a0, a1, a2, a3) \
+	VMOVUPS src, xr \
+	VFMADD231PS Z0, xr, a0 \
+	VFMADD231PS Z1, xr, a1 \
+	VFMADD231PS Z2, xr, a2 \
+	VFMADD231PS Z3, xr, a3
+
+#define XROWZM(src, xr, a0, a1, a2, a3) \
+	VMOVUPS.Z src, K1, xr \
+	VFMADD231PS Z0, xr, a0 \
+	VFMADD231PS Z1, xr, a1 \
+	VFMADD231PS Z2, xr, a2 \
+	VFMADD231PS Z3, xr, a3
+
+// HSTEP fetches the 128 bytes of the next four weight rows that match this
+// step's sixteen values of these four, then widens the step's weights.
+#define HSTEP \
+	PREFETCHT0 (R10) \
+	PREFETCHT0 64(R10) \
+	ADDQ $128, R10 \
+	WCVT4
+
+// HADV moves the input rows on by sixteen floats, the weights by sixteen
+// values.
+#define HADV \
+	ADDQ $64, SI \
+	ADDQ $64, DI \
+	ADDQ $32, DX
+
+// OUTZ reduces a row's four accumulators (Z, and their Y halves) into the
+// four sums in X4: lanes l and l+8 added into Y0-Y3, then REDUCE4T's
+// pairwise order (VHADDPS needs Y0-Y15).
+#define OUTZ(a0, a1, a2, a3, y0, y1, y2, y3) \
+	VEXTRACTF64X4 $1, a0, Y4 \
+	VADDPS Y4, y0, Y0 \
+	VEXTRACTF64X4 $1, a1, Y4 \
+	VADDPS Y4, y1, Y1 \
+	VEXTRACTF64X4 $1, a2, Y4 \
+	VADDPS Y4, y2, Y2 \
+	VEXTRACTF64X4 $1, a3, Y4 \
+	VADDPS Y4, y3, Y3 \
+	VHADDPS Y1, Y0, Y4 \
+	VHADDPS Y3, Y2, Y5 \
+	VHADDPS Y5, Y4, Y4 \
+	VEXTRACTF128 $1, Y4, X5 \
+	VADDPS X5, X4, X4
+
+// WCVT4 widens sixteen bfloat16 values of each of the four weight rows at
+// DX into Z0-Z3 (zero-extended, then shifted into the upper half); WCVT4M
+// the tail lanes of K1, the others zero.
+#define WCVT4 \
+	VPMOVZXWD (DX), Z0 \
+	VPMOVZXWD (DX)(R12*1), Z1 \
+	VPMOVZXWD (DX)(R12*2), Z2 \
+	VPMOVZXWD (DX)(R13*1), Z3 \
+	VPSLLD $16, Z0, Z0 \
+	VPSLLD $16, Z1, Z1 \
+	VPSLLD $16, Z2, Z2 \
+	VPSLLD $16, Z3, Z3
+
+#define WCVT4M \
+	VPMOVZXWD.Z (DX), K1, Z0 \
+	VPMOVZXWD.Z (DX)(R12*1), K1, Z1 \
+	VPMOVZXWD.Z (DX)(R12*2), K1, Z2 \
+	VPMOVZXWD.Z (DX)(R13*1), K1, Z3 \
+	VPSLLD $16, Z0, Z0 \
+	VPSLLD $16, Z1, Z1 \
+	VPSLLD $16, Z2, Z2 \
+	VPSLLD $16, Z3, Z3
+
+// func dotBF16x4AVX512(x *float32, ldx int, w *uint16, ldw int, out *float32, ldo, n4, k, rows, acc int)
+TEXT ·dotBF16x4AVX512(SB), NOSPLIT, $0-80
+#include "dothalf512_amd64.h"
+
+#undef WCVT4
+#undef WCVT4M
+
+// WCVT4 and WCVT4M for binary16 weights: VCVTPH2PS.
+#define WCVT4 \
+	VCVTPH2PS (DX), Z0 \
+	VCVTPH2PS (DX)(R12*1), Z1 \
+	VCVTPH2PS (DX)(R12*2), Z2 \
+	VCVTPH2PS (DX)(R13*1), Z3
+
+#define WCVT4M \
+	VCVTPH2PS.Z (DX), K1, Z0 \
+	VCVTPH2PS.Z (DX)(R12*1), K1, Z1 \
+	VCVTPH2PS.Z (DX)(R12*2), K1, Z2 \
+	VCVTPH2PS.Z (DX)(R13*1), K1, Z3
+
+// func dotF16x4AVX512(x *float32, ldx int, w *uint16, ldw int, out *float32, ldo, n4, k, rows, acc int)
+TEXT ·dotF16x4AVX512(SB), NOSPLIT, $0-80
+#include "dothalf512_amd64.h"
+
+// ---- AVX2: up to three rows by two weight rows (dothalf256_amd64.h) ----
+
+// YZACC clears the accumulators Y4-Y15.
+#define YZACC \
+	VXORPS Y4, Y4, Y4 \
+	VXORPS Y5, Y5, Y5 \
+	VXORPS Y6, Y6, Y6 \
+	VXORPS Y7, Y7, Y7 \
+	ZEROY8_11 \
+	VXORPS Y12, Y12, Y12 \
+	VXORPS Y13, Y13, Y13 \
+	VXORPS Y14, Y14, Y14 \
+	VXORPS Y15, Y15, Y15
+
+// YSTEP widens eight values of each of the two weight rows at off(DX)
+// into Y0 and Y1.
+#define YSTEP(off) \
+	WCVT8(off(DX), Y0) \
+	WCVT8(off(DX)(R12*1), Y1)
+
+// YROW loads eight floats of an input row into Y2 and accumulates their
+// products with Y0 and Y1 into a0 and a1; YROWM masks the loads with Y3.
+#define YROW(src, a0, a1) \
+	VMOVUPS src, Y2 \
+	VFMADD231PS Y0, Y2, a0 \
+	VFMADD231PS Y1, Y2, a1
+
+#define YROWM(src, a0, a1) \
+	VMASKMOVPS src, Y3, Y2 \
+	VFMADD231PS Y0, Y2, a0 \
+	VFMADD231PS Y1, Y2, a1
+
+// YADV fetches the next block's 64 bytes matching this step and moves the
+// input rows and weights on by sixteen.
+#define YADV \
+	PREFETCHT0 (R10) \
+	ADDQ $64, R10 \
+	ADDQ $64, SI \
+	ADDQ $32, DX
+
+// OUTY reduces a row's accumulators for the two weight rows (lanes 0-7 and
+// 8-15 of each) into the two sums in the low half of X2.
+#define OUTY(a0, b0, a1, b1) \
+	VADDPS b0, a0, Y0 \
+	VADDPS b1, a1, Y1 \
+	VHADDPS Y1, Y0, Y2 \
+	VHADDPS Y2, Y2, Y2 \
+	VEXTRACTF128 $1, Y2, X3 \
+	VADDPS X3, X2, X2
+
+// WCVT8 widens eight bfloat16 values at src into the register dst.
+#define WCVT8(src, dst) \
+	VPMOVZXWD src, dst \
+	VPSLLD $16, dst, dst
+
+// func dotBF16x2AVX2(x *float32, ldx int, w *uint16, ldw int, out *float32, ldo, n2, k, rows, acc int)
+TEXT ·dotBF16x2AVX2(SB), NOSPLIT, $64-80
+#include "dothalf256_amd64.h"
+
+#undef WCVT8
+
+// WCVT8 for binary16 values: F16C's VCVTPH2PS.
+#define WCVT8(src, dst) \
+	VCVTPH2PS src, dst
+
+// func dotF16x2AVX2(x *float32, ldx int, w *uint16, ldw int, out *float32, ldo, n2, k, rows, acc int)
+TEXT ·dotF16x2AVX2(SB), NOSPLIT, $64-80
+#include "dothalf256_amd64.h"

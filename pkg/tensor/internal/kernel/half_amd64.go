@@ -1,0 +1,110 @@
+//go:build !purego
+
+package kernel
+
+import "golang.org/x/sys/cpu"
+
+// The vector bodies of the conversions in half.go (see half_amd64.s): n
+// values, n a positive multiple of sixteen (AVX512) or eight (AVX2, F16C).
+
+//go:noescape
+func bf16ToF32AVX512(dst *float32, src *uint16, n int)
+
+//go:noescape
+func bf16ToF32AVX2(dst *float32, src *uint16, n int)
+
+//go:noescape
+func f16ToF32AVX512(dst *float32, src *uint16, n int)
+
+//go:noescape
+func f16ToF32F16C(dst *float32, src *uint16, n int)
+
+//go:noescape
+func f32ToBF16AVX512(dst *uint16, src *float32, n int)
+
+//go:noescape
+func f32ToBF16AVX2(dst *uint16, src *float32, n int)
+
+//go:noescape
+func f32ToF16AVX512(dst *uint16, src *float32, n int)
+
+//go:noescape
+func f32ToF16F16C(dst *uint16, src *float32, n int)
+
+// convWidth returns the values a conversion body takes at a time: sixteen
+// with AVX-512, eight with the AVX2 (or, with f16c, F16C) bodies, 0 where
+// there are none.
+func convWidth(f16c bool) int {
+	switch {
+	case cpu.X86.HasAVX512F:
+		return 16
+	case f16c && cpu.X86.HasF16C && cpu.X86.HasAVX:
+		return 8
+	case !f16c && cpu.X86.HasAVX2:
+		return 8
+	}
+	return 0
+}
+
+// bf16ToF32Vec converts the longest prefix of src it can with vector
+// instructions and returns its length; f16ToF32Vec, f32ToBF16Vec and
+// f32ToF16Vec likewise.
+func bf16ToF32Vec(dst []float32, src []uint16) int {
+	v := convWidth(false)
+	n := len(src)
+	if v == 0 || n < v {
+		return 0
+	}
+	n -= n % v
+	if v == 16 {
+		bf16ToF32AVX512(&dst[0], &src[0], n)
+	} else {
+		bf16ToF32AVX2(&dst[0], &src[0], n)
+	}
+	return n
+}
+
+func f16ToF32Vec(dst []float32, src []uint16) int {
+	v := convWidth(true)
+	n := len(src)
+	if v == 0 || n < v {
+		return 0
+	}
+	n -= n % v
+	if v == 16 {
+		f16ToF32AVX512(&dst[0], &src[0], n)
+	} else {
+		f16ToF32F16C(&dst[0], &src[0], n)
+	}
+	return n
+}
+
+func f32ToBF16Vec(dst []uint16, src []float32) int {
+	v := convWidth(false)
+	n := len(src)
+	if v == 0 || n < v {
+		return 0
+	}
+	n -= n % v
+	if v == 16 {
+		f32ToBF16AVX512(&dst[0], &src[0], n)
+	} else {
+		f32ToBF16AVX2(&dst[0], &src[0], n)
+	}
+	return n
+}
+
+func f32ToF16Vec(dst []uint16, src []float32) int {
+	v := convWidth(true)
+	n := len(src)
+	if v == 0 || n < v {
+		return 0
+	}
+	n -= n % v
+	if v == 16 {
+		f32ToF16AVX512(&dst[0], &src[0], n)
+	} else {
+		f32ToF16F16C(&dst[0], &src[0], n)
+	}
+	return n
+}
