@@ -58,18 +58,9 @@ func sgemmHalf(h kernel.Half, transA, transB bool, m, n, k int, alpha float32, a
 		return
 	}
 	checkGemm(transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc)
-	free := gemms()
-	var g *kernel.Gemm
-	select {
-	case g = <-free:
-	default:
-		g = kernel.NewGemm()
-	}
+	g := takeGemm()
 	g.SgemmHalf(ParallelChunks, Workers(), transA, transB, m, n, k, alpha, a, lda, h, b, ldb, beta, c, ldc)
-	select {
-	case free <- g:
-	default:
-	}
+	putGemm(g)
 }
 
 // convertChunk is the number of values below which a conversion stays on

@@ -1,6 +1,6 @@
 // The body of dotBF16x2AVX2 and dotF16x2AVX2 (see dothalf_amd64.s),
 // included after their TEXT lines with WCVT8 defined: up to three rows x,
-// x+ldx, x+2*ldx, times n2 (a positive multiple of 2) weight rows of 16-bit
+// x+ldx, x+2*ldx, times nc (a positive multiple of 2) weight rows of 16-bit
 // values w[j*ldw : j*ldw+k], two weight rows at a time, into out[i*ldo + j]
 // (added to the old value when acc is not 0). The sixteen lanes of an
 // element's partial sums are two eight-lane registers (lanes 0-7, 8-15), so
@@ -13,19 +13,23 @@
 // weight row 0 (R12: one weight row in bytes), R9 is the block's first
 // weight row, R10 prefetches the next block, R14 and R15 the output block
 // and stride, BX counts the columns left, R11 holds rows. The k%16 tail goes
-// through the 64-byte frame: both weight rows' last values, zero-padded to
-// sixteen.
+// through the frame's first 64 bytes: both weight rows' last values,
+// zero-padded to sixteen.
 
-	MOVQ ldw+24(FP), R12
-	SHLQ $1, R12            // bytes per weight row
-	MOVQ ldx+8(FP), R8
-	SHLQ $2, R8             // bytes per input row
-	MOVQ w+16(FP), R9
-	MOVQ out+32(FP), R14
-	MOVQ ldo+40(FP), R15
-	SHLQ $2, R15            // bytes per output row
-	MOVQ n2+48(FP), BX
-	MOVQ rows+64(FP), R11
+	HARGS
+	// The old outputs are added as old&mask | ^mask&-0: either the old
+	// outputs or -0, which leaves any sum as it is (the frame's 64(SP) and
+	// 80(SP)).
+	MOVQ acc+72(FP), AX
+	NEGQ AX
+	MOVQ AX, X0
+	VPBROADCASTD X0, X0
+	VMOVDQU X0, 64(SP)
+	MOVL $0x80000000, AX
+	MOVQ AX, X1
+	VPBROADCASTD X1, X1
+	VPANDN X1, X0, X1
+	VMOVDQU X1, 80(SP)
 
 ycol:
 	MOVQ x+0(FP), SI
@@ -134,35 +138,13 @@ ytl1:
 	YROWM(32(SI)(R8*2), Y13, Y15)
 
 yreduce:
-	MOVQ acc+72(FP), CX
-	OUTY(Y4, Y5, Y6, Y7)
-	TESTQ CX, CX
-	JZ   ys0
-	VMOVSD (R14), X3
-	VADDPS X3, X2, X2
-
-ys0:
-	VMOVSD X2, (R14)
+	OUTY(Y4, Y5, Y6, Y7, (R14))
 	CMPQ R11, $2
 	JLT  ynext
-	OUTY(Y8, Y9, Y10, Y11)
-	TESTQ CX, CX
-	JZ   ys1
-	VMOVSD (R14)(R15*1), X3
-	VADDPS X3, X2, X2
-
-ys1:
-	VMOVSD X2, (R14)(R15*1)
+	OUTY(Y8, Y9, Y10, Y11, (R14)(R15*1))
 	CMPQ R11, $3
 	JLT  ynext
-	OUTY(Y12, Y13, Y14, Y15)
-	TESTQ CX, CX
-	JZ   ys2
-	VMOVSD (R14)(R15*2), X3
-	VADDPS X3, X2, X2
-
-ys2:
-	VMOVSD X2, (R14)(R15*2)
+	OUTY(Y12, Y13, Y14, Y15, (R14)(R15*2))
 
 ynext:
 	ADDQ $8, R14

@@ -1,6 +1,6 @@
 // The body of dotBF16x4AVX512 and dotF16x4AVX512 (see dothalf_amd64.s),
 // included after their TEXT lines with WCVT4 and WCVT4M defined: up to six
-// rows x, x+ldx, ..., times n4 (a positive multiple of 4) weight rows of
+// rows x, x+ldx, ..., times nc (a positive multiple of 4) weight rows of
 // 16-bit values w[j*ldw : j*ldw+k], four weight rows at a time, into
 // out[i*ldo + j] (added to the old value when acc is not 0).
 //
@@ -10,25 +10,20 @@
 // input row stride in bytes, DX walks the four weight rows (R12 and R13:
 // one and three weight rows in bytes), R9 is the block's first weight row,
 // R10 prefetches the next block, R14 and R15 the output block and stride,
-// BX counts the columns left, R11 holds rows.
+// BX counts the columns left, R11 holds rows; K2 selects the output lanes
+// that add the old outputs (all when acc, else none).
 
-	MOVQ ldw+24(FP), R12
-	SHLQ $1, R12            // bytes per weight row
+	HARGS
 	LEAQ (R12)(R12*2), R13  // three weight rows
-	MOVQ ldx+8(FP), R8
-	SHLQ $2, R8             // bytes per input row
-	MOVQ w+16(FP), R9
-	MOVQ out+32(FP), R14
-	MOVQ ldo+40(FP), R15
-	SHLQ $2, R15            // bytes per output row
-	MOVQ n4+48(FP), BX
 	MOVQ k+56(FP), CX
 	ANDQ $15, CX
 	MOVL $1, AX
 	SHLL CX, AX
 	DECL AX
 	KMOVW AX, K1            // the k%16 tail lanes
-	MOVQ rows+64(FP), R11
+	MOVQ acc+72(FP), AX
+	NEGQ AX
+	KMOVW AX, K2            // all lanes when acc, else none
 
 hcol:
 	MOVQ x+0(FP), SI
@@ -159,61 +154,24 @@ ht2:
 	ROWS2(XROWZM)
 
 hreduce:
-	MOVQ acc+72(FP), CX
 	LEAQ (R14)(R15*2), AX
 	ADDQ R15, AX            // output row 3
-	OUTZ(Z8, Z9, Z10, Z11, Y8, Y9, Y10, Y11)
-	TESTQ CX, CX
-	JZ   hs0
-	VADDPS (R14), X4, X4
-
-hs0:
-	VMOVUPS X4, (R14)
+	OUTZ(Z8, Z9, Z10, Z11, Y8, Y9, Y10, Y11, (R14))
 	CMPQ R11, $2
 	JLT  hnext
-	OUTZ(Z12, Z13, Z14, Z15, Y12, Y13, Y14, Y15)
-	TESTQ CX, CX
-	JZ   hs1
-	VADDPS (R14)(R15*1), X4, X4
-
-hs1:
-	VMOVUPS X4, (R14)(R15*1)
+	OUTZ(Z12, Z13, Z14, Z15, Y12, Y13, Y14, Y15, (R14)(R15*1))
 	CMPQ R11, $3
 	JLT  hnext
-	OUTZ(Z16, Z17, Z18, Z19, Y16, Y17, Y18, Y19)
-	TESTQ CX, CX
-	JZ   hs2
-	VADDPS (R14)(R15*2), X4, X4
-
-hs2:
-	VMOVUPS X4, (R14)(R15*2)
+	OUTZ(Z16, Z17, Z18, Z19, Y16, Y17, Y18, Y19, (R14)(R15*2))
 	CMPQ R11, $4
 	JLT  hnext
-	OUTZ(Z20, Z21, Z22, Z23, Y20, Y21, Y22, Y23)
-	TESTQ CX, CX
-	JZ   hs3
-	VADDPS (AX), X4, X4
-
-hs3:
-	VMOVUPS X4, (AX)
+	OUTZ(Z20, Z21, Z22, Z23, Y20, Y21, Y22, Y23, (AX))
 	CMPQ R11, $5
 	JLT  hnext
-	OUTZ(Z24, Z25, Z26, Z27, Y24, Y25, Y26, Y27)
-	TESTQ CX, CX
-	JZ   hs4
-	VADDPS (AX)(R15*1), X4, X4
-
-hs4:
-	VMOVUPS X4, (AX)(R15*1)
+	OUTZ(Z24, Z25, Z26, Z27, Y24, Y25, Y26, Y27, (AX)(R15*1))
 	CMPQ R11, $6
 	JLT  hnext
-	OUTZ(Z28, Z29, Z30, Z31, Y28, Y29, Y30, Y31)
-	TESTQ CX, CX
-	JZ   hs5
-	VADDPS (AX)(R15*2), X4, X4
-
-hs5:
-	VMOVUPS X4, (AX)(R15*2)
+	OUTZ(Z28, Z29, Z30, Z31, Y28, Y29, Y30, Y31, (AX)(R15*2))
 
 hnext:
 	ADDQ $16, R14

@@ -5,56 +5,83 @@ package kernel
 import "golang.org/x/sys/cpu"
 
 // dotBF16x4AVX512 multiplies up to six rows x, x+ldx, ... (rows of them) by
-// n4 (a positive multiple of 4) bfloat16 weight rows w[j*ldw : j*ldw+k],
+// nc (a positive multiple of 4) bfloat16 weight rows w[j*ldw : j*ldw+k],
 // four at a time, into out[i*ldo+j] (see dothalf_amd64.s).
 //
 //go:noescape
-func dotBF16x4AVX512(x *float32, ldx int, w *uint16, ldw int, out *float32, ldo, n4, k, rows, acc int)
+func dotBF16x4AVX512(x *float32, ldx int, w *uint16, ldw int, out *float32, ldo, nc, k, rows, acc int)
 
 // dotF16x4AVX512 is dotBF16x4AVX512 for binary16 weights.
 //
 //go:noescape
-func dotF16x4AVX512(x *float32, ldx int, w *uint16, ldw int, out *float32, ldo, n4, k, rows, acc int)
+func dotF16x4AVX512(x *float32, ldx int, w *uint16, ldw int, out *float32, ldo, nc, k, rows, acc int)
 
 // dotBF16x2AVX2 is dotBF16x4AVX512 with AVX2 and FMA for up to three rows,
-// two weight rows at a time (n2 a positive multiple of 2), with the same
+// two weight rows at a time (nc a positive multiple of 2), with the same
 // results bit for bit.
 //
 //go:noescape
-func dotBF16x2AVX2(x *float32, ldx int, w *uint16, ldw int, out *float32, ldo, n2, k, rows, acc int)
+func dotBF16x2AVX2(x *float32, ldx int, w *uint16, ldw int, out *float32, ldo, nc, k, rows, acc int)
 
 // dotF16x2AVX2 is dotBF16x2AVX2 for binary16 weights (F16C).
 //
 //go:noescape
-func dotF16x2AVX2(x *float32, ldx int, w *uint16, ldw int, out *float32, ldo, n2, k, rows, acc int)
+func dotF16x2AVX2(x *float32, ldx int, w *uint16, ldw int, out *float32, ldo, nc, k, rows, acc int)
 
-// halfDotKernel is the signature of the assembly bodies above.
-type halfDotKernel func(x *float32, ldx int, w *uint16, ldw int, out *float32, ldo, nc, k, rows, acc int)
+// halfBody names one of the assembly bodies above (a value, not a
+// function value: an indirect call would make the operands escape).
+type halfBody uint8
 
-// halfDotTile returns the assembly body for weights of format h on this
-// processor and its tile (the most rows and the weight rows it takes at a
-// time), or nil.
-func halfDotTile(h Half) (kern halfDotKernel, rows, cols int) {
+const (
+	noHalfBody halfBody = iota
+	bf16x4AVX512
+	f16x4AVX512
+	bf16x2AVX2
+	f16x2AVX2
+)
+
+// tile returns the most rows and the weight rows b takes at a time.
+func (b halfBody) tile() (rows, cols int) {
+	if b == bf16x4AVX512 || b == f16x4AVX512 {
+		return 6, 4
+	}
+	return 3, 2
+}
+
+// run calls the body b.
+func (b halfBody) run(x *float32, ldx int, w *uint16, ldw int, out *float32, ldo, nc, k, rows, acc int) {
+	switch b {
+	case bf16x4AVX512:
+		dotBF16x4AVX512(x, ldx, w, ldw, out, ldo, nc, k, rows, acc)
+	case f16x4AVX512:
+		dotF16x4AVX512(x, ldx, w, ldw, out, ldo, nc, k, rows, acc)
+	case bf16x2AVX2:
+		dotBF16x2AVX2(x, ldx, w, ldw, out, ldo, nc, k, rows, acc)
+	case f16x2AVX2:
+		dotF16x2AVX2(x, ldx, w, ldw, out, ldo, nc, k, rows, acc)
+	}
+}
+
+// halfDotBody returns the assembly body for weights of format h on this
+// processor, or noHalfBody.
+func halfDotBody(h Half) halfBody {
 	switch {
 	case cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL:
 		if h == BF16 {
-			return dotBF16x4AVX512, 6, 4
+			return bf16x4AVX512
 		}
-		return dotF16x4AVX512, 6, 4
+		return f16x4AVX512
 	case cpu.X86.HasAVX2 && cpu.X86.HasFMA && h == BF16:
-		return dotBF16x2AVX2, 3, 2
+		return bf16x2AVX2
 	case cpu.X86.HasAVX2 && cpu.X86.HasFMA && cpu.X86.HasF16C:
-		return dotF16x2AVX2, 3, 2
+		return f16x2AVX2
 	}
-	return nil, 0, 0
+	return noHalfBody
 }
 
 // dotRowsHalfAsm reports whether DotRowsBF16 (f16: DotRowsF16) runs in
 // assembly here.
-func dotRowsHalfAsm(h Half) bool {
-	kern, _, _ := halfDotTile(h)
-	return kern != nil
-}
+func dotRowsHalfAsm(h Half) bool { return halfDotBody(h) != noHalfBody }
 
 // dotRowsHalfVec computes dotRowsHalf in assembly when the processor allows
 // and reports whether it did. Weight rows go in blocks of about 16 KiB,
@@ -63,17 +90,17 @@ func dotRowsHalfAsm(h Half) bool {
 // (or, when n < cols, one weight row repeated cols times) into a stack
 // tile: each element's operations are the same wherever it is computed.
 func dotRowsHalfVec(h Half, out []float32, ldo int, x []float32, ldx int, w []uint16, ldw int, m, n, k int, acc bool) bool {
-	kern, rt, ct := halfDotTile(h)
-	if kern == nil || k == 0 {
+	b := halfDotBody(h)
+	if b == noHalfBody || k == 0 {
 		return false
 	}
-	dotRowsHalfTiles(kern, rt, ct, out, ldo, x, ldx, w, ldw, m, n, k, acc)
+	dotRowsHalfTiles(b, out, ldo, x, ldx, w, ldw, m, n, k, acc)
 	return true
 }
 
-// dotRowsHalfTiles runs dotRowsHalf through the assembly body kern, whose
-// tiles are rt rows by ct weight rows.
-func dotRowsHalfTiles(kern halfDotKernel, rt, ct int, out []float32, ldo int, x []float32, ldx int, w []uint16, ldw int, m, n, k int, acc bool) {
+// dotRowsHalfTiles runs dotRowsHalf through the assembly body b.
+func dotRowsHalfTiles(b halfBody, out []float32, ldo int, x []float32, ldx int, w []uint16, ldw int, m, n, k int, acc bool) {
+	rt, ct := b.tile()
 	a := 0
 	if acc {
 		a = 1
@@ -83,7 +110,7 @@ func dotRowsHalfTiles(kern halfDotKernel, rt, ct int, out []float32, ldo int, x 
 	for c0 := 0; c0 < nc; c0 += nb {
 		c1 := min(c0+nb, nc)
 		for i := 0; i < m; i += rt {
-			kern(&x[i*ldx], ldx, &w[c0*ldw], ldw, &out[i*ldo+c0], ldo, c1-c0, k, min(rt, m-i), a)
+			b.run(&x[i*ldx], ldx, &w[c0*ldw], ldw, &out[i*ldo+c0], ldo, c1-c0, k, min(rt, m-i), a)
 		}
 	}
 	if nc == n {
@@ -108,12 +135,12 @@ func dotRowsHalfTiles(kern halfDotKernel, rt, ct int, out []float32, ldo int, x 
 	for i := 0; i < m; i += rt {
 		r := min(rt, m-i)
 		if n >= ct {
-			kern(&x[i*ldx], ldx, &w[(n-ct)*ldw], ldw, &tile[0], ct, ct, k, r, 0)
+			b.run(&x[i*ldx], ldx, &w[(n-ct)*ldw], ldw, &tile[0], ct, ct, k, r, 0)
 			put(i, r, nc-(n-ct), nc, n-nc)
 			continue
 		}
 		for j := 0; j < n; j++ {
-			kern(&x[i*ldx], ldx, &w[j*ldw], 0, &tile[0], ct, ct, k, r, 0)
+			b.run(&x[i*ldx], ldx, &w[j*ldw], 0, &tile[0], ct, ct, k, r, 0)
 			put(i, r, 0, j, 1)
 		}
 	}

@@ -30,6 +30,82 @@ DATA halfMask<>+112(SB)/8, $0
 DATA halfMask<>+120(SB)/8, $0
 GLOBL halfMask<>(SB), RODATA|NOPTR, $128
 
+// HARGS loads the arguments both bodies share: the strides in bytes (R12
+// weight rows, R8 input rows, R15 output rows), the first weight row R9,
+// the output R14, the columns BX and the rows R11.
+#define HARGS \
+	MOVQ ldw+24(FP), R12 \
+	SHLQ $1, R12 \
+	MOVQ ldx+8(FP), R8 \
+	SHLQ $2, R8 \
+	MOVQ w+16(FP), R9 \
+	MOVQ out+32(FP), R14 \
+	MOVQ ldo+40(FP), R15 \
+	SHLQ $2, R15 \
+	MOVQ nc+48(FP), BX \
+	MOVQ rows+64(FP), R11
+
+// ---- AVX2: up to three rows by two weight rows (dothalf256_amd64.h) ----
+
+// YZACC clears the accumulators Y4-Y15.
+#define YZACC \
+	VXORPS Y4, Y4, Y4 \
+	VXORPS Y5, Y5, Y5 \
+	VXORPS Y6, Y6, Y6 \
+	VXORPS Y7, Y7, Y7 \
+	ZEROY8_11 \
+	VXORPS Y12, Y12, Y12 \
+	VXORPS Y13, Y13, Y13 \
+	VXORPS Y14, Y14, Y14 \
+	VXORPS Y15, Y15, Y15
+
+// YSTEP widens eight values of each of the two weight rows at off(DX)
+// into Y0 and Y1.
+#define YSTEP(off) \
+	WCVT8(off(DX), Y0) \
+	WCVT8(off(DX)(R12*1), Y1)
+
+// YROW loads eight floats of an input row into Y2 and accumulates their
+// products with Y0 and Y1 into a0 and a1; YROWM masks the loads with Y3.
+#define YROW(src, a0, a1) \
+	VMOVUPS src, Y2 \
+	VFMADD231PS Y0, Y2, a0 \
+	VFMADD231PS Y1, Y2, a1
+
+#define YROWM(src, a0, a1) \
+	VMASKMOVPS src, Y3, Y2 \
+	VFMADD231PS Y0, Y2, a0 \
+	VFMADD231PS Y1, Y2, a1
+
+// YADV fetches the next block's 64 bytes matching this step and moves the
+// input rows and weights on by sixteen.
+#define YADV \
+	PREFETCHT0 (R10) \
+	ADDQ $64, R10 \
+	ADDQ $64, SI \
+	ADDQ $32, DX
+
+// OUTY reduces a row's accumulators for the two weight rows (lanes 0-7 and
+// 8-15 of each) into the two sums in the low half of X2, adds the old
+// outputs at dst or -0 (see dothalf256_amd64.h) and stores the two at dst.
+#define OUTY(a0, b0, a1, b1, dst) \
+	VADDPS b0, a0, Y0 \
+	VADDPS b1, a1, Y1 \
+	VHADDPS Y1, Y0, Y2 \
+	VHADDPS Y2, Y2, Y2 \
+	VEXTRACTF128 $1, Y2, X3 \
+	VADDPS X3, X2, X2 \
+	VMOVSD dst, X3 \
+	VANDPS 64(SP), X3, X3 \
+	VORPS 80(SP), X3, X3 \
+	VADDPS X3, X2, X2 \
+	VMOVSD X2, dst
+
+// WCVT8 widens eight bfloat16 values at src into the register dst.
+#define WCVT8(src, dst) \
+	VPMOVZXWD src, dst \
+	VPSLLD $16, dst, dst
+
 // ---- AVX-512: up to six rows by four weight rows (dothalf512_amd64.h) ----
 
 // ROWS1..ROWS6 apply op to input rows 0..n-1: their address, the register
@@ -96,10 +172,11 @@ GLOBL halfMask<>(SB), RODATA|NOPTR, $128
 	ADDQ $64, DI \
 	ADDQ $32, DX
 
-// OUTZ reduces a row's four accumulators (Z, and their Y halves) into the
-// four sums in X4: lanes l and l+8 added into Y0-Y3, then REDUCE4T's
-// pairwise order (VHADDPS needs Y0-Y15).
-#define OUTZ(a0, a1, a2, a3, y0, y1, y2, y3) \
+// OUTZ reduces a row's four accumulators (Z, and their Y halves) into four
+// sums in X4 (lanes l and l+8 added into Y0-Y3, then the pairwise order of
+// dotRows3AVX2; VHADDPS needs Y0-Y15), adds the old outputs at dst in the
+// lanes of K2 and stores the four at dst.
+#define OUTZ(a0, a1, a2, a3, y0, y1, y2, y3, dst) \
 	VEXTRACTF64X4 $1, a0, Y4 \
 	VADDPS Y4, y0, Y0 \
 	VEXTRACTF64X4 $1, a1, Y4 \
@@ -112,7 +189,9 @@ GLOBL halfMask<>(SB), RODATA|NOPTR, $128
 	VHADDPS Y3, Y2, Y5 \
 	VHADDPS Y5, Y4, Y4 \
 	VEXTRACTF128 $1, Y4, X5 \
-	VADDPS X5, X4, X4
+	VADDPS X5, X4, X4 \
+	VADDPS dst, X4, K2, X4 \
+	VMOVUPS X4, dst
 
 // WCVT4 widens sixteen bfloat16 values of each of the four weight rows at
 // DX into Z0-Z3 (zero-extended, then shifted into the upper half); WCVT4M
@@ -137,7 +216,7 @@ GLOBL halfMask<>(SB), RODATA|NOPTR, $128
 	VPSLLD $16, Z2, Z2 \
 	VPSLLD $16, Z3, Z3
 
-// func dotBF16x4AVX512(x *float32, ldx int, w *uint16, ldw int, out *float32, ldo, n4, k, rows, acc int)
+// func dotBF16x4AVX512(x *float32, ldx int, w *uint16, ldw int, out *float32, ldo, nc, k, rows, acc int)
 TEXT ·dotBF16x4AVX512(SB), NOSPLIT, $0-80
 #include "dothalf512_amd64.h"
 
@@ -157,67 +236,12 @@ TEXT ·dotBF16x4AVX512(SB), NOSPLIT, $0-80
 	VCVTPH2PS.Z (DX)(R12*2), K1, Z2 \
 	VCVTPH2PS.Z (DX)(R13*1), K1, Z3
 
-// func dotF16x4AVX512(x *float32, ldx int, w *uint16, ldw int, out *float32, ldo, n4, k, rows, acc int)
+// func dotF16x4AVX512(x *float32, ldx int, w *uint16, ldw int, out *float32, ldo, nc, k, rows, acc int)
 TEXT ·dotF16x4AVX512(SB), NOSPLIT, $0-80
 #include "dothalf512_amd64.h"
 
-// ---- AVX2: up to three rows by two weight rows (dothalf256_amd64.h) ----
-
-// YZACC clears the accumulators Y4-Y15.
-#define YZACC \
-	VXORPS Y4, Y4, Y4 \
-	VXORPS Y5, Y5, Y5 \
-	VXORPS Y6, Y6, Y6 \
-	VXORPS Y7, Y7, Y7 \
-	ZEROY8_11 \
-	VXORPS Y12, Y12, Y12 \
-	VXORPS Y13, Y13, Y13 \
-	VXORPS Y14, Y14, Y14 \
-	VXORPS Y15, Y15, Y15
-
-// YSTEP widens eight values of each of the two weight rows at off(DX)
-// into Y0 and Y1.
-#define YSTEP(off) \
-	WCVT8(off(DX), Y0) \
-	WCVT8(off(DX)(R12*1), Y1)
-
-// YROW loads eight floats of an input row into Y2 and accumulates their
-// products with Y0 and Y1 into a0 and a1; YROWM masks the loads with Y3.
-#define YROW(src, a0, a1) \
-	VMOVUPS src, Y2 \
-	VFMADD231PS Y0, Y2, a0 \
-	VFMADD231PS Y1, Y2, a1
-
-#define YROWM(src, a0, a1) \
-	VMASKMOVPS src, Y3, Y2 \
-	VFMADD231PS Y0, Y2, a0 \
-	VFMADD231PS Y1, Y2, a1
-
-// YADV fetches the next block's 64 bytes matching this step and moves the
-// input rows and weights on by sixteen.
-#define YADV \
-	PREFETCHT0 (R10) \
-	ADDQ $64, R10 \
-	ADDQ $64, SI \
-	ADDQ $32, DX
-
-// OUTY reduces a row's accumulators for the two weight rows (lanes 0-7 and
-// 8-15 of each) into the two sums in the low half of X2.
-#define OUTY(a0, b0, a1, b1) \
-	VADDPS b0, a0, Y0 \
-	VADDPS b1, a1, Y1 \
-	VHADDPS Y1, Y0, Y2 \
-	VHADDPS Y2, Y2, Y2 \
-	VEXTRACTF128 $1, Y2, X3 \
-	VADDPS X3, X2, X2
-
-// WCVT8 widens eight bfloat16 values at src into the register dst.
-#define WCVT8(src, dst) \
-	VPMOVZXWD src, dst \
-	VPSLLD $16, dst, dst
-
-// func dotBF16x2AVX2(x *float32, ldx int, w *uint16, ldw int, out *float32, ldo, n2, k, rows, acc int)
-TEXT ·dotBF16x2AVX2(SB), NOSPLIT, $64-80
+// func dotBF16x2AVX2(x *float32, ldx int, w *uint16, ldw int, out *float32, ldo, nc, k, rows, acc int)
+TEXT ·dotBF16x2AVX2(SB), NOSPLIT, $96-80
 #include "dothalf256_amd64.h"
 
 #undef WCVT8
@@ -226,6 +250,6 @@ TEXT ·dotBF16x2AVX2(SB), NOSPLIT, $64-80
 #define WCVT8(src, dst) \
 	VCVTPH2PS src, dst
 
-// func dotF16x2AVX2(x *float32, ldx int, w *uint16, ldw int, out *float32, ldo, n2, k, rows, acc int)
-TEXT ·dotF16x2AVX2(SB), NOSPLIT, $64-80
+// func dotF16x2AVX2(x *float32, ldx int, w *uint16, ldw int, out *float32, ldo, nc, k, rows, acc int)
+TEXT ·dotF16x2AVX2(SB), NOSPLIT, $96-80
 #include "dothalf256_amd64.h"

@@ -14,16 +14,16 @@ import (
 // DotRowsF16) this processor can run, whichever the exported function picks.
 func halfBodies(h Half) map[string]halfDotFunc {
 	bodies := map[string]halfDotFunc{}
-	add := func(name string, kern halfDotKernel, rt, ct int) {
+	add := func(name string, b halfBody) {
 		bodies[name] = func(_ Half, out []float32, ldo int, x []float32, ldx int, w []uint16, ldw int, m, n, k int, acc bool) {
-			dotRowsHalfTiles(kern, rt, ct, out, ldo, x, ldx, w, ldw, m, n, k, acc)
+			dotRowsHalfTiles(b, out, ldo, x, ldx, w, ldw, m, n, k, acc)
 		}
 	}
 	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL {
-		add("avx512", map[Half]halfDotKernel{BF16: dotBF16x4AVX512, F16: dotF16x4AVX512}[h], 6, 4)
+		add("avx512", map[Half]halfBody{BF16: bf16x4AVX512, F16: f16x4AVX512}[h])
 	}
 	if cpu.X86.HasAVX2 && cpu.X86.HasFMA && (h == BF16 || cpu.X86.HasF16C) {
-		add("avx2", map[Half]halfDotKernel{BF16: dotBF16x2AVX2, F16: dotF16x2AVX2}[h], 3, 2)
+		add("avx2", map[Half]halfBody{BF16: bf16x2AVX2, F16: f16x2AVX2}[h])
 	}
 	return bodies
 }
@@ -70,65 +70,104 @@ func TestDotRowsHalfBodies(t *testing.T) {
 	}
 }
 
+// convBody is one conversion body: its name, whether the processor runs
+// it, its vector width, the reference bits of each value.
+type convBody[S, D any] struct {
+	name  string
+	ok    bool
+	width int
+	f     func(*D, *S, int)
+	ref   func(S) uint32
+}
+
+// checkConvBodies runs each body over src (a multiple of sixteen values)
+// and compares the bits of the results with its reference.
+func checkConvBodies[S, D any](t *testing.T, src []S, bits func(D) uint32, bodies ...convBody[S, D]) {
+	t.Helper()
+	dst := make([]D, len(src))
+	for _, b := range bodies {
+		if !b.ok {
+			continue
+		}
+		clear(dst)
+		b.f(&dst[0], &src[0], len(src)/b.width)
+		for i, v := range src {
+			if got, want := bits(dst[i]), b.ref(v); got != want {
+				t.Fatalf("%s(%v) gives bits %#x, want %#x", b.name, v, got, want)
+			}
+		}
+	}
+}
+
 // TestHalfConversionBodies runs every conversion body the processor has
 // over all 16-bit patterns and the float32 samples.
 func TestHalfConversionBodies(t *testing.T) {
-	type body struct {
-		name  string
-		ok    bool
-		width int
-	}
 	src16 := make([]uint16, 1<<16)
 	for i := range src16 {
 		src16[i] = uint16(i)
 	}
-	dst32 := make([]float32, len(src16))
-	for _, b := range []struct {
-		body
-		f   func(*float32, *uint16, int)
-		ref func(uint16) uint32
-	}{
-		{body{"bf16ToF32AVX512", cpu.X86.HasAVX512F, 16}, bf16ToF32AVX512, refBF16ToF32Bits},
-		{body{"bf16ToF32AVX2", cpu.X86.HasAVX2, 8}, bf16ToF32AVX2, refBF16ToF32Bits},
-		{body{"f16ToF32AVX512", cpu.X86.HasAVX512F, 16}, f16ToF32AVX512, refF16ToF32Bits},
-		{body{"f16ToF32F16C", cpu.X86.HasF16C && cpu.X86.HasAVX, 8}, f16ToF32F16C, refF16ToF32Bits},
-	} {
-		if !b.ok {
-			continue
-		}
-		clear(dst32)
-		b.f(&dst32[0], &src16[0], len(src16))
-		for i, h := range src16 {
-			if got, want := math.Float32bits(dst32[i]), b.ref(h); got != want {
-				t.Fatalf("%s(%#04x) = %#08x, want %#08x", b.name, h, got, want)
-			}
-		}
-	}
+	avx512, avx2, f16c := cpu.X86.HasAVX512F, cpu.X86.HasAVX2, cpu.X86.HasF16C && cpu.X86.HasAVX
+	checkConvBodies(t, src16, math.Float32bits,
+		convBody[uint16, float32]{"bf16ToF32AVX512", avx512, 16, bf16ToF32AVX512, refBF16ToF32Bits},
+		convBody[uint16, float32]{"bf16ToF32AVX2", avx2, 8, bf16ToF32AVX2, refBF16ToF32Bits},
+		convBody[uint16, float32]{"f16ToF32AVX512", avx512, 16, f16ToF32AVX512, refF16ToF32Bits},
+		convBody[uint16, float32]{"f16ToF32F16C", f16c, 8, f16ToF32F16C, refF16ToF32Bits})
+
 	bits := f32Samples()
-	bits = bits[:len(bits)&^15]
-	src32 := make([]float32, len(bits))
-	for i, v := range bits {
-		src32[i] = math.Float32frombits(v)
+	src32 := make([]float32, len(bits)&^15)
+	for i := range src32 {
+		src32[i] = math.Float32frombits(bits[i])
 	}
-	dst16 := make([]uint16, len(src32))
-	for _, b := range []struct {
-		body
-		f   func(*uint16, *float32, int)
-		ref func(float32) uint16
-	}{
-		{body{"f32ToBF16AVX512", cpu.X86.HasAVX512F, 16}, f32ToBF16AVX512, refF32ToBF16},
-		{body{"f32ToBF16AVX2", cpu.X86.HasAVX2, 8}, f32ToBF16AVX2, refF32ToBF16},
-		{body{"f32ToF16AVX512", cpu.X86.HasAVX512F, 16}, f32ToF16AVX512, refF32ToF16},
-		{body{"f32ToF16F16C", cpu.X86.HasF16C && cpu.X86.HasAVX, 8}, f32ToF16F16C, refF32ToF16},
-	} {
-		if !b.ok {
-			continue
-		}
-		clear(dst16)
-		b.f(&dst16[0], &src32[0], len(src32))
-		for i, f := range src32 {
-			if want := b.ref(f); dst16[i] != want {
-				t.Fatalf("%s(%#08x) = %#04x, want %#04x", b.name, bits[i], dst16[i], want)
+	toBF16 := func(f float32) uint32 { return uint32(refF32ToBF16(f)) }
+	toF16 := func(f float32) uint32 { return uint32(refF32ToF16(f)) }
+	checkConvBodies(t, src32, func(h uint16) uint32 { return uint32(h) },
+		convBody[float32, uint16]{"f32ToBF16AVX512", avx512, 16, f32ToBF16AVX512, toBF16},
+		convBody[float32, uint16]{"f32ToBF16AVX2", avx2, 8, f32ToBF16AVX2, toBF16},
+		convBody[float32, uint16]{"f32ToF16AVX512", avx512, 16, f32ToF16AVX512, toF16},
+		convBody[float32, uint16]{"f32ToF16F16C", f16c, 8, f32ToF16F16C, toF16})
+}
+
+// TestDotRowsHalfSignedZero checks the sign of zero results, which the
+// accumulation of old outputs must keep: products that all underflow to -0
+// (fused: +0 + a tiny negative product rounds to -0) give -0, -0 plus an
+// old -0 stays -0, plus an old +0 is +0.
+func TestDotRowsHalfSignedZero(t *testing.T) {
+	for _, h := range []Half{BF16, F16} {
+		for name, f := range halfBodies(h) {
+			for _, k := range []int{16, 32} {
+				const m, n = 5, 3
+				x := make([]float32, m*k)
+				for i := range x {
+					x[i] = 1e-42
+				}
+				w := make([]uint16, n*k)
+				wv := []float32{-1e-20}
+				if h == F16 {
+					wv[0] = -1e-4
+				}
+				conv := F32ToBF16
+				if h == F16 {
+					conv = F32ToF16
+				}
+				for i := range w {
+					conv(w[i:i+1], wv)
+				}
+				negZero := float32(math.Copysign(0, -1))
+				for _, c := range []struct {
+					acc       bool
+					old, want float32
+				}{{false, 7, negZero}, {true, negZero, negZero}, {true, 0, 0}} {
+					out := make([]float32, m*n)
+					for i := range out {
+						out[i] = c.old
+					}
+					f(h, out, n, x, k, w, k, m, n, k, c.acc)
+					for i, v := range out {
+						if math.Float32bits(v) != math.Float32bits(c.want) {
+							t.Fatalf("%s %v k=%d acc=%v old=%v: out[%d] = %v (bits %#x), want %v", name, h, k, c.acc, c.old, i, v, math.Float32bits(v), c.want)
+						}
+					}
+				}
 			}
 		}
 	}

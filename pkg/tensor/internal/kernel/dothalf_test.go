@@ -367,3 +367,29 @@ func BenchmarkDotRowsHalf(b *testing.B) {
 		}
 	}
 }
+
+// TestDotRowsHalfNoAlloc checks that the products allocate nothing, their
+// column tails included.
+func TestDotRowsHalfNoAlloc(t *testing.T) {
+	x, w, out := make([]float32, 7*37), make([]uint16, 13*37), make([]float32, 7*13)
+	allocs := testing.AllocsPerRun(5, func() {
+		DotRowsBF16(out, 13, x, 37, w, 37, 7, 13, 37, false)
+		DotRowsF16(out, 13, x, 37, w, 37, 7, 13, 37, true)
+		DotRowsBF16(out, 13, x, 37, w, 37, 7, 3, 37, true)
+	})
+	if allocs != 0 {
+		t.Fatalf("DotRowsBF16 allocated %v times", allocs)
+	}
+}
+
+// TestDotRowsHalfShortBuffers checks that buffers too short for the shape
+// panic with a message naming the function and the sizes.
+func TestDotRowsHalfShortBuffers(t *testing.T) {
+	defer func() {
+		want := "tensor: DotRowsF16 buffers too short or strides too small (out 6, x 8, w 11) for m=2 n=3 k=4 ldo=3 ldx=4 ldw=4"
+		if r := recover(); fmt.Sprint(r) != want {
+			t.Fatalf("recovered %v, want %q", r, want)
+		}
+	}()
+	DotRowsF16(make([]float32, 6), 3, make([]float32, 8), 4, make([]uint16, 11), 4, 2, 3, 4, false)
+}

@@ -15,15 +15,7 @@ import (
 // rows or columns would carry into C.
 func checkGemmHalf(t *testing.T, g, g32 *Gemm, par Runner, workers int, r *rand.Rand, h Half, ta, tb bool, m, n, k, pad int, alpha, beta float32) {
 	t.Helper()
-	ar, ac := m, k
-	if ta {
-		ar, ac = k, m
-	}
-	br, bc := k, n
-	if tb {
-		br, bc = n, k
-	}
-	lda, ldb, ldc := ac+pad, bc+2*pad, n+3*pad
+	ar, ac, br, bc, lda, ldb, ldc := gemmShape(ta, tb, m, n, k, pad)
 	a := make([]float32, max(0, (ar-1)*lda+ac))
 	randFill(r, a)
 	bh := make([]uint16, max(0, (br-1)*ldb+bc))
