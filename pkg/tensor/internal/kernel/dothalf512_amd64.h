@@ -15,15 +15,7 @@
 
 	HARGS
 	LEAQ (R12)(R12*2), R13  // three weight rows
-	MOVQ k+56(FP), CX
-	ANDQ $15, CX
-	MOVL $1, AX
-	SHLL CX, AX
-	DECL AX
-	KMOVW AX, K1            // the k%16 tail lanes
-	MOVQ acc+72(FP), AX
-	NEGQ AX
-	KMOVW AX, K2            // all lanes when acc, else none
+	HMASKS
 
 hcol:
 	MOVQ x+0(FP), SI

@@ -45,6 +45,19 @@ GLOBL halfMask<>(SB), RODATA|NOPTR, $128
 	MOVQ nc+48(FP), BX \
 	MOVQ rows+64(FP), R11
 
+// HMASKS sets the AVX-512 bodies' masks: K1 the k%16 tail lanes, K2 all
+// lanes when acc, else none.
+#define HMASKS \
+	MOVQ k+56(FP), CX \
+	ANDQ $15, CX \
+	MOVL $1, AX \
+	SHLL CX, AX \
+	DECL AX \
+	KMOVW AX, K1 \
+	MOVQ acc+72(FP), AX \
+	NEGQ AX \
+	KMOVW AX, K2
+
 // ---- AVX2: up to three rows by two weight rows (dothalf256_amd64.h) ----
 
 // YZACC clears the accumulators Y4-Y15.
@@ -172,11 +185,10 @@ GLOBL halfMask<>(SB), RODATA|NOPTR, $128
 	ADDQ $64, DI \
 	ADDQ $32, DX
 
-// OUTZ reduces a row's four accumulators (Z, and their Y halves) into four
-// sums in X4 (lanes l and l+8 added into Y0-Y3, then the pairwise order of
-// dotRows3AVX2; VHADDPS needs Y0-Y15), adds the old outputs at dst in the
-// lanes of K2 and stores the four at dst.
-#define OUTZ(a0, a1, a2, a3, y0, y1, y2, y3, dst) \
+// REDZ reduces a row's four accumulators (Z, and their Y halves) into four
+// sums in X4: lanes l and l+8 added into Y0-Y3, then the pairwise order of
+// dotRows3AVX2 (VHADDPS needs Y0-Y15).
+#define REDZ(a0, a1, a2, a3, y0, y1, y2, y3) \
 	VEXTRACTF64X4 $1, a0, Y4 \
 	VADDPS Y4, y0, Y0 \
 	VEXTRACTF64X4 $1, a1, Y4 \
@@ -189,9 +201,51 @@ GLOBL halfMask<>(SB), RODATA|NOPTR, $128
 	VHADDPS Y3, Y2, Y5 \
 	VHADDPS Y5, Y4, Y4 \
 	VEXTRACTF128 $1, Y4, X5 \
-	VADDPS X5, X4, X4 \
+	VADDPS X5, X4, X4
+
+// OUTZ reduces a row's four accumulators, adds the old outputs at dst in
+// the lanes of K2 and stores the four sums at dst; OUT3 does the same for
+// three accumulators (Z7, zero, the fourth) in the lanes of K4 and K3.
+#define OUTZ(a0, a1, a2, a3, y0, y1, y2, y3, dst) \
+	REDZ(a0, a1, a2, a3, y0, y1, y2, y3) \
 	VADDPS dst, X4, K2, X4 \
 	VMOVUPS X4, dst
+
+#define OUT3(a0, a1, a2, y0, y1, y2, dst) \
+	REDZ(a0, a1, a2, Z7, y0, y1, y2, Y7) \
+	VADDPS dst, X4, K4, X4 \
+	VMOVUPS X4, K3, dst
+
+// ROWS8 applies op to the eight input rows of the eight-row body: their
+// address, the register that receives them, and their three accumulators.
+#define ROWS8(op) \
+	op((SI), Z4, Z8, Z9, Z10) \
+	op((SI)(R8*1), Z5, Z11, Z12, Z13) \
+	op((SI)(R8*2), Z4, Z14, Z15, Z16) \
+	op((DI), Z5, Z17, Z18, Z19) \
+	op((DI)(R8*1), Z4, Z20, Z21, Z22) \
+	op((DI)(R8*2), Z5, Z23, Z24, Z25) \
+	op((R13), Z4, Z26, Z27, Z28) \
+	op((R13)(R8*1), Z5, Z29, Z30, Z31)
+
+// ZACC3 clears a row's three accumulators; XROW3 and XROW3M are XROWZ and
+// XROWZM for three weight rows (Z0-Z2).
+#define ZACC3(src, xr, a0, a1, a2) \
+	VPXORD a0, a0, a0 \
+	VPXORD a1, a1, a1 \
+	VPXORD a2, a2, a2
+
+#define XROW3(src, xr, a0, a1, a2) \
+	VMOVUPS src, xr \
+	VFMADD231PS Z0, xr, a0 \
+	VFMADD231PS Z1, xr, a1 \
+	VFMADD231PS Z2, xr, a2
+
+#define XROW3M(src, xr, a0, a1, a2) \
+	VMOVUPS.Z src, K1, xr \
+	VFMADD231PS Z0, xr, a0 \
+	VFMADD231PS Z1, xr, a1 \
+	VFMADD231PS Z2, xr, a2
 
 // WCVT4 widens sixteen bfloat16 values of each of the four weight rows at
 // DX into Z0-Z3 (zero-extended, then shifted into the upper half); WCVT4M
@@ -216,14 +270,37 @@ GLOBL halfMask<>(SB), RODATA|NOPTR, $128
 	VPSLLD $16, Z2, Z2 \
 	VPSLLD $16, Z3, Z3
 
+// WCVT3 and WCVT3M are WCVT4 and WCVT4M for three weight rows (Z0-Z2).
+#define WCVT3 \
+	VPMOVZXWD (DX), Z0 \
+	VPMOVZXWD (DX)(R12*1), Z1 \
+	VPMOVZXWD (DX)(R12*2), Z2 \
+	VPSLLD $16, Z0, Z0 \
+	VPSLLD $16, Z1, Z1 \
+	VPSLLD $16, Z2, Z2
+
+#define WCVT3M \
+	VPMOVZXWD.Z (DX), K1, Z0 \
+	VPMOVZXWD.Z (DX)(R12*1), K1, Z1 \
+	VPMOVZXWD.Z (DX)(R12*2), K1, Z2 \
+	VPSLLD $16, Z0, Z0 \
+	VPSLLD $16, Z1, Z1 \
+	VPSLLD $16, Z2, Z2
+
 // func dotBF16x4AVX512(x *float32, ldx int, w *uint16, ldw int, out *float32, ldo, nc, k, rows, acc int)
 TEXT ·dotBF16x4AVX512(SB), NOSPLIT, $0-80
 #include "dothalf512_amd64.h"
 
+// func dotBF16x8r3AVX512(x *float32, ldx int, w *uint16, ldw int, out *float32, ldo, nc, k, rows, acc int)
+TEXT ·dotBF16x8r3AVX512(SB), NOSPLIT, $0-80
+#include "dothalf8_amd64.h"
+
 #undef WCVT4
 #undef WCVT4M
+#undef WCVT3
+#undef WCVT3M
 
-// WCVT4 and WCVT4M for binary16 weights: VCVTPH2PS.
+// WCVT4, WCVT4M, WCVT3 and WCVT3M for binary16 weights: VCVTPH2PS.
 #define WCVT4 \
 	VCVTPH2PS (DX), Z0 \
 	VCVTPH2PS (DX)(R12*1), Z1 \
@@ -236,9 +313,23 @@ TEXT ·dotBF16x4AVX512(SB), NOSPLIT, $0-80
 	VCVTPH2PS.Z (DX)(R12*2), K1, Z2 \
 	VCVTPH2PS.Z (DX)(R13*1), K1, Z3
 
+#define WCVT3 \
+	VCVTPH2PS (DX), Z0 \
+	VCVTPH2PS (DX)(R12*1), Z1 \
+	VCVTPH2PS (DX)(R12*2), Z2
+
+#define WCVT3M \
+	VCVTPH2PS.Z (DX), K1, Z0 \
+	VCVTPH2PS.Z (DX)(R12*1), K1, Z1 \
+	VCVTPH2PS.Z (DX)(R12*2), K1, Z2
+
 // func dotF16x4AVX512(x *float32, ldx int, w *uint16, ldw int, out *float32, ldo, nc, k, rows, acc int)
 TEXT ·dotF16x4AVX512(SB), NOSPLIT, $0-80
 #include "dothalf512_amd64.h"
+
+// func dotF16x8r3AVX512(x *float32, ldx int, w *uint16, ldw int, out *float32, ldo, nc, k, rows, acc int)
+TEXT ·dotF16x8r3AVX512(SB), NOSPLIT, $0-80
+#include "dothalf8_amd64.h"
 
 // func dotBF16x2AVX2(x *float32, ldx int, w *uint16, ldw int, out *float32, ldo, nc, k, rows, acc int)
 TEXT ·dotBF16x2AVX2(SB), NOSPLIT, $96-80

@@ -20,7 +20,19 @@ func halfBodies(h Half) map[string]halfDotFunc {
 		}
 	}
 	if cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL {
-		add("avx512", map[Half]halfBody{BF16: bf16x4AVX512, F16: f16x4AVX512}[h])
+		b := map[Half]halfBody{BF16: bf16x4AVX512, F16: f16x4AVX512}[h]
+		add("avx512-6x4", b)
+		// The eight-row body over whole groups of eight, the rest as
+		// dotRowsHalfVec runs them.
+		bodies["avx512-8x3"] = func(_ Half, out []float32, ldo int, x []float32, ldx int, w []uint16, ldw int, m, n, k int, acc bool) {
+			m8 := m &^ 7
+			if m8 > 0 {
+				dotRowsHalfTiles(b.eightRows(), out, ldo, x, ldx, w, ldw, m8, n, k, acc)
+			}
+			if m8 < m {
+				dotRowsHalfTiles(b, out[m8*ldo:], ldo, x[m8*ldx:], ldx, w, ldw, m-m8, n, k, acc)
+			}
+		}
 	}
 	if cpu.X86.HasAVX2 && cpu.X86.HasFMA && (h == BF16 || cpu.X86.HasF16C) {
 		add("avx2", map[Half]halfBody{BF16: bf16x2AVX2, F16: f16x2AVX2}[h])
