@@ -167,3 +167,38 @@ func BenchmarkPrefillHalf(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkConvertHalf compares the conversions with the safetensors codecs
+// (both split over the workers) on 16M values: Gval/s.
+func BenchmarkConvertHalf(b *testing.B) {
+	const n = 1 << 24
+	r := rand.New(rand.NewPCG(7, 8))
+	f := make([]float32, n)
+	for i := range f {
+		f[i] = float32(r.NormFloat64())
+	}
+	h := make([]uint16, n)
+	raw := make([]byte, 2*n)
+	tensor.F32ToBF16(h, f)
+	safetensors.EncodeBF16(raw, f)
+	for _, c := range []struct {
+		name string
+		run  func()
+	}{
+		{"BF16ToF32", func() { tensor.BF16ToF32(f, h) }},
+		{"safetensors.DecodeBF16", func() { safetensors.DecodeBF16(f, raw) }},
+		{"F16ToF32", func() { tensor.F16ToF32(f, h) }},
+		{"safetensors.DecodeF16", func() { safetensors.DecodeF16(f, raw) }},
+		{"F32ToBF16", func() { tensor.F32ToBF16(h, f) }},
+		{"safetensors.EncodeBF16", func() { safetensors.EncodeBF16(raw, f) }},
+		{"F32ToF16", func() { tensor.F32ToF16(h, f) }},
+		{"safetensors.EncodeF16", func() { safetensors.EncodeF16(raw, f) }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				c.run()
+			}
+			b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds()/1e9, "Gval/s")
+		})
+	}
+}
