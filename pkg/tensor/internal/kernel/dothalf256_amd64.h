@@ -1,5 +1,5 @@
 // The body of dotBF16x2AVX2 and dotF16x2AVX2 (see dothalf_amd64.s),
-// included after their TEXT lines with WCVT8 defined: up to three rows x,
+// included after their TEXT lines with the format's CVT defined: up to three rows x,
 // x+ldx, x+2*ldx, times nc (a positive multiple of 2) weight rows of 16-bit
 // values w[j*ldw : j*ldw+k], two weight rows at a time, into out[i*ldo + j]
 // (added to the old value when acc is not 0). The sixteen lanes of an

@@ -1,5 +1,5 @@
 // The body of dotBF16x4AVX512 and dotF16x4AVX512 (see dothalf_amd64.s),
-// included after their TEXT lines with WCVT4 and WCVT4M defined: up to six
+// included after their TEXT lines with the format's CVT and CVTM defined: up to six
 // rows x, x+ldx, ..., times nc (a positive multiple of 4) weight rows of
 // 16-bit values w[j*ldw : j*ldw+k], four weight rows at a time, into
 // out[i*ldo + j] (added to the old value when acc is not 0).

@@ -1,5 +1,5 @@
 // The body of dotBF16x8r3AVX512 and dotF16x8r3AVX512 (see dothalf_amd64.s),
-// included after their TEXT lines with WCVT3 and WCVT3M defined: eight rows
+// included after their TEXT lines with the format's CVT and CVTM defined: eight rows
 // x, x+ldx, ..., x+7*ldx times nc (a positive multiple of 3) weight rows of
 // 16-bit values w[j*ldw : j*ldw+k], three weight rows at a time, into
 // out[i*ldo + j] (added to the old value when acc is not 0). Eight rows

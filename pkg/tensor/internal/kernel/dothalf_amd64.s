@@ -114,11 +114,6 @@ GLOBL halfMask<>(SB), RODATA|NOPTR, $128
 	VADDPS X3, X2, X2 \
 	VMOVSD X2, dst
 
-// WCVT8 widens eight bfloat16 values at src into the register dst.
-#define WCVT8(src, dst) \
-	VPMOVZXWD src, dst \
-	VPSLLD $16, dst, dst
-
 // ---- AVX-512: up to six rows by four weight rows (dothalf512_amd64.h) ----
 
 // ROWS1..ROWS6 apply op to input rows 0..n-1: their address, the register
@@ -247,45 +242,42 @@ GLOBL halfMask<>(SB), RODATA|NOPTR, $128
 	VFMADD231PS Z1, xr, a1 \
 	VFMADD231PS Z2, xr, a2
 
-// WCVT4 widens sixteen bfloat16 values of each of the four weight rows at
-// DX into Z0-Z3 (zero-extended, then shifted into the upper half); WCVT4M
-// the tail lanes of K1, the others zero.
-#define WCVT4 \
-	VPMOVZXWD (DX), Z0 \
-	VPMOVZXWD (DX)(R12*1), Z1 \
-	VPMOVZXWD (DX)(R12*2), Z2 \
-	VPMOVZXWD (DX)(R13*1), Z3 \
-	VPSLLD $16, Z0, Z0 \
-	VPSLLD $16, Z1, Z1 \
-	VPSLLD $16, Z2, Z2 \
-	VPSLLD $16, Z3, Z3
-
-#define WCVT4M \
-	VPMOVZXWD.Z (DX), K1, Z0 \
-	VPMOVZXWD.Z (DX)(R12*1), K1, Z1 \
-	VPMOVZXWD.Z (DX)(R12*2), K1, Z2 \
-	VPMOVZXWD.Z (DX)(R13*1), K1, Z3 \
-	VPSLLD $16, Z0, Z0 \
-	VPSLLD $16, Z1, Z1 \
-	VPSLLD $16, Z2, Z2 \
-	VPSLLD $16, Z3, Z3
-
-// WCVT3 and WCVT3M are WCVT4 and WCVT4M for three weight rows (Z0-Z2).
+// WCVT4 widens the step's sixteen values of each of the four weight rows at
+// DX into Z0-Z3 with the format's CVT; WCVT4M the tail lanes of K1 (CVTM),
+// the others zero; WCVT3 and WCVT3M the same for three weight rows (Z0-Z2).
+// WCVT8 widens eight values at src into the Y register dst.
 #define WCVT3 \
-	VPMOVZXWD (DX), Z0 \
-	VPMOVZXWD (DX)(R12*1), Z1 \
-	VPMOVZXWD (DX)(R12*2), Z2 \
-	VPSLLD $16, Z0, Z0 \
-	VPSLLD $16, Z1, Z1 \
-	VPSLLD $16, Z2, Z2
+	CVT((DX), Z0) \
+	CVT((DX)(R12*1), Z1) \
+	CVT((DX)(R12*2), Z2)
+
+#define WCVT4 \
+	WCVT3 \
+	CVT((DX)(R13*1), Z3)
 
 #define WCVT3M \
-	VPMOVZXWD.Z (DX), K1, Z0 \
-	VPMOVZXWD.Z (DX)(R12*1), K1, Z1 \
-	VPMOVZXWD.Z (DX)(R12*2), K1, Z2 \
-	VPSLLD $16, Z0, Z0 \
-	VPSLLD $16, Z1, Z1 \
-	VPSLLD $16, Z2, Z2
+	CVTM((DX), Z0) \
+	CVTM((DX)(R12*1), Z1) \
+	CVTM((DX)(R12*2), Z2)
+
+#define WCVT4M \
+	WCVT3M \
+	CVTM((DX)(R13*1), Z3)
+
+#define WCVT8(src, dst) CVT(src, dst)
+
+// ---- The bodies, for bfloat16 weights, then binary16 ----
+
+// CVT widens the bfloat16 values at src (as many as the register dst has
+// lanes) into dst: zero-extended, then shifted into the upper half; CVTM
+// the lanes of K1, the others zero.
+#define CVT(src, dst) \
+	VPMOVZXWD src, dst \
+	VPSLLD $16, dst, dst
+
+#define CVTM(src, dst) \
+	VPMOVZXWD.Z src, K1, dst \
+	VPSLLD $16, dst, dst
 
 // func dotBF16x4AVX512(x *float32, ldx int, w *uint16, ldw int, out *float32, ldo, nc, k, rows, acc int)
 TEXT ·dotBF16x4AVX512(SB), NOSPLIT, $0-80
@@ -295,33 +287,19 @@ TEXT ·dotBF16x4AVX512(SB), NOSPLIT, $0-80
 TEXT ·dotBF16x8r3AVX512(SB), NOSPLIT, $0-80
 #include "dothalf8_amd64.h"
 
-#undef WCVT4
-#undef WCVT4M
-#undef WCVT3
-#undef WCVT3M
+// func dotBF16x2AVX2(x *float32, ldx int, w *uint16, ldw int, out *float32, ldo, nc, k, rows, acc int)
+TEXT ·dotBF16x2AVX2(SB), NOSPLIT, $96-80
+#include "dothalf256_amd64.h"
 
-// WCVT4, WCVT4M, WCVT3 and WCVT3M for binary16 weights: VCVTPH2PS.
-#define WCVT4 \
-	VCVTPH2PS (DX), Z0 \
-	VCVTPH2PS (DX)(R12*1), Z1 \
-	VCVTPH2PS (DX)(R12*2), Z2 \
-	VCVTPH2PS (DX)(R13*1), Z3
+#undef CVT
+#undef CVTM
 
-#define WCVT4M \
-	VCVTPH2PS.Z (DX), K1, Z0 \
-	VCVTPH2PS.Z (DX)(R12*1), K1, Z1 \
-	VCVTPH2PS.Z (DX)(R12*2), K1, Z2 \
-	VCVTPH2PS.Z (DX)(R13*1), K1, Z3
+// CVT and CVTM for binary16 values: VCVTPH2PS (F16C for Y registers).
+#define CVT(src, dst) \
+	VCVTPH2PS src, dst
 
-#define WCVT3 \
-	VCVTPH2PS (DX), Z0 \
-	VCVTPH2PS (DX)(R12*1), Z1 \
-	VCVTPH2PS (DX)(R12*2), Z2
-
-#define WCVT3M \
-	VCVTPH2PS.Z (DX), K1, Z0 \
-	VCVTPH2PS.Z (DX)(R12*1), K1, Z1 \
-	VCVTPH2PS.Z (DX)(R12*2), K1, Z2
+#define CVTM(src, dst) \
+	VCVTPH2PS.Z src, K1, dst
 
 // func dotF16x4AVX512(x *float32, ldx int, w *uint16, ldw int, out *float32, ldo, nc, k, rows, acc int)
 TEXT ·dotF16x4AVX512(SB), NOSPLIT, $0-80
@@ -330,16 +308,6 @@ TEXT ·dotF16x4AVX512(SB), NOSPLIT, $0-80
 // func dotF16x8r3AVX512(x *float32, ldx int, w *uint16, ldw int, out *float32, ldo, nc, k, rows, acc int)
 TEXT ·dotF16x8r3AVX512(SB), NOSPLIT, $0-80
 #include "dothalf8_amd64.h"
-
-// func dotBF16x2AVX2(x *float32, ldx int, w *uint16, ldw int, out *float32, ldo, nc, k, rows, acc int)
-TEXT ·dotBF16x2AVX2(SB), NOSPLIT, $96-80
-#include "dothalf256_amd64.h"
-
-#undef WCVT8
-
-// WCVT8 for binary16 values: F16C's VCVTPH2PS.
-#define WCVT8(src, dst) \
-	VCVTPH2PS src, dst
 
 // func dotF16x2AVX2(x *float32, ldx int, w *uint16, ldw int, out *float32, ldo, nc, k, rows, acc int)
 TEXT ·dotF16x2AVX2(SB), NOSPLIT, $96-80
