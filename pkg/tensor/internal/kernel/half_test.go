@@ -7,93 +7,76 @@ import (
 	"testing"
 )
 
-// refBF16ToF64 and refF16ToF64 decode a 16-bit value from its fields, in
-// float64, independently of the conversions under test. NaNs give the
-// float32 bits the conversions must produce: the bfloat16 bits widened as
-// they are, the binary16 payload kept and made quiet.
-func refBF16ToF32Bits(h uint16) uint32 {
-	sign, e, m := float64(1), int(h>>7&0xff), float64(h&0x7f)
+// refToF32Bits decodes a 16-bit float with mant mantissa bits (and 15-mant
+// exponent bits) from its fields, in float64, independently of the
+// conversions under test, and returns the float32 bits; a NaN gives nan(h),
+// the bits the conversions must produce. refBF16ToF32Bits and
+// refF16ToF32Bits are the two formats: a bfloat16 NaN widened as it is, a
+// binary16 NaN's payload kept and made quiet.
+func refToF32Bits(h uint16, mant int, nan func(uint16) uint32) uint32 {
+	emax := 1<<(15-mant) - 1
+	bias := emax >> 1
+	sign, e, m := float64(1), int(h>>mant)&emax, float64(int(h)&(1<<mant-1))/float64(int(1)<<mant)
 	if h&0x8000 != 0 {
 		sign = -1
 	}
 	switch {
-	case e == 0xff && m != 0:
-		return uint32(h) << 16
-	case e == 0xff:
+	case e == emax && m != 0:
+		return nan(h)
+	case e == emax:
 		return math.Float32bits(float32(math.Inf(int(sign))))
 	case e == 0:
-		return math.Float32bits(float32(sign * math.Ldexp(m/128, -126)))
+		return math.Float32bits(float32(sign * math.Ldexp(m, 1-bias)))
 	}
-	return math.Float32bits(float32(sign * math.Ldexp(1+m/128, e-127)))
+	return math.Float32bits(float32(sign * math.Ldexp(1+m, e-bias)))
+}
+
+func refBF16ToF32Bits(h uint16) uint32 {
+	return refToF32Bits(h, 7, func(h uint16) uint32 { return uint32(h) << 16 })
 }
 
 func refF16ToF32Bits(h uint16) uint32 {
-	sign, e, m := float64(1), int(h>>10&0x1f), float64(h&0x3ff)
-	if h&0x8000 != 0 {
-		sign = -1
-	}
-	switch {
-	case e == 0x1f && m != 0:
-		return uint32(h&0x8000)<<16 | 0x7fc00000 | uint32(h&0x3ff)<<13
-	case e == 0x1f:
-		return math.Float32bits(float32(math.Inf(int(sign))))
-	case e == 0:
-		return math.Float32bits(float32(sign * math.Ldexp(m/1024, -14)))
-	}
-	return math.Float32bits(float32(sign * math.Ldexp(1+m/1024, e-15)))
+	return refToF32Bits(h, 10, func(h uint16) uint32 { return uint32(h&0x8000)<<16 | 0x7fc00000 | uint32(h&0x3ff)<<13 })
 }
 
-// refRound rounds |f| to the nearest multiple of the format's quantum at
-// its exponent (mant mantissa bits, minExp the least normal exponent), ties
-// to even, in float64 arithmetic: the value of the nearest 16-bit float.
-func refRound(a float64, mant, minExp int) float64 {
-	e := max(math.Ilogb(a), minExp)
-	q := math.Ldexp(1, e-mant)
-	return math.RoundToEven(a/q) * q
-}
-
-// refF32ToBF16 and refF32ToF16 round a float32 to the 16-bit formats from
-// their definitions.
-func refF32ToBF16(f float32) uint16 {
+// refFromF32 rounds a float32 to the nearest 16-bit float with mant
+// mantissa bits (and 15-mant exponent bits), ties to even, in float64
+// arithmetic from the format's definition: the nearest multiple of the
+// quantum at the value's exponent (never below the least normal one), past
+// the largest finite value an infinity; a NaN gives nan(bits of f).
+// refF32ToBF16 and refF32ToF16 are the two formats.
+func refFromF32(f float32, mant int, nan func(uint32) uint16) uint16 {
 	b := math.Float32bits(f)
-	sign := uint16(b>>16) & 0x8000
+	emax := 1<<(15-mant) - 1
+	bias := emax >> 1
+	sign, inf := uint16(b>>16)&0x8000, uint16(emax<<mant)
 	a := math.Abs(float64(f))
 	switch {
 	case f != f:
-		return uint16(b>>16) | 0x40
+		return nan(b)
 	case math.IsInf(a, 0):
-		return sign | 0x7f80
+		return sign | inf
 	case a == 0:
 		return sign
 	}
-	r := refRound(a, 7, -126)
-	if r >= 0x1p128 {
-		return sign | 0x7f80
+	e := max(math.Ilogb(a), 1-bias)
+	r := math.RoundToEven(a/math.Ldexp(1, e-mant)) * math.Ldexp(1, e-mant)
+	switch {
+	case r >= math.Ldexp(1, emax-bias):
+		return sign | inf
+	case r < math.Ldexp(1, 1-bias):
+		return sign | uint16(r/math.Ldexp(1, 1-bias-mant))
 	}
-	return sign | uint16(math.Float32bits(float32(r))>>16)
+	e = math.Ilogb(r)
+	return sign | uint16(e+bias)<<mant | uint16(r/math.Ldexp(1, e-mant)-math.Ldexp(1, mant))
+}
+
+func refF32ToBF16(f float32) uint16 {
+	return refFromF32(f, 7, func(b uint32) uint16 { return uint16(b>>16) | 0x40 })
 }
 
 func refF32ToF16(f float32) uint16 {
-	b := math.Float32bits(f)
-	sign := uint16(b>>16) & 0x8000
-	a := math.Abs(float64(f))
-	switch {
-	case f != f:
-		return sign | 0x7e00 | uint16(b>>13)&0x3ff
-	case math.IsInf(a, 0):
-		return sign | 0x7c00
-	case a == 0:
-		return sign
-	}
-	r := refRound(a, 10, -14)
-	switch {
-	case r >= 65536:
-		return sign | 0x7c00
-	case r < 0x1p-14:
-		return sign | uint16(r/0x1p-24)
-	}
-	e := math.Ilogb(r)
-	return sign | uint16(e+15)<<10 | uint16(r/math.Ldexp(1, e-10)-1024)
+	return refFromF32(f, 10, func(b uint32) uint16 { return uint16(b>>16)&0x8000 | 0x7e00 | uint16(b>>13)&0x3ff })
 }
 
 // TestHalfToF32AllValues converts every 16-bit pattern, in slices whose
