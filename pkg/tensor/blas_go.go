@@ -38,20 +38,29 @@ func (goBLAS) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32
 		return
 	}
 	checkGemm(transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc)
-	free := gemms()
-	var g *kernel.Gemm
-	select {
-	case g = <-free:
-	default:
-		g = kernel.NewGemm()
-	}
+	g := takeGemm()
 	if g.Vector() {
 		g.Sgemm(ParallelChunks, Workers(), transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 	} else {
 		gonum.Implementation{}.Sgemm(tr(transA), tr(transB), m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 	}
+	putGemm(g)
+}
+
+// takeGemm returns a Gemm from the free list, or a new one.
+func takeGemm() *kernel.Gemm {
 	select {
-	case free <- g:
+	case g := <-gemms():
+		return g
+	default:
+		return kernel.NewGemm()
+	}
+}
+
+// putGemm returns g to the free list, unless the list is full.
+func putGemm(g *kernel.Gemm) {
+	select {
+	case gemms() <- g:
 	default:
 	}
 }

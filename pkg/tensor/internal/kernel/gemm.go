@@ -69,6 +69,8 @@ type Gemm struct {
 	alpha          float32
 	a, b, c        []float32
 	lda, ldb, ldc  int
+	bh             []uint16 // op(B) in format bfmt instead of b (SgemmHalf)
+	bfmt           Half
 
 	// The row block in progress.
 	ic, mcb    int
@@ -180,6 +182,10 @@ func (g *Gemm) packB(dst []float32, u, pc, kcb int) {
 	nr := g.nr
 	q0 := u * g.unitPanels
 	q1 := min(q0+g.unitPanels, ceilDiv(g.n, nr))
+	if g.bh != nil {
+		g.packBHalf(dst, q0, q1, pc, kcb)
+		return
+	}
 	if g.transB {
 		for q := q0; q < q1; q++ {
 			packTranspose(dst[(q-q0)*kcb*nr:], g.b, g.ldb, q*nr, pc, min(nr, g.n-q*nr), kcb, nr)

@@ -35,19 +35,26 @@ func goRunner(n, chunks int, fn func(c, lo, hi int)) {
 	wg.Wait()
 }
 
+// gemmShape returns the stored shapes of op(A) m x k and op(B) k x n (rows
+// and columns of A and B as held) and the strides the tests give A, B and
+// C: their widths plus pad, 2*pad and 3*pad.
+func gemmShape(ta, tb bool, m, n, k, pad int) (ar, ac, br, bc, lda, ldb, ldc int) {
+	ar, ac = m, k
+	if ta {
+		ar, ac = k, m
+	}
+	br, bc = k, n
+	if tb {
+		br, bc = n, k
+	}
+	return ar, ac, br, bc, ac + pad, bc + 2*pad, n + 3*pad
+}
+
 // checkGemm runs one product on g and compares it with the reference,
 // including the padding around C, which must be left alone.
 func checkGemm(t *testing.T, g *Gemm, par Runner, workers int, r *rand.Rand, ta, tb bool, m, n, k, pad int, alpha, beta float32) {
 	t.Helper()
-	ar, ac := m, k
-	if ta {
-		ar, ac = k, m
-	}
-	br, bc := k, n
-	if tb {
-		br, bc = n, k
-	}
-	lda, ldb, ldc := ac+pad, bc+2*pad, n+3*pad
+	ar, ac, br, bc, lda, ldb, ldc := gemmShape(ta, tb, m, n, k, pad)
 	a := testutil.RandNormal(r, max(0, (ar-1)*lda+ac), 1)
 	b := testutil.RandNormal(r, max(0, (br-1)*ldb+bc), 1)
 	c := testutil.RandNormal(r, (m-1)*ldc+n+pad, 1)

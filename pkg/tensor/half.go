@@ -1,0 +1,114 @@
+package tensor
+
+import (
+	"fmt"
+
+	"github.com/drafter-ai/drafter/pkg/tensor/internal/kernel"
+)
+
+// Products and conversions over weights kept in a checkpoint's 16-bit
+// format: bfloat16 or IEEE binary16 values as uint16 bit patterns in the
+// host's byte order (a little-endian safetensors payload viewed in place on
+// amd64 and arm64). Activations stay float32: the weights are widened
+// exactly in registers and every product and sum is a float32 operation, so
+// a product equals the float32 product with the 16-bit weights' values
+// (within float32 rounding), never rounding the activations to 16 bits.
+
+// DotRowsBF16 is DotRows over bfloat16 weights w: out[i*ldo+j] =
+// x[i*ldx:i*ldx+k]·w[j*ldw:j*ldw+k] for i < m and j < n, or that added to
+// out[i*ldo+j] when acc is true. It runs on the calling goroutine and
+// allocates nothing. It reads half the bytes of DotRows, which a one-row
+// product over a matrix larger than the caches waits on.
+//
+// Each element is the same sequence of operations whatever m, its row or
+// column, and however a caller splits the rows or columns (sixteen lanes of
+// fused multiply-adds over k, k ≡ l mod 16 in lane l, reduced in a fixed
+// pairwise order; see kernel.DotRowsBF16), so a row's product does not
+// depend on the batch it is computed in: a verified draft row scores exactly
+// as a one-row decode step. The AVX-512 and AVX2 bodies give the same bits.
+func DotRowsBF16(out []float32, ldo int, x []float32, ldx int, w []uint16, ldw int, m, n, k int, acc bool) {
+	kernel.DotRowsBF16(out, ldo, x, ldx, w, ldw, m, n, k, acc)
+}
+
+// DotRowsF16 is DotRowsBF16 over IEEE binary16 weights.
+func DotRowsF16(out []float32, ldo int, x []float32, ldx int, w []uint16, ldw int, m, n, k int, acc bool) {
+	kernel.DotRowsF16(out, ldo, x, ldx, w, ldw, m, n, k, acc)
+}
+
+// SgemmBF16 is the backend's Sgemm with B in bfloat16: C =
+// alpha*op(A)*op(B) + beta*C, op(B) k x n, B held [n, ldb] when transB (a
+// Hugging Face Linear weight [out, in]: the prefill product x·Wᵀ) and [k,
+// ldb] otherwise. B's panels are widened to float32 as they are packed and
+// the product runs drafter's float32 GEMM kernels, split over the workers:
+// the result is, bit for bit, the pure-Go backend's Sgemm with B widened
+// first, at its speed. When beta is 0, C is not read.
+func SgemmBF16(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
+	sgemmHalf(kernel.BF16, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// SgemmF16 is SgemmBF16 with B in IEEE binary16.
+func SgemmF16(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
+	sgemmHalf(kernel.F16, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// sgemmHalf is SgemmBF16 and SgemmF16, on a Gemm from the pure-Go backend's
+// free list.
+func sgemmHalf(h kernel.Half, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
+	if m == 0 || n == 0 {
+		return
+	}
+	checkGemm(transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc)
+	g := takeGemm()
+	g.SgemmHalf(ParallelChunks, Workers(), transA, transB, m, n, k, alpha, a, lda, h, b, ldb, beta, c, ldc)
+	putGemm(g)
+}
+
+// convertChunk is the number of values below which a conversion stays on
+// the calling goroutine.
+const convertChunk = 1 << 18
+
+// BF16ToF32 widens the bfloat16 values src into dst[:len(src)], exactly:
+// the bits move to the upper half of a float32, so every value (NaNs
+// included) keeps its bits. Large slices are split over the workers.
+func BF16ToF32(dst []float32, src []uint16) {
+	convert("BF16ToF32", dst, src, kernel.BF16ToF32)
+}
+
+// F16ToF32 converts the IEEE binary16 values src into dst[:len(src)],
+// exactly (subnormals and infinities included; a NaN keeps its sign and
+// payload and comes out quiet). Large slices are split over the workers.
+func F16ToF32(dst []float32, src []uint16) {
+	convert("F16ToF32", dst, src, kernel.F16ToF32)
+}
+
+// F32ToBF16 rounds src to the nearest bfloat16 values, ties to even, into
+// dst[:len(src)]: subnormals round like any other value (not flushed to
+// zero), values past the bfloat16 range become infinities, and a NaN stays a
+// quiet NaN of the same sign. Large slices are split over the workers.
+func F32ToBF16(dst []uint16, src []float32) {
+	convert("F32ToBF16", dst, src, kernel.F32ToBF16)
+}
+
+// F32ToF16 rounds src to the nearest IEEE binary16 values, ties to even,
+// into dst[:len(src)]: results below the normal range round to binary16
+// subnormals, values that round past 65504 become infinities, and a NaN
+// stays a quiet NaN of the same sign with its upper payload bits. Large
+// slices are split over the workers.
+func F32ToF16(dst []uint16, src []float32) {
+	convert("F32ToF16", dst, src, kernel.F32ToF16)
+}
+
+// convert runs the conversion f of src into dst: on the calling goroutine
+// (allocating nothing) below two chunks, else split over the workers. A
+// destination shorter than the source is a programming error inside
+// drafter: it panics.
+func convert[D, S any](name string, dst []D, src []S, f func([]D, []S)) {
+	if len(dst) < len(src) {
+		panic(fmt.Sprintf("tensor: %s: a destination of %d values for %d", name, len(dst), len(src)))
+	}
+	if len(src) < 2*convertChunk {
+		f(dst, src)
+		return
+	}
+	Parallel(len(src), convertChunk, func(lo, hi int) { f(dst[lo:hi], src[lo:hi]) })
+}
