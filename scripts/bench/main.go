@@ -30,7 +30,7 @@ type row struct {
 var benchLine = regexp.MustCompile(`^(Benchmark\S+?)(-\d+)?\s+\d+\s+(.*)$`)
 
 func main() {
-	pkgs := flag.String("pkgs", "./pkg/... ./capture/... ./train/...", "packages to benchmark (space separated)")
+	pkgs := flag.String("pkgs", "./pkg/... ./capture/... ./train/... ./eval/...", "packages to benchmark (space separated)")
 	filter := flag.String("bench", ".", "benchmark name filter (go test -bench)")
 	benchtime := flag.String("benchtime", "2s", "go test -benchtime per benchmark (heavy ones run once)")
 	backends := flag.String("backends", "openblas,go", "compute paths to run: openblas, go")
