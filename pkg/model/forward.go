@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 
+	"github.com/drafter-ai/drafter/pkg/nn"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
@@ -294,7 +295,7 @@ func (m *Model) Forward(batch []Input, opt Options) (*Result, error) {
 	// over the rows that need logits.
 	nl := len(s.lidx)
 	if t := s.tapOf[L+1]; t >= 0 {
-		m.rmsNorm(s.taps[t], s.x, m.Norm, rows, m.h)
+		nn.RMSNorm(s.taps[t], s.x, m.Norm, rows, m.h, m.eps)
 		for j, r := range s.lidx {
 			copy(s.lx[j*m.h:(j+1)*m.h], s.taps[t][int(r)*m.h:int(r+1)*m.h])
 		}
@@ -302,7 +303,7 @@ func (m *Model) Forward(batch []Input, opt Options) (*Result, error) {
 		for j, r := range s.lidx {
 			copy(s.lx[j*m.h:(j+1)*m.h], s.x[int(r)*m.h:int(r+1)*m.h])
 		}
-		m.rmsNorm(s.lx, s.lx, m.Norm, nl, m.h)
+		nn.RMSNorm(s.lx, s.lx, m.Norm, nl, m.h, m.eps)
 	}
 	if nl > 0 {
 		m.matmul(s.logits, s.lx, m.LMHead, m.lmT, nl, m.vocab, m.h, false)
@@ -385,22 +386,12 @@ func (m *Model) ensure(rows, lrows, taps, maskLen, inputs int) {
 	}
 }
 
-// rmsNorm normalises rows of x into out, over both cores for large passes.
-func (m *Model) rmsNorm(out, x, w []float32, rows, n int) {
-	if rows*n < 1<<14 {
-		rmsNormRows(out, x, w, 0, rows, n, m.eps)
-		return
-	}
-	eps := m.eps
-	tensor.Parallel(rows, (1<<13)/n+1, func(lo, hi int) { rmsNormRows(out, x, w, lo, hi, n, eps) })
-}
-
 // forward runs decoder layer li over the pass's rows: two residual blocks.
 func (l *Layer) forward(m *Model, li, rows int) {
 	s := &m.s
-	m.rmsNorm(s.xn, s.x, l.AttnNorm, rows, m.h)
+	nn.RMSNorm(s.xn, s.x, l.AttnNorm, rows, m.h, m.eps)
 	l.Attn.forward(m, li, rows)
-	m.rmsNorm(s.xn, s.x, l.MLPNorm, rows, m.h)
+	nn.RMSNorm(s.xn, s.x, l.MLPNorm, rows, m.h, m.eps)
 	l.MLP.forward(m, rows)
 }
 
@@ -429,8 +420,8 @@ func (a *Attention) forward(m *Model, li, rows int) {
 		m.linear(&a.V, s.v, s.xn, rows, false)
 	}
 	if a.QNorm != nil { // Qwen3: RMSNorm over each head, before RoPE
-		m.rmsNorm(s.q, s.q, a.QNorm, rows*m.nHeads, m.hd)
-		m.rmsNorm(s.k, s.k, a.KNorm, rows*m.nKV, m.hd)
+		nn.RMSNorm(s.q, s.q, a.QNorm, rows*m.nHeads, m.hd, m.eps)
+		nn.RMSNorm(s.k, s.k, a.KNorm, rows*m.nKV, m.hd, m.eps)
 	}
 	m.rope.Forward(s.q[:rows*m.qDim], rows, m.nHeads, s.pos)
 	m.rope.Forward(s.k[:rows*m.kvDim], rows, m.nKV, s.pos)

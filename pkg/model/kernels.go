@@ -6,31 +6,11 @@ import (
 	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
-// The element-wise kernels of the forward pass, in float32 with the checks
-// hoisted out of the loops. They match pkg/nn's definitions (RMSNorm sums the
-// squares in float64, as Transformers' float32 upcast does at this precision);
-// they exist here because the decode loop must not allocate, and nn's
-// versions spawn goroutines per call.
+// The forward pass's own element-wise helpers: the few-row SwiGLU over fused
+// gate/up rows, bias adds and the attention's inner products. Normalisation
+// is pkg/nn's RMSNorm, which the drafters use too.
 
 func sqrt64(x float64) float64 { return math.Sqrt(x) }
-
-// rmsNormRows normalises rows [lo, hi) of x [.., n] into out with weight w.
-// out may alias x.
-func rmsNormRows(out, x, w []float32, lo, hi, n int, eps float32) {
-	w = w[:n]
-	for r := lo; r < hi; r++ {
-		xr := x[r*n : r*n+n]
-		or := out[r*n : r*n+n]
-		var ss float64
-		for _, v := range xr {
-			ss += float64(v) * float64(v)
-		}
-		rs := float32(1 / math.Sqrt(ss/float64(n)+float64(eps)))
-		for i, v := range xr {
-			or[i] = v * rs * w[i]
-		}
-	}
-}
 
 // swigluRows computes rows [lo, hi) of out[r] = silu(gu[r][:I]) * gu[r][I:],
 // where each row of gu holds the gate and up projections side by side.
