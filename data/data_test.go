@@ -272,3 +272,16 @@ func TestRender(t *testing.T) {
 		t.Error("chat conversation without template: no error")
 	}
 }
+
+// A --chat file that is not JSON at all is called that, not "null" (its
+// first letter, n, is where a JSON null would start).
+func TestReadMessagesFileNotJSON(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "chat.json")
+	if err := os.WriteFile(path, []byte("not json\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := ReadMessagesFile(path)
+	if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "expected a list of messages, got text that is not valid JSON") {
+		t.Fatalf("ReadMessagesFile of a non-JSON file: %v", err)
+	}
+}

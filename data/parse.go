@@ -175,6 +175,9 @@ func describe(raw json.RawMessage) string {
 	if len(raw) == 0 {
 		return "nothing"
 	}
+	if !json.Valid(raw) {
+		return "text that is not valid JSON"
+	}
 	switch raw[0] {
 	case '"':
 		return "a string"

@@ -55,6 +55,9 @@ type Options struct {
 	Cache *filecache.Cache
 	// Progress receives the progress bar and evaluation lines; nil is quiet.
 	Progress io.Writer
+	// Notes receives what the user must see even when quiet (resuming from
+	// a checkpoint that has no checksum); nil discards it.
+	Notes io.Writer
 	// Args are the command-line arguments as given (flag name to value), for
 	// drafter.json.
 	Args map[string]string
@@ -122,8 +125,8 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	defer rep.Finish()
 	rep.Line(verifiedLine(ds.Verified(), time.Since(start)))
 	if opt.Resume {
-		if note := optim.CheckpointNote(ckpt); note != "" {
-			rep.Line(note)
+		if note := optim.CheckpointNote(ckpt); note != "" && opt.Notes != nil {
+			fmt.Fprintln(opt.Notes, note)
 		}
 	}
 	captures := make([]loop.Capture, len(dirs))

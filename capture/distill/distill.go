@@ -210,7 +210,7 @@ func Layers(def [3]int, L int, layers []int) ([]int, error) {
 		layers = def[:]
 		for _, k := range layers {
 			if k < 1 {
-				return nil, fmt.Errorf("distill: the model has %d layers; the EAGLE-3 default layers %v include index %d (the embedding or below); choose --layers", L, def, k)
+				return nil, fmt.Errorf("the model has %d layers; the EAGLE-3 default layers %v include index %d (the embedding or below); choose --layers", L, def, k)
 			}
 		}
 	}
@@ -219,7 +219,7 @@ func Layers(def [3]int, L int, layers []int) ([]int, error) {
 	out = slices.Compact(out)
 	for _, k := range out {
 		if k < 0 || k > L {
-			return nil, fmt.Errorf("distill: layer %d is not a hidden_states index of a %d-layer model (0..%d)", k, L, L)
+			return nil, fmt.Errorf("layer %d is not a hidden_states index of a %d-layer model (0..%d)", k, L, L)
 		}
 	}
 	return out, nil
@@ -306,7 +306,7 @@ func prepare(t *target.Target, opt *Options) (*plan, error) {
 	L := m.NumLayers()
 	layers, err := Layers(t.Config.EAGLE3DraftLayers(), L, opt.Layers)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("distill: --layers: %w", err)
 	}
 	st, err := generate.Resolve(t, opt.Sampling)
 	if err != nil {
@@ -392,7 +392,7 @@ func runLocal(ctx context.Context, t *target.Target, opt Options, p *plan, start
 	m, items, sum := t.Model, p.items, p.sum
 	out, err := openOutput(opt.Out, p.man, opt.Force)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("distill: %w", err)
 	}
 	// The stored samples must be a prefix of this run's sample list.
 	done := len(out.done)
@@ -625,14 +625,14 @@ func openOutput(dir string, man capture.Manifest, force bool) (*output, error) {
 	if _, err := os.Stat(filepath.Join(dir, capture.ManifestName)); err == nil {
 		rs, err := capture.OpenForResume(dir, man.Args)
 		if err != nil {
-			return nil, fmt.Errorf("distill: %w (or pass --force to start over)", err)
+			return nil, fmt.Errorf("%w (or pass --force to start over)", err)
 		}
 		return &output{dir: dir, done: rs.Done, manifest: rs.Manifest, writer: rs.Writer}, nil
 	} else if !os.IsNotExist(err) {
-		return nil, fmt.Errorf("distill: %w", err)
+		return nil, err
 	}
 	if _, err := os.Stat(filepath.Join(dir, ResponsesName)); err == nil {
-		return nil, fmt.Errorf("distill: %s holds %s but no %s: not a capture this command can resume; pass --force to start over or choose another directory", dir, ResponsesName, capture.ManifestName)
+		return nil, fmt.Errorf("%s holds %s but no %s: not a capture this command can resume; pass --force to start over or choose another directory", dir, ResponsesName, capture.ManifestName)
 	}
 	o := &output{dir: dir, fresh: true, done: map[int64]struct{}{}, manifest: &capture.Manifest{}}
 	o.writer = func(opt capture.ShardOptions) (*capture.Writer, error) { return capture.Create(dir, man, opt) }
@@ -646,7 +646,7 @@ func removeCapture(dir string) error {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("distill: --force: %w", err)
+		return fmt.Errorf("--force: %w", err)
 	}
 	for _, e := range entries {
 		n := e.Name()
@@ -657,7 +657,7 @@ func removeCapture(dir string) error {
 			continue
 		}
 		if err := os.Remove(filepath.Join(dir, n)); err != nil {
-			return fmt.Errorf("distill: --force: %w", err)
+			return fmt.Errorf("--force: %w", err)
 		}
 	}
 	return nil

@@ -122,7 +122,7 @@ func runRemote(ctx context.Context, t *target.Target, opt Options, p *plan, star
 	man.Generation.(map[string]any)["seeds"] = seedRule
 	out, err := openOutput(opt.Out, man, opt.Force)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("distill: %w", err)
 	}
 	done := len(out.done)
 	sum.Resumed = done

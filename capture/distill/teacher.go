@@ -65,7 +65,7 @@ func Capture(ctx context.Context, t *target.Target, opt CaptureOptions) (*Summar
 	L := m.NumLayers()
 	layers, err := Layers(t.Config.EAGLE3DraftLayers(), L, opt.Layers)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("capture: --layers: %w", err)
 	}
 	convs, skipped, err := data.ReadConversations(opt.Conversations, data.ReadOptions{SkipInvalid: opt.SkipInvalid})
 	if err != nil {
@@ -117,6 +117,8 @@ func Capture(ctx context.Context, t *target.Target, opt CaptureOptions) (*Summar
 		Generation: map[string]any{"teacher_forced": true, "raw_pair_eos": eos}, PromptFileHash: hash, Args: args}
 	out, err := openOutput(opt.Out, man, opt.Force)
 	if err != nil {
+		// Not wrapped: the errors name the folder, and the resume refusals
+		// already begin "capture: cannot resume".
 		return nil, err
 	}
 	done := len(out.done)

@@ -30,9 +30,9 @@ func TestModelFlagMistakes(t *testing.T) {
 		{[]string{"generate", "--model", testutil.Stories260k(), "--prompt", "hi", "--chat"}, "--chat: " + testutil.Stories260k() + " has no chat template", []string{"line 0", "{\"prompt\""}},
 		{[]string{"tokenize", "--model", testutil.Stories260k(), "--chat", conv}, "--chat: " + testutil.Stories260k() + " has no chat template", []string{"inspect:"}},
 		{[]string{"generate", "--model", testutil.Stories260k(), "--prompt", "hi", "--max-new-tokens", "5000"}, "--max-new-tokens 5000 leaves no room for a prompt", nil},
-		{[]string{"distill", "--model", testutil.Stories260k(), "--prompts", prompts, "--out", filepath.Join(tmp, "d"), "--max-new-tokens", "2048"}, "--max-new-tokens 2048 leaves no room", nil},
-		{[]string{"distill", "--model", testutil.Stories260k(), "--prompts", prompts, "--out", filepath.Join(tmp, "d"), "--layers", "2,9"}, "--layers: distill: layer 9 is not a hidden_states index of a 5-layer model (0..5)", nil},
-		{[]string{"capture", "--model", testutil.Stories260k(), "--conversations", prompts, "--out", filepath.Join(tmp, "c"), "--layers", "6"}, "--layers: distill: layer 6", nil},
+		{[]string{"distill", "--model", testutil.Stories260k(), "--prompts", prompts, "--out", filepath.Join(tmp, "d"), "--max-new-tokens", "2048"}, "--max-new-tokens 2048 leaves no room", []string{"generate:"}},
+		{[]string{"distill", "--model", testutil.Stories260k(), "--prompts", prompts, "--out", filepath.Join(tmp, "d"), "--layers", "2,9"}, "--layers: layer 9 is not a hidden_states index of a 5-layer model (0..5)", []string{"distill:"}},
+		{[]string{"capture", "--model", testutil.Stories260k(), "--conversations", prompts, "--out", filepath.Join(tmp, "c"), "--layers", "6"}, "--layers: layer 6", []string{"distill:"}},
 	} {
 		r := runCLI(t, nil, c.args...)
 		if r.code != exitUsage || !strings.Contains(r.msg, c.want) {

@@ -213,12 +213,13 @@ type trainOptions struct {
 // trainer's configuration, starting from its defaults: both spellings of the
 // same settings give the same train.Options, so their train_args.json match
 // and either resumes the other. progress receives the progress bar unless
-// --quiet.
+// --quiet, and the notes always.
 func (f *trainFlags) options(c *cobra.Command, sp trainSpelling, progress io.Writer) (train.Options, error) {
 	fs := c.Flags()
 	set := fs.Changed
 	method := map[trainSpelling]string{medusaCmd: methodMedusa, eagle3Cmd: methodEAGLE3, byMethodFlag: f.method}[sp]
-	o := train.Options{Model: f.model, Data: f.data, Out: f.out, Resume: f.resume, VerifyData: f.verifyData, Args: given(fs, "json")}
+	o := train.Options{Model: f.model, Data: f.data, Out: f.out, Resume: f.resume, VerifyData: f.verifyData, Args: given(fs, "json"),
+		Notes: progress}
 	if !f.quiet {
 		o.Progress = progress
 	}

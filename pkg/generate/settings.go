@@ -112,11 +112,11 @@ func Resolve(t *target.Target, o Overrides) (Settings, error) {
 	}
 	if o.MaxNewTokens != nil {
 		if *o.MaxNewTokens <= 0 {
-			return s, &OverrideError{fmt.Errorf("generate: --max-new-tokens %d: want a positive count", *o.MaxNewTokens)}
+			return s, &OverrideError{fmt.Errorf("--max-new-tokens %d: want a positive count", *o.MaxNewTokens)}
 		}
 		s.MaxNewTokens, s.Explicit = *o.MaxNewTokens, true
 		if s.MaxNewTokens >= t.Model.MaxPositions() {
-			return s, &OverrideError{fmt.Errorf("generate: --max-new-tokens %d leaves no room for a prompt in the model's context of %d tokens", s.MaxNewTokens, t.Model.MaxPositions())}
+			return s, &OverrideError{fmt.Errorf("--max-new-tokens %d leaves no room for a prompt in the model's context of %d tokens", s.MaxNewTokens, t.Model.MaxPositions())}
 		}
 	}
 	if s.Params.Greedy() {
