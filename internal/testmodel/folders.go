@@ -1,6 +1,6 @@
 // Package testmodel holds the test helpers that need the module's own
 // packages: model folders derived from a checkpoint (copies, a fine-tuned
-// body, the weights split over several files) and runs of a loaded model
+// body, the weights in another dtype or split over several files) and runs of a loaded model
 // (greedy continuations and teacher-forced hidden states, the captures tests
 // train and check on). The helpers that need none are in internal/testutil.
 package testmodel
@@ -96,6 +96,42 @@ func Reshard(tb testing.TB, dir string, n int) {
 		tb.Fatal(err)
 	}
 	if err := os.Remove(filepath.Join(dir, safetensors.SingleFile)); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// Convert rewrites dir/model.safetensors with every float tensor stored as
+// dt (F32, F16 or BF16; float32 values rounded to nearest, ties to even, as
+// the Hugging Face conversions round): the same model as a checkpoint
+// published in another dtype.
+func Convert(tb testing.TB, dir string, dt safetensors.DType) {
+	tb.Helper()
+	s, err := safetensors.Open(filepath.Join(dir, safetensors.SingleFile))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var ts []safetensors.Tensor
+	for _, name := range s.Names() {
+		raw, in, err := s.Raw(name)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if !in.DType.IsFloat() {
+			ts = append(ts, safetensors.Tensor{Name: name, DType: in.DType, Shape: in.Shape, Data: append([]byte(nil), raw...)})
+			continue
+		}
+		v, _, err := s.Float32(name)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		t, err := safetensors.FloatTensor(name, dt, in.Shape, v)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		ts = append(ts, t)
+	}
+	s.Close()
+	if err := safetensors.WriteFile(filepath.Join(dir, safetensors.SingleFile), ts, nil); err != nil {
 		tb.Fatal(err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/drafter-ai/drafter/internal/testutil"
+	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
 // maxDiff returns the largest absolute difference of two float32 vectors.
@@ -295,10 +296,10 @@ func TestUnfusedEqualsFused(t *testing.T) {
 	toks := []int{1, 403, 407, 261, 378, 9, 30, 31, 32, 33, 34}
 	fused, _ := run(t, m, []Input{{Seq: mustSeq(t, m, 16), Tokens: toks, Logits: LogitsAll}}, Options{})
 	for i := range m.Layers {
-		if m.Layers[i].Attn.qkv == nil || m.Layers[i].MLP.gateUp == nil {
+		if m.Layers[i].Attn.qkv.Empty() || m.Layers[i].MLP.gateUp.Empty() {
 			t.Fatalf("layer %d: loader did not fuse the weights", i)
 		}
-		m.Layers[i].Attn.qkv, m.Layers[i].MLP.gateUp = nil, nil
+		m.Layers[i].Attn.qkv, m.Layers[i].MLP.gateUp = tensor.Matrix{}, tensor.Matrix{}
 	}
 	plain, _ := run(t, m, []Input{{Seq: mustSeq(t, m, 16), Tokens: toks, Logits: LogitsAll}}, Options{})
 	if d := maxDiff(fused[0], plain[0]); d > equivTol {

@@ -214,6 +214,13 @@ func itoa(i int) string {
 // into a new temporary directory.
 func writeCheckpoint(t testing.TB, config map[string]any, w map[string][]float32, shapes map[string][]int) string {
 	t.Helper()
+	return writeCheckpointAs(t, config, w, shapes, safetensors.F32)
+}
+
+// writeCheckpointAs is writeCheckpoint with every tensor stored as dt (F32,
+// F16 or BF16: the values rounded to nearest, ties to even).
+func writeCheckpointAs(t testing.TB, config map[string]any, w map[string][]float32, shapes map[string][]int, dt safetensors.DType) string {
+	t.Helper()
 	dir := t.TempDir()
 	b, err := json.MarshalIndent(config, "", "  ")
 	if err != nil {
@@ -224,7 +231,11 @@ func writeCheckpoint(t testing.TB, config map[string]any, w map[string][]float32
 	}
 	var ts []safetensors.Tensor
 	for name, data := range w {
-		ts = append(ts, safetensors.F32Tensor(name, shapes[name], data))
+		x, err := safetensors.FloatTensor(name, dt, shapes[name], data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts = append(ts, x)
 	}
 	if err := safetensors.WriteFile(filepath.Join(dir, "model.safetensors"), ts, map[string]string{"format": "pt"}); err != nil {
 		t.Fatal(err)

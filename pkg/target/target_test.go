@@ -81,7 +81,7 @@ func TestOutputLayers(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer l.Close()
-		if !slices.Equal(embed, l.Model.Embed) || !slices.Equal(head, l.Model.LMHead) {
+		if !slices.Equal(embed, l.Model.Embed.F32) || !slices.Equal(head, l.Model.LMHead.F32) {
 			t.Fatalf("%s: the files' output layers differ from the model's", dir)
 		}
 		tied := o.Config.TieWordEmbeddings
@@ -89,7 +89,7 @@ func TestOutputLayers(t *testing.T) {
 			t.Fatalf("%s: tied %v, but lm_head shares the embedding: %v", dir, tied, &embed[0] == &head[0])
 		}
 		fromModel, headFromModel, err := l.OutputLayers(true)
-		if err != nil || &fromModel[0] != &l.Model.Embed[0] || &headFromModel[0] != &l.Model.LMHead[0] {
+		if err != nil || &fromModel[0] != &l.Model.Embed.F32[0] || &headFromModel[0] != &l.Model.LMHead.F32[0] {
 			t.Fatalf("%s: a loaded target's output layers are not the model's: %v", dir, err)
 		}
 	}
