@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -241,6 +242,15 @@ func TestHalfInPlace(t *testing.T) {
 		if l.MLP.gateUp.Empty() || !l.Attn.qkv.Empty() || l.MLP.gateUpT != nil || l.Attn.O.wt != nil || m.lmT != nil {
 			t.Fatalf("layer %d: gate/up not fused in place, q/k/v fused though apart in the file, or a transposed copy made of bf16 weights", i)
 		}
+	}
+	set, err := safetensors.Open(filepath.Join(dir, safetensors.SingleFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp, err := Footprint(m.Config, set)
+	set.Close()
+	if err != nil || !reflect.DeepEqual(fp, mem) {
+		t.Fatalf("Footprint %+v (%v), the loaded model's Memory %+v", fp, err, mem)
 	}
 	toks := []int{1, 403, 407, 261, 378, 9, 30, 31, 32, 33, 34}
 	want, _ := run(t, m, []Input{{Seq: mustSeq(t, m, 16), Tokens: toks, Logits: LogitsAll}}, Options{})

@@ -29,6 +29,7 @@ import (
 	"github.com/drafter-ai/drafter/pkg/arch"
 	"github.com/drafter-ai/drafter/pkg/checkpoint"
 	"github.com/drafter-ai/drafter/pkg/nn"
+	"github.com/drafter-ai/drafter/pkg/safetensors"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
@@ -159,6 +160,34 @@ func (m Memory) Total() int64 {
 	return n
 }
 
+// Footprint returns the Memory a model FromWeights builds from w would
+// hold, without building it (w stays the caller's): 16-bit matrices at
+// their size in the files, counted as mapped (a file whose data the host
+// cannot view in place, which writers do not make, is copied instead), every
+// other tensor at float32's four bytes a value. Tensors w lacks count as
+// float32 too.
+func Footprint(cfg *checkpoint.Config, w interface {
+	Info(name string) (safetensors.Info, bool)
+}) (Memory, error) {
+	m, err := newModel(cfg, nil)
+	if err != nil {
+		return Memory{}, err
+	}
+	mem := Memory{Bytes: map[tensor.DType]int64{}}
+	for _, b := range m.bindings() {
+		n := int64(product(b.shape))
+		if in, ok := w.Info(b.name); ok && b.mat != nil {
+			if dt, half := halfDType(in.DType); half {
+				mem.Bytes[dt] += 2 * n
+				mem.Mapped += 2 * n
+				continue
+			}
+		}
+		mem.Bytes[tensor.F32] += 4 * n
+	}
+	return mem, nil
+}
+
 // Memory returns the memory the model's weights occupy, in their dtypes.
 // Transposed copies for small float32 models (see transposeSmall) are not
 // counted.
@@ -174,15 +203,6 @@ func (m *Model) Memory() Memory {
 		}
 	}
 	return mem
-}
-
-// EmbedRows writes the input embeddings of ids, widened to float32, into
-// dst[i*H:(i+1)*H]: what a draft that shares the target's embedding
-// gathers, without a float32 copy of a 16-bit embedding.
-func (m *Model) EmbedRows(dst []float32, ids []int32) {
-	for i, id := range ids {
-		m.Embed.Row(dst[i*m.h:(i+1)*m.h], int(id))
-	}
 }
 
 // newModel validates cfg and sets up everything but the weights.
