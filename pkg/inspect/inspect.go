@@ -18,26 +18,26 @@ import (
 
 // Report is the summary of one checkpoint.
 type Report struct {
-	Dir              string         `json:"dir"`
-	ModelType        string         `json:"model_type"`
-	Architectures    []string       `json:"architectures,omitempty"`
-	Parameters       int64          `json:"parameters"`
-	DTypes           map[string]int `json:"dtypes"` // tensor count per dtype
+	Dir           string         `json:"dir"`
+	ModelType     string         `json:"model_type"`
+	Architectures []string       `json:"architectures,omitempty"`
+	Parameters    int64          `json:"parameters"`
+	DTypes        map[string]int `json:"dtypes"` // tensor count per dtype
 	// WeightBytes is the memory the weights occupy once loaded (the
 	// stages that run the model), per dtype they are held in ("bf16",
 	// "f16", "f32"): 16-bit matrices stay in their dtype, read in place
 	// from the mapped files (WeightsMapped of the total), everything else
 	// is held as float32 (model.Footprint).
-	WeightBytes   map[string]int64 `json:"weight_bytes"`
-	WeightsMapped int64            `json:"weights_mapped_bytes"`
-	Layers           int            `json:"num_hidden_layers"`
-	HiddenSize       int            `json:"hidden_size"`
-	IntermediateSize int            `json:"intermediate_size"`
-	Heads            int            `json:"num_attention_heads"`
-	KVHeads          int            `json:"num_key_value_heads"`
-	HeadDim          int            `json:"head_dim"`
-	VocabSize        int            `json:"vocab_size"`
-	MaxPositions     int            `json:"max_position_embeddings"`
+	WeightBytes      map[string]int64 `json:"weight_bytes"`
+	WeightsMapped    int64            `json:"weights_mapped_bytes"`
+	Layers           int              `json:"num_hidden_layers"`
+	HiddenSize       int              `json:"hidden_size"`
+	IntermediateSize int              `json:"intermediate_size"`
+	Heads            int              `json:"num_attention_heads"`
+	KVHeads          int              `json:"num_key_value_heads"`
+	HeadDim          int              `json:"head_dim"`
+	VocabSize        int              `json:"vocab_size"`
+	MaxPositions     int              `json:"max_position_embeddings"`
 	// Context is the longest sequence drafter runs: MaxPositions, or the
 	// sliding window when smaller (arch.Family.Context).
 	Context           int     `json:"context"`
