@@ -7,7 +7,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/drafter-ai/drafter/internal/testmodel"
 	"github.com/drafter-ai/drafter/internal/testutil"
+	"github.com/drafter-ai/drafter/pkg/safetensors"
+	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
 // TestLevels: Open reads no tokenizer and builds no model, OpenWithTokenizer
@@ -131,5 +134,72 @@ func write(t *testing.T, path, text string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// mappedNow reports whether the process maps the file path (Linux:
+// /proc/self/maps), and whether it could tell.
+func mappedNow(t *testing.T, path string) (mapped, known bool) {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		return false, false
+	}
+	return strings.Contains(string(b), path), true
+}
+
+// TestLoadBF16: a bf16 checkpoint's model reads its weights from the files,
+// which it keeps mapped until Close (a float32 checkpoint's are released
+// as soon as the model holds its copy); OutputLayers gives its embedding and
+// lm_head widened to float32, the values the files hold.
+func TestLoadBF16(t *testing.T) {
+	dir := testutil.CopyDir(t, testutil.Stories260k())
+	testmodel.Convert(t, dir, safetensors.BF16)
+	file, err := filepath.EvalSymlinks(filepath.Join(dir, safetensors.SingleFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := Load(dir, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Weights != nil || l.Model.Embed.DType != tensor.BF16 || l.Model.Memory().Mapped == 0 {
+		t.Fatalf("Load: weights still the target's %v, embedding %s, mapped %d", l.Weights != nil, l.Model.Embed.DType, l.Model.Memory().Mapped)
+	}
+	if mapped, known := mappedNow(t, file); known && !mapped {
+		t.Fatalf("the model does not map %s", file)
+	}
+	embed, head, err := l.OutputLayers(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	want, _, err := o.Weights.Float32("model.embed_tokens.weight")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(embed, want) || &head[0] != &embed[0] {
+		t.Fatal("a bf16 target's output layers are not its embedding widened (tied: one slice)")
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	o.Close()
+	if mapped, known := mappedNow(t, file); known && mapped {
+		t.Fatalf("%s is still mapped after Close", file)
+	}
+
+	f32, err := Load(testutil.Stories260k(), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f32.Close()
+	f32file, _ := filepath.Abs(filepath.Join(testutil.Stories260k(), safetensors.SingleFile))
+	if mapped, known := mappedNow(t, f32file); known && mapped {
+		t.Fatalf("a float32 model still maps %s", f32file)
 	}
 }
