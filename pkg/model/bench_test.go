@@ -101,15 +101,24 @@ func benchModels(b *testing.B) []struct {
 		name string
 		m    *Model
 	}{{"stories260k", loadModel(b, "stories260k")}}
-	m, err := NewRandom(Bench60MConfig(), 1, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { m.Close() })
-	return append(out, struct {
+	// The 60M model in float32 and as its bf16 and f16 checkpoints hold it
+	// (random60M-bf16, random60M-f16: the same weights rounded, products
+	// over the 16-bit values).
+	for _, c := range []struct {
 		name string
-		m    *Model
-	}{"random60M", m})
+		dt   tensor.DType
+	}{{"random60M", tensor.F32}, {"random60M-bf16", tensor.BF16}, {"random60M-f16", tensor.F16}} {
+		m, err := NewRandomAs(Bench60MConfig(), 1, c.dt, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { m.Close() })
+		out = append(out, struct {
+			name string
+			m    *Model
+		}{c.name, m})
+	}
+	return out
 }
 
 // BenchmarkPrefill measures prefill of a 512-token prompt.
