@@ -330,3 +330,55 @@ func bitsEqual(a, b []float32) bool {
 	}
 	return true
 }
+
+// closeCounter is a WeightSource that counts its Close calls.
+type closeCounter struct {
+	*safetensors.Set
+	closed int
+}
+
+func (c *closeCounter) Close() error {
+	c.closed++
+	return c.Set.Close()
+}
+
+// TestFromWeightsOwnsTheStore: FromWeights closes the store at once when
+// it copied every weight (float32), keeps it open while it reads 16-bit
+// weights in place and closes it in Model.Close, and closes it when it
+// fails.
+func TestFromWeightsOwnsTheStore(t *testing.T) {
+	bf16, _ := convertCheckpoint(t, testutil.Stories260k(), safetensors.BF16)
+	open := func(dir string) (*checkpoint.Config, *closeCounter) {
+		t.Helper()
+		ck, err := checkpoint.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ck.Config, &closeCounter{Set: ck.Weights}
+	}
+	cfg, w := open(testutil.Stories260k())
+	m, err := FromWeights(cfg, w, nil)
+	if err != nil || w.closed != 1 {
+		t.Fatalf("float32: %v; store closed %d times at load, want 1", err, w.closed)
+	}
+	m.Close()
+	if w.closed != 1 {
+		t.Fatalf("float32: Model.Close closed the store again")
+	}
+	cfg, w = open(bf16)
+	m, err = FromWeights(cfg, w, nil)
+	if err != nil || w.closed != 0 {
+		t.Fatalf("bf16: %v; store closed %d times at load, want 0", err, w.closed)
+	}
+	m.Close()
+	m.Close()
+	if w.closed != 1 {
+		t.Fatalf("bf16: store closed %d times by two Model.Close, want 1", w.closed)
+	}
+	cfg, w = open(bf16)
+	bad := *cfg
+	bad.NumLayers++
+	if _, err := FromWeights(&bad, w, nil); err == nil || !strings.Contains(err.Error(), "no tensor") || w.closed != 1 {
+		t.Fatalf("a config the weights do not fit: %v; store closed %d times, want 1", err, w.closed)
+	}
+}
