@@ -17,9 +17,10 @@ import (
 )
 
 // read returns every tensor of dir/model.safetensors with its own copy of the
-// bytes, or, for the tensors where change is not nil and returns true, a
-// tensor of the same name, dtype and shape holding change's values.
-func read(tb testing.TB, dir string, change func(name string, v []float32) bool) []safetensors.Tensor {
+// bytes, or, for the float tensors where change is not nil and returns true
+// or whose dtype differs from as ("" for each tensor's own), a tensor of the
+// same name and shape holding change's values (or the file's) as as.
+func read(tb testing.TB, dir string, as safetensors.DType, change func(name string, v []float32) bool) []safetensors.Tensor {
 	tb.Helper()
 	s, err := safetensors.Open(filepath.Join(dir, safetensors.SingleFile))
 	if err != nil {
@@ -32,13 +33,17 @@ func read(tb testing.TB, dir string, change func(name string, v []float32) bool)
 		if err != nil {
 			tb.Fatal(err)
 		}
-		if change != nil && in.DType.IsFloat() {
+		dt := in.DType
+		if as != "" {
+			dt = as
+		}
+		if (change != nil || dt != in.DType) && in.DType.IsFloat() {
 			v, _, err := s.Float32(name)
 			if err != nil {
 				tb.Fatal(err)
 			}
-			if change(name, v) {
-				t, err := safetensors.FloatTensor(name, in.DType, in.Shape, v)
+			if changed := change != nil && change(name, v); changed || dt != in.DType {
+				t, err := safetensors.FloatTensor(name, dt, in.Shape, v)
 				if err != nil {
 					tb.Fatal(err)
 				}
@@ -57,7 +62,7 @@ func read(tb testing.TB, dir string, change func(name string, v []float32) bool)
 // embeddings) changes.
 func ScaleBody(tb testing.TB, dir string, factor float32) {
 	tb.Helper()
-	ts := read(tb, dir, func(name string, v []float32) bool {
+	ts := read(tb, dir, "", func(name string, v []float32) bool {
 		if !strings.HasPrefix(name, "model.layers.") || strings.Contains(name, "norm") {
 			return false
 		}
@@ -76,7 +81,7 @@ func ScaleBody(tb testing.TB, dir string, factor float32) {
 // and a model.safetensors.index.json naming them.
 func Reshard(tb testing.TB, dir string, n int) {
 	tb.Helper()
-	ts := read(tb, dir, nil)
+	ts := read(tb, dir, "", nil)
 	shards := make([][]safetensors.Tensor, n)
 	index := map[string]string{}
 	for i, x := range ts {
@@ -106,32 +111,7 @@ func Reshard(tb testing.TB, dir string, n int) {
 // published in another dtype.
 func Convert(tb testing.TB, dir string, dt safetensors.DType) {
 	tb.Helper()
-	s, err := safetensors.Open(filepath.Join(dir, safetensors.SingleFile))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var ts []safetensors.Tensor
-	for _, name := range s.Names() {
-		raw, in, err := s.Raw(name)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		if !in.DType.IsFloat() {
-			ts = append(ts, safetensors.Tensor{Name: name, DType: in.DType, Shape: in.Shape, Data: append([]byte(nil), raw...)})
-			continue
-		}
-		v, _, err := s.Float32(name)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		t, err := safetensors.FloatTensor(name, dt, in.Shape, v)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		ts = append(ts, t)
-	}
-	s.Close()
-	if err := safetensors.WriteFile(filepath.Join(dir, safetensors.SingleFile), ts, nil); err != nil {
+	if err := safetensors.WriteFile(filepath.Join(dir, safetensors.SingleFile), read(tb, dir, dt, nil), nil); err != nil {
 		tb.Fatal(err)
 	}
 }

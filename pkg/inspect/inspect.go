@@ -164,7 +164,7 @@ func (r *Report) WriteText(w io.Writer) error {
 }
 
 // weightsText describes WeightBytes, the largest dtype first: "2.20 GB
-// bf16 (mapped), 180.2 KB f32".
+// bf16 (mapped), 180.22 kB f32".
 func (r *Report) weightsText() string {
 	dts := make([]string, 0, len(r.WeightBytes))
 	for dt := range r.WeightBytes {
@@ -178,25 +178,12 @@ func (r *Report) weightsText() string {
 	})
 	parts := make([]string, len(dts))
 	for i, dt := range dts {
-		parts[i] = humanBytes(r.WeightBytes[dt]) + " " + dt
+		parts[i] = fingerprint.ByteSize(r.WeightBytes[dt]) + " " + dt
 		if dt != "f32" && r.WeightsMapped > 0 {
 			parts[i] += " (mapped)"
 		}
 	}
 	return strings.Join(parts, ", ")
-}
-
-// humanBytes formats a byte count in decimal units.
-func humanBytes(n int64) string {
-	switch {
-	case n >= 1e9:
-		return fmt.Sprintf("%.2f GB", float64(n)/1e9)
-	case n >= 1e6:
-		return fmt.Sprintf("%.2f MB", float64(n)/1e6)
-	case n >= 1e3:
-		return fmt.Sprintf("%.1f KB", float64(n)/1e3)
-	}
-	return fmt.Sprintf("%d B", n)
 }
 
 func human(n int64) string {

@@ -68,7 +68,7 @@ func TestInspectBF16(t *testing.T) {
 	if err := r.WriteText(&buf); err != nil {
 		t.Fatal(err)
 	}
-	if got := line(buf.String(), "weights:"); got != "weights:           518.7 KB bf16 (mapped), 2.8 KB f32" {
+	if got := line(buf.String(), "weights:"); got != "weights:           518.66 kB bf16 (mapped), 2.82 kB f32" {
 		t.Errorf("text %q", got)
 	}
 }

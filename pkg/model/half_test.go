@@ -2,7 +2,6 @@ package model
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"math"
 	"os"
 	"path/filepath"
@@ -158,33 +157,7 @@ func TestHalfAgainstNaive(t *testing.T) {
 	}
 	for _, c := range archCases() {
 		t.Run(c.name+"/BF16", func(t *testing.T) {
-			cfgDir := t.TempDir()
-			b, _ := json.Marshal(c.config)
-			if err := os.WriteFile(filepath.Join(cfgDir, "config.json"), b, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			cfg, err := checkpoint.LoadConfig(filepath.Join(cfgDir, "config.json"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			w, shapes, err := RandomWeights(cfg, 7)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for name, v := range w {
-				if !strings.HasSuffix(name, "norm.weight") {
-					for i := range v {
-						v[i] *= 8 // as buildCase: attention far from uniform
-					}
-				}
-			}
-			dir := writeCheckpointAs(t, c.config, w, shapes, safetensors.BF16)
-			rounded, _ := readWeights(t, dir)
-			m, err := Load(dir, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Close()
+			m, rounded := buildCaseAs(t, c, 7, safetensors.BF16)
 			checkHalfModel(t, m, c.naive, rounded, []int{1, 17, 42, 5, 96, 3, 3, 60, 11, 0, 88, 23}, 3, 12)
 		})
 	}

@@ -293,6 +293,14 @@ func archCases() []archCase {
 // the model and the raw weights.
 func buildCase(t testing.TB, c archCase, seed uint64) (*Model, map[string][]float32) {
 	t.Helper()
+	return buildCaseAs(t, c, seed, safetensors.F32)
+}
+
+// buildCaseAs is buildCase with the checkpoint's tensors stored as dt; the
+// weights it returns are the values the file holds (16-bit ones widened
+// exactly).
+func buildCaseAs(t testing.TB, c archCase, seed uint64, dt safetensors.DType) (*Model, map[string][]float32) {
+	t.Helper()
 	// Draw the weights with NewRandom's generator on the parsed config, then go
 	// through the files and Load like a real checkpoint.
 	cfgDir := t.TempDir()
@@ -317,7 +325,11 @@ func buildCase(t testing.TB, c archCase, seed uint64) (*Model, map[string][]floa
 			}
 		}
 	}
-	m, err := Load(writeCheckpoint(t, c.config, w, shapes), nil)
+	dir := writeCheckpointAs(t, c.config, w, shapes, dt)
+	if dt != safetensors.F32 {
+		w, _ = readWeights(t, dir)
+	}
+	m, err := Load(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
