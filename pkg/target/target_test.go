@@ -193,6 +193,32 @@ func TestLoadBF16(t *testing.T) {
 		t.Fatalf("%s is still mapped after Close", file)
 	}
 
+	// Sharded: each shard's matrices read in place from its own mapping,
+	// the same logits bit for bit (products are computed row by row the
+	// same way whichever matrices the files let the model fuse).
+	sharded := testutil.CopyDir(t, dir)
+	testmodel.Reshard(t, sharded, 3)
+	whole, err := Load(dir, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer whole.Close()
+	parts, err := Load(sharded, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer parts.Close()
+	if parts.Model.Memory().Mapped != whole.Model.Memory().Mapped {
+		t.Fatalf("sharded: %d bytes read in place, unsharded %d", parts.Model.Memory().Mapped, whole.Model.Memory().Mapped)
+	}
+	prompt := []int{1, 403, 407, 261, 378}
+	a, b := testmodel.Greedy(t, whole.Model, prompt, 20), testmodel.Greedy(t, parts.Model, prompt, 20)
+	ha := testmodel.States(t, whole.Model, a, []int{whole.Model.NumLayers()})
+	hb := testmodel.States(t, parts.Model, a, []int{whole.Model.NumLayers()})
+	if !slices.Equal(a, b) || !slices.Equal(ha[0], hb[0]) {
+		t.Fatal("the sharded bf16 checkpoint computes otherwise than the single file")
+	}
+
 	f32, err := Load(testutil.Stories260k(), nil, nil)
 	if err != nil {
 		t.Fatal(err)
