@@ -8,6 +8,13 @@ import "github.com/drafter-ai/drafter/pkg/tensor"
 // number of rows, so that verifying a draft scores each row exactly as a
 // one-token decode step would. Larger products go to the backend.
 //
+// Weights a checkpoint stores as bf16 or f16 stay so (tensor.Matrix): their
+// few-row products run tensor.DotRowsBF16/F16, split over the workers as
+// below and just as row-independent, and larger ones SgemmBF16/F16, which
+// widen the weights as they pack them and split themselves. They read half
+// the bytes of a float32 product, which a decode step over weights larger
+// than the caches waits on.
+//
 // The model's matrix multiplies are split over the output features across
 // tensor's shared workers: each worker multiplies the input by its own block of
 // weight rows, with a single backend call. Every output element is one inner

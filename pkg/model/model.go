@@ -17,9 +17,10 @@
 //	    h += (silu(m·Wg^T) * (m·Wu^T)) · Wd^T
 //	logits = RMSNorm(h) · norm · lm_head^T
 //
-// Every matrix multiply goes through a tensor.Backend so that another backend
-// can run the same model. A Model holds the weights and the scratch space of one
-// forward pass; it is not safe for concurrent use.
+// Large float32 matrix multiplies go through a tensor.Backend so that another
+// backend can run the same model; products over bf16 and f16 weights run
+// pkg/tensor's 16-bit kernels (see matmul.go). A Model holds the weights and
+// the scratch space of one forward pass; it is not safe for concurrent use.
 package model
 
 import (
