@@ -170,10 +170,16 @@ func (m Memory) Total() int64 {
 func Footprint(cfg *checkpoint.Config, w interface {
 	Info(name string) (safetensors.Info, bool)
 }) (Memory, error) {
-	m, err := newModel(cfg, nil)
-	if err != nil {
+	fam, ok := cfg.Family()
+	if !ok {
+		return Memory{}, fmt.Errorf("model: config.json model_type %q is not supported (supported: %s)", cfg.ModelType, arch.Supported())
+	}
+	if err := implements(fam); err != nil {
 		return Memory{}, err
 	}
+	// Only the bindings are needed: no backend, RoPE tables or validation
+	// of what running the model would need.
+	m := &Model{Config: cfg, fam: fam, Layers: make([]Layer, max(cfg.NumLayers, 0))}
 	mem := Memory{Bytes: map[tensor.DType]int64{}}
 	for _, b := range m.bindings() {
 		n := int64(product(b.shape))
