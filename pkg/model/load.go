@@ -196,16 +196,14 @@ func halfMatrices(binds []binding, infos []safetensors.Info, w WeightSource) ([]
 	type span struct {
 		first    string // the tensor at the lowest offset
 		lo, hi   int64  // byte range in the file covering the file's 16-bit matrices
-		parities int    // bit 0: an even address seen, bit 1: an odd one
+		parities int    // bit 0: a matrix at an even offset seen, bit 1: at an odd one
 	}
 	spans := map[string]*span{}
 	var files []string
-	any16 := false
 	for i, b := range binds {
 		if _, ok := halfDType(infos[i].DType); !ok || b.mat == nil {
 			continue
 		}
-		any16 = true
 		in := infos[i]
 		s := spans[in.File]
 		if s == nil {
@@ -219,7 +217,7 @@ func halfMatrices(binds []binding, infos []safetensors.Info, w WeightSource) ([]
 		s.hi = max(s.hi, in.Offset+in.Size)
 		s.parities |= 1 << (in.Offset & 1)
 	}
-	if !any16 {
+	if len(files) == 0 {
 		return half, 0, nil
 	}
 	littleEndian := binary.NativeEndian.Uint16([]byte{1, 0}) == 1
@@ -230,6 +228,8 @@ func halfMatrices(binds []binding, infos []safetensors.Info, w WeightSource) ([]
 		if err != nil {
 			return nil, 0, err
 		}
+		// A view needs the host's byte order and every matrix of the file
+		// at an even address (the same parity of offset as the first).
 		if len(raw) == 0 || !littleEndian || s.parities != 1<<(s.lo&1) || uintptr(unsafe.Pointer(&raw[0]))%2 != 0 {
 			continue
 		}
