@@ -26,7 +26,7 @@ import (
 func medusaExport(t *testing.T, m *model.Model, heads, layers int, dt safetensors.DType) string {
 	t.Helper()
 	g := dmedusa.Geometry{Hidden: m.HiddenSize(), Vocab: m.VocabSize(), Heads: heads, Layers: layers}
-	h, err := dmedusa.NewHeads(g, m.LMHead, false)
+	h, err := dmedusa.NewHeads(g, m.LMHead.Float32(), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +349,7 @@ func TestEagleConfigMatchesWeights(t *testing.T) {
 	exp := eagleExport(t, m, t.TempDir(), deagle3.FormatNative, nil)
 	file := filepath.Join(exp, "model.safetensors")
 	editTensors(t, file, func(ts []safetensors.Tensor) []safetensors.Tensor {
-		return append(ts, safetensors.F32Tensor("embed_tokens.weight", []int{512, 64}, m.Embed))
+		return append(ts, safetensors.F32Tensor("embed_tokens.weight", []int{512, 64}, m.Embed.Float32()))
 	})
 	testutil.WantErr(t, loadErr(t, m, exp), file, `"embed_tokens.weight"`, "target's embedding")
 

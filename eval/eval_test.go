@@ -8,11 +8,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/drafter-ai/drafter/internal/testmodel"
 	"github.com/drafter-ai/drafter/internal/testutil"
 	"github.com/drafter-ai/drafter/pkg/drafters"
 	dmedusa "github.com/drafter-ai/drafter/pkg/drafters/medusa"
+	"github.com/drafter-ai/drafter/pkg/safetensors"
 	"github.com/drafter-ai/drafter/pkg/sample"
 	"github.com/drafter-ai/drafter/pkg/spec"
+	"github.com/drafter-ai/drafter/pkg/target"
+	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
 // shapes lists every draft shape eval runs for a drafter kind.
@@ -57,6 +61,40 @@ func TestLosslessRandomDrafters(t *testing.T) {
 					t.Fatalf("speculative run made %d tokens, baseline %d", rep.Speculative.Tokens, rep.Baseline.Tokens)
 				}
 				t.Logf("τ %.3f over %d steps, hist %v", rep.MeanAcceptLength, rep.Stats.Steps, rep.AcceptLengthHist)
+			})
+		}
+	}
+}
+
+// TestLosslessBF16: on the target converted to bf16 (its weights read in
+// place, the EAGLE-3 draft gathering its embedding rows from the bf16
+// matrix) the speculative output still equals plain greedy decoding, as on
+// the float32 target, in a chain and a tree of each kind.
+func TestLosslessBF16(t *testing.T) {
+	dir := testutil.CopyDir(t, testutil.Stories260k())
+	testmodel.Convert(t, dir, safetensors.BF16)
+	g, err := target.Load(dir, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	m := g.Model
+	if m.Embed.DType != tensor.BF16 || m.Memory().Mapped == 0 {
+		t.Fatalf("the target holds its embedding as %s, %d bytes mapped: want bf16 read in place", m.Embed.DType, m.Memory().Mapped)
+	}
+	ps := testPrompts(t, evalPrompts, 4)
+	for name, d := range map[string]*Drafter{"medusa": randomMedusa(t, m, 4, 1), "eagle3": randomEagle(t, m, 200, 2)} {
+		for _, shape := range []string{"chain-2", "chain-4", "tree", "default-tree"} {
+			cfg, ok := shapes(d.Info.Kind)[shape]
+			if !ok {
+				continue
+			}
+			t.Run(name+"/"+shape, func(t *testing.T) {
+				rep := runLossless(t, m, d, ps, cfg, 32)
+				if !rep.Lossless.Checked || rep.Lossless.Prompts != len(ps) || rep.Speculative.Tokens != rep.Baseline.Tokens {
+					t.Fatalf("lossless check covered %d of %d prompts (checked %v); %d speculative tokens, %d baseline",
+						rep.Lossless.Prompts, len(ps), rep.Lossless.Checked, rep.Speculative.Tokens, rep.Baseline.Tokens)
+				}
 			})
 		}
 	}

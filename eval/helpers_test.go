@@ -63,7 +63,7 @@ func testPrompts(t testing.TB, path string, n int) []Prompt {
 func randomMedusa(t testing.TB, m *model.Model, heads int, seed uint64) *Drafter {
 	t.Helper()
 	g := dmedusa.Geometry{Hidden: m.HiddenSize(), Vocab: m.VocabSize(), Heads: heads, Layers: 1}
-	h, err := dmedusa.NewHeads(g, m.LMHead, false)
+	h, err := dmedusa.NewHeads(g, m.LMHead.Float32(), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +237,7 @@ func trainDrafters(t *testing.T) (tr trained) {
 	mcfg.BatchTokens = 512
 	mcfg.MaxEpochs = medusaEpochs
 	tr.medusaDir = filepath.Join(root, "medusa-out")
-	mres, err := medusa.Train(context.Background(), mcfg, m.LMHead, mem, be,
+	mres, err := medusa.Train(context.Background(), mcfg, m.LMHead.Float32(), mem, be,
 		&loop.Job{Out: tr.medusaDir, Provenance: loop.Provenance{BaseModel: testutil.Stories260k(), TargetFingerprint: tr.fp}})
 	if err != nil {
 		tr.err = err
@@ -251,7 +251,7 @@ func trainDrafters(t *testing.T) (tr trained) {
 	ecfg.DraftVocab, ecfg.BatchTokens, ecfg.MaxLength, ecfg.Epochs, ecfg.Seed = 256, 512, 512, eagleEpochs, 1
 	ecfg.Export = deagle3.ExportOptions{DefaultLayers: true}
 	tr.eagleDir = filepath.Join(root, "eagle-out")
-	eres, err := eagle3.Train(context.Background(), ecfg, g, m.Embed, m.LMHead, mem, be,
+	eres, err := eagle3.Train(context.Background(), ecfg, g, m.Embed.Float32(), m.LMHead.Float32(), mem, be,
 		&loop.Job{Out: tr.eagleDir, Provenance: loop.Provenance{TargetFingerprint: tr.fp}})
 	if err != nil {
 		tr.err = err

@@ -10,7 +10,10 @@
 # models/stories260k with `go run ./scripts/gguf`, then runs, ROUNDS times
 # (default 3) and interleaved so that a load spike hits both sides alike:
 #   drafter:   pkg/model's BenchmarkPrefill (512-token prompt) and
-#              BenchmarkDecode (1 and 8 sequences), with OpenBLAS and pure Go;
+#              BenchmarkDecode (1 and 8 sequences), with OpenBLAS and pure Go,
+#              also on the 60M model's bf16 and f16 weights (rows
+#              random60M-bf16 and random60M-f16, drafter only: llama.cpp
+#              reads the float32 GGUF);
 #   llama.cpp: llama-bench -t 2 -p 512 -n 128 (prefill, one-sequence decode)
 #              and llama-batched-bench -t 2 -npp 16 -ntg 128 -npl 8
 #              (aggregate decode tokens/s over 8 sequences).
@@ -111,7 +114,7 @@ load_after=$(load)
 sides="llama.cpp"
 for be in $backends; do sides="$sides drafter-$be"; done
 echo
-echo "tokens/s, median of $rounds interleaved rounds, $threads threads, float32 weights; $(nproc) cores;" \
+echo "tokens/s, median of $rounds interleaved rounds, $threads threads, float32 weights (drafter's -bf16 and -f16 rows: 16-bit); $(nproc) cores;" \
 	"llama.cpp waiting: $([[ ${LLAMA_SPIN:-0} == 1 ]] && echo 'default (spinning)' || echo 'passive, --poll 0');" \
 	"load average before $load_before, after $load_after; llama.cpp $(git -C "$build/.." rev-parse --short HEAD 2>/dev/null || echo '?')"
 awk -v sides="$sides" '
@@ -128,8 +131,8 @@ awk -v sides="$sides" '
 		for (i = 1; i <= ns; i++) printf " %16s", s[i]
 		for (i = 2; i <= ns; i++) printf " %14s", s[i] "/llama"
 		printf "\n"
-		split("random60M stories260k", ms, " "); split("prefill512 decode-1 decode-8", mt, " ")
-		for (a = 1; a <= 2; a++) for (b = 1; b <= 3; b++) {
+		nm = split("random60M random60M-bf16 random60M-f16 stories260k", ms, " "); split("prefill512 decode-1 decode-8", mt, " ")
+		for (a = 1; a <= nm; a++) for (b = 1; b <= 3; b++) {
 			printf "%-12s %-11s", ms[a], mt[b]
 			for (i = 1; i <= ns; i++) { x[i] = median(ms[a] SUBSEP mt[b] SUBSEP s[i]); printf " %16s", (x[i] == "-") ? "-" : sprintf("%.1f", x[i]) }
 			for (i = 2; i <= ns; i++) printf " %14s", (x[i] == "-" || x[1] == "-" || x[1] == 0) ? "-" : sprintf("%.2fx", x[i] / x[1])

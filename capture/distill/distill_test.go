@@ -318,8 +318,8 @@ func TestFloat16Overflow(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	for i := range m.Embed[:m.HiddenSize()*m.VocabSize()] {
-		m.Embed[i] *= 1e6
+	for i := range m.Embed.F32[:m.HiddenSize()*m.VocabSize()] {
+		m.Embed.F32[i] *= 1e6
 	}
 	big, err := target.New(m, tg.Tok, nil, tg.Config, tg.Gen)
 	if err != nil {

@@ -62,8 +62,8 @@ func TestNaNModelNamesPrompt(t *testing.T) {
 	}
 	defer m.Close()
 	H := m.HiddenSize()
-	m.LMHead = slices.Clone(m.LMHead) // untie: only the token's input embedding is broken
-	m.Embed[badID*H] = float32(math.NaN())
+	m.LMHead.F32 = slices.Clone(m.LMHead.F32) // untie: only the token's input embedding is broken
+	m.Embed.F32[badID*H] = float32(math.NaN())
 	nan, err := target.New(m, tg.Tok, nil, tg.Config, tg.Gen)
 	if err != nil {
 		t.Fatal(err)
@@ -86,9 +86,9 @@ func TestNaNStateRefusedByCapture(t *testing.T) {
 	}
 	defer m.Close()
 	H := m.HiddenSize()
-	m.LMHead = slices.Clone(m.LMHead)
+	m.LMHead.F32 = slices.Clone(m.LMHead.F32)
 	ids := tg.Tok.Encode("Once upon a time", true)
-	m.Embed[ids[2]*H+5] = float32(math.NaN()) // position 2 of the second record, hidden_states index 0 upwards
+	m.Embed.F32[ids[2]*H+5] = float32(math.NaN()) // position 2 of the second record, hidden_states index 0 upwards
 	nan, err := target.New(m, tg.Tok, nil, tg.Config, tg.Gen)
 	if err != nil {
 		t.Fatal(err)

@@ -37,7 +37,7 @@ func exportRandomHeads(t *testing.T, fp string) string {
 		fp = tg.Fingerprint
 	}
 	m := tg.Model
-	h, err := medusa.NewHeads(medusa.Geometry{Hidden: m.HiddenSize(), Vocab: m.VocabSize(), Heads: 2, Layers: 1}, m.LMHead, false)
+	h, err := medusa.NewHeads(medusa.Geometry{Hidden: m.HiddenSize(), Vocab: m.VocabSize(), Heads: 2, Layers: 1}, m.LMHead.Float32(), false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,6 @@
 // Package testmodel holds the test helpers that need the module's own
 // packages: model folders derived from a checkpoint (copies, a fine-tuned
-// body, the weights split over several files) and runs of a loaded model
+// body, the weights in another dtype or split over several files) and runs of a loaded model
 // (greedy continuations and teacher-forced hidden states, the captures tests
 // train and check on). The helpers that need none are in internal/testutil.
 package testmodel
@@ -17,9 +17,10 @@ import (
 )
 
 // read returns every tensor of dir/model.safetensors with its own copy of the
-// bytes, or, for the tensors where change is not nil and returns true, a
-// tensor of the same name, dtype and shape holding change's values.
-func read(tb testing.TB, dir string, change func(name string, v []float32) bool) []safetensors.Tensor {
+// bytes, or, for the float tensors where change is not nil and returns true
+// or whose dtype differs from as ("" for each tensor's own), a tensor of the
+// same name and shape holding change's values (or the file's) as as.
+func read(tb testing.TB, dir string, as safetensors.DType, change func(name string, v []float32) bool) []safetensors.Tensor {
 	tb.Helper()
 	s, err := safetensors.Open(filepath.Join(dir, safetensors.SingleFile))
 	if err != nil {
@@ -32,13 +33,17 @@ func read(tb testing.TB, dir string, change func(name string, v []float32) bool)
 		if err != nil {
 			tb.Fatal(err)
 		}
-		if change != nil && in.DType.IsFloat() {
+		dt := in.DType
+		if as != "" {
+			dt = as
+		}
+		if (change != nil || dt != in.DType) && in.DType.IsFloat() {
 			v, _, err := s.Float32(name)
 			if err != nil {
 				tb.Fatal(err)
 			}
-			if change(name, v) {
-				t, err := safetensors.FloatTensor(name, in.DType, in.Shape, v)
+			if changed := change != nil && change(name, v); changed || dt != in.DType {
+				t, err := safetensors.FloatTensor(name, dt, in.Shape, v)
 				if err != nil {
 					tb.Fatal(err)
 				}
@@ -57,7 +62,7 @@ func read(tb testing.TB, dir string, change func(name string, v []float32) bool)
 // embeddings) changes.
 func ScaleBody(tb testing.TB, dir string, factor float32) {
 	tb.Helper()
-	ts := read(tb, dir, func(name string, v []float32) bool {
+	ts := read(tb, dir, "", func(name string, v []float32) bool {
 		if !strings.HasPrefix(name, "model.layers.") || strings.Contains(name, "norm") {
 			return false
 		}
@@ -76,7 +81,7 @@ func ScaleBody(tb testing.TB, dir string, factor float32) {
 // and a model.safetensors.index.json naming them.
 func Reshard(tb testing.TB, dir string, n int) {
 	tb.Helper()
-	ts := read(tb, dir, nil)
+	ts := read(tb, dir, "", nil)
 	shards := make([][]safetensors.Tensor, n)
 	index := map[string]string{}
 	for i, x := range ts {
@@ -96,6 +101,17 @@ func Reshard(tb testing.TB, dir string, n int) {
 		tb.Fatal(err)
 	}
 	if err := os.Remove(filepath.Join(dir, safetensors.SingleFile)); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// Convert rewrites dir/model.safetensors with every float tensor stored as
+// dt (F32, F16 or BF16; float32 values rounded to nearest, ties to even, as
+// the Hugging Face conversions round): the same model as a checkpoint
+// published in another dtype.
+func Convert(tb testing.TB, dir string, dt safetensors.DType) {
+	tb.Helper()
+	if err := safetensors.WriteFile(filepath.Join(dir, safetensors.SingleFile), read(tb, dir, dt, nil), nil); err != nil {
 		tb.Fatal(err)
 	}
 }

@@ -75,15 +75,16 @@ func (s Stats) String() string {
 	took := time.Duration(s.Seconds * float64(time.Second)).Round(100 * time.Microsecond)
 	switch {
 	case s.FromCache:
-		return fmt.Sprintf("from cache: %d tensors, %s not read again (%v)", s.Tensors, byteSize(s.TensorBytes), took)
+		return fmt.Sprintf("from cache: %d tensors, %s not read again (%v)", s.Tensors, ByteSize(s.TensorBytes), took)
 	case s.HashedBytes < s.TensorBytes:
-		return fmt.Sprintf("hashed %s of %s of tensors in %v (%.2f GB/s), the rest from cache", byteSize(s.HashedBytes), byteSize(s.TensorBytes), took, s.GBPerSecond)
+		return fmt.Sprintf("hashed %s of %s of tensors in %v (%.2f GB/s), the rest from cache", ByteSize(s.HashedBytes), ByteSize(s.TensorBytes), took, s.GBPerSecond)
 	}
-	return fmt.Sprintf("hashed %d tensors, %s, in %v (%.2f GB/s)", s.Tensors, byteSize(s.HashedBytes), took, s.GBPerSecond)
+	return fmt.Sprintf("hashed %d tensors, %s, in %v (%.2f GB/s)", s.Tensors, ByteSize(s.HashedBytes), took, s.GBPerSecond)
 }
 
-// byteSize writes n bytes in decimal units.
-func byteSize(n int64) string {
+// ByteSize writes n bytes in decimal units ("2.20 GB", "518.67 kB"), as the
+// statistics of a fingerprinting and drafter inspect print sizes.
+func ByteSize(n int64) string {
 	switch {
 	case n >= 1e9:
 		return fmt.Sprintf("%.2f GB", float64(n)/1e9)

@@ -12,24 +12,32 @@ import (
 	"github.com/drafter-ai/drafter/pkg/checkpoint"
 	"github.com/drafter-ai/drafter/pkg/filecache"
 	"github.com/drafter-ai/drafter/pkg/fingerprint"
+	"github.com/drafter-ai/drafter/pkg/model"
 	"github.com/drafter-ai/drafter/pkg/target"
 )
 
 // Report is the summary of one checkpoint.
 type Report struct {
-	Dir              string         `json:"dir"`
-	ModelType        string         `json:"model_type"`
-	Architectures    []string       `json:"architectures,omitempty"`
-	Parameters       int64          `json:"parameters"`
-	DTypes           map[string]int `json:"dtypes"` // tensor count per dtype
-	Layers           int            `json:"num_hidden_layers"`
-	HiddenSize       int            `json:"hidden_size"`
-	IntermediateSize int            `json:"intermediate_size"`
-	Heads            int            `json:"num_attention_heads"`
-	KVHeads          int            `json:"num_key_value_heads"`
-	HeadDim          int            `json:"head_dim"`
-	VocabSize        int            `json:"vocab_size"`
-	MaxPositions     int            `json:"max_position_embeddings"`
+	Dir           string         `json:"dir"`
+	ModelType     string         `json:"model_type"`
+	Architectures []string       `json:"architectures,omitempty"`
+	Parameters    int64          `json:"parameters"`
+	DTypes        map[string]int `json:"dtypes"` // tensor count per dtype
+	// WeightBytes is the memory the weights occupy once loaded (the
+	// stages that run the model), per dtype they are held in ("bf16",
+	// "f16", "f32"): 16-bit matrices stay in their dtype, read in place
+	// from the mapped files (WeightsMapped of the total), everything else
+	// is held as float32 (model.Footprint).
+	WeightBytes      map[string]int64 `json:"weight_bytes"`
+	WeightsMapped    int64            `json:"weights_mapped_bytes"`
+	Layers           int              `json:"num_hidden_layers"`
+	HiddenSize       int              `json:"hidden_size"`
+	IntermediateSize int              `json:"intermediate_size"`
+	Heads            int              `json:"num_attention_heads"`
+	KVHeads          int              `json:"num_key_value_heads"`
+	HeadDim          int              `json:"head_dim"`
+	VocabSize        int              `json:"vocab_size"`
+	MaxPositions     int              `json:"max_position_embeddings"`
 	// Context is the longest sequence drafter runs: MaxPositions, or the
 	// sliding window when smaller (arch.Family.Context).
 	Context           int     `json:"context"`
@@ -75,6 +83,14 @@ func Inspect(dir string, cache *filecache.Cache) (*Report, error) {
 		if info, ok := t.Weights.Info(spec.Name); ok {
 			r.DTypes[string(info.DType)]++
 		}
+	}
+	mem, err := model.Footprint(c, t.Weights)
+	if err != nil {
+		return nil, fmt.Errorf("inspect: %s: %w", dir, err)
+	}
+	r.WeightBytes, r.WeightsMapped = map[string]int64{}, mem.Mapped
+	for dt, n := range mem.Bytes {
+		r.WeightBytes[dt.String()] = n
 	}
 	return r, nil
 }
@@ -124,6 +140,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		{"architecture", fmt.Sprintf("%s (%s)", r.ModelType, strings.Join(r.Architectures, ", "))},
 		{"parameters", fmt.Sprintf("%d (%s)", r.Parameters, human(r.Parameters))},
 		{"dtypes", strings.Join(dts, ", ")},
+		{"weights", r.weightsText()},
 		{"layers", fmt.Sprint(r.Layers)},
 		{"hidden size", fmt.Sprint(r.HiddenSize)},
 		{"intermediate size", fmt.Sprint(r.IntermediateSize)},
@@ -144,6 +161,29 @@ func (r *Report) WriteText(w io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// weightsText describes WeightBytes, the largest dtype first: "2.20 GB
+// bf16 (mapped), 180.22 kB f32".
+func (r *Report) weightsText() string {
+	dts := make([]string, 0, len(r.WeightBytes))
+	for dt := range r.WeightBytes {
+		dts = append(dts, dt)
+	}
+	sort.Slice(dts, func(i, j int) bool {
+		if r.WeightBytes[dts[i]] != r.WeightBytes[dts[j]] {
+			return r.WeightBytes[dts[i]] > r.WeightBytes[dts[j]]
+		}
+		return dts[i] < dts[j]
+	})
+	parts := make([]string, len(dts))
+	for i, dt := range dts {
+		parts[i] = fingerprint.ByteSize(r.WeightBytes[dt]) + " " + dt
+		if dt != "f32" && r.WeightsMapped > 0 {
+			parts[i] += " (mapped)"
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 func human(n int64) string {

@@ -12,6 +12,7 @@ import (
 	"github.com/drafter-ai/drafter/internal/testutil"
 	"github.com/drafter-ai/drafter/pkg/chat"
 	"github.com/drafter-ai/drafter/pkg/filecache"
+	"github.com/drafter-ai/drafter/pkg/safetensors"
 )
 
 func TestInspectStories260k(t *testing.T) {
@@ -42,6 +43,33 @@ func TestInspectStories260k(t *testing.T) {
 		if !strings.Contains(buf.String(), s) {
 			t.Errorf("text report lacks %q:\n%s", s, buf.String())
 		}
+	}
+	// Every weight as float32: the file's bytes less its header.
+	if r.WeightBytes["f32"] != 4*want || len(r.WeightBytes) != 1 || r.WeightsMapped != 0 || line(buf.String(), "weights:") != "weights:           1.04 MB f32" {
+		t.Errorf("weights %v (mapped %d), text %q", r.WeightBytes, r.WeightsMapped, line(buf.String(), "weights:"))
+	}
+}
+
+// TestInspectBF16: the model converted to bf16 shows its matrices held as
+// bf16, read in place from the file, and its norms as float32.
+func TestInspectBF16(t *testing.T) {
+	dir := testutil.CopyDir(t, testutil.Stories260k())
+	testmodel.Convert(t, dir, safetensors.BF16)
+	r, err := Inspect(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The embedding (tied lm_head) and 5 layers' projections; 11 norms of 64.
+	mats := int64(512*64 + 5*(64*64+2*32*64+64*64+3*64*172))
+	if r.WeightBytes["bf16"] != 2*mats || r.WeightBytes["f32"] != 4*11*64 || r.WeightsMapped != 2*mats || r.DTypes["BF16"] != 47 {
+		t.Fatalf("weights %v (mapped %d), dtypes %v", r.WeightBytes, r.WeightsMapped, r.DTypes)
+	}
+	var buf bytes.Buffer
+	if err := r.WriteText(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if got := line(buf.String(), "weights:"); got != "weights:           518.66 kB bf16 (mapped), 2.82 kB f32" {
+		t.Errorf("text %q", got)
 	}
 }
 

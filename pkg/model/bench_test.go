@@ -31,7 +31,7 @@ import (
 func rawMatmul(m *Model, rows, logitRows int) (sec, flops float64) {
 	be := m.be
 	type mm struct {
-		w    []float32
+		w    tensor.Matrix
 		n, k int
 	}
 	var mms []mm
@@ -50,11 +50,24 @@ func rawMatmul(m *Model, rows, logitRows int) (sec, flops float64) {
 		x[i] = float32(i%13) * 0.01
 	}
 	out := make([]float32, rows*maxN)
+	// Float32 weights go through tensor.MatMulT; 16-bit ones through
+	// their few-row kernel up to tensor.SmallRows rows (as MatMulT does),
+	// else their GEMM.
+	mul := func(w tensor.Matrix, rows int) {
+		switch {
+		case w.DType == tensor.F32:
+			tensor.MatMulT(be, out, x, w.F32, rows, w.Rows, w.Cols)
+		case rows <= tensor.SmallRows:
+			w.DotRows(out, w.Rows, x, w.Cols, rows, false)
+		default:
+			w.MulT(be, out, w.Rows, x, w.Cols, rows, 0)
+		}
+	}
 	pass := func() {
 		for _, p := range mms {
-			tensor.MatMulT(be, out, x, p.w, rows, p.n, p.k)
+			mul(p.w, rows)
 		}
-		tensor.MatMulT(be, out, x, m.LMHead, logitRows, m.vocab, m.h)
+		mul(m.LMHead, logitRows)
 	}
 	for _, p := range mms {
 		flops += 2 * float64(rows*p.n*p.k)
@@ -88,15 +101,24 @@ func benchModels(b *testing.B) []struct {
 		name string
 		m    *Model
 	}{{"stories260k", loadModel(b, "stories260k")}}
-	m, err := NewRandom(Bench60MConfig(), 1, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { m.Close() })
-	return append(out, struct {
+	// The 60M model in float32 and as its bf16 and f16 checkpoints hold it
+	// (random60M-bf16, random60M-f16: the same weights rounded, products
+	// over the 16-bit values).
+	for _, c := range []struct {
 		name string
-		m    *Model
-	}{"random60M", m})
+		dt   tensor.DType
+	}{{"random60M", tensor.F32}, {"random60M-bf16", tensor.BF16}, {"random60M-f16", tensor.F16}} {
+		m, err := NewRandomAs(Bench60MConfig(), 1, c.dt, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { m.Close() })
+		out = append(out, struct {
+			name string
+			m    *Model
+		}{c.name, m})
+	}
+	return out
 }
 
 // BenchmarkPrefill measures prefill of a 512-token prompt.

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/drafter-ai/drafter/internal/testutil"
+	"github.com/drafter-ai/drafter/pkg/safetensors"
+	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
 // maxDiff returns the largest absolute difference of two float32 vectors.
@@ -265,25 +267,32 @@ func TestCommitChain(t *testing.T) {
 }
 
 // TestDecodeDoesNotAllocate checks the steady-state decode loop, single and
-// batched, allocates nothing.
+// batched, allocates nothing, on float32 and on bf16 weights.
 func TestDecodeDoesNotAllocate(t *testing.T) {
-	m := loadModel(t, "stories260k")
-	seqs := []*Sequence{mustSeq(t, m, 512), mustSeq(t, m, 512), mustSeq(t, m, 512)}
-	batch := []Input{{Seq: seqs[0], Tokens: []int{1, 2, 3}}, {Seq: seqs[1], Tokens: []int{1}}, {Seq: seqs[2], Tokens: []int{7, 8}}}
-	opt := Options{Taps: []int{2, m.NumLayers()}}
-	run(t, m, batch, opt) // grow the scratch
-	tok := [][]int{{9}, {10}, {11}}
-	for b := range batch {
-		batch[b].Tokens = tok[b]
+	bf16Dir, _ := convertCheckpoint(t, testutil.Stories260k(), safetensors.BF16)
+	bf16, err := Load(bf16Dir, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, n := range []int{1, 3} {
-		allocs := testing.AllocsPerRun(50, func() {
-			if _, err := m.Forward(batch[:n], opt); err != nil {
-				t.Fatal(err)
+	defer bf16.Close()
+	for _, m := range []*Model{loadModel(t, "stories260k"), bf16} {
+		seqs := []*Sequence{mustSeq(t, m, 512), mustSeq(t, m, 512), mustSeq(t, m, 512)}
+		batch := []Input{{Seq: seqs[0], Tokens: []int{1, 2, 3}}, {Seq: seqs[1], Tokens: []int{1}}, {Seq: seqs[2], Tokens: []int{7, 8}}}
+		opt := Options{Taps: []int{2, m.NumLayers()}}
+		run(t, m, batch, opt) // grow the scratch
+		tok := [][]int{{9}, {10}, {11}}
+		for b := range batch {
+			batch[b].Tokens = tok[b]
+		}
+		for _, n := range []int{1, 3} {
+			allocs := testing.AllocsPerRun(50, func() {
+				if _, err := m.Forward(batch[:n], opt); err != nil {
+					t.Fatal(err)
+				}
+			})
+			if allocs != 0 {
+				t.Errorf("%s weights: decode of %d sequences allocates %v times per step", m.Embed.DType, n, allocs)
 			}
-		})
-		if allocs != 0 {
-			t.Errorf("decode of %d sequences allocates %v times per step", n, allocs)
 		}
 	}
 }
@@ -295,10 +304,10 @@ func TestUnfusedEqualsFused(t *testing.T) {
 	toks := []int{1, 403, 407, 261, 378, 9, 30, 31, 32, 33, 34}
 	fused, _ := run(t, m, []Input{{Seq: mustSeq(t, m, 16), Tokens: toks, Logits: LogitsAll}}, Options{})
 	for i := range m.Layers {
-		if m.Layers[i].Attn.qkv == nil || m.Layers[i].MLP.gateUp == nil {
+		if m.Layers[i].Attn.qkv.Empty() || m.Layers[i].MLP.gateUp.Empty() {
 			t.Fatalf("layer %d: loader did not fuse the weights", i)
 		}
-		m.Layers[i].Attn.qkv, m.Layers[i].MLP.gateUp = nil, nil
+		m.Layers[i].Attn.qkv, m.Layers[i].MLP.gateUp = tensor.Matrix{}, tensor.Matrix{}
 	}
 	plain, _ := run(t, m, []Input{{Seq: mustSeq(t, m, 16), Tokens: toks, Logits: LogitsAll}}, Options{})
 	if d := maxDiff(fused[0], plain[0]); d > equivTol {

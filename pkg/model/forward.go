@@ -269,7 +269,7 @@ func (m *Model) Forward(batch []Input, opt Options) (*Result, error) {
 		}
 		si.nl = len(s.lidx) - si.lrow0
 		for i, id := range in.Tokens {
-			copy(s.x[(row+i)*m.h:(row+i+1)*m.h], m.Embed[id*m.h:(id+1)*m.h])
+			m.Embed.Row(s.x[(row+i)*m.h:(row+i+1)*m.h], id)
 		}
 		s.ins = append(s.ins, si)
 		s.start = append(s.start, row)
@@ -306,7 +306,7 @@ func (m *Model) Forward(batch []Input, opt Options) (*Result, error) {
 		nn.RMSNorm(s.lx, s.lx, m.Norm, nl, m.h, m.eps)
 	}
 	if nl > 0 {
-		m.matmul(s.logits, s.lx, m.LMHead, m.lmT, nl, m.vocab, m.h, false)
+		m.matmul(s.logits, s.lx, m.LMHead, m.lmT, nl, false)
 	}
 
 	// Commit chains; leave trees pending.
@@ -399,10 +399,10 @@ func (l *Layer) forward(m *Model, li, rows int) {
 // in each sequence's cache.
 func (a *Attention) forward(m *Model, li, rows int) {
 	s := &m.s
-	if a.qkv != nil {
+	if !a.qkv.Empty() {
 		qd, kd := m.qDim, m.kvDim
 		w := qd + 2*kd
-		m.matmul(s.fused, s.xn, a.qkv, a.qkvT, rows, w, m.h, false)
+		m.matmul(s.fused, s.xn, a.qkv, a.qkvT, rows, false)
 		for r := 0; r < rows; r++ {
 			f := s.fused[r*w : (r+1)*w]
 			copy(s.q[r*qd:(r+1)*qd], f[:qd])
@@ -447,9 +447,9 @@ func (a *Attention) forward(m *Model, li, rows int) {
 // forward computes x += Down(silu(Gate(xn)) * Up(xn)).
 func (f *MLP) forward(m *Model, rows int) {
 	s := &m.s
-	if f.gateUp != nil {
+	if !f.gateUp.Empty() {
 		I := m.inter
-		m.matmul(s.fused, s.xn, f.gateUp, f.gateUpT, rows, 2*I, m.h, false)
+		m.matmul(s.fused, s.xn, f.gateUp, f.gateUpT, rows, false)
 		g, gu := s.gate, s.fused
 		if rows*I < 1<<15 {
 			swigluRows(g, gu, 0, rows, I)
@@ -483,6 +483,6 @@ func (m *Model) LogitsFromHidden(dst, hidden []float32, rows int) error {
 		return fmt.Errorf("model: logits from hidden states: %d rows need %d hidden values and %d outputs; got %d and %d",
 			rows, rows*m.h, rows*m.vocab, len(hidden), len(dst))
 	}
-	m.matmul(dst, hidden, m.LMHead, m.lmT, rows, m.vocab, m.h, false)
+	m.matmul(dst, hidden, m.LMHead, m.lmT, rows, false)
 	return nil
 }

@@ -1,8 +1,10 @@
 package model
 
 import (
+	"encoding/binary"
 	"fmt"
 	"slices"
+	"unsafe"
 
 	"github.com/drafter-ai/drafter/pkg/arch"
 	"github.com/drafter-ai/drafter/pkg/checkpoint"
@@ -11,14 +13,13 @@ import (
 )
 
 // Load opens the Hugging Face checkpoint directory dir and loads its model
-// onto be (tensor.CPU() when nil). The checkpoint files are closed before it
-// returns: the weights are converted to float32 copies.
+// onto be (tensor.CPU() when nil): FromWeights over the checkpoint's files,
+// which the model keeps mapped while it reads 16-bit weights from them.
 func Load(dir string, be tensor.Backend) (*Model, error) {
 	ck, err := checkpoint.Open(dir)
 	if err != nil {
 		return nil, err
 	}
-	defer ck.Close()
 	return FromWeights(ck.Config, ck.Weights, be)
 }
 
@@ -27,14 +28,22 @@ func Load(dir string, be tensor.Backend) (*Model, error) {
 type WeightSource interface {
 	Info(name string) (safetensors.Info, bool)
 	Float32Into(name string, dst []float32) error
+	// Raw returns a tensor's little-endian bytes, which stay valid until
+	// Close; the tensors of one file lie in one contiguous range of memory
+	// (a file mapped whole), which a view of several may span.
+	Raw(name string) ([]byte, safetensors.Info, error)
+	// Close releases the store.
+	Close() error
 }
 
 // binding ties one weight field to its checkpoint tensor name and the shape the
-// config implies.
+// config implies: a matrix (mat, which products read in the checkpoint's
+// dtype) or a vector (vec: norm weights and biases, always float32).
 type binding struct {
 	name  string
 	shape []int
-	dst   *[]float32
+	mat   *tensor.Matrix
+	vec   *[]float32
 }
 
 // bindings lists every tensor of the model in its family's order
@@ -44,41 +53,43 @@ func (m *Model) bindings() []binding {
 	ts := m.fam.Tensors(m.Config.Dims())
 	b := make([]binding, len(ts))
 	for i, t := range ts {
-		b[i] = binding{name: t.Name, shape: t.Shape, dst: m.field(t)}
+		mat, vec := m.field(t)
+		b[i] = binding{name: t.Name, shape: t.Shape, mat: mat, vec: vec}
 	}
 	return b
 }
 
-// field returns the weight field a tensor fills, and sets the sizes of the
-// linear layer a weight belongs to. Roles without a field here (a family's
-// extra norms) are refused by newModel before any binding.
-func (m *Model) field(t arch.Tensor) *[]float32 {
+// field returns the weight field a tensor fills (a matrix or a vector), and
+// sets the sizes of the linear layer a weight belongs to. Roles without a
+// field here (a family's extra norms) are refused by newModel before any
+// binding.
+func (m *Model) field(t arch.Tensor) (*tensor.Matrix, *[]float32) {
 	var l *Layer
 	if t.Layer >= 0 {
 		l = &m.Layers[t.Layer]
 		if lin, bias := l.linear(t.Role); lin != nil {
 			if bias {
-				return &lin.B
+				return nil, &lin.B
 			}
 			lin.Out, lin.In = t.Shape[0], t.Shape[1]
-			return &lin.W
+			return &lin.W, nil
 		}
 	}
 	switch t.Role {
 	case arch.Embed:
-		return &m.Embed
+		return &m.Embed, nil
 	case arch.FinalNorm:
-		return &m.Norm
+		return nil, &m.Norm
 	case arch.LMHead:
-		return &m.LMHead
+		return &m.LMHead, nil
 	case arch.AttnNorm:
-		return &l.AttnNorm
+		return nil, &l.AttnNorm
 	case arch.MLPNorm:
-		return &l.MLPNorm
+		return nil, &l.MLPNorm
 	case arch.QNorm:
-		return &l.Attn.QNorm
+		return nil, &l.Attn.QNorm
 	case arch.KNorm:
-		return &l.Attn.KNorm
+		return nil, &l.Attn.KNorm
 	}
 	panic(fmt.Sprintf("model: tensor %s has role %d, which no weight field takes (newModel admits only families it implements)", t.Name, t.Role))
 }
@@ -105,16 +116,38 @@ func (l *Layer) linear(r arch.Role) (lin *Linear, bias bool) {
 	return nil, false
 }
 
-// FromWeights builds a model from a parsed config and a tensor store. Every
-// tensor the config implies must be present with exactly the implied shape;
-// all weights are converted into one float32 allocation.
+// halfDType returns the Matrix dtype a checkpoint dtype is kept in when it
+// is one of the 16-bit formats.
+func halfDType(d safetensors.DType) (tensor.DType, bool) {
+	switch d {
+	case safetensors.BF16:
+		return tensor.BF16, true
+	case safetensors.F16:
+		return tensor.F16, true
+	}
+	return tensor.F32, false
+}
+
+// FromWeights builds a model from a parsed config and a tensor store, and
+// takes the store: every tensor the config implies must be present with
+// exactly the implied shape. Matrices stored as bf16 or f16 (the embedding,
+// the projections, lm_head) stay in that format: the model reads them in
+// place from the store's memory (Raw: a memory-mapped file) when it is
+// 2-byte aligned and the host little-endian, else from one aligned copy;
+// everything else (float32 matrices, and norm weights and biases of any
+// dtype) is converted into one float32 allocation. The model closes w when
+// it reads none of w's memory, at once, else in Model.Close; and on an
+// error.
 func FromWeights(cfg *checkpoint.Config, w WeightSource, be tensor.Backend) (*Model, error) {
 	m, err := newModel(cfg, be)
 	if err != nil {
+		w.Close()
 		return nil, err
 	}
+	m.weights = w
 	binds := m.bindings()
-	for _, b := range binds {
+	infos := make([]safetensors.Info, len(binds))
+	for i, b := range binds {
 		info, ok := w.Info(b.name)
 		if !ok {
 			m.Close()
@@ -125,34 +158,157 @@ func FromWeights(cfg *checkpoint.Config, w WeightSource, be tensor.Backend) (*Mo
 			return nil, fmt.Errorf("model: tensor %q in %s has shape %s, config.json implies %s",
 				b.name, info.File, safetensors.ShapeString(info.Shape), safetensors.ShapeString(b.shape))
 		}
+		infos[i] = info
 	}
-	err = m.fill(binds, func(b binding, dst []float32) error { return w.Float32Into(b.name, dst) })
+	half, mapped, err := halfMatrices(binds, infos, w)
+	m.mapped = mapped
 	if err != nil {
 		m.Close()
 		return nil, fmt.Errorf("model: loading weights: %w", err)
 	}
+	err = m.fill(binds, half, func(b binding, dst []float32) error { return w.Float32Into(b.name, dst) })
+	if err != nil {
+		m.Close()
+		return nil, fmt.Errorf("model: loading weights: %w", err)
+	}
+	if mapped == 0 {
+		// Every weight was copied: the files are not needed any more.
+		m.weights = nil
+		if err := w.Close(); err != nil {
+			return nil, fmt.Errorf("model: %w", err)
+		}
+	}
 	return m, nil
 }
 
-// fill lays the weights of binds out back to back in one float32 allocation,
-// in order (so that fuse finds q/k/v and gate/up adjacent), fills each with
-// set, ties the output layer to the embedding when the config says so, and
-// fuses.
-func (m *Model) fill(binds []binding, set func(b binding, dst []float32) error) error {
+// halfMatrices returns the 16-bit matrices of binds (infos[i] describes
+// binds[i]'s tensor) as Matrix values at the same indices (empty for the
+// bindings that go to float32), and the bytes of those that view w's memory.
+//
+// A file's 16-bit matrices are viewed in place as one []uint16 spanning
+// them all, so that a view's capacity runs on through the tensors after it
+// and fuse finds q/k/v and gate/up adjacent as they lie in the file; where
+// that is not possible (odd addresses, a big-endian host) they are copied,
+// in binding order, into one aligned allocation, which fuse joins the same
+// way.
+func halfMatrices(binds []binding, infos []safetensors.Info, w WeightSource) ([]tensor.Matrix, int64, error) {
+	half := make([]tensor.Matrix, len(binds))
+	type span struct {
+		first    string // the tensor at the lowest offset
+		lo, hi   int64  // byte range in the file covering the file's 16-bit matrices
+		parities int    // bit 0: a matrix at an even offset seen, bit 1: at an odd one
+	}
+	spans := map[string]*span{}
+	var files []string
+	for i, b := range binds {
+		if _, ok := halfDType(infos[i].DType); !ok || b.mat == nil {
+			continue
+		}
+		in := infos[i]
+		s := spans[in.File]
+		if s == nil {
+			s = &span{first: in.Name, lo: in.Offset, hi: in.Offset + in.Size}
+			spans[in.File] = s
+			files = append(files, in.File)
+		}
+		if in.Offset < s.lo {
+			s.first, s.lo = in.Name, in.Offset
+		}
+		s.hi = max(s.hi, in.Offset+in.Size)
+		s.parities |= 1 << (in.Offset & 1)
+	}
+	if len(files) == 0 {
+		return half, 0, nil
+	}
+	littleEndian := binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+	views := map[string][]uint16{}
+	for _, f := range files {
+		s := spans[f]
+		raw, _, err := w.Raw(s.first)
+		if err != nil {
+			return nil, 0, err
+		}
+		// A view needs the host's byte order and every matrix of the file
+		// at an even address (the same parity of offset as the first).
+		if len(raw) == 0 || !littleEndian || s.parities != 1<<(s.lo&1) || uintptr(unsafe.Pointer(&raw[0]))%2 != 0 {
+			continue
+		}
+		// The file is mapped whole: the bytes from its first 16-bit matrix
+		// to the end of its last are one valid range, as long as w is open.
+		views[f] = unsafe.Slice((*uint16)(unsafe.Pointer(&raw[0])), (s.hi-s.lo)/2)
+	}
+	var copied []uint16 // the 16-bit matrices that cannot be viewed, in binding order
+	for i, b := range binds {
+		dt, ok := halfDType(infos[i].DType)
+		if !ok || b.mat == nil || views[infos[i].File] != nil {
+			continue
+		}
+		if copied == nil {
+			n := 0
+			for j, c := range binds {
+				if _, ok := halfDType(infos[j].DType); ok && c.mat != nil && views[infos[j].File] == nil {
+					n += product(c.shape)
+				}
+			}
+			copied = make([]uint16, 0, n)
+		}
+		raw, _, err := w.Raw(b.name)
+		if err != nil {
+			return nil, 0, err
+		}
+		off := len(copied)
+		for k := 0; k+1 < len(raw); k += 2 {
+			copied = append(copied, binary.LittleEndian.Uint16(raw[k:]))
+		}
+		// Slicing with the allocation's capacity keeps later copies
+		// reachable from this one, for fuse.
+		half[i] = tensor.HalfMatrix(dt, copied[off:len(copied)], b.shape[0], b.shape[1])
+	}
+	var mapped int64
+	for i, b := range binds {
+		dt, ok := halfDType(infos[i].DType)
+		v := views[infos[i].File]
+		if !ok || b.mat == nil || v == nil {
+			continue
+		}
+		mapped += infos[i].Size
+		lo := (infos[i].Offset - spans[infos[i].File].lo) / 2
+		half[i] = tensor.HalfMatrix(dt, v[lo:lo+infos[i].Size/2], b.shape[0], b.shape[1])
+	}
+	return half, mapped, nil
+}
+
+// fill lays the float32 weights of binds (those whose half entry is empty;
+// half may be nil) out back to back in one float32 allocation, in order (so
+// that fuse finds q/k/v and gate/up adjacent), fills each with set, binds
+// the 16-bit matrices of half, ties the output layer to the embedding when
+// the config says so, and fuses.
+func (m *Model) fill(binds []binding, half []tensor.Matrix, set func(b binding, dst []float32) error) error {
+	is16 := func(i int) bool { return half != nil && !half[i].Empty() }
 	total := 0
-	for _, b := range binds {
-		total += product(b.shape)
+	for i, b := range binds {
+		if !is16(i) {
+			total += product(b.shape)
+		}
 	}
 	arena := make([]float32, total)
 	off := 0
-	for _, b := range binds {
+	for i, b := range binds {
+		if is16(i) {
+			*b.mat = half[i]
+			continue
+		}
 		n := product(b.shape)
 		dst := arena[off : off+n]
 		off += n
 		if err := set(b, dst); err != nil {
 			return err
 		}
-		*b.dst = dst
+		if b.mat != nil {
+			*b.mat = tensor.F32Matrix(dst, b.shape[0], b.shape[1])
+		} else {
+			*b.vec = dst
+		}
 	}
 	if m.Config.TieWordEmbeddings {
 		m.LMHead = m.Embed
@@ -162,19 +318,11 @@ func (m *Model) fill(binds []binding, set func(b binding, dst []float32) error) 
 }
 
 // fuse sets each layer's fused q/k/v and gate/up matrices when the weights lie
-// back to back in memory (as both loaders lay them out), so that decode runs
-// one matrix-vector product where it would run three or two.
+// back to back in memory, in one dtype (as fill lays out float32 weights,
+// and as a checkpoint file or halfMatrices' copy holds 16-bit ones), so that
+// decode runs one matrix-vector product where it would run three or two.
+// Fusing copies nothing: the fused matrix views the parts' values.
 func (m *Model) fuse() {
-	adjacent := func(parts ...[]float32) []float32 {
-		whole := parts[0]
-		for _, p := range parts[1:] {
-			if cap(whole) < len(whole)+len(p) || &whole[:len(whole)+1][len(whole)] != &p[0] {
-				return nil
-			}
-			whole = whole[:len(whole)+len(p)]
-		}
-		return whole
-	}
 	for i := range m.Layers {
 		l := &m.Layers[i]
 		l.Attn.qkv = adjacent(l.Attn.Q.W, l.Attn.K.W, l.Attn.V.W)
@@ -185,51 +333,83 @@ func (m *Model) fuse() {
 	m.transposeSmall()
 }
 
+// adjacent returns parts as one matrix of their rows when each part's
+// values follow the previous part's in the same allocation (or mapping), in
+// one dtype and width; else the empty Matrix.
+func adjacent(parts ...tensor.Matrix) tensor.Matrix {
+	whole := parts[0]
+	for _, p := range parts[1:] {
+		if p.DType != whole.DType || p.Cols != whole.Cols {
+			return tensor.Matrix{}
+		}
+		switch whole.DType {
+		case tensor.F32:
+			w := whole.F32
+			if cap(w) < len(w)+len(p.F32) || &w[:len(w)+1][len(w)] != &p.F32[0] {
+				return tensor.Matrix{}
+			}
+			whole.F32 = w[:len(w)+len(p.F32)]
+		default:
+			w := whole.U16
+			if cap(w) < len(w)+len(p.U16) || &w[:len(w)+1][len(w)] != &p.U16[0] {
+				return tensor.Matrix{}
+			}
+			whole.U16 = w[:len(w)+len(p.U16)]
+		}
+		whole.Rows += p.Rows
+	}
+	return whole
+}
+
 // transposeMaxWeights is the most weight values (64 MiB of float32) for which
 // a model keeps a transposed copy of its matrices.
 const transposeMaxWeights = 1 << 24
 
-// transposeSmall gives a small model's matrices a transposed copy for the
-// products of a few rows, where the processor runs them fast
+// transposeSmall gives a small float32 model's matrices a transposed copy
+// for the products of a few rows, where the processor runs them fast
 // (tensor.TransposedFast). On a model whose weights sit in the caches such
 // products are bound by arithmetic and cache bandwidth, not memory, and the
 // transposed kernels need no horizontal sums and share each weight load
 // among four or eight rows: a decode step gets faster, and a speculative
 // verification of several rows costs less than as many steps. Larger models
 // are bound by memory bandwidth at these row counts, and would pay the copy
-// for nothing.
+// for nothing. A model with 16-bit weights gets none: it is kept in its
+// checkpoint's bytes, and a float32 copy would double them.
 func (m *Model) transposeSmall() {
-	if !tensor.TransposedFast() {
+	if !tensor.TransposedFast() || m.LMHead.DType != tensor.F32 {
 		return
 	}
-	total := len(m.LMHead)
+	total := m.LMHead.Len()
 	for i := range m.Layers {
 		l := &m.Layers[i]
 		for _, lin := range []*Linear{&l.Attn.Q, &l.Attn.K, &l.Attn.V, &l.Attn.O, &l.MLP.Gate, &l.MLP.Up, &l.MLP.Down} {
-			total += len(lin.W)
+			if lin.W.DType != tensor.F32 {
+				return
+			}
+			total += lin.W.Len()
 		}
 	}
 	if total > transposeMaxWeights {
 		return
 	}
-	m.lmT = tensor.NewTransposed(m.LMHead, m.vocab, m.h)
+	m.lmT = tensor.NewTransposed(m.LMHead.F32, m.vocab, m.h)
 	for i := range m.Layers {
 		l := &m.Layers[i]
 		// A fused matrix gets one transposed copy; its parts, which the
 		// forward pass then never multiplies by alone, get none.
 		lins := []*Linear{&l.Attn.O, &l.MLP.Down}
-		if l.Attn.qkv != nil {
-			l.Attn.qkvT = tensor.NewTransposed(l.Attn.qkv, m.qDim+2*m.kvDim, m.h)
+		if !l.Attn.qkv.Empty() {
+			l.Attn.qkvT = tensor.NewTransposed(l.Attn.qkv.F32, m.qDim+2*m.kvDim, m.h)
 		} else {
 			lins = append(lins, &l.Attn.Q, &l.Attn.K, &l.Attn.V)
 		}
-		if l.MLP.gateUp != nil {
-			l.MLP.gateUpT = tensor.NewTransposed(l.MLP.gateUp, 2*m.inter, m.h)
+		if !l.MLP.gateUp.Empty() {
+			l.MLP.gateUpT = tensor.NewTransposed(l.MLP.gateUp.F32, 2*m.inter, m.h)
 		} else {
 			lins = append(lins, &l.MLP.Gate, &l.MLP.Up)
 		}
 		for _, lin := range lins {
-			lin.wt = tensor.NewTransposed(lin.W, lin.Out, lin.In)
+			lin.wt = tensor.NewTransposed(lin.W.F32, lin.Out, lin.In)
 		}
 	}
 }

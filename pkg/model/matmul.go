@@ -8,6 +8,13 @@ import "github.com/drafter-ai/drafter/pkg/tensor"
 // number of rows, so that verifying a draft scores each row exactly as a
 // one-token decode step would. Larger products go to the backend.
 //
+// Weights a checkpoint stores as bf16 or f16 stay so (tensor.Matrix): their
+// few-row products run tensor.DotRowsBF16/F16, split over the workers as
+// below and just as row-independent, and larger ones SgemmBF16/F16, which
+// widen the weights as they pack them and split themselves. They read half
+// the bytes of a float32 product, which a decode step over weights larger
+// than the caches waits on.
+//
 // The model's matrix multiplies are split over the output features across
 // tensor's shared workers: each worker multiplies the input by its own block of
 // weight rows, with a single backend call. Every output element is one inner
@@ -64,17 +71,19 @@ const splitWeights = 1 << 18
 
 // mmJob is the product being split, read by matmulChunk.
 type mmJob struct {
-	out, x, w []float32
-	wt        *tensor.Transposed
-	rows, n   int
-	k         int
-	beta      float32
+	out, x  []float32
+	w       tensor.Matrix
+	wt      *tensor.Transposed
+	rows, n int
+	k       int
+	beta    float32
 }
 
 // matmul computes out[rows, n] = x[rows, k]·w[n, k]^T, or adds it to out when
-// acc is true. wt is w transposed, or nil: products of at most smallRows rows
-// use it when it is there.
-func (m *Model) matmul(out, x, w []float32, wt *tensor.Transposed, rows, n, k int, acc bool) {
+// acc is true, with w in its own dtype. wt is w transposed, or nil: products
+// of at most smallRows rows use it when it is there.
+func (m *Model) matmul(out, x []float32, w tensor.Matrix, wt *tensor.Transposed, rows int, acc bool) {
+	n, k := w.Rows, w.Cols
 	if rows == 0 || n == 0 {
 		return
 	}
@@ -84,6 +93,12 @@ func (m *Model) matmul(out, x, w []float32, wt *tensor.Transposed, rows, n, k in
 	}
 	if wt != nil && rows <= smallRows {
 		m.matmulT(out, x, wt, rows, n, k, acc)
+		return
+	}
+	if w.DType != tensor.F32 && rows > smallRows {
+		// The 16-bit GEMM widens the weights as it packs them and splits
+		// itself over the workers.
+		w.MulT(m.be, out, n, x, k, rows, beta)
 		return
 	}
 	units := (n + mmBlock - 1) / mmBlock
@@ -153,16 +168,17 @@ func (m *Model) matmulChunk(_, lo, hi int) {
 	}
 	lo *= mmBlock
 	hi = min(hi*mmBlock, j.n)
+	w := j.w.RowRange(lo, hi)
 	if j.rows <= smallRows {
-		tensor.DotRows(j.out[lo:], j.n, j.x[:j.rows*j.k], j.k, j.w[lo*j.k:hi*j.k], j.k, j.rows, hi-lo, j.k, j.beta != 0)
+		w.DotRows(j.out[lo:], j.n, j.x[:j.rows*j.k], j.k, j.rows, j.beta != 0)
 		return
 	}
-	m.be.Sgemm(false, true, j.rows, hi-lo, j.k, 1, j.x[:j.rows*j.k], j.k, j.w[lo*j.k:hi*j.k], j.k, j.beta, j.out[lo:(j.rows-1)*j.n+hi], j.n)
+	w.MulT(m.be, j.out[lo:], j.n, j.x[:j.rows*j.k], j.k, j.rows, j.beta)
 }
 
 // linear runs l on rows of x into out (acc adds to out), splitting the product.
 func (m *Model) linear(l *Linear, out, x []float32, rows int, acc bool) {
-	m.matmul(out, x, l.W, l.wt, rows, l.Out, l.In, acc)
+	m.matmul(out, x, l.W, l.wt, rows, acc)
 	if l.B != nil {
 		addBias(out[:rows*l.Out], l.B)
 	}

@@ -1,5 +1,6 @@
 // Package model runs the frozen target model: a decoder-only transformer of
-// one of the families pkg/arch describes, held as float32 in memory, with a
+// one of the families pkg/arch describes, its weights held in the checkpoint's
+// dtype (float32, or bf16 and f16 read in place from the mapped file), with a
 // per-sequence KV cache, batched prefill and decode over many sequences in
 // one pass, tree verification for speculative decoding, hidden-state taps and
 // pruned logits.
@@ -16,9 +17,10 @@
 //	    h += (silu(m·Wg^T) * (m·Wu^T)) · Wd^T
 //	logits = RMSNorm(h) · norm · lm_head^T
 //
-// Every matrix multiply goes through a tensor.Backend so that another backend
-// can run the same model. A Model holds the weights and the scratch space of one
-// forward pass; it is not safe for concurrent use.
+// Large float32 matrix multiplies go through a tensor.Backend so that another
+// backend can run the same model; products over bf16 and f16 weights run
+// pkg/tensor's 16-bit kernels (see matmul.go). A Model holds the weights and
+// the scratch space of one forward pass; it is not safe for concurrent use.
 package model
 
 import (
@@ -28,13 +30,15 @@ import (
 	"github.com/drafter-ai/drafter/pkg/arch"
 	"github.com/drafter-ai/drafter/pkg/checkpoint"
 	"github.com/drafter-ai/drafter/pkg/nn"
+	"github.com/drafter-ai/drafter/pkg/safetensors"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
-// Linear is a Hugging Face Linear layer: W is [Out, In] row-major, B is nil or
-// [Out].
+// Linear is a Hugging Face Linear layer: W is [Out, In] row-major in the
+// checkpoint's dtype, B is nil or [Out] (float32).
 type Linear struct {
-	W, B    []float32
+	W       tensor.Matrix
+	B       []float32
 	In, Out int
 
 	wt *tensor.Transposed // W transposed for few-row products, or nil; see transposeSmall
@@ -46,7 +50,7 @@ type Attention struct {
 	Q, K, V, O   Linear
 	QNorm, KNorm []float32
 
-	qkv  []float32          // Q.W, K.W and V.W as one [qDim+2·kvDim, H] matrix, or nil
+	qkv  tensor.Matrix      // Q.W, K.W and V.W as one [qDim+2·kvDim, H] matrix, or empty
 	qkvT *tensor.Transposed // qkv transposed, or nil
 }
 
@@ -54,7 +58,7 @@ type Attention struct {
 type MLP struct {
 	Gate, Up, Down Linear
 
-	gateUp  []float32          // Gate.W and Up.W as one [2·I, H] matrix, or nil
+	gateUp  tensor.Matrix      // Gate.W and Up.W as one [2·I, H] matrix, or empty
 	gateUpT *tensor.Transposed // gateUp transposed, or nil
 }
 
@@ -74,12 +78,15 @@ type Layer struct {
 type Model struct {
 	Config *checkpoint.Config
 
-	Embed  []float32 // model.embed_tokens.weight [V, H]
+	Embed  tensor.Matrix // model.embed_tokens.weight [V, H]
 	Layers []Layer
-	Norm   []float32 // model.norm.weight [H]
-	LMHead []float32 // lm_head.weight [V, H]; the same slice as Embed when tied
+	Norm   []float32     // model.norm.weight [H]
+	LMHead tensor.Matrix // lm_head.weight [V, H]; the same values as Embed when tied
 
 	lmT *tensor.Transposed // LMHead transposed, or nil; see transposeSmall
+
+	weights WeightSource // the store 16-bit matrices are read from in place, or nil
+	mapped  int64        // bytes of the matrices read in place from weights
 
 	fam    arch.Family // Config's architecture family
 	be     tensor.Backend
@@ -118,10 +125,92 @@ func (m *Model) VocabSize() int { return m.vocab }
 // model's max_position_embeddings, or its sliding window when that is smaller.
 func (m *Model) MaxPositions() int { return m.maxPos }
 
-// Close releases the model. It holds no goroutines or files (its workers are
-// tensor.Parallel's shared ones), so Close only exists for symmetry with other
-// resources and always returns nil; the model must not be used after.
-func (m *Model) Close() error { return nil }
+// Close releases the model: the checkpoint files it reads 16-bit weights
+// from (it holds no goroutines: its workers are tensor.Parallel's shared
+// ones). The model, and any Matrix taken from it, must not be used after.
+// Closing twice is harmless.
+func (m *Model) Close() error {
+	w := m.weights
+	if w == nil {
+		return nil
+	}
+	m.weights = nil
+	if err := w.Close(); err != nil {
+		return fmt.Errorf("model: closing the weights: %w", err)
+	}
+	return nil
+}
+
+// Memory describes the memory a model's weights occupy.
+type Memory struct {
+	// Bytes is the total per dtype the weights are held in (a tied
+	// lm_head counted once).
+	Bytes map[tensor.DType]int64
+	// Mapped is the part of Bytes read in place from the checkpoint's
+	// memory-mapped files (resident as the pages are read, shared with the
+	// page cache).
+	Mapped int64
+}
+
+// Total returns the bytes of every dtype together.
+func (m Memory) Total() int64 {
+	var n int64
+	for _, b := range m.Bytes {
+		n += b
+	}
+	return n
+}
+
+// Footprint returns the Memory a model FromWeights builds from w would
+// hold, without building it (w stays the caller's): 16-bit matrices at
+// their size in the files, counted as mapped (a file whose data the host
+// cannot view in place, which writers do not make, is copied instead), every
+// other tensor at float32's four bytes a value. Tensors w lacks count as
+// float32 too.
+func Footprint(cfg *checkpoint.Config, w interface {
+	Info(name string) (safetensors.Info, bool)
+}) (Memory, error) {
+	fam, ok := cfg.Family()
+	if !ok {
+		return Memory{}, fmt.Errorf("model: config.json model_type %q is not supported (supported: %s)", cfg.ModelType, arch.Supported())
+	}
+	if err := implements(fam); err != nil {
+		return Memory{}, err
+	}
+	// Only the bindings are needed: no backend, RoPE tables or validation
+	// of what running the model would need.
+	m := &Model{Config: cfg, fam: fam, Layers: make([]Layer, max(cfg.NumLayers, 0))}
+	mem := Memory{Bytes: map[tensor.DType]int64{}}
+	for _, b := range m.bindings() {
+		n := int64(product(b.shape))
+		if in, ok := w.Info(b.name); ok && b.mat != nil {
+			if dt, half := halfDType(in.DType); half {
+				mem.Bytes[dt] += 2 * n
+				mem.Mapped += 2 * n
+				continue
+			}
+		}
+		mem.Bytes[tensor.F32] += 4 * n
+	}
+	return mem, nil
+}
+
+// Memory returns the memory the model's weights occupy, in their dtypes.
+// Transposed copies for small float32 models (see transposeSmall) are not
+// counted.
+func (m *Model) Memory() Memory {
+	mem := Memory{Bytes: map[tensor.DType]int64{}}
+	mem.Mapped = m.mapped
+	// bindings lists lm_head only when it is not tied to the embedding.
+	for _, b := range m.bindings() {
+		if b.mat != nil {
+			mem.Bytes[b.mat.DType] += b.mat.Bytes()
+		} else {
+			mem.Bytes[tensor.F32] += 4 * int64(len(*b.vec))
+		}
+	}
+	return mem
+}
 
 // newModel validates cfg and sets up everything but the weights.
 func newModel(cfg *checkpoint.Config, be tensor.Backend) (*Model, error) {

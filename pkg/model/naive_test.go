@@ -214,6 +214,13 @@ func itoa(i int) string {
 // into a new temporary directory.
 func writeCheckpoint(t testing.TB, config map[string]any, w map[string][]float32, shapes map[string][]int) string {
 	t.Helper()
+	return writeCheckpointAs(t, config, w, shapes, safetensors.F32)
+}
+
+// writeCheckpointAs is writeCheckpoint with every tensor stored as dt (F32,
+// F16 or BF16: the values rounded to nearest, ties to even).
+func writeCheckpointAs(t testing.TB, config map[string]any, w map[string][]float32, shapes map[string][]int, dt safetensors.DType) string {
+	t.Helper()
 	dir := t.TempDir()
 	b, err := json.MarshalIndent(config, "", "  ")
 	if err != nil {
@@ -224,7 +231,11 @@ func writeCheckpoint(t testing.TB, config map[string]any, w map[string][]float32
 	}
 	var ts []safetensors.Tensor
 	for name, data := range w {
-		ts = append(ts, safetensors.F32Tensor(name, shapes[name], data))
+		x, err := safetensors.FloatTensor(name, dt, shapes[name], data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts = append(ts, x)
 	}
 	if err := safetensors.WriteFile(filepath.Join(dir, "model.safetensors"), ts, map[string]string{"format": "pt"}); err != nil {
 		t.Fatal(err)
@@ -282,6 +293,14 @@ func archCases() []archCase {
 // the model and the raw weights.
 func buildCase(t testing.TB, c archCase, seed uint64) (*Model, map[string][]float32) {
 	t.Helper()
+	return buildCaseAs(t, c, seed, safetensors.F32)
+}
+
+// buildCaseAs is buildCase with the checkpoint's tensors stored as dt; the
+// weights it returns are the values the file holds (16-bit ones widened
+// exactly).
+func buildCaseAs(t testing.TB, c archCase, seed uint64, dt safetensors.DType) (*Model, map[string][]float32) {
+	t.Helper()
 	// Draw the weights with NewRandom's generator on the parsed config, then go
 	// through the files and Load like a real checkpoint.
 	cfgDir := t.TempDir()
@@ -306,7 +325,11 @@ func buildCase(t testing.TB, c archCase, seed uint64) (*Model, map[string][]floa
 			}
 		}
 	}
-	m, err := Load(writeCheckpoint(t, c.config, w, shapes), nil)
+	dir := writeCheckpointAs(t, c.config, w, shapes, dt)
+	if dt != safetensors.F32 {
+		w, _ = readWeights(t, dir)
+	}
+	m, err := Load(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

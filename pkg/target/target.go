@@ -9,9 +9,10 @@
 //     lm_head from here (OutputLayers) without building the model.
 //   - OpenWithTokenizer: Open, and the tokenizer and chat template
 //     (inspect).
-//   - Load: all of it, the stop ids and the model as float32, for the
-//     stages that run the model (distill, capture, generate, eval); the
-//     mapped files are released once the model holds its copy.
+//   - Load: all of it, the stop ids and the model, for the stages that run
+//     the model (distill, capture, generate, eval). The model takes the
+//     mapped files: it reads bf16 and f16 weights from them in place, and
+//     releases them at once when it holds float32 copies of every weight.
 package target
 
 import (
@@ -38,7 +39,8 @@ type Target struct {
 	// Gen is generation_config.json, nil when absent.
 	Gen *checkpoint.GenerationConfig
 	// Weights are the memory-mapped safetensors files; nil once Load has
-	// built the model (which holds the weights then) and after Close.
+	// built the model (which then owns them: see model.FromWeights) and
+	// after Close.
 	Weights *safetensors.Set
 
 	// Fingerprint is the model's fingerprint (package fingerprint);
@@ -57,7 +59,7 @@ type Target struct {
 	// generation_config.json's eos_token_id list (else config.json's), plus
 	// the chat template's end-of-turn token when it is a single token.
 	Stop []int
-	// Model is the model as float32, nil until Load.
+	// Model is the model, nil until Load.
 	Model *model.Model
 }
 
@@ -77,9 +79,9 @@ func OpenWithTokenizer(dir string, cache *filecache.Cache) (*Target, error) {
 }
 
 // Load opens the checkpoint in dir for running it: OpenWithTokenizer (with
-// cache), the stop ids, and the model converted to float32 on be
-// (tensor.CPU() when nil). The checkpoint files are released once the model
-// holds the weights.
+// cache), the stop ids, and the model on be (tensor.CPU() when nil), its
+// weights in the checkpoint's dtype. The model owns the checkpoint files
+// from then on (Close releases them).
 func Load(dir string, be tensor.Backend, cache *filecache.Cache) (*Target, error) {
 	t, err := open(dir, cache, true)
 	if err != nil {
@@ -130,19 +132,22 @@ func (t *Target) loadTokenizer() error {
 	return nil
 }
 
-// loadModel resolves the stop ids, builds the model from the mapped weights
-// and releases them.
+// loadModel resolves the stop ids and builds the model from the mapped
+// weights, handing them to it: it keeps the files mapped while it reads
+// 16-bit weights from them, and closes them otherwise (also on an error).
 func (t *Target) loadModel(be tensor.Backend) error {
 	stop, err := stopIDs(t.Config, t.Gen, t.Tok, t.Template)
 	if err != nil {
 		return err
 	}
-	m, err := model.FromWeights(t.Config, t.Weights, be)
+	w := t.Weights
+	t.Weights = nil
+	m, err := model.FromWeights(t.Config, w, be)
 	if err != nil {
 		return err
 	}
 	t.Stop, t.Model = stop, m
-	return t.releaseWeights()
+	return nil
 }
 
 // New assembles a Target around a model built in memory (tests and
@@ -193,15 +198,19 @@ func stopIDs(cfg *checkpoint.Config, gen *checkpoint.GenerationConfig, tok *toke
 // OutputLayers returns lm_head.weight [vocab, hidden] as float32 and, with
 // withEmbed, model.embed_tokens.weight too (nil without). With tied
 // embeddings lmHead is the embedding (the same slice as embed when both are
-// returned). They come from the model when it is loaded, else from the
+// returned). They come from the model when it is loaded (its float32
+// weights themselves, or widened copies of 16-bit ones), else from the
 // files, which hold them in the shape Open checked: training reads them
 // without building the model.
 func (t *Target) OutputLayers(withEmbed bool) (embed, lmHead []float32, err error) {
 	if m := t.Model; m != nil {
 		if withEmbed {
-			embed = m.Embed
+			embed = m.Embed.Float32()
 		}
-		return embed, m.LMHead, nil
+		if t.Config.TieWordEmbeddings && embed != nil {
+			return embed, embed, nil
+		}
+		return embed, m.LMHead.Float32(), nil
 	}
 	if t.Weights == nil {
 		return nil, nil, fmt.Errorf("target: %s is closed", t.Dir)

@@ -7,7 +7,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/drafter-ai/drafter/internal/testmodel"
 	"github.com/drafter-ai/drafter/internal/testutil"
+	"github.com/drafter-ai/drafter/pkg/safetensors"
+	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
 // TestLevels: Open reads no tokenizer and builds no model, OpenWithTokenizer
@@ -81,7 +84,7 @@ func TestOutputLayers(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer l.Close()
-		if !slices.Equal(embed, l.Model.Embed) || !slices.Equal(head, l.Model.LMHead) {
+		if !slices.Equal(embed, l.Model.Embed.F32) || !slices.Equal(head, l.Model.LMHead.F32) {
 			t.Fatalf("%s: the files' output layers differ from the model's", dir)
 		}
 		tied := o.Config.TieWordEmbeddings
@@ -89,7 +92,7 @@ func TestOutputLayers(t *testing.T) {
 			t.Fatalf("%s: tied %v, but lm_head shares the embedding: %v", dir, tied, &embed[0] == &head[0])
 		}
 		fromModel, headFromModel, err := l.OutputLayers(true)
-		if err != nil || &fromModel[0] != &l.Model.Embed[0] || &headFromModel[0] != &l.Model.LMHead[0] {
+		if err != nil || &fromModel[0] != &l.Model.Embed.F32[0] || &headFromModel[0] != &l.Model.LMHead.F32[0] {
 			t.Fatalf("%s: a loaded target's output layers are not the model's: %v", dir, err)
 		}
 	}
@@ -131,5 +134,98 @@ func write(t *testing.T, path, text string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// mappedNow reports whether the process maps the file path (Linux:
+// /proc/self/maps), and whether it could tell.
+func mappedNow(t *testing.T, path string) (mapped, known bool) {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		return false, false
+	}
+	return strings.Contains(string(b), path), true
+}
+
+// TestLoadBF16: a bf16 checkpoint's model reads its weights from the files,
+// which it keeps mapped until Close (a float32 checkpoint's are released
+// as soon as the model holds its copy); OutputLayers gives its embedding and
+// lm_head widened to float32, the values the files hold.
+func TestLoadBF16(t *testing.T) {
+	dir := testutil.CopyDir(t, testutil.Stories260k())
+	testmodel.Convert(t, dir, safetensors.BF16)
+	file, err := filepath.EvalSymlinks(filepath.Join(dir, safetensors.SingleFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := Load(dir, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Weights != nil || l.Model.Embed.DType != tensor.BF16 || l.Model.Memory().Mapped == 0 {
+		t.Fatalf("Load: weights still the target's %v, embedding %s, mapped %d", l.Weights != nil, l.Model.Embed.DType, l.Model.Memory().Mapped)
+	}
+	if mapped, known := mappedNow(t, file); known && !mapped {
+		t.Fatalf("the model does not map %s", file)
+	}
+	embed, head, err := l.OutputLayers(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	want, _, err := o.Weights.Float32("model.embed_tokens.weight")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(embed, want) || &head[0] != &embed[0] {
+		t.Fatal("a bf16 target's output layers are not its embedding widened (tied: one slice)")
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	o.Close()
+	if mapped, known := mappedNow(t, file); known && mapped {
+		t.Fatalf("%s is still mapped after Close", file)
+	}
+
+	// Sharded: each shard's matrices read in place from its own mapping,
+	// the same logits bit for bit (products are computed row by row the
+	// same way whichever matrices the files let the model fuse).
+	sharded := testutil.CopyDir(t, dir)
+	testmodel.Reshard(t, sharded, 3)
+	whole, err := Load(dir, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer whole.Close()
+	parts, err := Load(sharded, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer parts.Close()
+	if parts.Model.Memory().Mapped != whole.Model.Memory().Mapped {
+		t.Fatalf("sharded: %d bytes read in place, unsharded %d", parts.Model.Memory().Mapped, whole.Model.Memory().Mapped)
+	}
+	prompt := []int{1, 403, 407, 261, 378}
+	a, b := testmodel.Greedy(t, whole.Model, prompt, 20), testmodel.Greedy(t, parts.Model, prompt, 20)
+	ha := testmodel.States(t, whole.Model, a, []int{whole.Model.NumLayers()})
+	hb := testmodel.States(t, parts.Model, a, []int{whole.Model.NumLayers()})
+	if !slices.Equal(a, b) || !slices.Equal(ha[0], hb[0]) {
+		t.Fatal("the sharded bf16 checkpoint computes otherwise than the single file")
+	}
+
+	f32, err := Load(testutil.Stories260k(), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f32.Close()
+	f32file, _ := filepath.Abs(filepath.Join(testutil.Stories260k(), safetensors.SingleFile))
+	if mapped, known := mappedNow(t, f32file); known && mapped {
+		t.Fatalf("a float32 model still maps %s", f32file)
 	}
 }

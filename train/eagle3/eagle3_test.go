@@ -39,7 +39,7 @@ func TestExportLoadReproducesTrainer(t *testing.T) {
 		if err := deagle3.Export(dir, g, n.p, voc, deagle3.ExportOptions{Format: format, DefaultLayers: true}); err != nil {
 			t.Fatal(err)
 		}
-		d, err := deagle3.LoadDraft(dir, tt.embed, tensor.CPU())
+		d, err := deagle3.LoadDraft(dir, tensor.F32Matrix(tt.embed, tt.g.Vocab, tt.g.Hidden), tensor.CPU())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -111,7 +111,7 @@ func TestTrainLearnsAndExports(t *testing.T) {
 	if !(last.Loss < 0.8*first.Loss) || !(last.Accuracy[0] > first.Accuracy[0]) {
 		t.Fatalf("training did not learn: loss %.4f -> %.4f, step-0 accuracy %.3f -> %.3f", first.Loss, last.Loss, first.Accuracy[0], last.Accuracy[0])
 	}
-	if _, err := deagle3.LoadDraft(res.ExportDir, tt.embed, tensor.CPU()); err != nil {
+	if _, err := deagle3.LoadDraft(res.ExportDir, tensor.F32Matrix(tt.embed, tt.g.Vocab, tt.g.Hidden), tensor.CPU()); err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range []string{loop.MetricsFile, loop.CheckpointFile, ProvenanceFile, "eagle3/config.json", "eagle3/model.safetensors"} {
@@ -144,7 +144,7 @@ func TestTrainWiderDraft(t *testing.T) {
 	if err := json.Unmarshal(raw, &c); err != nil || c.Intermediate != 3*g.Intermediate {
 		t.Fatalf("config.json intermediate_size = %d (%v), want %d", c.Intermediate, err, 3*g.Intermediate)
 	}
-	d, err := deagle3.LoadDraft(res.ExportDir, tt.embed, tensor.CPU())
+	d, err := deagle3.LoadDraft(res.ExportDir, tensor.F32Matrix(tt.embed, tt.g.Vocab, tt.g.Hidden), tensor.CPU())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -87,7 +87,7 @@ func stories260kData(t *testing.T, n, prompt, response int, seed uint64) (*datas
 		}
 		d.Samples = append(d.Samples, s)
 	}
-	return d, m.LMHead
+	return d, m.LMHead.Float32()
 }
 
 // TestCalibrateStories260k is the calibration experiment behind the defaults:

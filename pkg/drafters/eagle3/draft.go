@@ -20,7 +20,7 @@ type Draft struct {
 	// when the export used the defaults (2, L/2, L-3).
 	LayerIDs []int
 	layer    *Layer
-	embed    []float32
+	embed    tensor.Matrix // the target's input embedding [V, H], in its dtype
 }
 
 // Freeze prepares the draft for inference with parameters that no longer
@@ -44,8 +44,14 @@ func (d *Draft) Freeze() {
 	}
 }
 
-// NewDraft wraps parameters (for example a trainer's) as a drafter.
-func NewDraft(g Geometry, p *Params, voc *Vocab, embed []float32, be tensor.Backend) (*Draft, error) {
+// NewDraft wraps parameters (for example a trainer's) as a drafter. embed
+// is the target's input embedding [V, H] (model.Model.Embed, kept in the
+// target's dtype: the draft widens the rows it reads).
+func NewDraft(g Geometry, p *Params, voc *Vocab, embed tensor.Matrix, be tensor.Backend) (*Draft, error) {
+	if embed.Rows != g.Vocab || embed.Cols != g.Hidden {
+		return nil, fmt.Errorf("eagle3: a draft for a target of hidden_size %d and vocab_size %d, but the target's embedding is [%d, %d]: the draft was made for another model",
+			g.Hidden, g.Vocab, embed.Rows, embed.Cols)
+	}
 	l, err := newLayer(g, p, be, 1, tensor.SwiGLU)
 	if err != nil {
 		return nil, err
@@ -176,7 +182,7 @@ func (s *Session) layer(r int, tok []int32, committed bool) error {
 		if id < 0 || int(id) >= g.Vocab {
 			return fmt.Errorf("eagle3: draft token %d is outside the target vocabulary [0, %d)", id, g.Vocab)
 		}
-		copy(s.acts.E[i*h:(i+1)*h], d.embed[int(id)*h:(int(id)+1)*h])
+		d.embed.Row(s.acts.E[i*h:(i+1)*h], int(id))
 	}
 	s.committed = committed
 	d.layer.Forward(&s.acts, &s.scratch, r, (*sessionAttention)(s))

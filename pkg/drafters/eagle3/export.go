@@ -271,21 +271,21 @@ func unusedTensor(name, prefix string) string {
 
 // LoadDraft reads an exported draft (either layout: speculators when the
 // config names a speculators_model_type, else native) from dir. embed is the
-// target's input embedding [V, H] (exports carry none: the engines use the
-// target's).
+// target's input embedding [V, H] in its dtype (exports carry none: the
+// engines use the target's).
 //
 // The config and the weights must agree exactly: every tensor the config
 // implies is present with its shape and type, every tensor of the weights is
 // one of them, and every weight is finite. The feature layers the config
 // names must be strictly increasing (see CheckLayerIDs); the native layout's
 // two keys for them must agree.
-func LoadDraft(dir string, embed []float32, be tensor.Backend) (*Draft, error) {
+func LoadDraft(dir string, embed tensor.Matrix, be tensor.Backend) (*Draft, error) {
 	return loadDraft(dir, nil, embed, be)
 }
 
 // loadDraft is LoadDraft of the layout f, or of the layout the config names
 // when f is nil.
-func loadDraft(dir string, f format, embed []float32, be tensor.Backend) (*Draft, error) {
+func loadDraft(dir string, f format, embed tensor.Matrix, be tensor.Backend) (*Draft, error) {
 	cfgPath := filepath.Join(dir, drafters.ConfigFile)
 	b, err := os.ReadFile(cfgPath)
 	if err != nil {
@@ -340,9 +340,9 @@ func loadDraft(dir string, f format, embed []float32, be tensor.Backend) (*Draft
 	if c.TargetHidden != 0 && c.TargetHidden != g.Hidden {
 		return nil, fmt.Errorf("eagle3: %s: target_hidden_size %d differs from hidden_size %d, which this drafter does not support", cfgPath, c.TargetHidden, g.Hidden)
 	}
-	if len(embed) != g.Vocab*g.Hidden {
+	if embed.Len() != g.Vocab*g.Hidden {
 		return nil, fmt.Errorf("eagle3: %s describes a draft for a target of hidden_size %d and vocab_size %d (%d embedding values), but the target's embedding holds %d values: the draft was made for another model",
-			cfgPath, g.Hidden, g.Vocab, g.Vocab*g.Hidden, len(embed))
+			cfgPath, g.Hidden, g.Vocab, g.Vocab*g.Hidden, embed.Len())
 	}
 	set, err := safetensors.OpenDir(dir)
 	if err != nil {

@@ -1,0 +1,168 @@
+package tensor
+
+import "fmt"
+
+// DType is the element type a Matrix holds its values in.
+type DType uint8
+
+// The element types of a Matrix: float32, and the two 16-bit formats
+// checkpoints store (bit patterns in the host's byte order, see half.go).
+const (
+	F32 DType = iota
+	BF16
+	F16
+)
+
+// String returns the dtype's name as drafter prints it ("f32", "bf16",
+// "f16").
+func (d DType) String() string {
+	switch d {
+	case F32:
+		return "f32"
+	case BF16:
+		return "bf16"
+	case F16:
+		return "f16"
+	}
+	return fmt.Sprintf("dtype(%d)", uint8(d))
+}
+
+// Size returns the bytes of one value.
+func (d DType) Size() int {
+	if d == F32 {
+		return 4
+	}
+	return 2
+}
+
+// Matrix is a row-major weight matrix [Rows, Cols] held in the dtype its
+// checkpoint stores: float32 values in F32 (DType F32), or bfloat16 or
+// IEEE binary16 bit patterns in U16 (DType BF16 or F16), which may view a
+// memory-mapped file. The other slice is nil. Products read the values
+// where they are and widen 16-bit ones to float32 in registers, so a model
+// keeps its weights in the checkpoint's bytes instead of a float32 copy of
+// twice the size. A Matrix is a small value (slices and sizes): copies share
+// the values. The zero Matrix is empty (Rows 0).
+type Matrix struct {
+	// DType says which of F32 and U16 holds the values.
+	DType DType
+	// F32 holds the values when DType is F32, row-major.
+	F32 []float32
+	// U16 holds the bit patterns when DType is BF16 or F16, row-major.
+	U16 []uint16
+	// Rows and Cols are the matrix's shape: a Hugging Face Linear weight
+	// [out, in] has Rows out and Cols in.
+	Rows, Cols int
+}
+
+// F32Matrix returns the float32 matrix [rows, cols] over v, which must hold
+// rows·cols values (it panics otherwise: a caller's programming error).
+func F32Matrix(v []float32, rows, cols int) Matrix {
+	if len(v) != rows*cols {
+		panic(fmt.Sprintf("tensor: F32Matrix of %d values for %dx%d", len(v), rows, cols))
+	}
+	return Matrix{DType: F32, F32: v, Rows: rows, Cols: cols}
+}
+
+// HalfMatrix returns the 16-bit matrix [rows, cols] of dtype dt (BF16 or
+// F16) over the bit patterns v, which must hold rows·cols values (it panics
+// otherwise, or for another dtype: a caller's programming error).
+func HalfMatrix(dt DType, v []uint16, rows, cols int) Matrix {
+	if dt != BF16 && dt != F16 {
+		panic(fmt.Sprintf("tensor: HalfMatrix of dtype %s", dt))
+	}
+	if len(v) != rows*cols {
+		panic(fmt.Sprintf("tensor: HalfMatrix of %d values for %dx%d", len(v), rows, cols))
+	}
+	return Matrix{DType: dt, U16: v, Rows: rows, Cols: cols}
+}
+
+// Empty reports whether the matrix has no rows (the zero Matrix).
+func (a Matrix) Empty() bool { return a.Rows == 0 }
+
+// Len returns the number of values, Rows·Cols.
+func (a Matrix) Len() int { return a.Rows * a.Cols }
+
+// Bytes returns the memory the values occupy.
+func (a Matrix) Bytes() int64 { return int64(a.Len()) * int64(a.DType.Size()) }
+
+// RowRange returns the rows [lo, hi) as a matrix viewing the same values.
+func (a Matrix) RowRange(lo, hi int) Matrix {
+	b := a
+	b.Rows = hi - lo
+	if a.DType == F32 {
+		b.F32 = a.F32[lo*a.Cols : hi*a.Cols]
+	} else {
+		b.U16 = a.U16[lo*a.Cols : hi*a.Cols]
+	}
+	return b
+}
+
+// Row writes row i widened to float32 into dst[:Cols] (16-bit values widen
+// exactly): the gather of an embedding row.
+func (a Matrix) Row(dst []float32, i int) {
+	c := a.Cols
+	switch a.DType {
+	case F32:
+		copy(dst[:c], a.F32[i*c:(i+1)*c])
+	case BF16:
+		BF16ToF32(dst[:c], a.U16[i*c:(i+1)*c])
+	case F16:
+		F16ToF32(dst[:c], a.U16[i*c:(i+1)*c])
+	}
+}
+
+// Float32 returns the values as float32: F32 itself for a float32 matrix
+// (no copy), else a new widened copy.
+func (a Matrix) Float32() []float32 {
+	if a.DType == F32 {
+		return a.F32
+	}
+	out := make([]float32, a.Len())
+	a.widen(out)
+	return out
+}
+
+// widen writes the 16-bit values widened into out.
+func (a Matrix) widen(out []float32) {
+	if a.DType == BF16 {
+		BF16ToF32(out, a.U16)
+	} else {
+		F16ToF32(out, a.U16)
+	}
+}
+
+// DotRows computes out[i*ldo+j] = x[i*ldx:i*ldx+Cols]·row j of a for i < m
+// and every row j, or adds it to out when acc is true: the product x·aᵀ of a
+// few rows, on the calling goroutine, through DotRows, DotRowsBF16 or
+// DotRowsF16 (each row's result independent of m; see those).
+func (a Matrix) DotRows(out []float32, ldo int, x []float32, ldx, m int, acc bool) {
+	switch a.DType {
+	case F32:
+		DotRows(out, ldo, x, ldx, a.F32, a.Cols, m, a.Rows, a.Cols, acc)
+	case BF16:
+		DotRowsBF16(out, ldo, x, ldx, a.U16, a.Cols, m, a.Rows, a.Cols, acc)
+	case F16:
+		DotRowsF16(out, ldo, x, ldx, a.U16, a.Cols, m, a.Rows, a.Cols, acc)
+	}
+}
+
+// MulT computes out[i*ldo+j] = x[i*ldx:i*ldx+Cols]·row j of a for i < m,
+// plus beta·out (beta 0: out is not read): the product x·aᵀ of many rows. A
+// float32 matrix runs be's Sgemm (be's threading); a 16-bit one runs
+// SgemmBF16 or SgemmF16, split over the workers.
+func (a Matrix) MulT(be Backend, out []float32, ldo int, x []float32, ldx, m int, beta float32) {
+	n, k := a.Rows, a.Cols
+	if m == 0 || n == 0 {
+		return
+	}
+	c := out[:(m-1)*ldo+n]
+	switch a.DType {
+	case F32:
+		be.Sgemm(false, true, m, n, k, 1, x[:(m-1)*ldx+k], ldx, a.F32, k, beta, c, ldo)
+	case BF16:
+		SgemmBF16(false, true, m, n, k, 1, x[:(m-1)*ldx+k], ldx, a.U16, k, beta, c, ldo)
+	case F16:
+		SgemmF16(false, true, m, n, k, 1, x[:(m-1)*ldx+k], ldx, a.U16, k, beta, c, ldo)
+	}
+}
