@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/drafter-ai/drafter/internal/testutil"
+	"github.com/drafter-ai/drafter/pkg/safetensors"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
@@ -101,6 +102,23 @@ func benchModels(b *testing.B) []struct {
 		name string
 		m    *Model
 	}{{"stories260k", loadModel(b, "stories260k")}}
+	// stories260k as bf16 and f16 safetensors checkpoints, loaded as a user's
+	// would be: products over the mapped 16-bit values.
+	for _, c := range []struct {
+		name string
+		dt   safetensors.DType
+	}{{"stories260k-bf16", safetensors.BF16}, {"stories260k-f16", safetensors.F16}} {
+		dir, _ := convertCheckpoint(b, testutil.Stories260k(), c.dt)
+		m, err := Load(dir, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { m.Close() })
+		out = append(out, struct {
+			name string
+			m    *Model
+		}{c.name, m})
+	}
 	// The 60M model in float32 and as its bf16 and f16 checkpoints hold it
 	// (random60M-bf16, random60M-f16: the same weights rounded, products
 	// over the 16-bit values).
