@@ -138,7 +138,7 @@ echo
 echo "tokens/s, median of $rounds interleaved rounds, $threads threads, weights as $dtypes; $(nproc) cores;" \
 	"llama.cpp waiting: $([[ ${LLAMA_SPIN:-0} == 1 ]] && echo 'default (spinning)' || echo 'passive, --poll 0');" \
 	"load average before $load_before, after $load_after; llama.cpp $(git -C "$build/.." rev-parse --short HEAD 2>/dev/null || echo '?')"
-awk -v sides="$sides" -v models="${models[*]}" '
+awk -v sides="$sides" -v modelnames="${models[*]}" '
 	{ key = $1 SUBSEP $2 SUBSEP $3; n[key]++; v[key, n[key]] = $4; models[$1]; }
 	function median(key,   k, i, j, t, a) {
 		k = n[key]; if (!k) return "-"
@@ -152,7 +152,7 @@ awk -v sides="$sides" -v models="${models[*]}" '
 		for (i = 1; i <= ns; i++) printf " %16s", s[i]
 		for (i = 2; i <= ns; i++) printf " %14s", s[i] "/llama"
 		printf "\n"
-		nm = split(models, ms, " "); split("prefill512 decode-1 decode-8", mt, " ")
+		nm = split(modelnames, ms, " "); split("prefill512 decode-1 decode-8", mt, " ")
 		for (a = 1; a <= nm; a++) for (b = 1; b <= 3; b++) {
 			printf "%-17s %-11s", ms[a], mt[b]
 			for (i = 1; i <= ns; i++) { x[i] = median(ms[a] SUBSEP mt[b] SUBSEP s[i]); printf " %16s", (x[i] == "-") ? "-" : sprintf("%.1f", x[i]) }
