@@ -1,6 +1,10 @@
-// Package tensor holds drafter's compute layer: the Backend interface through which
-// every matrix multiply runs (OpenBLAS via cgo, pure Go, and later CUDA), and small
-// helpers for splitting element-wise work over the CPU cores.
+// Package tensor holds drafter's compute layer, the CPU device: the Backend
+// interface through which every large matrix multiply runs (OpenBLAS via cgo,
+// pure Go, and later CUDA); Products, which runs a model's weight products
+// and alone decides how (kernel, weight layout, threading), so that no caller
+// looks at which backend it has; and small helpers for splitting element-wise
+// work over the CPU cores. It is the only package that reaches its assembly
+// kernels (internal/kernel), cgo or OpenBLAS (internal/deps checks it).
 //
 // All matrices are row-major float32 slices. A backend never allocates on the
 // hot path; callers own every buffer.
