@@ -16,6 +16,10 @@
 // imports a command or a script; internal/ holds test helpers, imported only by
 // tests.
 //
+// Besides the layering, the device rule (device.go): only the CPU device,
+// pkg/tensor and the packages under it, imports the kernel package, uses cgo,
+// holds native sources or loads native code.
+//
 // Tests follow the same rules with two exceptions: any test may import the
 // helpers under internal/, and a stage's tests may import another stage to
 // make real inputs (train's tests distil captures, eval's tests train

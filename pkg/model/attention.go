@@ -169,7 +169,7 @@ func (m *Model) attendBLAS(li int, in *seqIn) {
 		block = blasBlock
 	}
 	workers := 1
-	if m.split {
+	if m.mm.ParallelCalls() {
 		workers = min(tensor.Workers(), m.nHeads)
 	}
 	if len(s.bigs) < workers {
@@ -213,7 +213,7 @@ func (m *Model) attendHeads(worker, lo, hi int) {
 			if in.tree {
 				j.mask = s.mask[in.mask : in.mask+in.t*in.t]
 			}
-			if !m.split && bt*width >= 1<<14 {
+			if !m.mm.ParallelCalls() && bt*width >= 1<<14 {
 				// The heads run one after another (the backend threads each
 				// call itself): spread the softmax over the workers instead.
 				s.sm = j

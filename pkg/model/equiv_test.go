@@ -307,7 +307,7 @@ func TestUnfusedEqualsFused(t *testing.T) {
 		if m.Layers[i].Attn.qkv.Empty() || m.Layers[i].MLP.gateUp.Empty() {
 			t.Fatalf("layer %d: loader did not fuse the weights", i)
 		}
-		m.Layers[i].Attn.qkv, m.Layers[i].MLP.gateUp = tensor.Matrix{}, tensor.Matrix{}
+		m.Layers[i].Attn.qkv, m.Layers[i].MLP.gateUp = tensor.Weight{}, tensor.Weight{}
 	}
 	plain, _ := run(t, m, []Input{{Seq: mustSeq(t, m, 16), Tokens: toks, Logits: LogitsAll}}, Options{})
 	if d := maxDiff(fused[0], plain[0]); d > equivTol {

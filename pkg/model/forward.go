@@ -123,8 +123,6 @@ type scratch struct {
 	groupFn     func(worker, lo, hi int)
 	layer       int // layer being computed, read by attnFn
 	attnFn      func(worker, lo, hi int)
-	mm          mmJob
-	mmFn        func(worker, lo, hi int)
 	epoch       uint64
 }
 
@@ -306,7 +304,7 @@ func (m *Model) Forward(batch []Input, opt Options) (*Result, error) {
 		nn.RMSNorm(s.lx, s.lx, m.Norm, nl, m.h, m.eps)
 	}
 	if nl > 0 {
-		m.matmul(s.logits, s.lx, m.LMHead, m.lmT, nl, false)
+		m.mm.MulT(s.logits, s.lx, &m.lm, nl, false)
 	}
 
 	// Commit chains; leave trees pending.
@@ -402,7 +400,7 @@ func (a *Attention) forward(m *Model, li, rows int) {
 	if !a.qkv.Empty() {
 		qd, kd := m.qDim, m.kvDim
 		w := qd + 2*kd
-		m.matmul(s.fused, s.xn, a.qkv, a.qkvT, rows, false)
+		m.mm.MulT(s.fused, s.xn, &a.qkv, rows, false)
 		for r := 0; r < rows; r++ {
 			f := s.fused[r*w : (r+1)*w]
 			copy(s.q[r*qd:(r+1)*qd], f[:qd])
@@ -449,7 +447,7 @@ func (f *MLP) forward(m *Model, rows int) {
 	s := &m.s
 	if !f.gateUp.Empty() {
 		I := m.inter
-		m.matmul(s.fused, s.xn, f.gateUp, f.gateUpT, rows, false)
+		m.mm.MulT(s.fused, s.xn, &f.gateUp, rows, false)
 		g, gu := s.gate, s.fused
 		if rows*I < 1<<15 {
 			swigluRows(g, gu, 0, rows, I)
@@ -483,6 +481,6 @@ func (m *Model) LogitsFromHidden(dst, hidden []float32, rows int) error {
 		return fmt.Errorf("model: logits from hidden states: %d rows need %d hidden values and %d outputs; got %d and %d",
 			rows, rows*m.h, rows*m.vocab, len(hidden), len(dst))
 	}
-	m.matmul(dst, hidden, m.LMHead, m.lmT, rows, false)
+	m.mm.MulT(dst, hidden, &m.lm, rows, false)
 	return nil
 }

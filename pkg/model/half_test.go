@@ -135,10 +135,10 @@ func checkHalfModel(t *testing.T, m *Model, c naiveCfg, w map[string][]float32, 
 // model in bf16, each against the float64 reference on the same 16-bit
 // weights.
 func TestHalfAgainstNaive(t *testing.T) {
-	// Past smallRows tokens, so that the prefill runs the 16-bit GEMM and
+	// Past tensor.FewRows tokens, so that the prefill runs the 16-bit GEMM and
 	// the decode steps the few-row kernels.
 	tokens := []int{1, 403, 407, 261, 378, 9, 30, 31, 32, 33, 34, 260, 270, 300}
-	for len(tokens) <= smallRows+8 {
+	for len(tokens) <= tensor.FewRows+8 {
 		tokens = append(tokens, (len(tokens)*193+7)%512)
 	}
 	for _, dt := range []safetensors.DType{safetensors.BF16, safetensors.F16} {
@@ -217,7 +217,7 @@ func TestHalfInPlace(t *testing.T) {
 	// and up_proj lie back to back and are fused in place; k_proj, o_proj,
 	// q_proj, v_proj do not, and stay three products.
 	for i, l := range m.Layers {
-		if l.MLP.gateUp.Empty() || !l.Attn.qkv.Empty() || l.MLP.gateUpT != nil || l.Attn.O.wt != nil || m.lmT != nil {
+		if l.MLP.gateUp.Empty() || !l.Attn.qkv.Empty() || l.MLP.gateUp.ExtraBytes() != 0 || l.Attn.O.w.ExtraBytes() != 0 || m.lm.ExtraBytes() != 0 {
 			t.Fatalf("layer %d: gate/up not fused in place, q/k/v fused though apart in the file, or a transposed copy made of bf16 weights", i)
 		}
 	}

@@ -321,16 +321,17 @@ func (m *Model) fill(binds []binding, half []tensor.Matrix, set func(b binding, 
 // back to back in memory, in one dtype (as fill lays out float32 weights,
 // and as a checkpoint file or halfMatrices' copy holds 16-bit ones), so that
 // decode runs one matrix-vector product where it would run three or two.
-// Fusing copies nothing: the fused matrix views the parts' values.
+// Fusing copies nothing: the fused matrix views the parts' values. It then
+// prepares the weights for the products.
 func (m *Model) fuse() {
 	for i := range m.Layers {
 		l := &m.Layers[i]
-		l.Attn.qkv = adjacent(l.Attn.Q.W, l.Attn.K.W, l.Attn.V.W)
+		l.Attn.qkv = tensor.WeightOf(adjacent(l.Attn.Q.W, l.Attn.K.W, l.Attn.V.W))
 		if l.MLP.Gate.B == nil && l.MLP.Up.B == nil {
-			l.MLP.gateUp = adjacent(l.MLP.Gate.W, l.MLP.Up.W)
+			l.MLP.gateUp = tensor.WeightOf(adjacent(l.MLP.Gate.W, l.MLP.Up.W))
 		}
 	}
-	m.transposeSmall()
+	m.prepare()
 }
 
 // adjacent returns parts as one matrix of their rows when each part's
@@ -361,57 +362,31 @@ func adjacent(parts ...tensor.Matrix) tensor.Matrix {
 	return whole
 }
 
-// transposeMaxWeights is the most weight values (64 MiB of float32) for which
-// a model keeps a transposed copy of its matrices.
-const transposeMaxWeights = 1 << 24
-
-// transposeSmall gives a small float32 model's matrices a transposed copy
-// for the products of a few rows, where the processor runs them fast
-// (tensor.TransposedFast). On a model whose weights sit in the caches such
-// products are bound by arithmetic and cache bandwidth, not memory, and the
-// transposed kernels need no horizontal sums and share each weight load
-// among four or eight rows: a decode step gets faster, and a speculative
-// verification of several rows costs less than as many steps. Larger models
-// are bound by memory bandwidth at these row counts, and would pay the copy
-// for nothing. A model with 16-bit weights gets none: it is kept in its
-// checkpoint's bytes, and a float32 copy would double them.
-func (m *Model) transposeSmall() {
-	if !tensor.TransposedFast() || m.LMHead.DType != tensor.F32 {
-		return
-	}
-	total := m.LMHead.Len()
+// prepare hands every matrix the forward pass multiplies by to the products
+// at once (tensor.Products.Prepare), which choose their layouts from the
+// whole set: a fused matrix stands for its parts, which the pass then never
+// multiplies by alone.
+func (m *Model) prepare() {
+	m.lm = tensor.WeightOf(m.LMHead)
+	ws := []*tensor.Weight{&m.lm}
 	for i := range m.Layers {
 		l := &m.Layers[i]
 		for _, lin := range []*Linear{&l.Attn.Q, &l.Attn.K, &l.Attn.V, &l.Attn.O, &l.MLP.Gate, &l.MLP.Up, &l.MLP.Down} {
-			if lin.W.DType != tensor.F32 {
-				return
-			}
-			total += lin.W.Len()
+			lin.w = tensor.WeightOf(lin.W)
 		}
-	}
-	if total > transposeMaxWeights {
-		return
-	}
-	m.lmT = tensor.NewTransposed(m.LMHead.F32, m.vocab, m.h)
-	for i := range m.Layers {
-		l := &m.Layers[i]
-		// A fused matrix gets one transposed copy; its parts, which the
-		// forward pass then never multiplies by alone, get none.
-		lins := []*Linear{&l.Attn.O, &l.MLP.Down}
+		ws = append(ws, &l.Attn.O.w, &l.MLP.Down.w)
 		if !l.Attn.qkv.Empty() {
-			l.Attn.qkvT = tensor.NewTransposed(l.Attn.qkv.F32, m.qDim+2*m.kvDim, m.h)
+			ws = append(ws, &l.Attn.qkv)
 		} else {
-			lins = append(lins, &l.Attn.Q, &l.Attn.K, &l.Attn.V)
+			ws = append(ws, &l.Attn.Q.w, &l.Attn.K.w, &l.Attn.V.w)
 		}
 		if !l.MLP.gateUp.Empty() {
-			l.MLP.gateUpT = tensor.NewTransposed(l.MLP.gateUp.F32, 2*m.inter, m.h)
+			ws = append(ws, &l.MLP.gateUp)
 		} else {
-			lins = append(lins, &l.MLP.Gate, &l.MLP.Up)
-		}
-		for _, lin := range lins {
-			lin.wt = tensor.NewTransposed(lin.W.F32, lin.Out, lin.In)
+			ws = append(ws, &l.MLP.Gate.w, &l.MLP.Up.w)
 		}
 	}
+	m.mm.Prepare(ws...)
 }
 
 func product(shape []int) int {

@@ -17,9 +17,10 @@
 //	    h += (silu(m·Wg^T) * (m·Wu^T)) · Wd^T
 //	logits = RMSNorm(h) · norm · lm_head^T
 //
-// Large float32 matrix multiplies go through a tensor.Backend so that another
-// backend can run the same model; products over bf16 and f16 weights run
-// pkg/tensor's 16-bit kernels (see matmul.go). A Model holds the weights and
+// Weight products run through tensor.Products, which chooses the kernels
+// (few-row kernels, the backend's GEMM for large float32 products, pkg/tensor's
+// 16-bit kernels for bf16 and f16 weights), the weights' layouts and the
+// split over the CPU workers; see matmul.go. A Model holds the weights and
 // the scratch space of one forward pass; it is not safe for concurrent use.
 package model
 
@@ -41,7 +42,7 @@ type Linear struct {
 	B       []float32
 	In, Out int
 
-	wt *tensor.Transposed // W transposed for few-row products, or nil; see transposeSmall
+	w tensor.Weight // W as products run it (see prepare)
 }
 
 // Attention is one self-attention block's weights. QNorm and KNorm are the
@@ -50,16 +51,14 @@ type Attention struct {
 	Q, K, V, O   Linear
 	QNorm, KNorm []float32
 
-	qkv  tensor.Matrix      // Q.W, K.W and V.W as one [qDim+2·kvDim, H] matrix, or empty
-	qkvT *tensor.Transposed // qkv transposed, or nil
+	qkv tensor.Weight // Q.W, K.W and V.W as one [qDim+2·kvDim, H] matrix, or empty
 }
 
 // MLP is the SwiGLU feed-forward block.
 type MLP struct {
 	Gate, Up, Down Linear
 
-	gateUp  tensor.Matrix      // Gate.W and Up.W as one [2·I, H] matrix, or empty
-	gateUpT *tensor.Transposed // gateUp transposed, or nil
+	gateUp tensor.Weight // Gate.W and Up.W as one [2·I, H] matrix, or empty
 }
 
 // Layer is one decoder layer.
@@ -73,8 +72,9 @@ type Layer struct {
 // Model is a loaded target model. The weight fields are bound to the
 // tensors of its architecture family (arch.Family.Tensors) in one place,
 // bindings (load.go). They are read-only once the
-// model is built: a small model also keeps transposed copies of its
-// matrices (see transposeSmall), which would not see a change.
+// model is built: the products may keep other layouts of its matrices
+// (tensor.Products.Prepare: transposed copies of a small model's), which
+// would not see a change.
 type Model struct {
 	Config *checkpoint.Config
 
@@ -83,7 +83,7 @@ type Model struct {
 	Norm   []float32     // model.norm.weight [H]
 	LMHead tensor.Matrix // lm_head.weight [V, H]; the same values as Embed when tied
 
-	lmT *tensor.Transposed // LMHead transposed, or nil; see transposeSmall
+	lm tensor.Weight // LMHead as products run it (see prepare)
 
 	weights WeightSource // the store 16-bit matrices are read from in place, or nil
 	mapped  int64        // bytes of the matrices read in place from weights
@@ -102,8 +102,7 @@ type Model struct {
 	vocab  int
 	maxPos int // max_position_embeddings (and sliding window, when smaller)
 	scale  float32
-	goBLAS bool // be is tensor's pure-Go backend, which splits its own products; see matmul
-	split  bool // products and attention heads are split over goroutines; see splits
+	mm     *tensor.Products // the weight products on be: kernels, layouts and their split
 	s      scratch
 	res    Result
 }
@@ -196,8 +195,8 @@ func Footprint(cfg *checkpoint.Config, w interface {
 }
 
 // Memory returns the memory the model's weights occupy, in their dtypes.
-// Transposed copies for small float32 models (see transposeSmall) are not
-// counted.
+// Other layouts the products keep (transposed copies of a small float32
+// model's matrices, see prepare) are not counted.
 func (m *Model) Memory() Memory {
 	mem := Memory{Bytes: map[tensor.DType]int64{}}
 	mem.Mapped = m.mapped
@@ -290,9 +289,7 @@ func newModel(cfg *checkpoint.Config, be tensor.Backend) (*Model, error) {
 	m.s.headFn = m.attendHeads
 	m.s.groupFn = m.attendGroups
 	m.s.smFn = m.softmaxChunk
-	m.s.mmFn = m.matmulChunk
-	m.goBLAS = be.Name() == "go"
-	m.split = splits(be)
+	m.mm = tensor.NewProducts(be)
 	return m, nil
 }
 

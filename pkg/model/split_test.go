@@ -3,7 +3,29 @@ package model
 import (
 	"runtime"
 	"testing"
+
+	"github.com/drafter-ai/drafter/pkg/tensor"
 )
+
+// oneThread is tensor.CPU() saying that each of its calls runs on one
+// thread, so that tensor.Products splits large products and the model
+// splits attention heads over the workers.
+type oneThread struct{ tensor.Backend }
+
+func (oneThread) Threads() int { return 1 }
+
+// unsplit is tensor.CPU() saying nothing of its threads, so that neither
+// the products nor the attention heads are split over the workers.
+type unsplit struct{ tensor.Backend }
+
+// splitBackend returns tensor.CPU() with its products and attention split
+// over the workers, or not.
+func splitBackend(split bool) tensor.Backend {
+	if split {
+		return oneThread{tensor.CPU()}
+	}
+	return unsplit{tensor.CPU()}
+}
 
 // TestSplitMatchesUnsplit checks that splitting the products and attention
 // heads across the workers computes what one backend call per product does,
@@ -22,11 +44,13 @@ func TestSplitMatchesUnsplit(t *testing.T) {
 		prompt[i] = (i*37 + 5) % cfg.VocabSize
 	}
 	runAll := func(split bool) [][]float32 {
-		m, err := NewRandom(cfg, 7, nil)
+		m, err := NewRandom(cfg, 7, splitBackend(split))
 		if err != nil {
 			t.Fatal(err)
 		}
-		m.split = split
+		if m.mm.ParallelCalls() != split {
+			t.Fatalf("products split %v on %T, want %v", m.mm.ParallelCalls(), m.Backend(), split)
+		}
 		a, b := mustSeq(t, m, 256), mustSeq(t, m, 256)
 		opt := Options{Taps: []int{1, 2}}
 		var outs [][]float32
@@ -57,11 +81,10 @@ func TestSplitDecodeDoesNotAllocate(t *testing.T) {
 	cfg := Bench60MConfig()
 	cfg.HiddenSize, cfg.IntermediateSize, cfg.NumLayers, cfg.VocabSize = 128, 384, 2, 700
 	cfg.NumHeads, cfg.NumKVHeads, cfg.HeadDim = 4, 2, 32
-	m, err := NewRandom(cfg, 7, nil)
+	m, err := NewRandom(cfg, 7, splitBackend(true))
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.split = true
 	a, b := mustSeq(t, m, 300), mustSeq(t, m, 300)
 	batch := []Input{{Seq: a, Tokens: []int{1, 2, 3, 4, 5, 6, 7, 8, 9}}, {Seq: b, Tokens: []int{4, 5}}}
 	run(t, m, batch, Options{})

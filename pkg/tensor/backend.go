@@ -1,6 +1,10 @@
-// Package tensor holds drafter's compute layer: the Backend interface through which
-// every matrix multiply runs (OpenBLAS via cgo, pure Go, and later CUDA), and small
-// helpers for splitting element-wise work over the CPU cores.
+// Package tensor holds drafter's compute layer, the CPU device: the Backend
+// interface through which every large matrix multiply runs (OpenBLAS via cgo,
+// pure Go, and later CUDA); Products, which runs a model's weight products
+// and alone decides how (kernel, weight layout, threading), so that no caller
+// looks at which backend it has; and small helpers for splitting element-wise
+// work over the CPU cores. It is the only package that reaches its assembly
+// kernels (internal/kernel), cgo or OpenBLAS (internal/deps checks it).
 //
 // All matrices are row-major float32 slices. A backend never allocates on the
 // hot path; callers own every buffer.
@@ -46,4 +50,25 @@ func MatMulT(be Backend, out, x, w []float32, m, n, k int) {
 		return
 	}
 	be.Sgemm(false, true, m, n, k, 1, x, k, w, k, 0, out, n)
+}
+
+// threaded is implemented by backends that say how many threads one call
+// uses (openblas: 1, set when it loads). A backend without it may thread
+// each call itself, and is called from one goroutine at a time.
+type threaded interface{ Threads() int }
+
+// threading says how Products threads its products on be: parallel when be's
+// calls may run side by side on tensor's workers, one thread each (a
+// threaded backend with one thread, or the pure-Go backend, whose calls are
+// safe to nest in the workers); selfSplit when be splits its large products
+// over the workers itself (the pure-Go backend), so that a caller hands them
+// over whole.
+func threading(be Backend) (parallel, selfSplit bool) {
+	switch b := be.(type) {
+	case goBLAS:
+		return true, true
+	case threaded:
+		return b.Threads() == 1, false
+	}
+	return false, false
 }

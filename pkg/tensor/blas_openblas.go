@@ -82,8 +82,9 @@ type openblas struct {
 
 func (*openblas) Name() string { return "openblas" }
 
-// Threads reports that one call runs on one thread, so that callers (pkg/model)
-// may split their products across goroutines.
+// Threads reports that one call runs on one thread, so that Products splits
+// large products, and callers their independent calls (ParallelCalls),
+// across the workers.
 func (*openblas) Threads() int { return 1 }
 
 // splitMin is the product size (multiply-adds) from which a call is split over

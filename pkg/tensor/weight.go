@@ -1,0 +1,33 @@
+package tensor
+
+// Weight is a weight matrix W [n, k] (a Hugging Face Linear's layout, in its
+// checkpoint's dtype) as products by it run: the Matrix, plus whatever other
+// layout the device keeps beside it for speed (today a transposed float32
+// copy for few-row products; see Products.Prepare). A caller builds it once
+// with WeightOf, lets Prepare choose the layouts, and multiplies with
+// Products.MulT; it never looks at the layouts, so that a device can change
+// them without touching the caller. The zero Weight is empty.
+type Weight struct {
+	m Matrix
+	t *Transposed // W transposed for few-row products, or nil
+}
+
+// WeightOf returns m as a Weight with no other layout: products read m where
+// it is until Products.Prepare adds one. The Weight shares m's values.
+func WeightOf(m Matrix) Weight { return Weight{m: m} }
+
+// Matrix returns the matrix the weight multiplies by.
+func (w *Weight) Matrix() Matrix { return w.m }
+
+// Empty reports whether the weight has no matrix (the zero Weight).
+func (w *Weight) Empty() bool { return w.m.Empty() }
+
+// ExtraBytes returns the memory the device's other layouts of the weight
+// occupy beside the matrix (a transposed copy), which Matrix.Bytes does not
+// count: 0 when products read the matrix alone.
+func (w *Weight) ExtraBytes() int64 {
+	if w.t == nil {
+		return 0
+	}
+	return 4 * int64(len(w.t.T))
+}
