@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -94,47 +95,40 @@ func reportRaw(b *testing.B, m *Model, rows, logitRows, tokens int) {
 	b.ReportMetric(flops/sec/1e9, "sgemm-GFLOP/s")
 }
 
-func benchModels(b *testing.B) []struct {
+// benchModel is one model the forward benchmarks run, under its row name.
+type benchModel struct {
 	name string
 	m    *Model
-} {
-	out := []struct {
-		name string
-		m    *Model
-	}{{"stories260k", loadModel(b, "stories260k")}}
+}
+
+// benchModels returns stories260k and the 60M model, each in float32 and as
+// its bf16 and f16 checkpoints hold it.
+func benchModels(b *testing.B) []benchModel {
+	var out []benchModel
+	add := func(name string, m *Model, err error) {
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { m.Close() })
+		out = append(out, benchModel{name, m})
+	}
+	add("stories260k", loadModel(b, "stories260k"), nil)
 	// stories260k as bf16 and f16 safetensors checkpoints, loaded as a user's
 	// would be: products over the mapped 16-bit values.
-	for _, c := range []struct {
-		name string
-		dt   safetensors.DType
-	}{{"stories260k-bf16", safetensors.BF16}, {"stories260k-f16", safetensors.F16}} {
-		dir, _ := convertCheckpoint(b, testutil.Stories260k(), c.dt)
+	for _, dt := range []safetensors.DType{safetensors.BF16, safetensors.F16} {
+		dir, _ := convertCheckpoint(b, testutil.Stories260k(), dt)
 		m, err := Load(dir, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { m.Close() })
-		out = append(out, struct {
-			name string
-			m    *Model
-		}{c.name, m})
+		add("stories260k-"+strings.ToLower(string(dt)), m, err)
 	}
-	// The 60M model in float32 and as its bf16 and f16 checkpoints hold it
-	// (random60M-bf16, random60M-f16: the same weights rounded, products
-	// over the 16-bit values).
-	for _, c := range []struct {
-		name string
-		dt   tensor.DType
-	}{{"random60M", tensor.F32}, {"random60M-bf16", tensor.BF16}, {"random60M-f16", tensor.F16}} {
-		m, err := NewRandomAs(Bench60MConfig(), 1, c.dt, nil)
-		if err != nil {
-			b.Fatal(err)
+	// The 60M model (random60M-bf16, random60M-f16: the same weights
+	// rounded, laid out as a checkpoint file holds them).
+	for _, dt := range []tensor.DType{tensor.F32, tensor.BF16, tensor.F16} {
+		name := "random60M"
+		if dt != tensor.F32 {
+			name += "-" + dt.String()
 		}
-		b.Cleanup(func() { m.Close() })
-		out = append(out, struct {
-			name string
-			m    *Model
-		}{c.name, m})
+		m, err := NewRandomAs(Bench60MConfig(), 1, dt, nil)
+		add(name, m, err)
 	}
 	return out
 }
