@@ -174,9 +174,9 @@ func (s *Session) Extend(feats []float32, tokens []int32) error {
 // context positions (their keys go to the cache's rows after the committed
 // ones, and each attends causally to the cache); otherwise they are the last
 // r pending tree nodes (keys to their rows) attending to the committed
-// context, their ancestors and themselves. It allocates nothing: every product is one
-// batched call over the r rows, and the element-wise steps are loops over
-// the session's scratch.
+// context, their ancestors and themselves. It allocates nothing: every
+// product is one batched call over the r rows, and the element-wise steps
+// are loops over the session's scratch.
 func (s *Session) layer(r int, tok []int32, committed bool) error {
 	d, g := s.d, s.d.Geometry
 	h := g.Hidden
