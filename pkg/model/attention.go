@@ -105,12 +105,12 @@ func (m *Model) attendItems(worker, lo, hi int) {
 		in := &s.ins[int(it)/m.nHeads]
 		h := int(it) % m.nHeads
 		g := h / rep
-		kt := in.seq.kt[li][g*hd*in.seq.cap:]
-		vc := in.seq.v[li][g*hd:]
+		kt := in.seq.kv.KT(li)[g*hd*in.seq.kv.Cap():]
+		vc := in.seq.kv.V(li)[g*hd:]
 		for i := 0; i < in.t; i++ {
 			row := in.row0 + i
 			ctx := in.n + i + 1
-			m.attendRow(s.att[row*qd+h*hd:row*qd+h*hd+hd], s.q[row*qd+h*hd:row*qd+h*hd+hd], s.scores[worker][:ctx], kt, vc, in.seq.cap, nil, in.n)
+			m.attendRow(s.att[row*qd+h*hd:row*qd+h*hd+hd], s.q[row*qd+h*hd:row*qd+h*hd+hd], s.scores[worker][:ctx], kt, vc, in.seq.kv.Cap(), nil, in.n)
 		}
 	}
 }
@@ -195,7 +195,7 @@ func (m *Model) attendHeads(worker, lo, hi int) {
 	if !in.tree {
 		block = blasBlock
 	}
-	kc, vc := in.seq.k[li], in.seq.v[li]
+	kc, vc := in.seq.kv.K(li), in.seq.kv.V(li)
 	for h := lo; h < hi; h++ {
 		g := h / rep
 		for i0 := 0; i0 < in.t; i0 += block {
@@ -291,9 +291,9 @@ func (m *Model) attendGroups(worker, lo, hi int) {
 	for _, it := range s.gitems[lo:hi] {
 		in := &s.ins[int(it)/m.nKV]
 		g := int(it) % m.nKV
-		c0 := in.seq.cap
-		kt := in.seq.kt[li][g*hd*c0:]
-		vc := in.seq.v[li][g*hd:]
+		c0 := in.seq.kv.Cap()
+		kt := in.seq.kv.KT(li)[g*hd*c0:]
+		vc := in.seq.kv.V(li)[g*hd:]
 		for i := 0; i < in.t; i++ {
 			vis := in.n + i + 1
 			var mk []bool

@@ -175,19 +175,19 @@ func (m *Model) Forward(batch []Input, opt Options) (*Result, error) {
 		if t == 0 {
 			return nil, fmt.Errorf("model: forward: batch[%d] has no tokens (empty prompt)", b)
 		}
-		if len(sq.pending) > 0 {
-			return nil, fmt.Errorf("model: forward: batch[%d]: the sequence has %d uncommitted tree nodes; call Commit first", b, len(sq.pending))
+		if sq.kv.Pending() > 0 {
+			return nil, fmt.Errorf("model: forward: batch[%d]: the sequence has %d uncommitted tree nodes; call Commit first", b, sq.kv.Pending())
 		}
 		for i, id := range in.Tokens {
 			if id < 0 || id >= m.vocab {
 				return nil, fmt.Errorf("model: forward: batch[%d] token %d has id %d, outside the vocabulary [0, %d)", b, i, id, m.vocab)
 			}
 		}
-		if sq.n+t > sq.cap {
-			if sq.n+t > m.maxPos {
-				return nil, fmt.Errorf("model: forward: batch[%d]: %d tokens after %d in the sequence exceed the model's context length %d", b, t, sq.n, m.maxPos)
+		if err := sq.kv.Fits(t); err != nil {
+			if sq.kv.Len()+t > m.maxPos {
+				return nil, fmt.Errorf("model: forward: batch[%d]: %d tokens after %d in the sequence exceed the model's context length %d", b, t, sq.kv.Len(), m.maxPos)
 			}
-			return nil, fmt.Errorf("model: forward: batch[%d]: %d tokens after %d in the sequence exceed its cache capacity %d", b, t, sq.n, sq.cap)
+			return nil, fmt.Errorf("model: forward: batch[%d]: %d tokens after %d in the sequence exceed its cache capacity %d", b, t, sq.kv.Len(), sq.kv.Cap())
 		}
 		if in.Parents != nil {
 			if len(in.Parents) != t {
@@ -227,7 +227,7 @@ func (m *Model) Forward(batch []Input, opt Options) (*Result, error) {
 	row, moff := 0, 0
 	for b := range batch {
 		in := &batch[b]
-		t, n := len(in.Tokens), in.Seq.n
+		t, n := len(in.Tokens), in.Seq.kv.Len()
 		si := seqIn{seq: in.Seq, row0: row, t: t, n: n, tree: in.Parents != nil, mask: moff, lrow0: len(s.lidx)}
 		if si.tree {
 			mask := s.mask[moff : moff+t*t]
@@ -307,17 +307,14 @@ func (m *Model) Forward(batch []Input, opt Options) (*Result, error) {
 		m.mm.MulT(s.logits, s.lx, &m.lm, nl, false)
 	}
 
-	// Commit chains; leave trees pending.
+	// Commit chains; leave trees pending. Both were checked before the pass
+	// (capacity, parents), so neither fails.
 	for b := range batch {
 		in := &batch[b]
 		if in.Parents == nil {
-			in.Seq.n += len(in.Tokens)
+			_ = in.Seq.kv.Append(len(in.Tokens))
 		} else {
-			sq := in.Seq
-			sq.pending = sq.pending[:0]
-			for _, p := range in.Parents {
-				sq.pending = append(sq.pending, int32(p))
-			}
+			_ = in.Seq.kv.AddPending(in.Parents)
 		}
 	}
 	r := &m.res
@@ -428,15 +425,7 @@ func (a *Attention) forward(m *Model, li, rows int) {
 	tensor.Scale(s.q[:rows*m.qDim], m.scale)
 	kv := m.kvDim
 	for _, in := range s.ins {
-		dst := in.n * kv
-		copy(in.seq.k[li][dst:dst+in.t*kv], s.k[in.row0*kv:(in.row0+in.t)*kv])
-		copy(in.seq.v[li][dst:dst+in.t*kv], s.v[in.row0*kv:(in.row0+in.t)*kv])
-		kt, c0 := in.seq.kt[li], in.seq.cap
-		for i := 0; i < in.t; i++ {
-			for c, x := range s.k[(in.row0+i)*kv : (in.row0+i+1)*kv] {
-				kt[c*c0+in.n+i] = x
-			}
-		}
+		in.seq.kv.Write(li, 0, s.k[in.row0*kv:(in.row0+in.t)*kv], s.v[in.row0*kv:(in.row0+in.t)*kv])
 	}
 	m.attend(li)
 	m.linear(&a.O, s.x, s.att, rows, true)

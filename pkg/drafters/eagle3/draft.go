@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/drafter-ai/drafter/pkg/drafters"
+	"github.com/drafter-ai/drafter/pkg/kvcache"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
@@ -63,18 +64,19 @@ func NewDraft(g Geometry, p *Params, voc *Vocab, embed tensor.Matrix, be tensor.
 // the committed context (one entry per position whose target feature has been
 // consumed) and a scratch tree of draft nodes above the last committed
 // position. Node -1 is the root: the last committed position's own output.
+//
+// The cache is a kvcache.Cache, the target's type: committed positions are
+// its committed rows, the tree's nodes its pending nodes (node i at row
+// Len()+i, with its parent), so it holds capacity+maxNodes rows.
 type Session struct {
 	d        *Draft
-	capacity int
-	n        int       // committed positions
-	kt       []float32 // [kvDim, capacity]: the keys transposed, for the attention's scores
-	v        []float32 // [capacity, kvDim]
-	root     []float32 // [H] pre-norm output at position n-1
-	rootLg   []float32 // [N] its draft logits
+	capacity int            // committed positions the session holds
+	kv       *kvcache.Cache // the draft layer's keys and values
+	root     []float32      // [H] pre-norm output at position Len()-1
+	rootLg   []float32      // [N] its draft logits
 
-	nodes        []node
 	maxNodes     int
-	nk, nv, nh   []float32 // per node: key, value, pre-norm output
+	nh           []float32 // per node pre-norm output [maxNodes, H]
 	nlg          []float32 // per node logits [maxNodes, N]
 	chainScratch []int
 	ancScratch   []int
@@ -90,25 +92,24 @@ type Session struct {
 	sc      []float32
 }
 
-type node struct {
-	parent int
-	depth  int
-}
-
 // extendChunk bounds the rows Extend processes at once.
 const extendChunk = 64
 
 // NewSession allocates a session for up to capacity committed positions and
 // maxNodes draft nodes (a chain of k steps needs k-1; EAGLE-2's default tree
-// with depth 7 and top-k 10 needs up to 70).
+// with depth 7 and top-k 10 needs up to 70). Neither may be negative.
 func (d *Draft) NewSession(capacity, maxNodes int) *Session {
 	g := d.Geometry
 	h, kw, qw, I, N := g.Hidden, g.KVDim(), g.QDim(), g.Intermediate, g.DraftVocab
 	R := max(maxNodes, extendChunk)
 	f := func(n int) []float32 { return make([]float32, n) }
-	s := &Session{d: d, capacity: capacity, maxNodes: maxNodes,
-		kt: f(kw * capacity), v: f(capacity * kw), root: f(h), rootLg: f(N),
-		nk: f(maxNodes * kw), nv: f(maxNodes * kw), nh: f(maxNodes * h), nlg: f(maxNodes * N),
+	kv, err := kvcache.New(1, kw, capacity+maxNodes)
+	if err != nil {
+		// Only a negative size gets here, which make would refuse alike.
+		panic(fmt.Sprintf("eagle3: NewSession(%d, %d): %v", capacity, maxNodes, err))
+	}
+	s := &Session{d: d, capacity: capacity, kv: kv, maxNodes: maxNodes,
+		root: f(h), rootLg: f(N), nh: f(maxNodes * h), nlg: f(maxNodes * N),
 		fn: f(R * h), sc: f(capacity + maxNodes + 1)}
 	s.acts = Acts{E: f(R * h), H: f(R * h), Pos: make([]int32, R), X: f(R * 2 * h),
 		Q: f(R * qw), K: f(R * kw), V: f(R * kw), O: f(R * qw), A1: f(R * h), N2: f(R * h),
@@ -119,15 +120,15 @@ func (d *Draft) NewSession(capacity, maxNodes int) *Session {
 }
 
 // Len returns the number of committed positions.
-func (s *Session) Len() int { return s.n }
+func (s *Session) Len() int { return s.kv.Len() }
 
 // Truncate drops committed positions beyond n (after a rejected draft) and the
 // draft tree. Extend must follow before drafting again.
 func (s *Session) Truncate(n int) {
-	if n < s.n {
-		s.n = n
+	if n < s.kv.Len() {
+		_ = s.kv.Truncate(max(n, 0)) // in range: cannot fail
 	}
-	s.nodes = s.nodes[:0]
+	s.kv.ClearPending()
 }
 
 // Extend commits m new positions: feats holds their fused target features
@@ -143,23 +144,25 @@ func (s *Session) Extend(feats []float32, tokens []int32) error {
 	if len(feats) != m*3*h {
 		return fmt.Errorf("eagle3: Extend: %d feature values for %d tokens, want %d", len(feats), m, m*3*h)
 	}
-	if s.n+m > s.capacity {
-		return fmt.Errorf("eagle3: Extend: %d positions exceed the session capacity %d", s.n+m, s.capacity)
+	if s.kv.Len()+m > s.capacity {
+		return fmt.Errorf("eagle3: Extend: %d positions exceed the session capacity %d", s.kv.Len()+m, s.capacity)
 	}
 	if m == 0 {
 		return nil
 	}
-	s.nodes = s.nodes[:0]
+	s.kv.ClearPending()
 	for c := 0; c < m; c += extendChunk {
 		r := min(extendChunk, m-c)
 		d.layer.FC(s.acts.H, feats[c*3*h:(c+r)*3*h], r)
 		for i := 0; i < r; i++ {
-			s.acts.Pos[i] = int32(s.n + i)
+			s.acts.Pos[i] = int32(s.kv.Len() + i)
 		}
 		if err := s.layer(r, tokens[c:c+r], true); err != nil {
 			return err
 		}
-		s.n += r
+		if err := s.kv.Append(r); err != nil {
+			return fmt.Errorf("eagle3: Extend: %w", err)
+		}
 	}
 	copy(s.root, s.acts.Out[(m-1-(m-1)/extendChunk*extendChunk)*h:][:h])
 	d.layer.Logits(s.rootLg, s.fn, s.root, 1)
@@ -168,12 +171,12 @@ func (s *Session) Extend(feats []float32, tokens []int32) error {
 
 // layer runs the draft layer over r rows whose hidden inputs are in
 // s.acts.H, tokens tok and positions s.acts.Pos. committed: the rows are new
-// context positions (their keys go to the cache at s.n+i and each attends
-// causally to the cache); otherwise they are the last r tree nodes (keys to
-// the node scratch at len(s.nodes)-r+i) attending to the whole cache, their
-// ancestors and themselves. It allocates nothing: every product is one
-// batched call over the r rows, and the element-wise steps are loops over
-// the session's scratch.
+// context positions (their keys go to the cache's rows after the committed
+// ones, and each attends causally to the cache); otherwise they are the last
+// r pending tree nodes (keys to their rows) attending to the committed
+// context, their ancestors and themselves. It allocates nothing: every
+// product is one batched call over the r rows, and the element-wise steps
+// are loops over the session's scratch.
 func (s *Session) layer(r int, tok []int32, committed bool) error {
 	d, g := s.d, s.d.Geometry
 	h := g.Hidden
@@ -193,31 +196,25 @@ func (s *Session) layer(r int, tok []int32, committed bool) error {
 type sessionAttention Session
 
 // Attend implements Attention for the session's rows: committed rows store
-// their keys and values in the cache and attend causally to it, tree nodes
-// store theirs in the node scratch and attend to the whole cache, their
-// ancestors and themselves.
+// their keys and values in the cache after the committed ones and attend
+// causally to the cache, tree nodes store theirs at their pending rows and
+// attend to the committed context, their ancestors and themselves.
 func (a *sessionAttention) Attend(o, q, k, v []float32, r int) {
 	s := (*Session)(a)
 	kw := s.d.Geometry.KVDim()
-	base := len(s.nodes) - r
-	if s.committed {
-		copy(s.v[s.n*kw:(s.n+r)*kw], v[:r*kw])
-		for i := 0; i < r; i++ {
-			for c, x := range k[i*kw : (i+1)*kw] {
-				s.kt[c*s.capacity+s.n+i] = x
-			}
-		}
-	} else {
-		copy(s.nk[base*kw:(base+r)*kw], k[:r*kw])
-		copy(s.nv[base*kw:(base+r)*kw], v[:r*kw])
+	n := s.kv.Len()
+	base := 0 // committed rows go right after the committed ones
+	if !s.committed {
+		base = s.kv.Pending() - r // the newest r pending nodes
 	}
+	s.kv.Write(0, base, k[:r*kw], v[:r*kw])
 	for i := 0; i < r; i++ {
-		ctx := s.n
+		ctx := n
 		anc := s.ancScratch[:0]
 		if s.committed {
-			ctx = s.n + i + 1
+			ctx = n + i + 1
 		} else {
-			for a := s.nodes[base+i].parent; a >= 0; a = s.nodes[a].parent {
+			for a := s.kv.Parent(base + i); a >= 0; a = s.kv.Parent(a) {
 				anc = append(anc, a)
 			}
 			anc = append(anc, base+i)
@@ -232,32 +229,37 @@ func (a *sessionAttention) Attend(o, q, k, v []float32, r int) {
 // time, as the target model's attention does: the scores against the cache
 // as a weighted sum of its transposed keys, the ancestors' by dot products,
 // the softmax numerators, their weighted sum of the cached values and the
-// ancestors' values, divided by the softmax denominator.
+// ancestors' values, divided by the softmax denominator. Tree node nd's key
+// and value are the cache's row Len()+nd.
 func (s *Session) attendRow(out, q []float32, i, ctx int, anc []int) {
 	a := s.d.layer.a
 	qw, kw := s.d.Geometry.QDim(), s.d.Geometry.KVDim()
 	group := a.nq / a.nkv
 	w := ctx + len(anc)
 	sc := s.sc[:w]
+	kc, kt, vc, c0 := s.kv.K(0), s.kv.KT(0), s.kv.V(0), s.kv.Cap()
+	nodes := s.kv.Len() * kw // the first tree node's row
 	for hh := 0; hh < a.nq; hh++ {
 		off := hh / group * a.hd
 		qv := q[i*qw+hh*a.hd : i*qw+(hh+1)*a.hd]
 		tensor.Scale(qv, a.scale)
 		if ctx > 0 {
-			tensor.WeightedSum(sc[:ctx], qv, s.kt[off*s.capacity:(off+a.hd-1)*s.capacity+ctx], s.capacity, a.hd, ctx, false)
+			tensor.WeightedSum(sc[:ctx], qv, kt[off*c0:(off+a.hd-1)*c0+ctx], c0, a.hd, ctx, false)
 		}
 		for c, nd := range anc {
-			sc[ctx+c] = dot(qv, s.nk[nd*kw+off:nd*kw+off+a.hd])
+			r := nodes + nd*kw + off
+			sc[ctx+c] = dot(qv, kc[r:r+a.hd])
 		}
 		inv := 1 / tensor.SoftmaxUnscaled(sc)
 		o := out[i*qw+hh*a.hd : i*qw+(hh+1)*a.hd]
 		if ctx > 0 {
-			tensor.WeightedSum(o, sc[:ctx], s.v[off:(ctx-1)*kw+off+a.hd], kw, ctx, a.hd, false)
+			tensor.WeightedSum(o, sc[:ctx], vc[off:(ctx-1)*kw+off+a.hd], kw, ctx, a.hd, false)
 		} else {
 			clear(o)
 		}
 		for c, nd := range anc {
-			axpy(o, sc[ctx+c], s.nv[nd*kw+off:nd*kw+off+a.hd])
+			r := nodes + nd*kw + off
+			axpy(o, sc[ctx+c], vc[r:r+a.hd])
 		}
 		tensor.Scale(o, inv)
 	}
@@ -275,29 +277,34 @@ func (s *Session) AddNodes(parents []int, tokens []int32) ([]int, error) {
 	if len(tokens) != r {
 		return nil, fmt.Errorf("eagle3: AddNodes: %d parents but %d tokens", r, len(tokens))
 	}
-	if s.n == 0 {
+	n := s.kv.Len()
+	if n == 0 {
 		return nil, fmt.Errorf("eagle3: AddNodes before any Extend")
 	}
-	if len(s.nodes)+r > s.maxNodes {
-		return nil, fmt.Errorf("eagle3: AddNodes: %d nodes exceed the session's %d", len(s.nodes)+r, s.maxNodes)
+	base := s.kv.Pending()
+	if base+r > s.maxNodes {
+		return nil, fmt.Errorf("eagle3: AddNodes: %d nodes exceed the session's %d", base+r, s.maxNodes)
 	}
-	base := len(s.nodes)
-	for i, par := range parents {
+	for _, par := range parents {
 		if par < -1 || par >= base {
 			return nil, fmt.Errorf("eagle3: AddNodes: parent %d is not an existing node (have %d)", par, base)
 		}
-		depth := 1
+	}
+	if err := s.kv.AddPending(parents); err != nil {
+		return nil, fmt.Errorf("eagle3: AddNodes: %w", err)
+	}
+	for i, par := range parents {
 		src := s.root
 		if par >= 0 {
-			depth = s.nodes[par].depth + 1
 			src = s.nh[par*h : (par+1)*h]
 		}
 		copy(s.acts.H[i*h:(i+1)*h], src)
-		s.acts.Pos[i] = int32(s.n - 1 + depth)
-		s.nodes = append(s.nodes, node{parent: par, depth: depth})
+		// A child of the root (the position n-1) sits at n, each further
+		// ancestor one later.
+		s.acts.Pos[i] = int32(n + s.kv.Depth(base+i))
 	}
 	if err := s.layer(r, tokens, false); err != nil {
-		s.nodes = s.nodes[:base]
+		s.kv.DropPending(base)
 		return nil, err
 	}
 	copy(s.nh[base*h:(base+r)*h], s.acts.Out[:r*h])
@@ -344,7 +351,7 @@ func (s *Session) TopK(nodeID, k int, ids []int32, logp []float32) int {
 
 // ClearTree drops the draft tree above the committed context (the root's
 // prediction stays), so AddNodes starts a new tree.
-func (s *Session) ClearTree() { s.nodes = s.nodes[:0] }
+func (s *Session) ClearTree() { s.kv.ClearPending() }
 
 // TargetLogits writes the draft logits after node (-1: the root) as a row over
 // the target vocabulary into dst (len Geometry.Vocab): each draft-vocabulary
@@ -357,8 +364,8 @@ func (s *Session) TargetLogits(nodeID int, dst []float32) error {
 	if len(dst) != g.Vocab {
 		return fmt.Errorf("eagle3: TargetLogits: a row of %d values, want the target vocabulary %d", len(dst), g.Vocab)
 	}
-	if nodeID < -1 || nodeID >= len(s.nodes) {
-		return fmt.Errorf("eagle3: TargetLogits: node %d is not an existing node (have %d)", nodeID, len(s.nodes))
+	if nodeID < -1 || nodeID >= s.kv.Pending() {
+		return fmt.Errorf("eagle3: TargetLogits: node %d is not an existing node (have %d)", nodeID, s.kv.Pending())
 	}
 	lg := s.rootLg
 	if nodeID >= 0 {
@@ -379,7 +386,7 @@ func (s *Session) TargetLogits(nodeID int, dst []float32) error {
 // into dst (target ids) and returns it; the tree is cleared first and holds
 // the chain afterwards.
 func (s *Session) DraftChain(k int, dst []int32) ([]int32, error) {
-	s.nodes = s.nodes[:0]
+	s.kv.ClearPending()
 	dst = dst[:0]
 	var id [1]int32
 	cur := -1
