@@ -2,7 +2,6 @@ package capture
 
 import (
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -188,13 +187,4 @@ func fieldNames(s *arrow.Schema) []string {
 		out[i] = s.Field(i).Name
 	}
 	return out
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -7,8 +7,8 @@ import (
 )
 
 // The forward pass's own element-wise helpers: the few-row SwiGLU over fused
-// gate/up rows, bias adds and the attention's inner products. Normalisation
-// is pkg/nn's RMSNorm, which the drafters use too.
+// gate/up rows and bias adds. Normalisation is pkg/nn's RMSNorm, which the
+// drafters use too; the attention's kernels are pkg/tensor's.
 
 func sqrt64(x float64) float64 { return math.Sqrt(x) }
 
@@ -20,6 +20,7 @@ func swigluRows(out, gu []float32, lo, hi, I int) {
 	}
 }
 
+// addBias adds b to every row of out (rows of len(b)).
 func addBias(out, b []float32) {
 	n := len(b)
 	for r := 0; r+n <= len(out); r += n {
@@ -27,38 +28,5 @@ func addBias(out, b []float32) {
 		for i, v := range b {
 			o[i] += v
 		}
-	}
-}
-
-// dot returns the inner product of a and b (len(b) >= len(a)).
-func dot(a, b []float32) float32 {
-	n := len(a)
-	b = b[:n]
-	var s0, s1, s2, s3 float32
-	i := 0
-	for ; i+4 <= n; i += 4 {
-		s0 += a[i] * b[i]
-		s1 += a[i+1] * b[i+1]
-		s2 += a[i+2] * b[i+2]
-		s3 += a[i+3] * b[i+3]
-	}
-	for ; i < n; i++ {
-		s0 += a[i] * b[i]
-	}
-	return (s0 + s1) + (s2 + s3)
-}
-
-// axpy computes y += a*x (len(x) >= len(y)).
-func axpy(y []float32, a float32, x []float32) {
-	x = x[:len(y)]
-	i := 0
-	for ; i+4 <= len(y); i += 4 {
-		y[i] += a * x[i]
-		y[i+1] += a * x[i+1]
-		y[i+2] += a * x[i+2]
-		y[i+3] += a * x[i+3]
-	}
-	for ; i < len(y); i++ {
-		y[i] += a * x[i]
 	}
 }

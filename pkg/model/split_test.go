@@ -35,10 +35,6 @@ func TestSplitMatchesUnsplit(t *testing.T) {
 	cfg := Bench60MConfig()
 	cfg.HiddenSize, cfg.IntermediateSize, cfg.NumLayers, cfg.VocabSize = 128, 384, 2, 700
 	cfg.NumHeads, cfg.NumKVHeads, cfg.HeadDim = 4, 2, 32
-	type step struct {
-		toks    [][]int
-		parents []int
-	}
 	prompt := make([]int, 150)
 	for i := range prompt {
 		prompt[i] = (i*37 + 5) % cfg.VocabSize

@@ -22,10 +22,6 @@ func (goBLAS) Name() string { return "go" }
 // full. It is the same process-wide free list as the worker pool's jobs.
 var gemms = sync.OnceValue(func() chan *kernel.Gemm { return make(chan *kernel.Gemm, 16) })
 
-// gemmMinWork is the product size (multiply-adds) below which the Go kernel
-// (on processors without AVX2) leaves the product to gonum.
-const gemmMinWork = 1 << 12
-
 func tr(t bool) blas.Transpose {
 	if t {
 		return blas.Trans

@@ -140,9 +140,6 @@ func (t *net) begin() {
 	t.rows = 0
 }
 
-// fits reports whether a sample of n tokens (before truncation) still fits.
-func (t *net) fits(n int) bool { return t.rows+min(n, t.maxLen) <= t.maxRow }
-
 // add copies one sample (truncated to maxLen) into the batch, so the caller may
 // reuse the sample's buffers afterwards.
 func (t *net) add(s *dataset.Sample) error {

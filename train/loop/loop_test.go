@@ -26,7 +26,6 @@ import (
 type quad struct {
 	w, g     []float32
 	epochs   []int
-	patience int
 	epoch    int
 	cursor   int
 	target   []float32

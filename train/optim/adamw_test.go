@@ -9,9 +9,9 @@ import (
 // refAdamW is an independent float64 transcription of the AdamW algorithm as
 // documented for torch.optim.AdamW (decoupled decay, bias-corrected moments).
 type refAdamW struct {
-	lr, b1, b2, eps, wd float64
-	p, m, v             []float64
-	t                   int
+	b1, b2, eps, wd float64
+	p, m, v         []float64
+	t               int
 }
 
 func (r *refAdamW) step(g []float64, lr float64) {
