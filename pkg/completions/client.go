@@ -197,6 +197,7 @@ type endpoint struct {
 
 	mu        sync.Mutex
 	downUntil time.Time
+	fails     int // failed attempts in a row, reset by an answer
 }
 
 // New checks opt and returns a client.
@@ -530,13 +531,27 @@ func (e *endpoint) until() time.Time {
 	return e.downUntil
 }
 
-// rest keeps e out of the rotation until t (a later time wins).
-func (e *endpoint) rest(t time.Time) {
+// failed records a failed attempt at e and keeps e out of the rotation for
+// at least wait, and for longer when e has failed several times in a row:
+// the backoff of its own run of failures (base doubling up to limit), so
+// that a server that is down stops taking a share of every request's
+// attempts while the live ones answer. It returns how long e rests.
+func (e *endpoint) failed(now time.Time, wait, base, limit time.Duration, key uint64) time.Duration {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if t.After(e.downUntil) {
+	e.fails++
+	wait = max(wait, backoff(base, limit, key, e.fails))
+	if t := now.Add(wait); t.After(e.downUntil) {
 		e.downUntil = t
 	}
+	return wait
+}
+
+// answered records an answer from e: its run of failures is over.
+func (e *endpoint) answered() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.fails = 0
 }
 
 // Run sends n requests, req(i) for i in 0..n-1, with Options.Concurrency in

@@ -90,8 +90,14 @@ func TestRunSurvivesFaults(t *testing.T) {
 	deadURL := dead.URL
 	dead.Close()
 
+	// An attempt at a live server fails with probability 0.44 (the faults
+	// above), one at the dead URL always, and the dead URL takes a third of
+	// the attempts at the most (it rests after each failure). 30 attempts
+	// then all fail with probability below 0.63^30 = 1e-6 per request, 2e-4
+	// per run of 200: giving up would be the test's error, not the client's
+	// (12 attempts failed one run in a few dozen).
 	c := newClient(t, completions.Options{URLs: []string{a.URL, deadURL + "/v1", b.URL + "/"}, Model: "fake-model",
-		Concurrency: 8, Timeout: time.Second, MaxAttempts: 12})
+		Concurrency: 8, Timeout: time.Second, MaxAttempts: 30})
 	const n = 200
 	var got []int
 	err := c.Run(context.Background(), n, request, func(i int, r *completions.Response, err error) error {

@@ -94,13 +94,15 @@ func retryable(err error) (bool, time.Duration) {
 
 // retry calls f with attempts 1, 2, ... until it succeeds, fails for good, or
 // MaxAttempts is reached. f returns the endpoint it used; after a temporary
-// failure that endpoint rests for the backoff (or the server's Retry-After).
+// failure that endpoint rests for the backoff (or the server's Retry-After,
+// or its own run of failures' backoff when longer: endpoint.failed).
 // With failover the next attempt starts at once when another endpoint is
 // healthy (f picks it); otherwise it follows that wait.
 func (c *Client) retry(ctx context.Context, key uint64, failover bool, f func(ctx context.Context, attempt int) (*endpoint, error)) error {
 	for attempt := 1; ; attempt++ {
 		ep, err := f(ctx, attempt)
 		if err == nil {
+			ep.answered()
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -114,8 +116,7 @@ func (c *Client) retry(ctx context.Context, key uint64, failover bool, f func(ct
 			return fmt.Errorf("giving up after %d attempts: %w", attempt, err)
 		}
 		wait := backoff(c.opt.Backoff, c.opt.MaxBackoff, key, attempt)
-		wait = max(wait, after)
-		ep.rest(time.Now().Add(wait))
+		wait = ep.failed(time.Now(), max(wait, after), c.opt.Backoff, c.opt.MaxBackoff, key)
 		if failover && c.healthy(ep) {
 			wait = 0
 		}

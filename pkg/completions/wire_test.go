@@ -225,3 +225,38 @@ func TestServerMessage(t *testing.T) {
 		}
 	}
 }
+
+// An endpoint that keeps failing rests longer with each failure in a row,
+// whatever attempt of its request each failure was (a server that is down
+// stops taking the first attempts of every request), and an answer ends its
+// run: the next failure rests only the request's own wait again.
+func TestEndpointRestGrows(t *testing.T) {
+	base, limit := 10*time.Millisecond, time.Second
+	now := time.Unix(1000, 0)
+	e := &endpoint{base: "http://x"}
+	var last time.Duration
+	for n := 1; n <= 8; n++ {
+		// Every failure is a first attempt: the request's own wait is
+		// base/2 at most.
+		w := e.failed(now, base/2, base, limit, 7)
+		if lo := min(base<<(n-1), limit) / 2; w < lo {
+			t.Fatalf("failure %d in a row: rests %v, want at least %v", n, w, lo)
+		}
+		if got := e.until().Sub(now); got != w {
+			t.Fatalf("failure %d: out of the rotation for %v, told %v", n, got, w)
+		}
+		last = w
+	}
+	if last < limit/2 {
+		t.Fatalf("after 8 failures in a row the rest is %v, want it near the limit %v", last, limit)
+	}
+	e.answered()
+	e.downUntil = time.Time{}
+	if w := e.failed(now, base/2, base, limit, 7); w >= base {
+		t.Fatalf("the first failure after an answer rests %v, want the request's own wait, below %v", w, base)
+	}
+	// A longer wait the request asks for (Retry-After) is kept.
+	if w := e.failed(now, 3*time.Second, base, limit, 7); w != 3*time.Second {
+		t.Fatalf("a 3s Retry-After gave a rest of %v", w)
+	}
+}
