@@ -2,26 +2,29 @@
 // type the target model (pkg/model) and the EAGLE-3 draft session
 // (pkg/drafters/eagle3) keep their keys and values in.
 //
-// A Cache owns, for every layer, the keys and values of rows [0, Cap) in the
-// layouts the attention kernels read: row-major keys and values [cap, kvDim]
-// (values for P·V, keys for the products of long passes) and the keys
-// transposed, [kvDim, cap] (a short pass scores a query against every key as
-// one weighted sum of K^T's rows). Rows [0, Len) are the committed context.
+// A Cache keeps, for every layer, the keys and values of rows [0, Cap) in a
+// device's memory (a tensor.KV, in the layout the device's attention reads),
+// and the bookkeeping of which rows hold what. Rows [0, Len) are the
+// committed context.
 // A pass writes its new rows after them (Write); a chain of them is
 // committed at once (Append), the nodes of a speculation tree stay pending,
 // each with its parent, at rows Len()+i, until Commit keeps an accepted path
 // or Truncate, Reset or ClearPending drops them. The cache does no
-// arithmetic: each attention reads the rows it needs with its own kernels.
+// arithmetic: the device's attention reads the rows it needs.
 package kvcache
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/drafter-ai/drafter/pkg/tensor"
+)
 
 // Cache is one sequence's keys and values for every layer, with its
 // committed length and its pending tree nodes. It is not safe for
 // concurrent writes; attentions may read it from several goroutines.
 type Cache struct {
-	k, v    [][]float32 // per layer [cap, kvDim]
-	kt      [][]float32 // per layer [kvDim, cap]: k transposed
+	dev     tensor.Device
+	kv      *tensor.KV
 	kvDim   int
 	cap     int
 	n       int     // committed rows
@@ -29,25 +32,14 @@ type Cache struct {
 	depths  []int32 // per pending node: its ancestors among the pending nodes
 }
 
-// New allocates a cache of layers layers, kvDim values per key or value row
-// and capacity rows, in one block (the layers' K, V and K^T in turn).
-func New(layers, kvDim, capacity int) (*Cache, error) {
-	if layers <= 0 || kvDim <= 0 {
-		return nil, fmt.Errorf("kvcache: %d layers of %d key values: both must be positive", layers, kvDim)
+// New allocates on dev a cache of layers layers, kvDim values per key or
+// value row and capacity rows.
+func New(dev tensor.Device, layers, kvDim, capacity int) (*Cache, error) {
+	kv, err := dev.NewKV(layers, kvDim, capacity)
+	if err != nil {
+		return nil, fmt.Errorf("kvcache: %w", err)
 	}
-	if capacity < 0 {
-		return nil, fmt.Errorf("kvcache: capacity %d is negative", capacity)
-	}
-	per := capacity * kvDim
-	block := make([]float32, 3*layers*per)
-	c := &Cache{k: make([][]float32, layers), v: make([][]float32, layers), kt: make([][]float32, layers), kvDim: kvDim, cap: capacity}
-	for l := 0; l < layers; l++ {
-		// Full slice expressions: a layer's view cannot reach the next one.
-		c.k[l] = block[3*l*per : (3*l+1)*per : (3*l+1)*per]
-		c.v[l] = block[(3*l+1)*per : (3*l+2)*per : (3*l+2)*per]
-		c.kt[l] = block[(3*l+2)*per : (3*l+3)*per : (3*l+3)*per]
-	}
-	return c, nil
+	return &Cache{dev: dev, kv: kv, kvDim: kvDim, cap: capacity}, nil
 }
 
 // Len returns the number of committed rows.
@@ -70,15 +62,20 @@ func (c *Cache) Parent(i int) int { return int(c.parents[i]) }
 // nodes (0 for a child of the committed rows).
 func (c *Cache) Depth(i int) int { return int(c.depths[i]) }
 
-// K returns layer l's row-major keys [Cap, KVDim]: row r at r*KVDim.
-func (c *Cache) K(l int) []float32 { return c.k[l] }
+// KV returns the cache's memory, for the device's Attend.
+func (c *Cache) KV() *tensor.KV { return c.kv }
 
-// V returns layer l's row-major values [Cap, KVDim]: row r at r*KVDim.
-func (c *Cache) V(l int) []float32 { return c.v[l] }
+// K returns layer l's row-major keys [Cap, KVDim] on the host (the CPU
+// device's memory): row r at r*KVDim.
+func (c *Cache) K(l int) []float32 { return c.kv.K(l) }
 
-// KT returns layer l's keys transposed [KVDim, Cap]: value j of row r at
-// j*Cap+r.
-func (c *Cache) KT(l int) []float32 { return c.kt[l] }
+// V returns layer l's row-major values [Cap, KVDim] on the host: row r at
+// r*KVDim.
+func (c *Cache) V(l int) []float32 { return c.kv.V(l) }
+
+// KT returns layer l's keys transposed [KVDim, Cap] on the host: value j of
+// row r at j*Cap+r.
+func (c *Cache) KT(l int) []float32 { return c.kv.KT(l) }
 
 // Fits reports an error unless t more rows fit after the committed ones.
 func (c *Cache) Fits(t int) error {
@@ -88,23 +85,12 @@ func (c *Cache) Fits(t int) error {
 	return nil
 }
 
-// Write stores rows len(k)/KVDim() rows of keys k and values v (row-major,
-// KVDim wide) in layer l at rows Len()+off on: in K, V and K^T. The caller
+// Write stores the rows of keys k and values v ([r, KVDim] tensors of the
+// cache's device) in layer l at rows Len()+off on. The caller
 // has checked that they fit (Fits). Writing neither commits the rows nor
 // makes them pending: Append or AddPending does.
-func (c *Cache) Write(l, off int, k, v []float32) {
-	kv := c.kvDim
-	rows := len(k) / kv
-	dst := (c.n + off) * kv
-	copy(c.k[l][dst:dst+rows*kv], k[:rows*kv])
-	copy(c.v[l][dst:dst+rows*kv], v[:rows*kv])
-	kt, c0 := c.kt[l], c.cap
-	for i := 0; i < rows; i++ {
-		r := c.n + off + i
-		for j, x := range k[i*kv : (i+1)*kv] {
-			kt[j*c0+r] = x
-		}
-	}
+func (c *Cache) Write(l, off int, k, v tensor.Tensor) {
+	c.dev.KVWrite(c.kv, l, c.n+off, k, v)
 }
 
 // Append commits the t rows written after the committed ones (a chain). It
@@ -192,19 +178,9 @@ func (c *Cache) Commit(accepted []int) error {
 		}
 		prev = a
 	}
-	kv := c.kvDim
 	for j, a := range accepted {
-		if a == j {
-			continue // already in place (always so for a chain)
-		}
-		src, dst := (c.n+a)*kv, (c.n+j)*kv
-		for l := range c.k {
-			copy(c.k[l][dst:dst+kv], c.k[l][src:src+kv])
-			copy(c.v[l][dst:dst+kv], c.v[l][src:src+kv])
-			kt := c.kt[l]
-			for i := 0; i < kv; i++ {
-				kt[i*c.cap+c.n+j] = kt[i*c.cap+c.n+a]
-			}
+		if a != j { // else already in place (always so for a chain)
+			c.dev.KVMove(c.kv, c.n+j, c.n+a)
 		}
 	}
 	c.n += len(accepted)

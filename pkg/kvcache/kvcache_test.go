@@ -3,6 +3,8 @@ package kvcache
 import (
 	"strings"
 	"testing"
+
+	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
 // row returns a key or value row whose values name the layer, the row and
@@ -35,13 +37,13 @@ func check(t *testing.T, c *Cache, l, r, w int) {
 // prefix and the path's rows in order.
 func TestCommitTree(t *testing.T) {
 	const L, kv = 2, 3
-	c, err := New(L, kv, 10)
+	c, err := New(tensor.NewCPU(nil), L, kv, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
 	write := func(off, tag int) {
 		for l := 0; l < L; l++ {
-			c.Write(l, off, row(kv, l, tag, false), row(kv, l, tag, true))
+			c.Write(l, off, tensor.HostTensor(row(kv, l, tag, false), 1, kv), tensor.HostTensor(row(kv, l, tag, true), 1, kv))
 		}
 	}
 	for i := 0; i < 3; i++ {
@@ -85,13 +87,13 @@ func TestCommitTree(t *testing.T) {
 // TestCapacity checks the capacity and parent errors, and that a refused
 // AddPending changes nothing.
 func TestCapacity(t *testing.T) {
-	if _, err := New(0, 4, 4); err == nil {
+	if _, err := New(tensor.NewCPU(nil), 0, 4, 4); err == nil {
 		t.Fatal("a cache of no layers")
 	}
-	if _, err := New(1, 4, -1); err == nil {
+	if _, err := New(tensor.NewCPU(nil), 1, 4, -1); err == nil {
 		t.Fatal("a negative capacity")
 	}
-	c, err := New(1, 2, 4)
+	c, err := New(tensor.NewCPU(nil), 1, 2, 4)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package model
 import (
 	"fmt"
 
-	"github.com/drafter-ai/drafter/pkg/nn"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
@@ -92,45 +91,40 @@ type seqIn struct {
 	nl    int // logits rows
 }
 
-// scratch is the activation memory of one pass, grown to the largest pass
-// seen and then reused.
+// scratch is the activation memory of one pass on the device, grown to the
+// largest pass seen and then reused; a pass works on views of its first
+// rows.
 type scratch struct {
 	rows, lrows int
-	x, xn       []float32 // [rows, H] residual stream and its norm
-	q, att      []float32 // [rows, qDim]
-	k, v        []float32 // [rows, kvDim]
-	gate, up    []float32 // [rows, I]
-	fused       []float32 // [rows, max(2I, qDim+2kvDim)] output of a fused matrix
-	pos         []int32   // RoPE position of each row
-	lidx        []int32   // rows that get logits
-	lx          []float32 // [lrows, H] final-normed rows for the LM head
-	logits      []float32 // [lrows, V]
-	taps        [][]float32
+	x, xn       tensor.Tensor // [rows, H] residual stream and its norm
+	q, att      tensor.Tensor // [rows, qDim]
+	k, v        tensor.Tensor // [rows, kvDim]
+	gate, up    tensor.Tensor // [rows, I]
+	fused       tensor.Tensor // [rows·max(2I, qDim+2kvDim), 1]: output of a fused matrix
+	pos         tensor.Tensor // [rows, 1] I32: RoPE position of each row
+	lx          tensor.Tensor // [lrows, H] final-normed rows for the LM head
+	logits      tensor.Tensor // [lrows, V]
+	taps        []tensor.Tensor
+	hostPos     []int32 // pos on the host
+	lidx        []int32 // rows that get logits
+	hostLogits  []float32
+	hostTaps    [][]float32
 	tapOf       []int // tapOf[k+1] = index in Options.Taps of HF index k, or -1; tapOf[0] for PreNormLast
 	ins         []seqIn
+	aseqs       []tensor.AttnSeq // ins as the device's attention reads them
 	start, lst  []int
-	mask        []bool      // tree ancestor masks, [t, t] per tree input
-	depth       []int32     // depth of each tree node, per input (reused)
-	scores      [][]float32 // per worker scratch for small-row attention
-	bigs        [][]float32 // per worker [block, ctx] scores for the BLAS attention path
-	blasIn      *seqIn      // input whose heads attendHeads computes
-	headFn      func(worker, lo, hi int)
-	sm          softmaxJob // the block softmaxChunk normalises
-	smFn        func(worker, lo, hi int)
-	items       []int32 // (input, head) work items of the small-row attention path
-	gitems      []int32 // (input, KV group) work items of the grouped attention path
-	gbufs       []groupBuf
-	groupFn     func(worker, lo, hi int)
-	layer       int // layer being computed, read by attnFn
-	attnFn      func(worker, lo, hi int)
+	mask        []bool  // tree ancestor masks, [t, t] per tree input
+	depth       []int32 // depth of each tree node, per input (reused)
 	epoch       uint64
 }
 
-func grow(b []float32, n int) []float32 {
-	if cap(b) < n {
-		return make([]float32, n)
-	}
-	return b[:n]
+// pass holds the views of one pass's rows.
+type pass struct {
+	rows                  int
+	x, xn, q, att, k, v   tensor.Tensor
+	gate, up, pos         tensor.Tensor
+	fusedQKV, fusedGateUp tensor.Tensor
+	qkvParts              []tensor.Tensor // q, k and v, for SplitCols
 }
 
 // Forward runs one pass over batch and returns its outputs. Nothing is changed
@@ -217,10 +211,13 @@ func (m *Model) Forward(batch []Input, opt Options) (*Result, error) {
 		}
 		rows += t
 	}
-	m.ensure(rows, lrows, len(opt.Taps), maskLen, len(batch))
+	if err := m.ensure(rows, lrows, len(opt.Taps), maskLen, len(batch)); err != nil {
+		return nil, fmt.Errorf("model: forward: %w", err)
+	}
 
 	// Lay out the rows: positions, tree masks, logits rows, embeddings.
 	s.ins = s.ins[:0]
+	s.aseqs = s.aseqs[:0]
 	s.lidx = s.lidx[:0]
 	s.start = s.start[:0]
 	s.lst = s.lst[:0]
@@ -242,12 +239,12 @@ func (m *Model) Forward(batch []Input, opt Options) (*Result, error) {
 				}
 				mi[i] = true
 				s.depth = append(s.depth, d)
-				s.pos[row+i] = int32(n) + d
+				s.hostPos[row+i] = int32(n) + d
 			}
 			moff += t * t
 		} else {
 			for i := 0; i < t; i++ {
-				s.pos[row+i] = int32(n + i)
+				s.hostPos[row+i] = int32(n + i)
 			}
 		}
 		mode := in.Logits
@@ -266,9 +263,12 @@ func (m *Model) Forward(batch []Input, opt Options) (*Result, error) {
 			}
 		}
 		si.nl = len(s.lidx) - si.lrow0
-		for i, id := range in.Tokens {
-			m.Embed.Row(s.x[(row+i)*m.h:(row+i+1)*m.h], id)
+		m.dev.Gather(s.x.RowRange(row, row+t), &m.embed, in.Tokens)
+		as := tensor.AttnSeq{KV: in.Seq.kv.KV(), Row0: row, T: t, N: n}
+		if si.tree {
+			as.Mask = s.mask[si.mask : si.mask+t*t]
 		}
+		s.aseqs = append(s.aseqs, as)
 		s.ins = append(s.ins, si)
 		s.start = append(s.start, row)
 		s.lst = append(s.lst, si.lrow0)
@@ -277,34 +277,34 @@ func (m *Model) Forward(batch []Input, opt Options) (*Result, error) {
 	s.start = append(s.start, rows)
 	s.lst = append(s.lst, len(s.lidx))
 
-	m.tap(0, rows)
+	p := m.views(rows)
+	m.dev.WriteI32(p.pos, s.hostPos[:rows])
+	m.tap(0, p)
 	for li := range m.Layers {
-		s.layer = li
-		m.Layers[li].forward(m, li, rows)
+		m.Layers[li].forward(m, li, p)
 		if li < L-1 {
-			m.tap(li+1, rows)
+			m.tap(li+1, p)
 		}
 	}
 	if t := s.tapOf[0]; t >= 0 {
-		copy(s.taps[t], s.x[:rows*m.h])
+		m.dev.Copy(s.taps[t].RowRange(0, rows), p.x)
 	}
 
 	// Final norm: over every row when hidden_states[L] is tapped, else only
 	// over the rows that need logits.
 	nl := len(s.lidx)
+	lx := s.lx.RowRange(0, nl)
 	if t := s.tapOf[L+1]; t >= 0 {
-		nn.RMSNorm(s.taps[t], s.x, m.Norm, rows, m.h, m.eps)
-		for j, r := range s.lidx {
-			copy(s.lx[j*m.h:(j+1)*m.h], s.taps[t][int(r)*m.h:int(r+1)*m.h])
-		}
+		tl := s.taps[t].RowRange(0, rows)
+		m.dev.RMSNorm(tl, p.x, m.norm, m.eps)
+		m.dev.GatherRows(lx, tl, s.lidx)
 	} else {
-		for j, r := range s.lidx {
-			copy(s.lx[j*m.h:(j+1)*m.h], s.x[int(r)*m.h:int(r+1)*m.h])
-		}
-		nn.RMSNorm(s.lx, s.lx, m.Norm, nl, m.h, m.eps)
+		m.dev.GatherRows(lx, p.x, s.lidx)
+		m.dev.RMSNorm(lx, lx, m.norm, m.eps)
 	}
+	logits := s.logits.RowRange(0, nl)
 	if nl > 0 {
-		m.mm.MulT(s.logits, s.lx, &m.lm, nl, false)
+		m.dev.MulT(logits, lx, &m.lm, false)
 	}
 
 	// Commit chains; leave trees pending. Both were checked before the pass
@@ -319,143 +319,162 @@ func (m *Model) Forward(batch []Input, opt Options) (*Result, error) {
 	}
 	r := &m.res
 	r.Start, r.LogitStart = s.start, s.lst
-	r.Logits = s.logits[:nl*m.vocab]
-	r.Hidden = s.taps[:len(opt.Taps)]
-	for i := range r.Hidden {
-		r.Hidden[i] = r.Hidden[i][:rows*m.h]
+	r.Logits = m.host(logits, &s.hostLogits)
+	r.Hidden = r.Hidden[:0]
+	for i := range opt.Taps {
+		r.Hidden = append(r.Hidden, m.host(s.taps[i].RowRange(0, rows), &s.hostTaps[i]))
 	}
 	r.v, r.h = m.vocab, m.h
 	return r, nil
 }
 
+// host returns t's values on the host: t's own memory where the device's is
+// the host's, else a copy read into *buf (grown as needed).
+func (m *Model) host(t tensor.Tensor, buf *[]float32) []float32 {
+	if v, ok := m.dev.HostF32(t); ok {
+		return v
+	}
+	if cap(*buf) < t.Len() {
+		*buf = make([]float32, t.Len())
+	}
+	*buf = (*buf)[:t.Len()]
+	m.dev.Read(*buf, t)
+	return *buf
+}
+
+// views returns the pass's views of the first rows of the scratch.
+func (m *Model) views(rows int) *pass {
+	s := &m.s
+	p := &m.p
+	p.rows = rows
+	p.x, p.xn = s.x.RowRange(0, rows), s.xn.RowRange(0, rows)
+	p.q, p.att = s.q.RowRange(0, rows), s.att.RowRange(0, rows)
+	p.k, p.v = s.k.RowRange(0, rows), s.v.RowRange(0, rows)
+	p.gate, p.up = s.gate.RowRange(0, rows), s.up.RowRange(0, rows)
+	p.pos = s.pos.RowRange(0, rows)
+	qkv := m.qDim + 2*m.kvDim
+	p.fusedQKV = s.fused.RowRange(0, rows*qkv).Reshape(rows, qkv)
+	p.fusedGateUp = s.fused.RowRange(0, rows*2*m.inter).Reshape(rows, 2*m.inter)
+	p.qkvParts = append(p.qkvParts[:0], p.q, p.k, p.v)
+	return p
+}
+
 // tap records the residual stream as hidden_states[k] when requested.
-func (m *Model) tap(k, rows int) {
+func (m *Model) tap(k int, p *pass) {
 	if t := m.s.tapOf[k+1]; t >= 0 {
-		copy(m.s.taps[t], m.s.x[:rows*m.h])
+		m.dev.Copy(m.s.taps[t].RowRange(0, p.rows), p.x)
 	}
 }
 
 // ensure grows the scratch space for a pass of the given size.
-func (m *Model) ensure(rows, lrows, taps, maskLen, inputs int) {
+func (m *Model) ensure(rows, lrows, taps, maskLen, inputs int) error {
 	s := &m.s
+	var err error
+	alloc := func(dt tensor.DType, r, c int) tensor.Tensor {
+		if err != nil {
+			return tensor.Tensor{}
+		}
+		t, e := m.dev.Alloc(dt, r, c)
+		err = e
+		return t
+	}
 	if rows > s.rows {
 		s.rows = rows
-		s.x = make([]float32, rows*m.h)
-		s.xn = make([]float32, rows*m.h)
-		s.q = make([]float32, rows*m.qDim)
-		s.att = make([]float32, rows*m.qDim)
-		s.k = make([]float32, rows*m.kvDim)
-		s.v = make([]float32, rows*m.kvDim)
-		s.gate = make([]float32, rows*m.inter)
-		s.up = make([]float32, rows*m.inter)
-		s.fused = make([]float32, rows*max(2*m.inter, m.qDim+2*m.kvDim))
-		s.pos = make([]int32, rows)
+		s.x = alloc(tensor.F32, rows, m.h)
+		s.xn = alloc(tensor.F32, rows, m.h)
+		s.q = alloc(tensor.F32, rows, m.qDim)
+		s.att = alloc(tensor.F32, rows, m.qDim)
+		s.k = alloc(tensor.F32, rows, m.kvDim)
+		s.v = alloc(tensor.F32, rows, m.kvDim)
+		s.gate = alloc(tensor.F32, rows, m.inter)
+		s.up = alloc(tensor.F32, rows, m.inter)
+		s.fused = alloc(tensor.F32, rows*max(2*m.inter, m.qDim+2*m.kvDim), 1)
+		s.pos = alloc(tensor.I32, rows, 1)
+		s.hostPos = make([]int32, rows)
 		s.lidx = make([]int32, 0, rows)
 		s.depth = make([]int32, 0, rows)
 		for i := range s.taps {
-			s.taps[i] = make([]float32, rows*m.h)
+			s.taps[i] = alloc(tensor.F32, rows, m.h)
 		}
 	}
 	for len(s.taps) < taps {
-		s.taps = append(s.taps, make([]float32, s.rows*m.h))
-	}
-	for i := 0; i < taps; i++ {
-		s.taps[i] = s.taps[i][:cap(s.taps[i])]
+		s.taps = append(s.taps, alloc(tensor.F32, s.rows, m.h))
+		s.hostTaps = append(s.hostTaps, nil)
 	}
 	if lrows > s.lrows {
 		s.lrows = lrows
-		s.lx = make([]float32, lrows*m.h)
-		s.logits = make([]float32, lrows*m.vocab)
+		s.lx = alloc(tensor.F32, lrows, m.h)
+		s.logits = alloc(tensor.F32, lrows, m.vocab)
+	}
+	if err != nil {
+		s.rows, s.lrows = 0, 0 // allocate again next time
+		return err
 	}
 	if len(s.mask) < maskLen {
 		s.mask = make([]bool, maskLen)
 	}
 	if cap(s.ins) < inputs {
 		s.ins = make([]seqIn, 0, inputs)
+		s.aseqs = make([]tensor.AttnSeq, 0, inputs)
 		s.start = make([]int, 0, inputs+1)
 		s.lst = make([]int, 0, inputs+1)
 	}
-	if need := inputs * m.nHeads; cap(s.items) < need {
-		s.items = make([]int32, 0, need)
-		s.gitems = make([]int32, 0, need)
-	}
+	return nil
 }
 
 // forward runs decoder layer li over the pass's rows: two residual blocks.
-func (l *Layer) forward(m *Model, li, rows int) {
-	s := &m.s
-	nn.RMSNorm(s.xn, s.x, l.AttnNorm, rows, m.h, m.eps)
-	l.Attn.forward(m, li, rows)
-	nn.RMSNorm(s.xn, s.x, l.MLPNorm, rows, m.h, m.eps)
-	l.MLP.forward(m, rows)
+func (l *Layer) forward(m *Model, li int, p *pass) {
+	m.dev.RMSNorm(p.xn, p.x, l.attnNorm, m.eps)
+	l.Attn.forward(m, li, p)
+	m.dev.RMSNorm(p.xn, p.x, l.mlpNorm, m.eps)
+	l.MLP.forward(m, p)
 }
 
 // forward computes x += Attention(xn) for layer li, storing the new K/V rows
 // in each sequence's cache.
-func (a *Attention) forward(m *Model, li, rows int) {
-	s := &m.s
+func (a *Attention) forward(m *Model, li int, p *pass) {
+	d := m.dev
 	if !a.qkv.Empty() {
-		qd, kd := m.qDim, m.kvDim
-		w := qd + 2*kd
-		m.mm.MulT(s.fused, s.xn, &a.qkv, rows, false)
-		for r := 0; r < rows; r++ {
-			f := s.fused[r*w : (r+1)*w]
-			copy(s.q[r*qd:(r+1)*qd], f[:qd])
-			copy(s.k[r*kd:(r+1)*kd], f[qd:qd+kd])
-			copy(s.v[r*kd:(r+1)*kd], f[qd+kd:])
-		}
-		if a.Q.B != nil {
-			addBias(s.q[:rows*qd], a.Q.B)
-			addBias(s.k[:rows*kd], a.K.B)
-			addBias(s.v[:rows*kd], a.V.B)
+		d.MulT(p.fusedQKV, p.xn, &a.qkv, false)
+		d.SplitCols(p.fusedQKV, p.qkvParts)
+		if !a.Q.b.Empty() {
+			d.AddBias(p.q, a.Q.b)
+			d.AddBias(p.k, a.K.b)
+			d.AddBias(p.v, a.V.b)
 		}
 	} else {
-		m.linear(&a.Q, s.q, s.xn, rows, false)
-		m.linear(&a.K, s.k, s.xn, rows, false)
-		m.linear(&a.V, s.v, s.xn, rows, false)
+		m.linear(&a.Q, p.q, p.xn)
+		m.linear(&a.K, p.k, p.xn)
+		m.linear(&a.V, p.v, p.xn)
 	}
-	if a.QNorm != nil { // Qwen3: RMSNorm over each head, before RoPE
-		nn.RMSNorm(s.q, s.q, a.QNorm, rows*m.nHeads, m.hd, m.eps)
-		nn.RMSNorm(s.k, s.k, a.KNorm, rows*m.nKV, m.hd, m.eps)
+	if !a.qNorm.Empty() { // Qwen3: RMSNorm over each head, before RoPE
+		d.RMSNorm(p.q.Reshape(p.rows*m.nHeads, m.hd), p.q.Reshape(p.rows*m.nHeads, m.hd), a.qNorm, m.eps)
+		d.RMSNorm(p.k.Reshape(p.rows*m.nKV, m.hd), p.k.Reshape(p.rows*m.nKV, m.hd), a.kNorm, m.eps)
 	}
-	m.rope.Forward(s.q[:rows*m.qDim], rows, m.nHeads, s.pos)
-	m.rope.Forward(s.k[:rows*m.kvDim], rows, m.nKV, s.pos)
+	d.RoPE(p.q, m.nHeads, p.pos, m.rot)
+	d.RoPE(p.k, m.nKV, p.pos, m.rot)
 	// Scaling the queries by 1/√d scales every score: one pass over the
 	// queries instead of one over each row of scores.
-	tensor.Scale(s.q[:rows*m.qDim], m.scale)
-	kv := m.kvDim
-	for _, in := range s.ins {
-		in.seq.kv.Write(li, 0, s.k[in.row0*kv:(in.row0+in.t)*kv], s.v[in.row0*kv:(in.row0+in.t)*kv])
+	d.Scale(p.q, m.scale)
+	for _, in := range m.s.ins {
+		in.seq.kv.Write(li, 0, p.k.RowRange(in.row0, in.row0+in.t), p.v.RowRange(in.row0, in.row0+in.t))
 	}
-	m.attend(li)
-	m.linear(&a.O, s.x, s.att, rows, true)
+	d.Attend(p.att, p.q, li, tensor.AttnShape{Heads: m.nHeads, KVHeads: m.nKV, HeadDim: m.hd}, m.s.aseqs)
+	m.linearAcc(&a.O, p.x, p.att)
 }
 
 // forward computes x += Down(silu(Gate(xn)) * Up(xn)).
-func (f *MLP) forward(m *Model, rows int) {
-	s := &m.s
+func (f *MLP) forward(m *Model, p *pass) {
+	d := m.dev
 	if !f.gateUp.Empty() {
-		I := m.inter
-		m.mm.MulT(s.fused, s.xn, &f.gateUp, rows, false)
-		g, gu := s.gate, s.fused
-		if rows*I < 1<<15 {
-			swigluRows(g, gu, 0, rows, I)
-		} else {
-			tensor.Parallel(rows, (1<<13)/I+1, func(lo, hi int) { swigluRows(g, gu, lo, hi, I) })
-		}
-		m.linear(&f.Down, s.x, s.gate, rows, true)
-		return
-	}
-	m.linear(&f.Gate, s.gate, s.xn, rows, false)
-	m.linear(&f.Up, s.up, s.xn, rows, false)
-	n := rows * m.inter
-	if n < 1<<15 {
-		tensor.SwiGLU(s.gate[:n], s.gate[:n], s.up[:n])
+		d.MulT(p.fusedGateUp, p.xn, &f.gateUp, false)
+		d.SwiGLU(p.gate, p.fusedGateUp, tensor.Tensor{})
 	} else {
-		g, u := s.gate, s.up
-		tensor.Parallel(n, 1<<13, func(lo, hi int) { tensor.SwiGLU(g[lo:hi], g[lo:hi], u[lo:hi]) })
+		m.linear(&f.Gate, p.gate, p.xn)
+		m.linear(&f.Up, p.up, p.xn)
+		d.SwiGLU(p.gate, p.gate, p.up)
 	}
-	m.linear(&f.Down, s.x, s.gate, rows, true)
+	m.linearAcc(&f.Down, p.x, p.gate)
 }
 
 // LogitsFromHidden computes into dst [rows, V] the logits of rows final
@@ -470,6 +489,20 @@ func (m *Model) LogitsFromHidden(dst, hidden []float32, rows int) error {
 		return fmt.Errorf("model: logits from hidden states: %d rows need %d hidden values and %d outputs; got %d and %d",
 			rows, rows*m.h, rows*m.vocab, len(hidden), len(dst))
 	}
-	m.mm.MulT(dst, hidden, &m.lm, rows, false)
+	if rows == 0 {
+		return nil
+	}
+	x, err := m.dev.Upload(tensor.F32Matrix(hidden[:rows*m.h], rows, m.h))
+	if err != nil {
+		return fmt.Errorf("model: logits from hidden states: %w", err)
+	}
+	out, err := m.dev.Upload(tensor.F32Matrix(dst[:rows*m.vocab], rows, m.vocab))
+	if err != nil {
+		return fmt.Errorf("model: logits from hidden states: %w", err)
+	}
+	m.dev.MulT(out, x, &m.lm, false)
+	if _, ok := m.dev.HostF32(out); !ok {
+		m.dev.Read(dst[:rows*m.vocab], out)
+	}
 	return nil
 }

@@ -313,8 +313,7 @@ func (m *Model) fill(binds []binding, half []tensor.Matrix, set func(b binding, 
 	if m.Config.TieWordEmbeddings {
 		m.LMHead = m.Embed
 	}
-	m.fuse()
-	return nil
+	return m.fuse()
 }
 
 // fuse sets each layer's fused q/k/v and gate/up matrices when the weights lie
@@ -322,8 +321,8 @@ func (m *Model) fill(binds []binding, half []tensor.Matrix, set func(b binding, 
 // and as a checkpoint file or halfMatrices' copy holds 16-bit ones), so that
 // decode runs one matrix-vector product where it would run three or two.
 // Fusing copies nothing: the fused matrix views the parts' values. It then
-// prepares the weights for the products.
-func (m *Model) fuse() {
+// puts the weights on the device (prepare).
+func (m *Model) fuse() error {
 	for i := range m.Layers {
 		l := &m.Layers[i]
 		l.Attn.qkv = tensor.WeightOf(adjacent(l.Attn.Q.W, l.Attn.K.W, l.Attn.V.W))
@@ -331,7 +330,7 @@ func (m *Model) fuse() {
 			l.MLP.gateUp = tensor.WeightOf(adjacent(l.MLP.Gate.W, l.MLP.Up.W))
 		}
 	}
-	m.prepare()
+	return m.prepare()
 }
 
 // adjacent returns parts as one matrix of their rows when each part's
@@ -362,17 +361,40 @@ func adjacent(parts ...tensor.Matrix) tensor.Matrix {
 	return whole
 }
 
-// prepare hands every matrix the forward pass multiplies by to the products
-// at once (tensor.Products.Prepare), which choose their layouts from the
-// whole set: a fused matrix stands for its parts, which the pass then never
-// multiplies by alone.
-func (m *Model) prepare() {
+// prepare puts the weights on the device: every matrix the forward pass
+// multiplies by goes to the device's PrepareWeights at once, which chooses
+// their layouts from the whole set (a fused matrix stands for its parts,
+// which the pass then never multiplies by alone); norms and biases are
+// uploaded.
+func (m *Model) prepare() error {
+	up := func(v []float32) (tensor.Tensor, error) {
+		if v == nil {
+			return tensor.Tensor{}, nil
+		}
+		return m.dev.Upload(tensor.F32Matrix(v, 1, len(v)))
+	}
+	var err error
 	m.lm = tensor.WeightOf(m.LMHead)
+	m.embed = tensor.WeightOf(m.Embed)
+	if m.norm, err = up(m.Norm); err != nil {
+		return fmt.Errorf("model: %w", err)
+	}
 	ws := []*tensor.Weight{&m.lm}
 	for i := range m.Layers {
 		l := &m.Layers[i]
 		for _, lin := range []*Linear{&l.Attn.Q, &l.Attn.K, &l.Attn.V, &l.Attn.O, &l.MLP.Gate, &l.MLP.Up, &l.MLP.Down} {
 			lin.w = tensor.WeightOf(lin.W)
+			if lin.b, err = up(lin.B); err != nil {
+				return fmt.Errorf("model: %w", err)
+			}
+		}
+		for _, n := range []struct {
+			dst *tensor.Tensor
+			v   []float32
+		}{{&l.attnNorm, l.AttnNorm}, {&l.mlpNorm, l.MLPNorm}, {&l.Attn.qNorm, l.Attn.QNorm}, {&l.Attn.kNorm, l.Attn.KNorm}} {
+			if *n.dst, err = up(n.v); err != nil {
+				return fmt.Errorf("model: %w", err)
+			}
 		}
 		ws = append(ws, &l.Attn.O.w, &l.MLP.Down.w)
 		if !l.Attn.qkv.Empty() {
@@ -386,7 +408,8 @@ func (m *Model) prepare() {
 			ws = append(ws, &l.MLP.Gate.w, &l.MLP.Up.w)
 		}
 	}
-	m.mm.Prepare(ws...)
+	m.dev.PrepareWeights(ws...)
+	return nil
 }
 
 func product(shape []int) int {

@@ -26,6 +26,7 @@ package model
 
 import (
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/drafter-ai/drafter/pkg/arch"
@@ -43,6 +44,7 @@ type Linear struct {
 	In, Out int
 
 	w tensor.Weight // W as products run it (see prepare)
+	b tensor.Tensor // B on the device, or empty
 }
 
 // Attention is one self-attention block's weights. QNorm and KNorm are the
@@ -51,7 +53,8 @@ type Attention struct {
 	Q, K, V, O   Linear
 	QNorm, KNorm []float32
 
-	qkv tensor.Weight // Q.W, K.W and V.W as one [qDim+2·kvDim, H] matrix, or empty
+	qNorm, kNorm tensor.Tensor // QNorm and KNorm on the device, or empty
+	qkv          tensor.Weight // Q.W, K.W and V.W as one [qDim+2·kvDim, H] matrix, or empty
 }
 
 // MLP is the SwiGLU feed-forward block.
@@ -67,6 +70,8 @@ type Layer struct {
 	Attn     Attention
 	MLPNorm  []float32 // post_attention_layernorm.weight [H]
 	MLP      MLP
+
+	attnNorm, mlpNorm tensor.Tensor // the norms on the device
 }
 
 // Model is a loaded target model. The weight fields are bound to the
@@ -83,14 +88,18 @@ type Model struct {
 	Norm   []float32     // model.norm.weight [H]
 	LMHead tensor.Matrix // lm_head.weight [V, H]; the same values as Embed when tied
 
-	lm tensor.Weight // LMHead as products run it (see prepare)
+	lm    tensor.Weight // LMHead as products run it (see prepare)
+	embed tensor.Weight // Embed, gathered from
+	norm  tensor.Tensor // Norm on the device
 
 	weights WeightSource // the store 16-bit matrices are read from in place, or nil
 	mapped  int64        // bytes of the matrices read in place from weights
 
 	fam    arch.Family // Config's architecture family
 	be     tensor.Backend
+	dev    tensor.Device // where the activations and caches live and every op runs
 	rope   *nn.RoPE
+	rot    *tensor.Rotary // rope's tables on dev
 	eps    float32
 	h      int // hidden size
 	hd     int // head dimension
@@ -102,13 +111,16 @@ type Model struct {
 	vocab  int
 	maxPos int // max_position_embeddings (and sliding window, when smaller)
 	scale  float32
-	mm     *tensor.Products // the weight products on be: kernels, layouts and their split
 	s      scratch
+	p      pass // the views of the pass in flight
 	res    Result
 }
 
 // Backend returns the backend the model runs its matrix multiplies on.
 func (m *Model) Backend() tensor.Backend { return m.be }
+
+// Device returns the device the model computes on.
+func (m *Model) Device() tensor.Device { return m.dev }
 
 // NumLayers returns the number of decoder layers L; hidden-state tap indices run
 // from 0 to L.
@@ -284,12 +296,11 @@ func newModel(cfg *checkpoint.Config, be tensor.Backend) (*Model, error) {
 		qDim: cfg.NumHeads * cfg.HeadDim, kvDim: cfg.NumKVHeads * cfg.HeadDim,
 		inter: cfg.IntermediateSize, vocab: cfg.VocabSize, maxPos: maxPos,
 	}
-	m.scale = float32(1 / sqrt64(float64(m.hd)))
-	m.s.attnFn = m.attendItems
-	m.s.headFn = m.attendHeads
-	m.s.groupFn = m.attendGroups
-	m.s.smFn = m.softmaxChunk
-	m.mm = tensor.NewProducts(be)
+	m.scale = float32(1 / math.Sqrt(float64(m.hd)))
+	m.dev = tensor.NewCPU(be)
+	if m.rot, err = rope.On(m.dev); err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
 	return m, nil
 }
 

@@ -28,7 +28,7 @@ func (m *Model) NewSequence(capacity int) (*Sequence, error) {
 	if capacity > m.maxPos {
 		return nil, fmt.Errorf("model: sequence capacity %d exceeds the model's context length %d (max_position_embeddings or sliding_window in config.json)", capacity, m.maxPos)
 	}
-	kv, err := kvcache.New(len(m.Layers), m.kvDim, capacity)
+	kv, err := kvcache.New(m.dev, len(m.Layers), m.kvDim, capacity)
 	if err != nil {
 		return nil, fmt.Errorf("model: sequence: %w", err)
 	}

@@ -77,13 +77,13 @@ func TestRMSNormForwardBackward(t *testing.T) {
 	rows, n, eps := 3, 7, float32(1e-5)
 	x, w, g := testutil.RandNormal(r, rows*n, 1), testutil.RandNormal(r, n, 1), testutil.RandNormal(r, rows*n, 1)
 	out := make([]float32, rows*n)
-	RMSNorm(out, x, w, rows, n, eps)
+	tensor.RMSNorm(out, x, w, rows, n, eps)
 	x64, w64, g64 := to64(x), to64(w), to64(g)
 	assertClose(t, "rmsnorm", out, rmsnorm64(x64, w64, rows, n, float64(eps)), 1e-5)
 
 	dx, dw := make([]float32, rows*n), make([]float32, n)
 	dx[0] = 0.5 // backward accumulates: start from a non-zero value
-	RMSNormBackward(dx, dw, g, x, w, rows, n, eps)
+	tensor.RMSNormBackward(dx, dw, g, x, w, rows, n, eps)
 	dx[0] -= 0.5
 	wantDx := numGrad(x64, func(v []float64) float64 { return dot(g64, rmsnorm64(v, w64, rows, n, float64(eps))) })
 	wantDw := numGrad(w64, func(v []float64) float64 { return dot(g64, rmsnorm64(x64, v, rows, n, float64(eps))) })
@@ -100,17 +100,17 @@ func TestRMSNormRowsAlike(t *testing.T) {
 	rows, n, eps := 4096, 64, float32(1e-6)
 	x, w := testutil.RandNormal(r, rows*n, 3), testutil.RandNormal(r, n, 1)
 	all := make([]float32, rows*n)
-	RMSNorm(all, x, w, rows, n, eps)
+	tensor.RMSNorm(all, x, w, rows, n, eps)
 	one := make([]float32, n)
 	for row := 0; row < rows; row++ {
-		RMSNorm(one, x[row*n:(row+1)*n], w, 1, n, eps)
+		tensor.RMSNorm(one, x[row*n:(row+1)*n], w, 1, n, eps)
 		for i, v := range one {
 			if math.Float32bits(v) != math.Float32bits(all[row*n+i]) {
 				t.Fatalf("row %d element %d: %v alone, %v among %d rows", row, i, v, all[row*n+i], rows)
 			}
 		}
 	}
-	if a := testing.AllocsPerRun(20, func() { RMSNorm(one, x[:n], w, 1, n, eps) }); a != 0 {
+	if a := testing.AllocsPerRun(20, func() { tensor.RMSNorm(one, x[:n], w, 1, n, eps) }); a != 0 {
 		t.Fatalf("RMSNorm of one row allocates %v times", a)
 	}
 }

@@ -3,6 +3,8 @@ package nn
 import (
 	"fmt"
 	"math"
+
+	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
 // RopeScaling describes a rope_scaling entry of a Hugging Face config. Type is
@@ -96,40 +98,31 @@ func NewRoPE(headDim int, theta float64, s *RopeScaling, maxPos int) (*RoPE, err
 // HeadDim returns the head dimension the tables were built for.
 func (r *RoPE) HeadDim() int { return r.headDim }
 
-func (r *RoPE) angle(pos, i int) (float32, float32) {
-	a := float64(float32(pos) * r.invFreq[i])
-	return float32(math.Cos(a)), float32(math.Sin(a))
-}
+func (r *RoPE) angle(pos, i int) (float32, float32) { return tensor.RoPEAngle(pos, r.invFreq[i]) }
 
 // rotate applies the rotation with sign +1 (forward) or -1 (its transpose) to a
 // [rows, heads*headDim] slice in place.
 func (r *RoPE) rotate(x []float32, rows, heads int, pos []int32, sign float32) {
-	d, half := r.headDim, r.headDim/2
-	width := heads * d
-	for row := 0; row < rows; row++ {
-		p := int(pos[row])
-		var cs, sn []float32
-		if p < r.maxPos {
-			cs, sn = r.cos[p*half:p*half+half], r.sin[p*half:p*half+half]
+	tensor.RotateHalf(x, rows, heads, pos, r.cos, r.sin, r.invFreq, r.maxPos, sign)
+}
+
+// On returns the rotation tables in dev's memory, for dev.RoPE.
+func (r *RoPE) On(dev tensor.Device) (*tensor.Rotary, error) {
+	half := r.headDim / 2
+	rt := &tensor.Rotary{HeadDim: r.headDim, MaxPos: r.maxPos}
+	var err error
+	if rt.InvFreq, err = dev.Upload(tensor.F32Matrix(r.invFreq, 1, half)); err != nil {
+		return nil, fmt.Errorf("rope: %w", err)
+	}
+	if r.maxPos > 0 {
+		if rt.Cos, err = dev.Upload(tensor.F32Matrix(r.cos, r.maxPos, half)); err != nil {
+			return nil, fmt.Errorf("rope: %w", err)
 		}
-		xr := x[row*width : row*width+width]
-		for h := 0; h < heads; h++ {
-			v := xr[h*d : h*d+d]
-			lo, hi := v[:half], v[half:d]
-			for i := 0; i < half; i++ {
-				var c, s float32
-				if cs != nil {
-					c, s = cs[i], sn[i]
-				} else {
-					c, s = r.angle(p, i)
-				}
-				s *= sign
-				a, b := lo[i], hi[i]
-				lo[i] = a*c - b*s
-				hi[i] = b*c + a*s
-			}
+		if rt.Sin, err = dev.Upload(tensor.F32Matrix(r.sin, r.maxPos, half)); err != nil {
+			return nil, fmt.Errorf("rope: %w", err)
 		}
 	}
+	return rt, nil
 }
 
 // Forward rotates x, a [rows, heads*headDim] slice, in place; pos[r] is the

@@ -9,7 +9,7 @@ import (
 // Softmax replaces each of rows rows of length n with its softmax, subtracting
 // the row maximum first and summing in float64.
 func Softmax(x []float32, rows, n int) {
-	tensor.Parallel(rows, rowChunk(n), func(lo, hi int) {
+	tensor.Parallel(rows, tensor.RowChunk(n), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			softmaxRow(x[r*n : r*n+n])
 		}
@@ -103,11 +103,11 @@ func expSum(row, e []float32, mx float32) float64 {
 	return s0 + s1
 }
 
-// ceChunks splits rows into at most maxCEChunks chunks of at least rowChunk(v)
+// ceChunks splits rows into at most maxCEChunks chunks of at least tensor.RowChunk(v)
 // rows, a function of rows and v only, so per-chunk sums added in chunk order
 // give the same total however the chunks are scheduled.
 func ceChunks(rows, v int) (chunk, n int) {
-	chunk = max(rowChunk(v), (rows+maxCEChunks-1)/maxCEChunks)
+	chunk = max(tensor.RowChunk(v), (rows+maxCEChunks-1)/maxCEChunks)
 	return chunk, (rows + chunk - 1) / chunk
 }
 
@@ -228,7 +228,7 @@ func SoftCrossEntropy(logits []float32, rows, v int, p []float32, weights []floa
 // top-1 hit, < 5 a top-5 hit) into rank. Rows whose target is negative get loss
 // 0 and rank -1.
 func CrossEntropyEval(logits []float32, rows, v int, targets []int32, rowLoss []float64, rank []int32) {
-	tensor.Parallel(rows, rowChunk(v), func(lo, hi int) {
+	tensor.Parallel(rows, tensor.RowChunk(v), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			t := targets[r]
 			if t < 0 {

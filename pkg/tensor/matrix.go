@@ -2,15 +2,17 @@ package tensor
 
 import "fmt"
 
-// DType is the element type a Matrix holds its values in.
+// DType is the element type of a Matrix or a Tensor.
 type DType uint8
 
-// The element types of a Matrix: float32, and the two 16-bit formats
-// checkpoints store (bit patterns in the host's byte order, see half.go).
+// The element types: float32, the two 16-bit formats checkpoints store (bit
+// patterns in the host's byte order, see half.go), and int32 (positions and
+// ids, in a Tensor only).
 const (
 	F32 DType = iota
 	BF16
 	F16
+	I32
 )
 
 // String returns the dtype's name as drafter prints it ("f32", "bf16",
@@ -23,13 +25,15 @@ func (d DType) String() string {
 		return "bf16"
 	case F16:
 		return "f16"
+	case I32:
+		return "i32"
 	}
 	return fmt.Sprintf("dtype(%d)", uint8(d))
 }
 
 // Size returns the bytes of one value.
 func (d DType) Size() int {
-	if d == F32 {
+	if d == F32 || d == I32 {
 		return 4
 	}
 	return 2

@@ -103,7 +103,9 @@ func (d *Draft) NewSession(capacity, maxNodes int) *Session {
 	h, kw, qw, I, N := g.Hidden, g.KVDim(), g.QDim(), g.Intermediate, g.DraftVocab
 	R := max(maxNodes, extendChunk)
 	f := func(n int) []float32 { return make([]float32, n) }
-	kv, err := kvcache.New(1, kw, capacity+maxNodes)
+	// The session's cache lives on a CPU device of its own (one per
+	// session: a device serves one caller); the layer reads it on the host.
+	kv, err := kvcache.New(tensor.NewCPU(d.layer.be), 1, kw, capacity+maxNodes)
 	if err != nil {
 		// Only a negative size gets here, which make would refuse alike.
 		panic(fmt.Sprintf("eagle3: NewSession(%d, %d): %v", capacity, maxNodes, err))
@@ -207,7 +209,7 @@ func (a *sessionAttention) Attend(o, q, k, v []float32, r int) {
 	if !s.committed {
 		base = s.kv.Pending() - r // the newest r pending nodes
 	}
-	s.kv.Write(0, base, k[:r*kw], v[:r*kw])
+	s.kv.Write(0, base, tensor.HostTensor(k, r, kw), tensor.HostTensor(v, r, kw))
 	for i := 0; i < r; i++ {
 		ctx := n
 		anc := s.ancScratch[:0]

@@ -25,7 +25,7 @@ import (
 //     either the trained weights or the drafts eval measures, so each use
 //     keeps its own.
 //
-// The norms are nn.RMSNorm in both.
+// The norms are tensor.RMSNorm in both.
 type Layer struct {
 	// G is the layer's geometry and P its parameters (a trainer's are
 	// updated in place between passes).
@@ -137,8 +137,8 @@ func (l *Layer) Forward(a *Acts, s *Scratch, rows int, attn Attention) {
 	g, p, t := l.G, l.P, l.mats()
 	h, qw, kw, I := g.Hidden, g.QDim(), g.KVDim(), g.Intermediate
 	eps := float32(g.RMSNormEps)
-	nn.RMSNorm(s.XE, a.E, p.InputNorm, rows, h, eps)
-	nn.RMSNorm(s.XH, a.H, p.HiddenNorm, rows, h, eps)
+	tensor.RMSNorm(s.XE, a.E, p.InputNorm, rows, h, eps)
+	tensor.RMSNorm(s.XH, a.H, p.HiddenNorm, rows, h, eps)
 	interleave(a.X, s.XE, s.XH, rows, h)
 	l.mul(a.Q, a.X, p.Q, t.q, rows, qw, 2*h)
 	l.mul(a.K, a.X, p.K, t.k, rows, kw, 2*h)
@@ -148,7 +148,7 @@ func (l *Layer) Forward(a *Acts, s *Scratch, rows int, attn Attention) {
 	attn.Attend(a.O, a.Q, a.K, a.V, rows)
 	l.mul(a.A1, a.O, p.O, t.o, rows, h, qw)
 	add(a.A1[:rows*h], a.H)
-	nn.RMSNorm(a.N2, a.A1, p.PostNorm, rows, h, eps)
+	tensor.RMSNorm(a.N2, a.A1, p.PostNorm, rows, h, eps)
 	l.mul(a.Gate, a.N2, p.Gate, t.gate, rows, I, h)
 	l.mul(a.Up, a.N2, p.Up, t.up, rows, I, h)
 	l.swiglu(s.Act[:rows*I], a.Gate[:rows*I], a.Up[:rows*I])
@@ -160,7 +160,7 @@ func (l *Layer) Forward(a *Acts, s *Scratch, rows int, attn Attention) {
 // outputs out into dst, the normed outputs into fn [rows, H].
 func (l *Layer) Logits(dst, fn, out []float32, rows int) {
 	g := l.G
-	nn.RMSNorm(fn, out, l.P.Norm, rows, g.Hidden, float32(g.RMSNormEps))
+	tensor.RMSNorm(fn, out, l.P.Norm, rows, g.Hidden, float32(g.RMSNormEps))
 	l.mul(dst, fn, l.P.LMHead, l.mats().lm, rows, g.DraftVocab, g.Hidden)
 }
 
@@ -193,7 +193,7 @@ func (l *Layer) LogitsBackward(gr *Params, dfn, dlogits, fn []float32, rows int)
 // outputs out through the final norm, given dfn at its output, and the
 // norm's gradient into gr.
 func (l *Layer) NormBackward(gr *Params, dout, dfn, out []float32, rows int) {
-	nn.RMSNormBackward(dout, gr.Norm, dfn, out, l.P.Norm, rows, l.G.Hidden, float32(l.G.RMSNormEps))
+	tensor.RMSNormBackward(dout, gr.Norm, dfn, out, l.P.Norm, rows, l.G.Hidden, float32(l.G.RMSNormEps))
 }
 
 // Backward back-propagates dOut, the gradient at a.Out, through the decoder
@@ -216,7 +216,7 @@ func (l *Layer) Backward(gr *Params, a *Acts, dOut, dH []float32, rows int, attn
 	nn.LinearBackward(be, s.DN2, gr.Gate, nil, s.DGate, a.N2, p.Gate, R, h, I)
 	nn.LinearBackward(be, s.DN2, gr.Up, nil, s.DUp, a.N2, p.Up, R, h, I)
 	copy(s.DA1[:R*h], dOut[:R*h])
-	nn.RMSNormBackward(s.DA1, gr.PostNorm, s.DN2, a.A1, p.PostNorm, R, h, eps)
+	tensor.RMSNormBackward(s.DA1, gr.PostNorm, s.DN2, a.A1, p.PostNorm, R, h, eps)
 	// A1 = H + o_proj(O): the residual carries DA1 straight to H.
 	clear(s.DO[:R*qw])
 	nn.LinearBackward(be, s.DO, gr.O, nil, s.DA1, a.O, p.O, R, qw, h)
@@ -230,8 +230,8 @@ func (l *Layer) Backward(gr *Params, a *Acts, dOut, dH []float32, rows int, attn
 	nn.LinearBackward(be, s.DX, gr.K, nil, dk, a.X, p.K, R, 2*h, kw)
 	nn.LinearBackward(be, s.DX, gr.V, nil, dv, a.X, p.V, R, 2*h, kw)
 	deinterleave(s.DXE, s.DXH, s.DX, R, h)
-	nn.RMSNormBackward(nil, gr.InputNorm, s.DXE, a.E, p.InputNorm, R, h, eps)
-	nn.RMSNormBackward(dH, gr.HiddenNorm, s.DXH, a.H, p.HiddenNorm, R, h, eps)
+	tensor.RMSNormBackward(nil, gr.InputNorm, s.DXE, a.E, p.InputNorm, R, h, eps)
+	tensor.RMSNormBackward(dH, gr.HiddenNorm, s.DXH, a.H, p.HiddenNorm, R, h, eps)
 }
 
 // FCBackward accumulates fc's gradient into gr given dH at its output for

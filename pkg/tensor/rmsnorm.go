@@ -1,22 +1,20 @@
-package nn
+package tensor
 
 import (
 	"math"
-
-	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
 // RMSNorm computes out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w for each of rows
 // rows of length n, as Hugging Face's LlamaRMSNorm does in float32. out may
 // alias x.
 func RMSNorm(out, x, w []float32, rows, n int, eps float32) {
-	if c := rowChunk(n); rows < 2*c {
+	if c := RowChunk(n); rows < 2*c {
 		// One chunk, which Parallel would run inline: without the closure
 		// a hand-off needs, a few rows (a drafting step) do not allocate.
 		rmsNormRows(out, x, w, 0, rows, n, eps)
 		return
 	}
-	tensor.Parallel(rows, rowChunk(n), func(lo, hi int) { rmsNormRows(out, x, w, lo, hi, n, eps) })
+	Parallel(rows, RowChunk(n), func(lo, hi int) { rmsNormRows(out, x, w, lo, hi, n, eps) })
 }
 
 // rmsNormRows is RMSNorm on rows [lo, hi).
@@ -46,7 +44,7 @@ func rmsScale(x []float32, eps float32) float32 {
 // dx_i += r w_i dout_i - r^3/n x_i sum_j w_j dout_j x_j.
 func RMSNormBackward(dx, dw, dout, x, w []float32, rows, n int, eps float32) {
 	if dx != nil {
-		tensor.Parallel(rows, rowChunk(n), func(lo, hi int) {
+		Parallel(rows, RowChunk(n), func(lo, hi int) {
 			for r := lo; r < hi; r++ {
 				xr, dr, dxr := x[r*n:r*n+n], dout[r*n:r*n+n], dx[r*n:r*n+n]
 				rs := float64(rmsScale(xr, eps))
@@ -63,7 +61,7 @@ func RMSNormBackward(dx, dw, dout, x, w []float32, rows, n int, eps float32) {
 	}
 	if dw != nil {
 		// Rows are summed into one dw: split the columns over the cores instead.
-		tensor.Parallel(n, 64, func(lo, hi int) {
+		Parallel(n, 64, func(lo, hi int) {
 			for r := 0; r < rows; r++ {
 				xr, dr := x[r*n:r*n+n], dout[r*n:r*n+n]
 				rs := rmsScale(xr, eps)
@@ -75,9 +73,9 @@ func RMSNormBackward(dx, dw, dout, x, w []float32, rows, n int, eps float32) {
 	}
 }
 
-// rowChunk picks how many rows of length n one goroutine takes: enough that a
-// chunk is worth scheduling.
-func rowChunk(n int) int {
+// RowChunk picks how many rows of length n one worker takes in a row-wise op
+// split with Parallel: enough that a chunk is worth scheduling.
+func RowChunk(n int) int {
 	c := 4096 / (n + 1)
 	if c < 1 {
 		c = 1

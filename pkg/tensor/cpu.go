@@ -1,0 +1,247 @@
+package tensor
+
+import "fmt"
+
+// CPUDevice is the CPU device: tensors in host memory, products through Products
+// on a Backend (OpenBLAS or drafter's Go assembly), the other ops through
+// pkg/tensor's kernels, split over tensor's workers. Memory-mapped weights
+// stay mapped (Upload views them). One CPUDevice serves one caller: it holds
+// the scratch of the op in flight.
+type CPUDevice struct {
+	be Backend
+	mm *Products
+	// SwiGLU's split: the job in flight, and its chunk function stored once
+	// so that a split allocates nothing.
+	glu   swigluJob
+	gluFn func(lo, hi int)
+	att   attnScratch
+}
+
+// NewCPU returns a CPU device whose large float32 products run on be (CPU()
+// when nil).
+func NewCPU(be Backend) *CPUDevice {
+	if be == nil {
+		be = CPU()
+	}
+	c := &CPUDevice{be: be, mm: NewProducts(be)}
+	c.gluFn = c.swigluChunk
+	c.att.init(c)
+	return c
+}
+
+// Name says "cpu/" and the backend's name.
+func (c *CPUDevice) Name() string { return "cpu/" + c.be.Name() }
+
+// Backend returns the backend the device runs its large float32 products
+// on.
+func (c *CPUDevice) Backend() Backend { return c.be }
+
+// Products returns the device's weight products, for host code that
+// multiplies host slices (code not yet written over the device).
+func (c *CPUDevice) Products() *Products { return c.mm }
+
+// Alloc returns a zeroed tensor in host memory.
+func (c *CPUDevice) Alloc(dt DType, rows, cols int) (Tensor, error) {
+	if rows < 0 || cols < 0 {
+		return Tensor{}, fmt.Errorf("tensor: cannot allocate %dx%d values", rows, cols)
+	}
+	t := Tensor{dt: dt, rows: rows, cols: cols}
+	switch dt {
+	case F32:
+		t.f32 = make([]float32, rows*cols)
+	case BF16, F16:
+		t.u16 = make([]uint16, rows*cols)
+	case I32:
+		t.i32 = make([]int32, rows*cols)
+	default:
+		return Tensor{}, fmt.Errorf("tensor: cannot allocate values of dtype %s", dt)
+	}
+	return t, nil
+}
+
+// Upload returns a tensor viewing m's values (no copy).
+func (c *CPUDevice) Upload(m Matrix) (Tensor, error) {
+	return Tensor{dt: m.DType, rows: m.Rows, cols: m.Cols, f32: m.F32, u16: m.U16}, nil
+}
+
+// Write copies src into dst's first values.
+func (c *CPUDevice) Write(dst Tensor, src []float32) { copy(dst.f32[:len(src)], src) }
+
+// WriteI32 copies src into dst's first values.
+func (c *CPUDevice) WriteI32(dst Tensor, src []int32) { copy(dst.i32[:len(src)], src) }
+
+// Read copies src's values into dst.
+func (c *CPUDevice) Read(dst []float32, src Tensor) { copy(dst[:len(src.f32)], src.f32) }
+
+// HostF32 returns t's values: the CPU device's memory is the host's.
+func (c *CPUDevice) HostF32(t Tensor) ([]float32, bool) { return t.f32, true }
+
+// PrepareWeights runs Products.Prepare (transposed copies of a small float32
+// model's matrices, where the processor runs their products fast).
+func (c *CPUDevice) PrepareWeights(ws ...*Weight) { c.mm.Prepare(ws...) }
+
+// MulT runs the product through Products.MulT.
+func (c *CPUDevice) MulT(out, x Tensor, w *Weight, acc bool) {
+	if x.cols != w.m.Cols || out.cols != w.m.Rows || out.rows < x.rows {
+		panic(fmt.Sprintf("tensor: MulT of %dx%d by a %dx%d weight into %dx%d", x.rows, x.cols, w.m.Rows, w.m.Cols, out.rows, out.cols))
+	}
+	c.mm.MulT(out.f32, x.f32, w, x.rows, acc)
+}
+
+// Gather writes the table's rows ids into out's rows.
+func (c *CPUDevice) Gather(out Tensor, table *Weight, ids []int) {
+	h := out.cols
+	for i, id := range ids {
+		table.m.Row(out.f32[i*h:(i+1)*h], id)
+	}
+}
+
+// GatherRows writes src's rows rows into out's rows.
+func (c *CPUDevice) GatherRows(out, src Tensor, rows []int32) {
+	h := src.cols
+	for j, r := range rows {
+		copy(out.f32[j*h:(j+1)*h], src.f32[int(r)*h:int(r+1)*h])
+	}
+}
+
+// Copy copies src's values into dst.
+func (c *CPUDevice) Copy(dst, src Tensor) { copy(dst.f32[:len(src.f32)], src.f32) }
+
+// SplitCols copies src's column blocks into the dsts.
+func (c *CPUDevice) SplitCols(src Tensor, dsts []Tensor) {
+	w := src.cols
+	for r := 0; r < src.rows; r++ {
+		f := src.f32[r*w : (r+1)*w]
+		for _, d := range dsts {
+			n := d.cols
+			copy(d.f32[r*n:(r+1)*n], f[:n])
+			f = f[n:]
+		}
+	}
+}
+
+// RMSNorm runs RMSNorm over x's rows.
+func (c *CPUDevice) RMSNorm(out, x, w Tensor, eps float32) {
+	RMSNorm(out.f32, x.f32, w.f32, x.rows, x.cols, eps)
+}
+
+// RoPE runs RotateHalf forward over x's rows.
+func (c *CPUDevice) RoPE(x Tensor, heads int, pos Tensor, r *Rotary) {
+	RotateHalf(x.f32, x.rows, heads, pos.i32, r.Cos.f32, r.Sin.f32, r.InvFreq.f32, r.MaxPos, 1)
+}
+
+// Scale multiplies x by s.
+func (c *CPUDevice) Scale(x Tensor, s float32) { Scale(x.f32, s) }
+
+// AddBias adds b to every row of x.
+func (c *CPUDevice) AddBias(x, b Tensor) {
+	n := b.Len()
+	bv := b.f32
+	for r := 0; r+n <= len(x.f32); r += n {
+		o := x.f32[r : r+n]
+		for i, v := range bv {
+			o[i] += v
+		}
+	}
+}
+
+// swigluJob is the SwiGLU being split over the workers.
+type swigluJob struct {
+	out, gate, up []float32
+	inter         int // I of a fused gate, 0 for separate gate and up
+}
+
+// SwiGLU computes out = silu(gate)·up with SwiGLU's kernel, split over the
+// workers when large.
+func (c *CPUDevice) SwiGLU(out, gate, up Tensor) {
+	if up.Empty() {
+		I := out.cols
+		c.glu = swigluJob{out: out.f32, gate: gate.f32, inter: I}
+		if rows := out.rows; rows*I < 1<<15 {
+			c.gluFn(0, rows)
+		} else {
+			Parallel(rows, (1<<13)/I+1, c.gluFn)
+		}
+	} else {
+		n := out.Len()
+		c.glu = swigluJob{out: out.f32[:n], gate: gate.f32[:n], up: up.f32[:n]}
+		if n < 1<<15 {
+			c.gluFn(0, n)
+		} else {
+			Parallel(n, 1<<13, c.gluFn)
+		}
+	}
+	c.glu = swigluJob{}
+}
+
+// swigluChunk computes rows [lo, hi) of a fused SwiGLU, or values [lo, hi)
+// of a separate one.
+func (c *CPUDevice) swigluChunk(lo, hi int) {
+	j := &c.glu
+	if I := j.inter; I > 0 {
+		for r := lo; r < hi; r++ {
+			SwiGLU(j.out[r*I:(r+1)*I], j.gate[2*r*I:(2*r+1)*I], j.gate[(2*r+1)*I:(2*r+2)*I])
+		}
+		return
+	}
+	SwiGLU(j.out[lo:hi], j.gate[lo:hi], j.up[lo:hi])
+}
+
+// NewKV allocates the cache in one block: per layer K, V and K transposed.
+func (c *CPUDevice) NewKV(layers, kvDim, capacity int) (*KV, error) {
+	if layers <= 0 || kvDim <= 0 {
+		return nil, fmt.Errorf("tensor: a KV cache of %d layers of %d key values: both must be positive", layers, kvDim)
+	}
+	if capacity < 0 {
+		return nil, fmt.Errorf("tensor: KV cache capacity %d is negative", capacity)
+	}
+	per := capacity * kvDim
+	block := make([]float32, 3*layers*per)
+	kv := &KV{k: make([][]float32, layers), v: make([][]float32, layers), kt: make([][]float32, layers), kvDim: kvDim, cap: capacity}
+	for l := 0; l < layers; l++ {
+		kv.k[l] = block[3*l*per : (3*l+1)*per : (3*l+1)*per]
+		kv.v[l] = block[(3*l+1)*per : (3*l+2)*per : (3*l+2)*per]
+		kv.kt[l] = block[(3*l+2)*per : (3*l+3)*per : (3*l+3)*per]
+	}
+	return kv, nil
+}
+
+// KVWrite stores k's and v's rows at positions row.. of layer l, in the
+// row-major and the transposed layout.
+func (c *CPUDevice) KVWrite(kv *KV, l, row int, k, v Tensor) {
+	d := kv.kvDim
+	rows := k.Len() / d
+	dst := row * d
+	copy(kv.k[l][dst:dst+rows*d], k.f32[:rows*d])
+	copy(kv.v[l][dst:dst+rows*d], v.f32[:rows*d])
+	kt, c0 := kv.kt[l], kv.cap
+	for i := 0; i < rows; i++ {
+		r := row + i
+		for j, x := range k.f32[i*d : (i+1)*d] {
+			kt[j*c0+r] = x
+		}
+	}
+}
+
+// KVMove copies position src to dst in every layer and layout.
+func (c *CPUDevice) KVMove(kv *KV, dst, src int) {
+	d := kv.kvDim
+	s, t := src*d, dst*d
+	for l := range kv.k {
+		copy(kv.k[l][t:t+d], kv.k[l][s:s+d])
+		copy(kv.v[l][t:t+d], kv.v[l][s:s+d])
+		kt := kv.kt[l]
+		for i := 0; i < d; i++ {
+			kt[i*kv.cap+dst] = kt[i*kv.cap+src]
+		}
+	}
+}
+
+// HostTensor returns host values as a tensor of the CPU device, viewing
+// them: for host code that hands slices it owns to a CPU device's ops.
+func HostTensor(v []float32, rows, cols int) Tensor {
+	if len(v) < rows*cols {
+		panic(fmt.Sprintf("tensor: HostTensor of %d values for %dx%d", len(v), rows, cols))
+	}
+	return Tensor{dt: F32, rows: rows, cols: cols, f32: v[:rows*cols]}
+}

@@ -1,0 +1,341 @@
+package tensor
+
+import "math"
+
+// The CPU device's attention over its KV caches. Each sequence's new rows
+// attend to its committed prefix and to the new rows the causal or tree mask
+// allows. The queries are scaled by 1/√d before they get here. A single new
+// row (decode) is computed directly, parallel over (sequence, head) pairs;
+// several rows (a speculative chain or tree, a short chunk), parallel over
+// (sequence, KV group) pairs. Both go one row and head at a time through
+// attendRow: the scores from the cache's transposed keys (q·K^T as a
+// weighted sum of K^T's rows), softmax numerators, their weighted sum of the
+// values, divided by the softmax denominator, all over exactly the keys the
+// row sees. A tree node whose ancestors are the first nodes in order (any
+// node of a chain-shaped draft) sees the same keys, in the same places, as a
+// decode step at its position, so verification scores it bit for bit as
+// decoding would; other tree nodes mask their non-ancestors. Long chains
+// (prefill) go through the backend per head in row blocks that only multiply
+// against the keys the block can see.
+
+// blasMinRows is the number of new rows from which a sequence's attention
+// uses the backend's matrix multiplies.
+const blasMinRows = 2
+
+// groupMaxRows is the number of new rows from which a chain (not a tree) is
+// computed per head in causal row blocks instead of per KV group over its
+// whole width.
+const groupMaxRows = blasBlock
+
+// blasBlock is the row block of a chain's causal attention: a block of rows
+// only multiplies against the keys its last row can see.
+const blasBlock = 64
+
+// groupSplitWork is the multiply-adds from which the grouped attention of a
+// pass (several rows of one sequence, or of several) is split over the
+// workers (1<<14, which splits a five-row verification over a short context,
+// measured no faster on 2 cores).
+const groupSplitWork = 1 << 18
+
+// attnScratch is the attention's state during an Attend call and its
+// per-worker scratch, kept between calls.
+type attnScratch struct {
+	c              *CPUDevice
+	out, q         []float32
+	l              int
+	hd, qd, kv     int // head width, query and key/value widths
+	nHeads, nKV    int
+	seqs           []AttnSeq
+	items          []int32     // (sequence, head) work items of the small-row path
+	gitems         []int32     // (sequence, KV group) work items of the grouped path
+	scores         [][]float32 // per worker scratch for small-row attention
+	bigs           [][]float32 // per worker [block, ctx] scores for the BLAS path
+	gbufs          []groupBuf
+	blasIn         *AttnSeq // sequence whose heads attendHeads computes
+	sm             softmaxJob
+	attnFn, headFn func(worker, lo, hi int)
+	groupFn, smFn  func(worker, lo, hi int)
+}
+
+func (a *attnScratch) init(c *CPUDevice) {
+	a.c = c
+	a.attnFn = a.attendItems
+	a.headFn = a.attendHeads
+	a.groupFn = a.attendGroups
+	a.smFn = a.softmaxChunk
+}
+
+// groupBuf is one worker's scratch for attendGroups.
+type groupBuf struct {
+	s []float32 // [ctx] one row's scores
+}
+
+// softmaxJob describes one score block of the BLAS attention path.
+type softmaxJob struct {
+	s       []float32 // [rows, ld] scores
+	ld      int
+	visible int // keys visible to block row 0 in a chain (prefix + 1 + i0)
+	tree    bool
+	mask    []bool // [t, t] tree mask rows of this sequence
+	t, n    int
+}
+
+// Attend computes out for every sequence of the pass at layer l.
+func (c *CPUDevice) Attend(out, q Tensor, l int, shape AttnShape, seqs []AttnSeq) {
+	a := &c.att
+	a.out, a.q, a.l, a.seqs = out.f32, q.f32, l, seqs
+	a.hd, a.nHeads, a.nKV = shape.HeadDim, shape.Heads, shape.KVHeads
+	a.qd, a.kv = a.nHeads*a.hd, a.nKV*a.hd
+	a.items = a.items[:0]
+	a.gitems = a.gitems[:0]
+	maxCtx, work := 0, 0
+	gctx, gwork := 0, 0
+	for b := range seqs {
+		in := &seqs[b]
+		if in.T >= groupMaxRows && in.Mask == nil {
+			a.attendBLAS(in)
+			continue
+		}
+		if in.T >= blasMinRows {
+			for g := 0; g < a.nKV; g++ {
+				a.gitems = append(a.gitems, int32(b*a.nKV+g))
+			}
+			gctx = max(gctx, in.N+in.T)
+			gwork += in.T * (in.N + in.T) * a.hd * a.nHeads
+			continue
+		}
+		for h := 0; h < a.nHeads; h++ {
+			a.items = append(a.items, int32(b*a.nHeads+h))
+		}
+		maxCtx = max(maxCtx, in.N+in.T)
+		work += in.T * (in.N + in.T) * a.hd * a.nHeads
+	}
+	if len(a.gitems) > 0 {
+		a.attendGroupItems(gctx, gwork)
+	}
+	if len(a.items) > 0 {
+		// Below a few tens of thousands of multiply-adds a second thread
+		// costs more than it saves.
+		workers := 1
+		if work >= 1<<15 {
+			workers = min(Workers(), len(a.items))
+		}
+		if len(a.scores) < workers {
+			a.scores = append(a.scores, make([][]float32, workers-len(a.scores))...)
+		}
+		for w := 0; w < workers; w++ {
+			if len(a.scores[w]) < maxCtx {
+				a.scores[w] = make([]float32, maxCtx+256)
+			}
+		}
+		ParallelChunks(len(a.items), workers, a.attnFn)
+	}
+	a.out, a.q, a.seqs = nil, nil, nil
+}
+
+// attendItems computes the (sequence, head) items [lo, hi) directly.
+func (a *attnScratch) attendItems(worker, lo, hi int) {
+	hd, qd := a.hd, a.qd
+	rep := a.nHeads / a.nKV
+	for _, it := range a.items[lo:hi] {
+		in := &a.seqs[int(it)/a.nHeads]
+		h := int(it) % a.nHeads
+		g := h / rep
+		c0 := in.KV.cap
+		kt := in.KV.kt[a.l][g*hd*c0:]
+		vc := in.KV.v[a.l][g*hd:]
+		for i := 0; i < in.T; i++ {
+			row := in.Row0 + i
+			ctx := in.N + i + 1
+			a.attendRow(a.out[row*qd+h*hd:row*qd+h*hd+hd], a.q[row*qd+h*hd:row*qd+h*hd+hd], a.scores[worker][:ctx], kt, vc, c0, nil, in.N)
+		}
+	}
+}
+
+// attendRow computes one head's attention output out [hd] for the (already
+// scaled) query q over the first len(sc) keys of a KV group, whose keys kt
+// are stored transposed with row stride c0 and whose values vc have row
+// stride kvDim: scores q·K^T, softmax, P·V, in sc's space. mask, when not
+// nil, hides the new keys n+c whose mask[c] is false (a tree node's
+// non-ancestors). Every row of every path goes through here, so a row
+// scores the same in a decode step as in a chain or a verification tree
+// that gives it the same keys.
+func (a *attnScratch) attendRow(out, q, sc, kt, vc []float32, c0 int, mask []bool, n int) {
+	hd, kv := a.hd, a.kv
+	ctx := len(sc)
+	WeightedSum(sc, q, kt[:(hd-1)*c0+ctx], c0, hd, ctx, false)
+	if mask != nil {
+		negInf := float32(math.Inf(-1))
+		for c, ok := range mask {
+			if !ok {
+				sc[n+c] = negInf
+			}
+		}
+	}
+	sum := SoftmaxUnscaled(sc)
+	WeightedSum(out, sc, vc[:(ctx-1)*kv+hd], kv, ctx, hd, false)
+	Scale(out, 1/sum)
+}
+
+// visible returns how many keys a tree node with ancestor mask mk (over the
+// t new nodes) must score after the n committed ones, and whether the mask
+// must hide some: a node whose ancestors are exactly the first nodes in
+// order (every node of a chain-shaped draft) sees a plain prefix of n+d+1
+// keys, as a decode step at its position would.
+func visible(mk []bool, n int) (int, bool) {
+	cnt := 0
+	for c, ok := range mk {
+		if ok {
+			if c != cnt {
+				return n + len(mk), true
+			}
+			cnt++
+		}
+	}
+	return n + cnt, false
+}
+
+// attendBLAS computes one sequence's attention with the backend, the heads
+// split across the workers: each worker runs whole heads, Q·K^T, softmax and
+// P·V, in its own score buffer, so that the backend's calls run side by side.
+func (a *attnScratch) attendBLAS(in *AttnSeq) {
+	ctx := in.N + in.T
+	block := in.T // a tree attends in one block, masked
+	if in.Mask == nil {
+		block = blasBlock
+	}
+	workers := 1
+	if a.c.mm.ParallelCalls() {
+		workers = min(Workers(), a.nHeads)
+	}
+	if len(a.bigs) < workers {
+		a.bigs = append(a.bigs, make([][]float32, workers-len(a.bigs))...)
+	}
+	for w := 0; w < workers; w++ {
+		if n := min(block, in.T) * ctx; cap(a.bigs[w]) < n {
+			a.bigs[w] = make([]float32, n)
+		} else {
+			a.bigs[w] = a.bigs[w][:n]
+		}
+	}
+	a.blasIn = in
+	ParallelChunks(a.nHeads, workers, a.headFn)
+	a.blasIn = nil
+}
+
+// attendHeads computes heads [lo, hi) of a.blasIn.
+func (a *attnScratch) attendHeads(worker, lo, hi int) {
+	in := a.blasIn
+	hd, qd, kv := a.hd, a.qd, a.kv
+	rep := a.nHeads / a.nKV
+	ctx := in.N + in.T
+	tree := in.Mask != nil
+	block := in.T
+	if !tree {
+		block = blasBlock
+	}
+	kc, vc := in.KV.k[a.l], in.KV.v[a.l]
+	be := a.c.be
+	for h := lo; h < hi; h++ {
+		g := h / rep
+		for i0 := 0; i0 < in.T; i0 += block {
+			bt := min(block, in.T-i0)
+			// Keys this block can see: a chain's rows see up to their own
+			// position; a tree's rows see all new nodes, masked.
+			width := ctx
+			if !tree {
+				width = in.N + i0 + bt
+			}
+			sc := a.bigs[worker][:bt*width]
+			row := in.Row0 + i0
+			be.Sgemm(false, true, bt, width, hd, 1, a.q[row*qd+h*hd:], qd, kc[g*hd:], kv, 0, sc, width)
+			j := softmaxJob{s: sc, ld: width, visible: in.N + i0 + 1, tree: tree, mask: in.Mask, t: in.T, n: in.N}
+			if !a.c.mm.ParallelCalls() && bt*width >= 1<<14 {
+				// The heads run one after another (the backend threads each
+				// call itself): spread the softmax over the workers instead.
+				a.sm = j
+				ParallelChunks(bt, Workers(), a.smFn)
+			} else {
+				j.rows(0, bt)
+			}
+			be.Sgemm(false, false, bt, hd, width, 1, sc, width, vc[g*hd:], kv, 0, a.out[row*qd+h*hd:], qd)
+		}
+	}
+}
+
+// rows masks and normalises rows [lo, hi) of the score block.
+func (j *softmaxJob) rows(lo, hi int) {
+	negInf := float32(math.Inf(-1))
+	for i := lo; i < hi; i++ {
+		r := j.s[i*j.ld : (i+1)*j.ld]
+		if !j.tree {
+			vis := j.visible + i
+			Softmax(r[:vis])
+			clear(r[vis:])
+			continue
+		}
+		mk := j.mask[i*j.t : (i+1)*j.t]
+		for c, ok := range mk {
+			if !ok {
+				r[j.n+c] = negInf
+			}
+		}
+		Softmax(r)
+	}
+}
+
+// softmaxChunk runs a.sm.rows over rows [lo, hi), for ParallelChunks.
+func (a *attnScratch) softmaxChunk(_, lo, hi int) { a.sm.rows(lo, hi) }
+
+// attendGroupItems computes the (sequence, KV group) items of a.gitems with
+// the small-product kernels: ctx is the widest score row, work the
+// multiply-adds.
+func (a *attnScratch) attendGroupItems(ctx, work int) {
+	workers := 1
+	if work >= groupSplitWork {
+		workers = min(Workers(), len(a.gitems))
+	}
+	if len(a.gbufs) < workers {
+		a.gbufs = append(a.gbufs, make([]groupBuf, workers-len(a.gbufs))...)
+	}
+	for w := 0; w < workers; w++ {
+		gb := &a.gbufs[w]
+		if cap(gb.s) < ctx {
+			gb.s = make([]float32, ctx)
+		} else {
+			gb.s = gb.s[:ctx]
+		}
+	}
+	ParallelChunks(len(a.gitems), workers, a.groupFn)
+}
+
+// attendGroups computes the (sequence, KV group) items [lo, hi) of a.gitems,
+// one row and head at a time through attendRow.
+func (a *attnScratch) attendGroups(worker, lo, hi int) {
+	hd, qd := a.hd, a.qd
+	rep := a.nHeads / a.nKV
+	gb := &a.gbufs[worker]
+	for _, it := range a.gitems[lo:hi] {
+		in := &a.seqs[int(it)/a.nKV]
+		g := int(it) % a.nKV
+		c0 := in.KV.cap
+		kt := in.KV.kt[a.l][g*hd*c0:]
+		vc := in.KV.v[a.l][g*hd:]
+		for i := 0; i < in.T; i++ {
+			vis := in.N + i + 1
+			var mk []bool
+			if in.Mask != nil {
+				mk = in.Mask[i*in.T : (i+1)*in.T]
+				var masked bool
+				if vis, masked = visible(mk, in.N); !masked {
+					mk = nil
+				}
+			}
+			row := in.Row0 + i
+			for h := g * rep; h < (g+1)*rep; h++ {
+				o := row*qd + h*hd
+				a.attendRow(a.out[o:o+hd], a.q[o:o+hd], gb.s[:vis], kt, vc, c0, mk, in.N)
+			}
+		}
+	}
+}

@@ -1,0 +1,212 @@
+package tensor
+
+import "fmt"
+
+// Device is where a model's tensors live and its ops run. It owns the
+// memory of the tensors it allocates (Alloc, Upload, NewKV) and every
+// decision about how an op runs (kernels, threading, weight layouts), so
+// that a caller writes a layer once as a list of ops and runs it on any
+// device: the CPU device (NewCPU) today, a GPU device beside it later.
+// Values cross between the host and a device only through Upload, Write,
+// WriteI32 and Read (HostF32 lets a caller skip the copy where the device's
+// memory is the host's).
+//
+// A device value belongs to one caller (a model, a draft) and is not safe for
+// concurrent use: it holds the scratch of the op in flight, so that ops
+// allocate nothing. Ops check shapes and panic on a mismatch, a caller's
+// programming error; they never fail on values.
+type Device interface {
+	// Name says which device and kernels run, for example "cpu/openblas".
+	Name() string
+
+	// Alloc returns a zeroed [rows, cols] tensor of dtype dt in the device's
+	// memory.
+	Alloc(dt DType, rows, cols int) (Tensor, error)
+	// Upload returns m as a tensor of the device, in m's dtype: a view of
+	// m's values where the device's memory is the host's (the CPU device;
+	// a memory-mapped checkpoint stays mapped), else a copy.
+	Upload(m Matrix) (Tensor, error)
+	// Write copies src (float32, len(src) a multiple of dst's columns) into
+	// dst's first rows.
+	Write(dst Tensor, src []float32)
+	// WriteI32 copies src into the first values of the I32 tensor dst.
+	WriteI32(dst Tensor, src []int32)
+	// Read copies the float32 tensor src into dst.
+	Read(dst []float32, src Tensor)
+	// HostF32 returns the float32 tensor t's values as a host slice when
+	// the device's memory is the host's, without a copy.
+	HostF32(t Tensor) ([]float32, bool)
+
+	// PrepareWeights gives the weights a caller multiplies by (all of them
+	// at once: the device may size its layouts against their total) the
+	// layouts their products run fastest in. The weights must not change
+	// afterwards.
+	PrepareWeights(ws ...*Weight)
+	// MulT computes out[rows, n] = x[rows, k]·Wᵀ for the weight W [n, k],
+	// or adds it to out when acc is true. Up to FewRows rows, each row's
+	// result is the same whatever the other rows.
+	MulT(out, x Tensor, w *Weight, acc bool)
+	// Gather writes row ids[i] of table, widened to float32, into row i of
+	// out (an embedding lookup).
+	Gather(out Tensor, table *Weight, ids []int)
+	// GatherRows writes row rows[i] of src into row i of out.
+	GatherRows(out, src Tensor, rows []int32)
+	// Copy copies src into dst (the same number of values).
+	Copy(dst, src Tensor)
+	// SplitCols copies consecutive column blocks of src into the dsts, in
+	// order: dst i gets dst i's width of columns (a fused product's parts).
+	// (A slice, not variadic arguments: a caller that keeps it allocates
+	// nothing per call.)
+	SplitCols(src Tensor, dsts []Tensor)
+
+	// RMSNorm computes each row of out as the row of x over
+	// sqrt(mean(x²)+eps), times w (Hugging Face's LlamaRMSNorm in float32,
+	// the mean accumulated in float64); out may be x.
+	RMSNorm(out, x, w Tensor, eps float32)
+	// RoPE rotates x [rows, heads·HeadDim] in place by r's angles at the
+	// positions pos (I32, one per row).
+	RoPE(x Tensor, heads int, pos Tensor, r *Rotary)
+	// Scale multiplies x by s in place.
+	Scale(x Tensor, s float32)
+	// AddBias adds the row b to every row of x.
+	AddBias(x, b Tensor)
+	// SwiGLU computes out = silu(gate)·up element-wise. With up empty, gate
+	// holds both side by side in each row ([rows, 2·I]: a fused product)
+	// and out is [rows, I].
+	SwiGLU(out, gate, up Tensor)
+
+	// NewKV allocates a KV cache of capacity positions for layers layers
+	// of kvDim keys and values each, laid out as the device's Attend reads
+	// it.
+	NewKV(layers, kvDim, capacity int) (*KV, error)
+	// KVWrite stores the rows of k and v (both [r, kvDim]) at positions
+	// row..row+r-1 of layer l.
+	KVWrite(kv *KV, l, row int, k, v Tensor)
+	// KVMove copies position src to position dst in every layer.
+	KVMove(kv *KV, dst, src int)
+	// Attend computes the grouped-query attention of every sequence of a
+	// pass at layer l: for each, its T new rows of q (already scaled by
+	// 1/√d) attend to the N committed positions of its cache and to the new
+	// positions its mask allows, and out gets the result in the same rows.
+	Attend(out, q Tensor, l int, shape AttnShape, seqs []AttnSeq)
+}
+
+// AttnShape is an attention's head layout.
+type AttnShape struct {
+	// Heads and KVHeads are the query and key/value heads; HeadDim their
+	// width.
+	Heads, KVHeads, HeadDim int
+}
+
+// AttnSeq is one sequence's share of an Attend call.
+type AttnSeq struct {
+	// KV is the sequence's cache, whose positions N..N+T-1 hold the new
+	// rows' keys and values.
+	KV *KV
+	// Row0 is the sequence's first row in q and out; T its new rows; N
+	// the committed positions before them.
+	Row0, T, N int
+	// Mask is nil for a chain: new row i attends causally (to positions
+	// up to N+i). For a tree it is the [T, T] ancestor mask: row i attends
+	// to the committed positions and to new position N+c where
+	// Mask[i·T+c].
+	Mask []bool
+}
+
+// Rotary holds the rotation tables of rotate_half RoPE (Hugging Face Llama's
+// convention: within each head of HeadDim values, value i < HeadDim/2 pairs
+// with value i + HeadDim/2 and turns by pos·InvFreq[i]) in a device's
+// memory; positions from MaxPos on are computed from InvFreq.
+type Rotary struct {
+	HeadDim, MaxPos int
+	// Cos and Sin are [MaxPos, HeadDim/2], InvFreq [1, HeadDim/2].
+	Cos, Sin, InvFreq Tensor
+}
+
+// Tensor is a row-major [rows, cols] array of one dtype in a device's
+// memory. It is a small value: copies and RowRange views share the values.
+// The zero Tensor is empty.
+type Tensor struct {
+	dt         DType
+	rows, cols int
+	// The CPU device's storage: the slice of dt's kind holds the values.
+	f32 []float32
+	u16 []uint16
+	i32 []int32
+}
+
+// DType returns the tensor's element type.
+func (t Tensor) DType() DType { return t.dt }
+
+// Rows returns the tensor's number of rows.
+func (t Tensor) Rows() int { return t.rows }
+
+// Cols returns the tensor's number of columns.
+func (t Tensor) Cols() int { return t.cols }
+
+// Len returns the number of values, rows·cols.
+func (t Tensor) Len() int { return t.rows * t.cols }
+
+// Empty reports whether the tensor has no values.
+func (t Tensor) Empty() bool { return t.rows == 0 || t.cols == 0 }
+
+// RowRange returns rows [lo, hi) as a tensor viewing the same values.
+func (t Tensor) RowRange(lo, hi int) Tensor {
+	if lo < 0 || hi < lo || hi > t.rows {
+		panic(fmt.Sprintf("tensor: rows [%d, %d) of a tensor of %d rows", lo, hi, t.rows))
+	}
+	v := t
+	v.rows = hi - lo
+	a, b := lo*t.cols, hi*t.cols
+	switch t.dt {
+	case F32:
+		v.f32 = t.f32[a:b:b]
+	case I32:
+		v.i32 = t.i32[a:b:b]
+	default:
+		v.u16 = t.u16[a:b:b]
+	}
+	return v
+}
+
+// Reshape returns the tensor's values as [rows, cols] (the same number of
+// values), viewing the same values.
+func (t Tensor) Reshape(rows, cols int) Tensor {
+	if rows*cols != t.Len() {
+		panic(fmt.Sprintf("tensor: reshape of %dx%d to %dx%d", t.rows, t.cols, rows, cols))
+	}
+	v := t
+	v.rows, v.cols = rows, cols
+	return v
+}
+
+// KV is one sequence's key/value cache on a device: for every layer, the
+// keys and values of positions [0, Cap) of KVDim values each, in the layout
+// the device's Attend reads. It holds memory only; which positions are
+// committed is the caller's (pkg/kvcache).
+type KV struct {
+	kvDim, cap int
+	// The CPU device's layout, per layer: K and V [cap, kvDim] row-major,
+	// and K transposed [kvDim, cap] for the few-row attention's scores.
+	k, v, kt [][]float32
+}
+
+// Cap returns the cache's capacity in positions.
+func (kv *KV) Cap() int { return kv.cap }
+
+// KVDim returns the keys and values per position and layer.
+func (kv *KV) KVDim() int { return kv.kvDim }
+
+// Layers returns the number of layers.
+func (kv *KV) Layers() int { return len(kv.k) }
+
+// K, V and KT return layer l's keys [Cap, KVDim], values [Cap, KVDim] and
+// keys transposed [KVDim, Cap] as host slices: the CPU device's layout, for
+// host code that reads the cache directly.
+func (kv *KV) K(l int) []float32 { return kv.k[l] }
+
+// V returns layer l's values; see K.
+func (kv *KV) V(l int) []float32 { return kv.v[l] }
+
+// KT returns layer l's keys transposed; see K.
+func (kv *KV) KT(l int) []float32 { return kv.kt[l] }
