@@ -1,6 +1,9 @@
 package tensor
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // CPUDevice is the CPU device: tensors in host memory, products through Products
 // on a Backend (OpenBLAS or drafter's Go assembly), the other ops through
@@ -15,6 +18,11 @@ type CPUDevice struct {
 	glu   swigluJob
 	gluFn func(lo, hi int)
 	att   attnScratch
+	// AdamW's and Zero's split, as SwiGLU's.
+	adam   adamJob
+	adamFn func(lo, hi int)
+	zero   []float32
+	zeroFn func(lo, hi int)
 }
 
 // NewCPU returns a CPU device whose large float32 products run on be (CPU()
@@ -25,6 +33,8 @@ func NewCPU(be Backend) *CPUDevice {
 	}
 	c := &CPUDevice{be: be, mm: NewProducts(be)}
 	c.gluFn = c.swigluChunk
+	c.adamFn = c.adamChunk
+	c.zeroFn = c.zeroChunk
 	c.att.init(c)
 	return c
 }
@@ -244,4 +254,67 @@ func HostTensor(v []float32, rows, cols int) Tensor {
 		panic(fmt.Sprintf("tensor: HostTensor of %d values for %dx%d", len(v), rows, cols))
 	}
 	return Tensor{dt: F32, rows: rows, cols: cols, f32: v[:rows*cols]}
+}
+
+// Zero clears x, split over the workers when large.
+func (c *CPUDevice) Zero(x Tensor) {
+	c.zero = x.f32
+	Parallel(len(x.f32), 1<<16, c.zeroFn)
+	c.zero = nil
+}
+
+func (c *CPUDevice) zeroChunk(lo, hi int) { clear(c.zero[lo:hi]) }
+
+// SumSquares sums x's squares in float64, in four interleaved partial sums
+// added pairwise.
+func (c *CPUDevice) SumSquares(x Tensor) float64 {
+	g := x.f32
+	var s0, s1, s2, s3 float64
+	j := 0
+	for ; j+4 <= len(g); j += 4 {
+		a, b, c, d := float64(g[j]), float64(g[j+1]), float64(g[j+2]), float64(g[j+3])
+		s0 += a * a
+		s1 += b * b
+		s2 += c * c
+		s3 += d * d
+	}
+	for ; j < len(g); j++ {
+		a := float64(g[j])
+		s0 += a * a
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// adamJob is the AdamW update being split over the workers.
+type adamJob struct {
+	p, g, m, v []float32
+	s          AdamWStep
+}
+
+// AdamW updates p, m and v, split over the workers when large.
+func (c *CPUDevice) AdamW(p, g, m, v Tensor, s AdamWStep) {
+	n := p.Len()
+	if g.Len() != n || m.Len() != n || v.Len() != n {
+		panic(fmt.Sprintf("tensor: AdamW of %d values with %d gradients and %d/%d moments", n, g.Len(), m.Len(), v.Len()))
+	}
+	c.adam = adamJob{p: p.f32, g: g.f32, m: m.f32, v: v.f32, s: s}
+	Parallel(n, 1<<15, c.adamFn)
+	c.adam = adamJob{}
+}
+
+// adamChunk updates values [lo, hi) of c.adam in torch's float32 order of
+// operations (decay first, then the moments, then the bias-corrected step).
+func (c *CPUDevice) adamChunk(lo, hi int) {
+	j := &c.adam
+	d, g, m, v := j.p[lo:hi], j.g[lo:hi], j.m[lo:hi], j.v[lo:hi]
+	g, m, v = g[:len(d)], m[:len(d)], v[:len(d)]
+	s := j.s
+	for i := range d {
+		gi := g[i]
+		mi := s.Beta1*m[i] + s.OneMinusBeta1*gi
+		vi := s.Beta2*v[i] + s.OneMinusBeta2*gi*gi
+		m[i], v[i] = mi, vi
+		den := float32(math.Sqrt(float64(vi)))/s.SqrtBC2 + s.Eps
+		d[i] = d[i]*s.Decay - s.StepSize*mi/den
+	}
 }

@@ -75,6 +75,15 @@ type Device interface {
 	// and out is [rows, I].
 	SwiGLU(out, gate, up Tensor)
 
+	// Zero sets x's values to zero.
+	Zero(x Tensor)
+	// SumSquares returns the sum of the squares of x's values, accumulated
+	// in float64 (a gradient norm's).
+	SumSquares(x Tensor) float64
+	// AdamW applies one AdamW update to the parameter p with gradient g and
+	// moments m and v (all float32, the same length), in place.
+	AdamW(p, g, m, v Tensor, s AdamWStep)
+
 	// NewKV allocates a KV cache of capacity positions for layers layers
 	// of kvDim keys and values each, laid out as the device's Attend reads
 	// it.
@@ -89,6 +98,19 @@ type Device interface {
 	// 1/√d) attend to the N committed positions of its cache and to the new
 	// positions its mask allows, and out gets the result in the same rows.
 	Attend(out, q Tensor, l int, shape AttnShape, seqs []AttnSeq)
+}
+
+// AdamWStep is one AdamW update's scalars (torch.optim.AdamW's, non-amsgrad,
+// in float32): each value is updated as
+//
+//	m = Beta1·m + OneMinusBeta1·g
+//	v = Beta2·v + OneMinusBeta2·g²
+//	p = p·Decay - StepSize·m / (√v / SqrtBC2 + Eps)
+//
+// where Decay = 1 - lr·weight_decay, StepSize = lr / (1 - β1^t) and SqrtBC2 =
+// √(1 - β2^t) at step t, in that order of operations.
+type AdamWStep struct {
+	Decay, Beta1, Beta2, OneMinusBeta1, OneMinusBeta2, StepSize, SqrtBC2, Eps float32
 }
 
 // AttnShape is an attention's head layout.

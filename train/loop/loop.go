@@ -406,7 +406,7 @@ func (r *run[M]) step(t0 time.Time) (int, error) {
 	if math.IsNaN(loss) || math.IsInf(loss, 0) {
 		return 0, fmt.Errorf("train: the training loss became %v at step %d (lower the learning rate)", loss, step)
 	}
-	norm := optim.ClipGradNorm(r.params, r.cfg.ClipNorm)
+	norm := r.opt.ClipGradNorm(r.cfg.ClipNorm)
 	lr := r.sched.LR(step)
 	r.opt.Step(lr)
 	step++

@@ -38,13 +38,17 @@ func DefaultAdamW() AdamWConfig { return AdamWConfig{Beta1: 0.9, Beta2: 0.999, E
 //	v  = b2*v + (1-b2)*g^2
 //	p -= (lr/(1-b1^t)) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
 //
-// Moments are float32 and allocated once by NewAdamW.
+// Moments are float32 and allocated once by NewAdamW. The updates, the
+// gradients' zeroing, norm and clipping run as the ops of a CPU device over
+// the parameters' host memory.
 type AdamW struct {
 	Config AdamWConfig
 	Params []Param
 	M, V   [][]float32 // first and second moments, one slice per parameter
 	// StepCount is the number of updates applied so far.
 	StepCount int64
+
+	dev tensor.Device
 }
 
 // NewAdamW validates the parameters (unique names, len(Data) == len(Grad)) and
@@ -61,7 +65,8 @@ func NewAdamW(params []Param, cfg AdamWConfig) (*AdamW, error) {
 			cfg.Beta1, cfg.Beta2, cfg.Eps, cfg.WeightDecay)
 	}
 	seen := make(map[string]bool, len(params))
-	o := &AdamW{Config: cfg, Params: params, M: make([][]float32, len(params)), V: make([][]float32, len(params))}
+	o := &AdamW{Config: cfg, Params: params, M: make([][]float32, len(params)), V: make([][]float32, len(params)),
+		dev: tensor.NewCPU(tensor.PureGo())} // element-wise ops only: the backend is never called
 	for i, p := range params {
 		if p.Name == "" || seen[p.Name] {
 			return nil, fmt.Errorf("optim: parameter %d has an empty or duplicate name %q", i, p.Name)
@@ -79,10 +84,12 @@ func NewAdamW(params []Param, cfg AdamWConfig) (*AdamW, error) {
 // ZeroGrad sets every gradient to zero (the backward passes accumulate).
 func (o *AdamW) ZeroGrad() {
 	for _, p := range o.Params {
-		g := p.Grad
-		tensor.Parallel(len(g), 1<<16, func(lo, hi int) { clear(g[lo:hi]) })
+		o.dev.Zero(host(p.Grad))
 	}
 }
+
+// host returns v as a tensor of the CPU device.
+func host(v []float32) tensor.Tensor { return tensor.HostTensor(v, 1, len(v)) }
 
 // Step applies one AdamW update with learning rate lr to every parameter using
 // the gradients currently in Grad, and increments StepCount.
@@ -92,40 +99,18 @@ func (o *AdamW) Step(lr float64) {
 	c := o.Config
 	bc1 := 1 - math.Pow(c.Beta1, t)
 	bc2 := 1 - math.Pow(c.Beta2, t)
-	s := adamScalars{
-		decay:    float32(1 - lr*c.WeightDecay),
-		b1:       float32(c.Beta1),
-		b2:       float32(c.Beta2),
-		omb1:     float32(1 - c.Beta1),
-		omb2:     float32(1 - c.Beta2),
-		stepSize: float32(lr / bc1),
-		sqBC2:    float32(math.Sqrt(bc2)),
-		eps:      float32(c.Eps),
+	s := tensor.AdamWStep{
+		Decay:         float32(1 - lr*c.WeightDecay),
+		Beta1:         float32(c.Beta1),
+		Beta2:         float32(c.Beta2),
+		OneMinusBeta1: float32(1 - c.Beta1),
+		OneMinusBeta2: float32(1 - c.Beta2),
+		StepSize:      float32(lr / bc1),
+		SqrtBC2:       float32(math.Sqrt(bc2)),
+		Eps:           float32(c.Eps),
 	}
 	for i, p := range o.Params {
-		d, g, m, v := p.Data, p.Grad, o.M[i], o.V[i]
-		tensor.Parallel(len(d), 1<<15, func(lo, hi int) { adamKernel(&s, d[lo:hi], g[lo:hi], m[lo:hi], v[lo:hi]) })
-	}
-}
-
-type adamScalars struct {
-	decay, b1, b2, omb1, omb2, stepSize, sqBC2, eps float32
-}
-
-// adamKernel is the per-element update; it follows PyTorch's float32 order of
-// operations (decay first, then the moments, then the bias-corrected step).
-func adamKernel(s *adamScalars, d, g, m, v []float32) {
-	g = g[:len(d)]
-	m = m[:len(d)]
-	v = v[:len(d)]
-	decay, b1, b2, omb1, omb2, ss, sb, eps := s.decay, s.b1, s.b2, s.omb1, s.omb2, s.stepSize, s.sqBC2, s.eps
-	for j := range d {
-		gj := g[j]
-		mj := b1*m[j] + omb1*gj
-		vj := b2*v[j] + omb2*gj*gj
-		m[j], v[j] = mj, vj
-		den := float32(math.Sqrt(float64(vj)))/sb + eps
-		d[j] = d[j]*decay - ss*mj/den
+		o.dev.AdamW(host(p.Data), host(p.Grad), host(o.M[i]), host(o.V[i]), s)
 	}
 }
 
@@ -155,45 +140,25 @@ func (s Schedule) LR(step int) float64 {
 }
 
 // GradNorm returns the global L2 norm of all gradients, accumulated in float64.
-func GradNorm(params []Param) float64 {
+func (o *AdamW) GradNorm() float64 {
 	var sum float64
-	for _, p := range params {
-		sum += sumSquares(p.Grad)
+	for _, p := range o.Params {
+		sum += o.dev.SumSquares(host(p.Grad))
 	}
 	return math.Sqrt(sum)
-}
-
-func sumSquares(g []float32) float64 {
-	var s0, s1, s2, s3 float64
-	j := 0
-	for ; j+4 <= len(g); j += 4 {
-		a, b, c, d := float64(g[j]), float64(g[j+1]), float64(g[j+2]), float64(g[j+3])
-		s0 += a * a
-		s1 += b * b
-		s2 += c * c
-		s3 += d * d
-	}
-	for ; j < len(g); j++ {
-		a := float64(g[j])
-		s0 += a * a
-	}
-	return (s0 + s1) + (s2 + s3)
 }
 
 // ClipGradNorm scales all gradients by maxNorm/(norm+1e-6) when the global norm
 // exceeds maxNorm (torch.nn.utils.clip_grad_norm_) and returns the norm before
 // clipping. maxNorm <= 0 disables clipping (the norm is still returned).
-func ClipGradNorm(params []Param, maxNorm float64) float64 {
-	norm := GradNorm(params)
+func (o *AdamW) ClipGradNorm(maxNorm float64) float64 {
+	norm := o.GradNorm()
 	if maxNorm <= 0 || norm <= maxNorm || math.IsNaN(norm) || math.IsInf(norm, 0) {
 		return norm
 	}
 	scale := float32(maxNorm / (norm + 1e-6))
-	for _, p := range params {
-		g := p.Grad
-		for j := range g {
-			g[j] *= scale
-		}
+	for _, p := range o.Params {
+		o.dev.Scale(host(p.Grad), scale)
 	}
 	return norm
 }

@@ -128,17 +128,20 @@ func TestScheduleKnownPoints(t *testing.T) {
 func TestClipGradNorm(t *testing.T) {
 	a := Param{Name: "a", Data: make([]float32, 2), Grad: []float32{3, 0}}
 	b := Param{Name: "b", Data: make([]float32, 1), Grad: []float32{4}}
-	ps := []Param{a, b}
-	if n := ClipGradNorm(ps, 10); n != 5 {
+	o, err := NewAdamW([]Param{a, b}, DefaultAdamW())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := o.ClipGradNorm(10); n != 5 {
 		t.Fatalf("norm %g want 5", n)
 	}
 	if a.Grad[0] != 3 || b.Grad[0] != 4 {
 		t.Fatal("gradients changed below the threshold")
 	}
-	if n := ClipGradNorm(ps, 1); n != 5 {
+	if n := o.ClipGradNorm(1); n != 5 {
 		t.Fatalf("pre-clip norm %g want 5", n)
 	}
-	if post := GradNorm(ps); math.Abs(post-1) > 1e-6 {
+	if post := o.GradNorm(); math.Abs(post-1) > 1e-6 {
 		t.Fatalf("post-clip norm %g want 1", post)
 	}
 	if math.Abs(float64(a.Grad[0])-0.6) > 1e-6 || math.Abs(float64(b.Grad[0])-0.8) > 1e-6 {
@@ -149,7 +152,11 @@ func TestClipGradNorm(t *testing.T) {
 	for i := range big {
 		big[i] = 1e-3
 	}
-	if n := GradNorm([]Param{{Name: "z", Data: big, Grad: big}}); math.Abs(n-1) > 1e-7 {
+	oz, err := NewAdamW([]Param{{Name: "z", Data: big, Grad: big}}, DefaultAdamW())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := oz.GradNorm(); math.Abs(n-1) > 1e-7 {
 		t.Fatalf("norm %v want 1", n)
 	}
 }

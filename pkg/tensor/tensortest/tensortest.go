@@ -28,6 +28,7 @@ func Ops(t *testing.T, dev tensor.Device) {
 	t.Run("RoPE", func(t *testing.T) { rope(t, dev) })
 	t.Run("elementwise", func(t *testing.T) { elementwise(t, dev) })
 	t.Run("Attend", func(t *testing.T) { attend(t, dev) })
+	t.Run("optimizer", func(t *testing.T) { optimizer(t, dev) })
 }
 
 // env is one check's random source and device helpers.
@@ -438,4 +439,52 @@ func ancestors(parents []int) []bool {
 		m[i*t+i] = true
 	}
 	return m
+}
+
+// optimizer checks Zero, SumSquares and AdamW (three steps, with weight decay,
+// against torch.optim.AdamW's update in float64).
+func optimizer(t *testing.T, dev tensor.Device) {
+	e := newEnv(t, dev, 9)
+	n := 100_000 // split over the workers
+	gv := e.rand(n, 1e-2)
+	g := e.tensor(gv, 1, n)
+	var ss float64
+	for _, v := range gv {
+		ss += float64(v) * float64(v)
+	}
+	if got := dev.SumSquares(g); math.Abs(got-ss) > 1e-12*ss {
+		t.Fatalf("SumSquares %v, want %v", got, ss)
+	}
+	pv := e.rand(n, 1)
+	p := e.tensor(pv, 1, n)
+	m, _ := dev.Alloc(tensor.F32, 1, n)
+	v, _ := dev.Alloc(tensor.F32, 1, n)
+	p64, m64, v64 := make([]float64, n), make([]float64, n), make([]float64, n)
+	for i, x := range pv {
+		p64[i] = float64(x)
+	}
+	const lr, b1, b2, eps, wd = 1e-2, 0.9, 0.999, 1e-8, 0.1
+	for step := 1; step <= 3; step++ {
+		gv := e.rand(n, 1)
+		dev.Write(g, gv)
+		bc1, bc2 := 1-math.Pow(b1, float64(step)), 1-math.Pow(b2, float64(step))
+		dev.AdamW(p, g, m, v, tensor.AdamWStep{Decay: float32(1 - lr*wd), Beta1: b1, Beta2: b2, OneMinusBeta1: 1 - b1, OneMinusBeta2: 1 - b2,
+			StepSize: float32(lr / bc1), SqrtBC2: float32(math.Sqrt(bc2)), Eps: eps})
+		for i, x := range gv {
+			gx := float64(x)
+			p64[i] *= 1 - lr*wd
+			m64[i] = b1*m64[i] + (1-b1)*gx
+			v64[i] = b2*v64[i] + (1-b2)*gx*gx
+			p64[i] -= lr / bc1 * m64[i] / (math.Sqrt(v64[i])/math.Sqrt(bc2) + eps)
+		}
+	}
+	e.near("AdamW parameters", e.read(p), p64, nil)
+	e.near("AdamW first moments", e.read(m), m64, nil)
+	e.near("AdamW second moments", e.read(v), v64, nil)
+	dev.Zero(g)
+	for i, x := range e.read(g) {
+		if x != 0 {
+			t.Fatalf("Zero left %v at %d", x, i)
+		}
+	}
 }
