@@ -21,11 +21,33 @@ import (
 // weights exactly too and computes in float32, so it differs from the
 // reference by float32 rounding only, as a float32 checkpoint does: the
 // tolerances are TestAgainstNaive's.
+//
+// One exception: where tensor.RoundsBF16Activations (AVX512_BF16), a bf16
+// model's products of more than tensor.FewRows rows (a prefill of more
+// than 48 tokens) round their inputs to bfloat16, which moves the logits by
+// about 4e-3 of the largest (stories260k: 0.072 of 18.9), far past halfTol.
+// The reference then rounds the inputs of the same products the same way
+// (naiveCfg.bf16Inputs), so that the tight tolerance still tests that the
+// model computes exactly that. It holds at almost every position (stories260k:
+// 56 of 57 positions within 5e-6, float32 noise), but not at all: where a
+// product's input lies within float32 noise of a bfloat16 rounding
+// midpoint, the model and the reference round it to neighbouring bfloat16
+// values (2^-8 of that input apart), and the positions downstream of it
+// differ by more (stories260k: one position, by 0.0073 = 3.9e-4 of the
+// largest logit). Such positions are allowed, at most one in eight, each
+// within flipTol: ten times the largest seen, and a tenth of the logits'
+// movement from rounding all the activations, which a product that did not
+// round, or rounded anything else, would show at every position.
 
 // halfTol is the largest difference allowed between a 16-bit model's logits
 // and the float64 reference's on the same weights, relative to the largest
 // reference logit (at least 1).
 const halfTol = 2e-5
+
+// flipTol is the largest difference allowed, relative to the largest
+// reference logit, at the few prefill positions past halfTol where products
+// round their inputs to bfloat16 (see above).
+const flipTol = 4e-4 * 10
 
 // readWeights returns every tensor of dir/model.safetensors widened to
 // float32 (exactly, for 16-bit ones), with the shapes.
@@ -68,14 +90,23 @@ func naiveFor(c *checkpoint.Config) naiveCfg {
 }
 
 // checkHalfModel checks m, whose weights are w in a 16-bit dtype, against
-// the reference: the logits of a prefill of tokens at every position and of
-// cached decode steps within halfTol, and the greedy continuation of
+// the reference: the logits of a prefill of tokens at every position within
+// halfTol (the reference rounding the products' inputs to bfloat16 where
+// the model does, with flipTol at a few positions: see the top of the
+// file), and the greedy continuation of
 // tokens[:prompt] by n cached decode steps token for token the reference's
 // greedy choice at each position (with the smallest margin between the
 // reference's best two logits logged).
 func checkHalfModel(t *testing.T, m *Model, c naiveCfg, w map[string][]float32, tokens []int, prompt, n int) {
 	t.Helper()
-	want, _ := naiveForward(c, w, tokens)
+	// The prefill's products have len(tokens) rows.
+	pc := c
+	pc.bf16Inputs = m.Layers[0].MLP.Down.W.DType == tensor.BF16 && tensor.RoundsBF16Activations() && len(tokens) > tensor.FewRows
+	want, _ := naiveForward(pc, w, tokens)
+	plain := want
+	if pc.bf16Inputs {
+		plain, _ = naiveForward(c, w, tokens)
+	}
 	scale := 1.0
 	for _, row := range want {
 		for _, v := range row {
@@ -88,14 +119,29 @@ func checkHalfModel(t *testing.T, m *Model, c naiveCfg, w map[string][]float32, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	worst := 0.0
+	worst, worstPlain, worstFlip, flips := 0.0, 0.0, 0.0, 0
 	V := m.VocabSize()
 	for p := range tokens {
-		d := maxAbsDiff32(res.LogitsOf(0)[p*V:(p+1)*V], want[p])
+		got := res.LogitsOf(0)[p*V : (p+1)*V]
+		worstPlain = math.Max(worstPlain, maxAbsDiff32(got, plain[p]))
+		d := maxAbsDiff32(got, want[p])
+		if d > tol && pc.bf16Inputs && d <= flipTol*scale {
+			// A rounding flip upstream (see the top of the file).
+			flips++
+			worstFlip = math.Max(worstFlip, d)
+			continue
+		}
 		if d > tol {
 			t.Fatalf("prefill logits at position %d differ from the reference by %g (> %g)", p, d, tol)
 		}
 		worst = math.Max(worst, d)
+	}
+	if flips > len(tokens)/8 {
+		t.Fatalf("prefill logits at %d of %d positions differ from the reference by more than %g (up to %g): more than rounding flips", flips, len(tokens), tol, worstFlip)
+	}
+	if pc.bf16Inputs {
+		t.Logf("prefill products rounded their inputs to bfloat16: %d of %d positions past the tolerance by a rounding flip (up to %.2g); the logits are %.2g from the unrounded reference",
+			flips, len(tokens), worstFlip, worstPlain)
 	}
 	// Greedy decode, one cached step at a time.
 	seq.Reset()
