@@ -152,7 +152,8 @@ func (a Matrix) DotRows(out []float32, ldo int, x []float32, ldx, m int, acc boo
 // float32 matrix runs be's Sgemm (be's threading); a 16-bit one runs
 // SgemmBF16 or SgemmF16, split over the workers, except that a bfloat16
 // one with beta 0 or 1 runs GemmBF16, which rounds x to bfloat16 where
-// RoundsBF16Activations is true.
+// RoundsBF16Activations is true, whatever m (Products sends it only
+// products of more than FewRows rows).
 func (a Matrix) MulT(be Backend, out []float32, ldo int, x []float32, ldx, m int, beta float32) {
 	n, k := a.Rows, a.Cols
 	if m == 0 || n == 0 {
