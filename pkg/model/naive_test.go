@@ -24,6 +24,13 @@ type naiveCfg struct {
 	factor, lowFF, highFF                       float64
 	origMax                                     int
 	qkvBias, oBias, mlpBias, qkNorm, tied       bool
+	// bf16Rows: the positions t < bf16Rows round the input of every
+	// weight product (q/k/v, o, gate/up, down, lm_head) to bfloat16 before
+	// multiplying, as tensor.GemmBF16 does to a bf16 model's products of
+	// more than tensor.FewRows rows (a prefill of that many tokens) where
+	// tensor.RoundsBF16Activations; the later positions, decode steps of
+	// the model, do not.
+	bf16Rows int
 }
 
 func (c naiveCfg) invFreq() []float64 {
@@ -79,6 +86,24 @@ func naiveLinear(x []float64, w []float32, b []float32, out int) []float64 {
 	return y
 }
 
+// naiveBF16 returns x rounded to float32 and then to bfloat16 (nearest, ties
+// to even: pkg/safetensors' encoder, which the model's kernels do not run),
+// as the model's float32 activations are rounded.
+func naiveBF16(x []float64) []float64 {
+	f := make([]float32, len(x))
+	for i, v := range x {
+		f[i] = float32(v)
+	}
+	b := make([]byte, 2*len(f))
+	safetensors.EncodeBF16(b, f)
+	safetensors.DecodeBF16(f, b)
+	out := make([]float64, len(x))
+	for i, v := range f {
+		out[i] = float64(v)
+	}
+	return out
+}
+
 func naiveRope(v []float64, pos int, inv []float64) {
 	half := len(v) / 2
 	for i := 0; i < half; i++ {
@@ -107,6 +132,12 @@ func naiveForward(c naiveCfg, w map[string][]float32, tokens []int) ([][]float64
 		return v
 	}
 	inv := c.invFreq()
+	linear := func(t int, x []float64, w []float32, b []float32, out int) []float64 {
+		if t < c.bf16Rows {
+			x = naiveBF16(x)
+		}
+		return naiveLinear(x, w, b, out)
+	}
 	x := make([][]float64, T)
 	emb := w["model.embed_tokens.weight"]
 	for t, id := range tokens {
@@ -129,9 +160,9 @@ func naiveForward(c naiveCfg, w map[string][]float32, tokens []int) ([][]float64
 		qs, ks, vs := make([][]float64, T), make([][]float64, T), make([][]float64, T)
 		for t := 0; t < T; t++ {
 			a := naiveRMS(x[t], w[p+"input_layernorm.weight"], c.eps)
-			qs[t] = naiveLinear(a, w[p+"self_attn.q_proj.weight"], bias(p+"self_attn.q_proj.bias", c.qkvBias), c.heads*c.hd)
-			ks[t] = naiveLinear(a, w[p+"self_attn.k_proj.weight"], bias(p+"self_attn.k_proj.bias", c.qkvBias), c.kvHeads*c.hd)
-			vs[t] = naiveLinear(a, w[p+"self_attn.v_proj.weight"], bias(p+"self_attn.v_proj.bias", c.qkvBias), c.kvHeads*c.hd)
+			qs[t] = linear(t, a, w[p+"self_attn.q_proj.weight"], bias(p+"self_attn.q_proj.bias", c.qkvBias), c.heads*c.hd)
+			ks[t] = linear(t, a, w[p+"self_attn.k_proj.weight"], bias(p+"self_attn.k_proj.bias", c.qkvBias), c.kvHeads*c.hd)
+			vs[t] = linear(t, a, w[p+"self_attn.v_proj.weight"], bias(p+"self_attn.v_proj.bias", c.qkvBias), c.kvHeads*c.hd)
 			for h := 0; h < c.heads; h++ {
 				q := qs[t][h*c.hd : (h+1)*c.hd]
 				if c.qkNorm {
@@ -173,17 +204,17 @@ func naiveForward(c naiveCfg, w map[string][]float32, tokens []int) ([][]float64
 					}
 				}
 			}
-			o := naiveLinear(att, w[p+"self_attn.o_proj.weight"], bias(p+"self_attn.o_proj.bias", c.oBias), c.h)
+			o := linear(t, att, w[p+"self_attn.o_proj.weight"], bias(p+"self_attn.o_proj.bias", c.oBias), c.h)
 			for i := range o {
 				x[t][i] += o[i]
 			}
 			m := naiveRMS(x[t], w[p+"post_attention_layernorm.weight"], c.eps)
-			gt := naiveLinear(m, w[p+"mlp.gate_proj.weight"], bias(p+"mlp.gate_proj.bias", c.mlpBias), c.inter)
-			up := naiveLinear(m, w[p+"mlp.up_proj.weight"], bias(p+"mlp.up_proj.bias", c.mlpBias), c.inter)
+			gt := linear(t, m, w[p+"mlp.gate_proj.weight"], bias(p+"mlp.gate_proj.bias", c.mlpBias), c.inter)
+			up := linear(t, m, w[p+"mlp.up_proj.weight"], bias(p+"mlp.up_proj.bias", c.mlpBias), c.inter)
 			for i := range gt {
 				gt[i] = gt[i] / (1 + math.Exp(-gt[i])) * up[i]
 			}
-			d := naiveLinear(gt, w[p+"mlp.down_proj.weight"], bias(p+"mlp.down_proj.bias", c.mlpBias), c.h)
+			d := linear(t, gt, w[p+"mlp.down_proj.weight"], bias(p+"mlp.down_proj.bias", c.mlpBias), c.h)
 			for i := range d {
 				x[t][i] += d[i]
 			}
@@ -200,7 +231,7 @@ func naiveForward(c naiveCfg, w map[string][]float32, tokens []int) ([][]float64
 	final := make([][]float64, T)
 	for t := range x {
 		final[t] = naiveRMS(x[t], w["model.norm.weight"], c.eps)
-		logits[t] = naiveLinear(final[t], head, nil, c.vocab)
+		logits[t] = linear(t, final[t], head, nil, c.vocab)
 	}
 	return logits, append(hidden, final)
 }

@@ -12,7 +12,8 @@ import (
 // TestMatrix: a 16-bit Matrix's rows and widened copy are its values
 // widened, its few-row and many-row products those of the float32 matrix of
 // the widened values within float32 rounding (the kernels sum in other
-// orders), row ranges view the same values, and a float32 Matrix hands out
+// orders; a bfloat16 MulT on the inputs rounded to bfloat16 where
+// RoundsBF16Activations), row ranges view the same values, and a float32 Matrix hands out
 // its own slice.
 func TestMatrix(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
@@ -55,9 +56,24 @@ func TestMatrix(t *testing.T) {
 			checkClose(t, c.dt.String()+" DotRows", got, exp)
 			clear(got)
 			a.MulT(tensor.CPU(), got, n, x, k, rows, 0)
+			if c.dt == tensor.BF16 && tensor.RoundsBF16Activations() {
+				// GemmBF16 rounds x to bfloat16 first.
+				ref.DotRows(exp, n, roundedBF16(x), k, rows, false)
+			}
 			checkClose(t, c.dt.String()+" MulT", got, exp)
 		}
 	}
+}
+
+// roundedBF16 returns x rounded to bfloat16 (nearest, ties to even) and
+// widened back: the activations GemmBF16 multiplies where
+// RoundsBF16Activations.
+func roundedBF16(x []float32) []float32 {
+	h := make([]uint16, len(x))
+	tensor.F32ToBF16(h, x)
+	out := make([]float32, len(x))
+	tensor.BF16ToF32(out, h)
+	return out
 }
 
 // checkClose fails unless got is within float32 rounding of want.

@@ -12,10 +12,12 @@ package tensor
 // call at these sizes, and compute each row the same way whatever the number
 // of rows, so that verifying a draft scores each row exactly as a one-token
 // decode step would. Larger products go to the backend for float32 weights,
-// to SgemmBF16/F16 (which widen the weights as they pack them and split
-// themselves) for 16-bit ones. 16-bit weights read half the bytes of a
-// float32 product, which a decode step over weights larger than the caches
-// waits on.
+// to SgemmF16 (which widens the weights as it packs them and splits itself)
+// for binary16 ones, and to GemmBF16 for bfloat16 ones, which on processors
+// with AVX512_BF16 rounds the activations to bfloat16 and runs at twice the
+// float32 rate (see RoundsBF16Activations), elsewhere SgemmBF16. 16-bit
+// weights read half the bytes of a float32 product, which a decode step
+// over weights larger than the caches waits on.
 //
 // Products are split over the output features across tensor's workers: each
 // worker multiplies the input by its own block of weight rows, with a single
@@ -161,8 +163,8 @@ func (p *Products) MulT(out, x []float32, w *Weight, rows int, acc bool) {
 		return
 	}
 	if w.m.DType != F32 && rows > FewRows {
-		// The 16-bit GEMM widens the weights as it packs them and splits
-		// itself over the workers.
+		// The 16-bit GEMMs split themselves over the workers (GemmBF16
+		// rounding the activations where RoundsBF16Activations).
 		w.m.MulT(p.be, out, n, x, k, rows, beta)
 		return
 	}

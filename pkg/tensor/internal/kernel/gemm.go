@@ -72,6 +72,8 @@ type Gemm struct {
 	bh             []uint16 // op(B) in format bfmt instead of b (SgemmHalf)
 	bfmt           Half
 
+	dot *dotGemm // GemmBF16's state, made on its first call
+
 	// The row block in progress.
 	ic, mcb    int
 	kc         int     // k step

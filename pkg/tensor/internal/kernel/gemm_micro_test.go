@@ -30,3 +30,23 @@ func BenchmarkMicro(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkMicroBF16 is BenchmarkMicro for GemmBF16's micro-kernel: 256 k
+// pairs (512 bfloat16 products a lane) per call.
+func BenchmarkMicroBF16(b *testing.B) {
+	if !HasGemmBF16() {
+		b.Skip("no AVX512_BF16 here")
+	}
+	const kp = 256
+	a := growU32(new([]uint32), dotMR*kp)
+	bb := growU32(new([]uint32), dotNR*kp)
+	c := make([]float32, dotMR*64)
+	c0 := testutil.ProcessCPU()
+	for b.Loop() {
+		for i := 0; i < 100; i++ {
+			dotKernel(kp, &a[0], &bb[0], &c[0], 64, 1)
+		}
+	}
+	flops := 2 * float64(dotMR*dotNR*2*kp*100) * float64(b.N)
+	b.ReportMetric(flops/(testutil.ProcessCPU()-c0)/1e9, "GFLOP/cpu-s")
+}

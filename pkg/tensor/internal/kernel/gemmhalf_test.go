@@ -100,7 +100,8 @@ func TestGemmHalfNoAlloc(t *testing.T) {
 
 // BenchmarkGemmHalf measures the prefill product x·Wᵀ of 512 rows on one
 // goroutine with W in float32, bf16 and f16, for the 60M model's shapes and
-// a 4096 x 4096 weight.
+// a 4096 x 4096 weight; bf16dot is GemmBF16 (activations rounded to
+// bfloat16, VDPBF16PS) where the processor has AVX512_BF16.
 func BenchmarkGemmHalf(b *testing.B) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for _, s := range [][3]int{{512, 1536, 512}, {512, 512, 1536}, {512, 4096, 4096}} {
@@ -109,7 +110,10 @@ func BenchmarkGemmHalf(b *testing.B) {
 		w32 := testutil.RandNormal(r, n*k, 1)
 		w16 := make([]uint16, n*k)
 		F32ToBF16(w16, w32)
-		for _, f := range []string{"f32", "bf16", "f16"} {
+		for _, f := range []string{"f32", "bf16", "f16", "bf16dot"} {
+			if f == "bf16dot" && !HasGemmBF16() {
+				continue
+			}
 			b.Run(fmt.Sprintf("%dx%dx%d/%s", m, n, k, f), func(b *testing.B) {
 				g := NewGemm()
 				c0 := testutil.ProcessCPU()
@@ -121,6 +125,8 @@ func BenchmarkGemmHalf(b *testing.B) {
 						g.SgemmHalf(nil, 1, false, true, m, n, k, 1, x, k, BF16, w16, k, 0, c, n)
 					case "f16":
 						g.SgemmHalf(nil, 1, false, true, m, n, k, 1, x, k, F16, w16, k, 0, c, n)
+					case "bf16dot":
+						g.GemmBF16(nil, 1, m, n, k, x, k, w16, k, c, n, false)
 					}
 				}
 				flops := 2 * float64(m*n*k) * float64(b.N)

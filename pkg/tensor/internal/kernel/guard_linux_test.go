@@ -74,3 +74,36 @@ func TestHalfKernelsStayInBounds(t *testing.T) {
 		free32()
 	}
 }
+
+// TestGemmBF16StaysInBounds runs GemmBF16 on A and B that end at an
+// inaccessible page: a packing that read past the last row (a pair of an
+// odd k loaded whole, a conversion's vector tail) faults.
+func TestGemmBF16StaysInBounds(t *testing.T) {
+	if !HasGemmBF16() {
+		t.Skip("no AVX512_BF16 here")
+	}
+	g := NewGemm()
+	for _, k := range []int{1, 2, 7, 17, 33, 64} {
+		for _, m := range []int{1, 15} {
+			for _, n := range []int{1, 33} {
+				a, freeA := guardedF32(t, m*k)
+				b, freeB := guardedU16(t, n*k)
+				for i := range a {
+					a[i] = 1
+				}
+				for i := range b {
+					b[i] = 0x3f80 // 1
+				}
+				c := make([]float32, m*n)
+				g.GemmBF16(nil, 1, m, n, k, a, k, b, k, c, n, false)
+				for i, v := range c {
+					if v != float32(k) {
+						t.Fatalf("m=%d n=%d k=%d: c[%d] = %v, want %d", m, n, k, i, v, k)
+					}
+				}
+				freeA()
+				freeB()
+			}
+		}
+	}
+}
