@@ -98,6 +98,12 @@ func (c *CPUDevice) MulT(out, x Tensor, w *Weight, acc bool) {
 	c.mm.MulT(out.f32, x.f32, w, x.rows, acc)
 }
 
+// RoundsInputs reports whether the product runs GemmBF16: bf16 weights,
+// more than FewRows rows, a processor with AVX512_BF16.
+func (c *CPUDevice) RoundsInputs(dt DType, rows int) bool {
+	return dt == BF16 && rows > FewRows && RoundsBF16Activations()
+}
+
 // Gather writes the table's rows ids into out's rows.
 func (c *CPUDevice) Gather(out Tensor, table *Weight, ids []int) {
 	h := out.cols

@@ -46,6 +46,11 @@ type Device interface {
 	// or adds it to out when acc is true. Up to FewRows rows, each row's
 	// result is the same whatever the other rows.
 	MulT(out, x Tensor, w *Weight, acc bool)
+	// RoundsInputs reports whether MulT of rows rows by a weight of dtype
+	// dt rounds the input x to dt before multiplying (a GEMM with 16-bit
+	// inputs, as a GPU's bf16 GEMM and the CPU's AVX512_BF16 one are),
+	// instead of computing with float32 inputs.
+	RoundsInputs(dt DType, rows int) bool
 	// Gather writes row ids[i] of table, widened to float32, into row i of
 	// out (an embedding lookup).
 	Gather(out Tensor, table *Weight, ids []int)
