@@ -6,62 +6,20 @@ import (
 	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
-// Softmax replaces each of rows rows of length n with its softmax, subtracting
-// the row maximum first and summing in float64.
+// Softmax replaces each of rows rows of length n with its softmax, with the
+// inference kernel tensor.Softmax (float32 exponentials of the row minus its
+// maximum, tensor.Expf's arithmetic, and their float32 sum).
 func Softmax(x []float32, rows, n int) {
 	tensor.Parallel(rows, tensor.RowChunk(n), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
-			softmaxRow(x[r*n : r*n+n])
+			tensor.Softmax(x[r*n : r*n+n])
 		}
 	})
-}
-
-// softmaxRow normalises one row in place and returns log(sum exp(x - max)) and
-// the max, so callers can form log-probabilities.
-func softmaxRow(x []float32) (logZ float64, max float32) {
-	max = x[0]
-	for _, v := range x[1:] {
-		if v > max {
-			max = v
-		}
-	}
-	var sum float64
-	for i, v := range x {
-		e := float32(math.Exp(float64(v - max)))
-		x[i] = e
-		sum += float64(e)
-	}
-	inv := float32(1 / sum)
-	for i := range x {
-		x[i] *= inv
-	}
-	return math.Log(sum), max
 }
 
 // maxCEChunks bounds the number of row chunks a cross-entropy call splits its
 // rows into, so the per-chunk loss sums fit in a stack array.
 const maxCEChunks = 64
-
-// expf returns e^x for x <= 0 (a softmax's shifted logits) to about one ulp of
-// float32, and 0 below -86, where e^x is under 1e-37 and cannot change a sum
-// >= 1. The softmax cross-entropies below take one of these per logit instead
-// of a float64 math.Exp: at a 32000-token vocabulary the exponentials would
-// otherwise cost as much as the lm_head GEMMs around them.
-func expf(x float32) float32 {
-	if x < -86 {
-		return 0
-	}
-	const (
-		log2e = 1.44269504088896341
-		ln2hi = 0.693145751953125
-		ln2lo = 1.42860682030941723212e-6
-		magic = 12582912 // 1.5 * 2^23: adding and subtracting it rounds to an integer
-	)
-	n := (x*log2e + magic) - magic
-	r := x - n*ln2hi - n*ln2lo // |r| <= ln2/2
-	p := 1 + r*(1+r*(1.0/2+r*(1.0/6+r*(1.0/24+r*(1.0/120+r*(1.0/720))))))
-	return math.Float32frombits(math.Float32bits(p) + uint32(int32(n))<<23)
-}
 
 // rowMax returns the largest element of a non-empty row.
 func rowMax(row []float32) float32 {
@@ -74,30 +32,34 @@ func rowMax(row []float32) float32 {
 	return mx
 }
 
-// expSum returns sum_j e^(row[j]-mx), accumulated in float64 over two lanes;
-// when e is not nil the exponentials are stored there (e may alias row).
+// expSum returns sum_j e^(row[j]-mx), accumulated in float64 over two lanes,
+// of the inference kernels' float32 exponentials (tensor.ExpShift, whose
+// values are tensor.Expf's, bit for bit). When e is not nil the exponentials
+// are stored there (e may alias row), computed eight or sixteen at a time;
+// without it they are tensor.Expf's one at a time, the same values.
 func expSum(row, e []float32, mx float32) float64 {
 	var s0, s1 float64
 	j := 0
 	if e == nil {
 		for ; j+2 <= len(row); j += 2 {
-			s0 += float64(expf(row[j] - mx))
-			s1 += float64(expf(row[j+1] - mx))
+			s0 += float64(tensor.Expf(row[j] - mx))
+			s1 += float64(tensor.Expf(row[j+1] - mx))
 		}
 		if j < len(row) {
-			s0 += float64(expf(row[j] - mx))
+			s0 += float64(tensor.Expf(row[j] - mx))
 		}
 		return s0 + s1
 	}
 	e = e[:len(row)]
-	for ; j+2 <= len(row); j += 2 {
-		e0, e1 := expf(row[j]-mx), expf(row[j+1]-mx)
-		e[j], e[j+1] = e0, e1
-		s0 += float64(e0)
-		s1 += float64(e1)
+	if &e[0] != &row[0] {
+		copy(e, row)
 	}
-	if j < len(row) {
-		e[j] = expf(row[j] - mx)
+	tensor.ExpShift(e, mx)
+	for ; j+2 <= len(e); j += 2 {
+		s0 += float64(e[j])
+		s1 += float64(e[j+1])
+	}
+	if j < len(e) {
 		s0 += float64(e[j])
 	}
 	return s0 + s1
@@ -117,8 +79,8 @@ func ceChunks(rows, v int) (chunk, n int) {
 // d(loss)/d(logits) = w_r (softmax(logits[r]) - onehot(t_r)), overwriting it
 // (zero for skipped rows); dlogits may alias logits, in which case the logits
 // are consumed. It is the fused kernel of the trainers' output layers: one
-// float32 exponential per logit (expf), stored in dlogits and rescaled there
-// into the gradient; sums are in float64. The result does not depend on how
+// float32 exponential per logit (the inference kernels' tensor.ExpShift),
+// stored in dlogits and rescaled there into the gradient; sums are in float64. The result does not depend on how
 // the rows are split over the cores.
 func CrossEntropy(logits []float32, rows, v int, targets []int32, weights []float32, dlogits []float32) float64 {
 	var partial [maxCEChunks]float64

@@ -7,11 +7,13 @@ import (
 )
 
 // SmallRows is the largest number of rows MatMulT hands to
-// DotRows instead of the backend's Sgemm. At the sizes drafter's models have
-// (a few hundred features) DotRows, which reads each weight row once for all
-// rows and pays no call or packing overhead, beat OpenBLAS's Sgemm for every
-// row count up to this one on the machines measured (see BenchmarkSmall).
-const SmallRows = 16
+// DotRows instead of the backend's Sgemm: FewRows, the threshold of
+// Products, so that a product of unprepared float32 weights (the trainers'
+// nn.Linear and lm_head products) computes what Products would. At the sizes
+// drafter's models have (a few hundred features) DotRows, which reads each
+// weight row once for all rows and pays no call or packing overhead, beats
+// a BLAS call up to a few dozen rows (BenchmarkSmall).
+const SmallRows = FewRows
 
 // DotRows computes out[i*ldo+j] = x[i*ldx:i*ldx+k]·w[j*ldw:j*ldw+k] for
 // i < m and j < n, or adds the product to out[i*ldo+j] when acc is true: the

@@ -241,16 +241,18 @@ func (t *net) targetDist(final []float32, r0, n int) {
 						mx = p[i]
 					}
 				}
-				var sum float64
+				// softmax((x - max)·invTau) with the inference kernels'
+				// float32 exponentials, summed in float64.
+				invTau := float32(t.invTau)
 				for i, x := range p {
-					e := float32(math.Exp(float64(x-mx) * t.invTau))
-					p[i] = e
+					p[i] = (x - mx) * invTau
+				}
+				tensor.ExpShift(p, 0)
+				var sum float64
+				for _, e := range p {
 					sum += float64(e)
 				}
-				inv := float32(1 / sum)
-				for i := range p {
-					p[i] *= inv
-				}
+				tensor.Scale(p, float32(1/sum))
 			}
 		})
 	}

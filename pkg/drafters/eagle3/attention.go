@@ -214,7 +214,7 @@ func attentionBackward(be tensor.Backend, a attnShape, dq []float32, dkeys, dval
 					ex := pe[i*(k+1) : i*(k+1)+k+1]
 					for m := 1; m <= k; m++ {
 						km := keys[m][r*kw+g*hd : r*kw+g*hd+hd]
-						p := float32(math.Exp(float64(a.scale*dot(qv, km) - l)))
+						p := tensor.Expf(a.scale*dot(qv, km) - l)
 						// dV_m[r] += p dout; ds = p (dout . v_m[r] - D).
 						axpy(dvals[m][r*kw+g*hd:r*kw+g*hd+hd], p, dov)
 						ex[m] = p * (dot(dov, vals[m][r*kw+g*hd:r*kw+g*hd+hd]) - D)

@@ -18,12 +18,10 @@ import (
 //   - the products of a frozen draft (Freeze), which multiply by transposed
 //     copies of the weights (tensor.Transposed, several times faster on one
 //     row) where training multiplies by the weights it updates;
-//   - the SwiGLU activation: training's is nn.SwiGLU (sigmoid through a
-//     float64 exponential, with the backward beside it), drafting's the
-//     target model's vectorised kernel (tensor.SwiGLU, a float32
-//     exponential). The two round differently; unifying them would change
-//     either the trained weights or the drafts eval measures, so each use
-//     keeps its own.
+//   - the SwiGLU activation's split: training's is nn.SwiGLU (split over the
+//     workers, with the backward beside it), drafting's tensor.SwiGLU on the
+//     calling goroutine. Both compute the target model's vectorised kernel
+//     (a float32 exponential, tensor.Expf), bit for bit.
 //
 // The norms are tensor.RMSNorm in both.
 type Layer struct {

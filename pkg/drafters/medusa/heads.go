@@ -17,7 +17,6 @@ package medusa
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/drafter-ai/drafter/pkg/nn"
 	"github.com/drafter-ai/drafter/pkg/tensor"
@@ -186,7 +185,8 @@ func (m *Heads) Backward(be tensor.Backend, dx, dz []float32, xs, zs [][]float32
 	}
 }
 
-// residualSiLU computes out = x + SiLU(z) (z = W x + b) over rows rows;
+// residualSiLU computes out = x + SiLU(z) (z = W x + b) over rows rows, with
+// nn.SiLU's arithmetic (z / (1 + tensor.Expf(-z)), the inference kernels');
 // out may alias x. One row (a drafting step) runs on the calling goroutine
 // without building the closure a hand-off to the workers needs, so that
 // drafting does not allocate.
@@ -201,7 +201,7 @@ func residualSiLU(out, x, z []float32, rows int) {
 func residualSiLURange(out, x, z []float32) {
 	x, out = x[:len(z)], out[:len(z)]
 	for i, v := range z {
-		out[i] = x[i] + v/(1+float32(math.Exp(float64(-v))))
+		out[i] = x[i] + v/(1+tensor.Expf(-v))
 	}
 }
 
@@ -210,7 +210,7 @@ func residualSiLUBackward(dz, dx, z []float32) {
 	tensor.Parallel(len(z), 16384, func(lo, hi int) {
 		d, g, zz := dz[lo:hi], dx[lo:hi], z[lo:hi]
 		for i, v := range zz {
-			s := 1 / (1 + float32(math.Exp(float64(-v))))
+			s := 1 / (1 + tensor.Expf(-v))
 			d[i] = g[i] * s * (1 + v*(1-s))
 		}
 	})
