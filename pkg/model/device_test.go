@@ -36,7 +36,7 @@ func onDevice(t *testing.T, m *Model, dev tensor.Device) {
 	if err := m.prepare(); err != nil {
 		t.Fatal(err)
 	}
-	m.s = scratch{}
+	m.s, m.p = scratch{}, pass{}
 }
 
 // TestForwardThroughTheDevice runs the same passes (prefill with taps,

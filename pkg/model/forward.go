@@ -96,6 +96,7 @@ type seqIn struct {
 // rows.
 type scratch struct {
 	rows, lrows int
+	gen         int           // bumped when the tensors below are reallocated
 	x, xn       tensor.Tensor // [rows, H] residual stream and its norm
 	q, att      tensor.Tensor // [rows, qDim]
 	k, v        tensor.Tensor // [rows, kvDim]
@@ -120,6 +121,7 @@ type scratch struct {
 
 // pass holds the views of one pass's rows.
 type pass struct {
+	gen                   int // scratch.gen the views were taken of
 	rows                  int
 	x, xn, q, att, k, v   tensor.Tensor
 	gate, up, pos         tensor.Tensor
@@ -346,7 +348,10 @@ func (m *Model) host(t tensor.Tensor, buf *[]float32) []float32 {
 func (m *Model) views(rows int) *pass {
 	s := &m.s
 	p := &m.p
-	p.rows = rows
+	if p.rows == rows && p.gen == s.gen && p.gen != 0 {
+		return p // a decode step after another: the same views
+	}
+	p.rows, p.gen = rows, s.gen
 	p.x, p.xn = s.x.RowRange(0, rows), s.xn.RowRange(0, rows)
 	p.q, p.att = s.q.RowRange(0, rows), s.att.RowRange(0, rows)
 	p.k, p.v = s.k.RowRange(0, rows), s.v.RowRange(0, rows)
@@ -380,6 +385,7 @@ func (m *Model) ensure(rows, lrows, taps, maskLen, inputs int) error {
 	}
 	if rows > s.rows {
 		s.rows = rows
+		s.gen++
 		s.x = alloc(tensor.F32, rows, m.h)
 		s.xn = alloc(tensor.F32, rows, m.h)
 		s.q = alloc(tensor.F32, rows, m.qDim)
