@@ -95,19 +95,13 @@ func (g *Gemm) GemmBF16(par Runner, workers int, m, n, k int, a []float32, lda i
 	d.m, d.n, d.k, d.kp = m, n, k, ceilDiv(k, 2)
 	d.a, d.lda, d.b, d.ldb, d.c, d.ldc, d.acc = a, lda, b, ldb, c, ldc, acc
 	kp := d.kp
-	kc := ceilDiv(kp, ceilDiv(kp, dotKC))
-	mcMax := max(dotMR, min(d.stepWords/kc, d.aWords/kp)/dotMR*dotMR)
-	mc := roundUp(ceilDiv(m, ceilDiv(m, mcMax)), dotMR)
-	d.kc = kc
-	d.ap = growU32(&d.apBuf, mc*kp)
-
 	if par == nil || m*n*k < gemmParallelMin {
 		workers = 1
 	}
-	panels := ceilDiv(n, dotNR)
-	d.unitPanels = min(gemmUnitPanels, max(1, ceilDiv(panels, 4*workers)))
-	units := ceilDiv(panels, d.unitPanels)
-	chunks := min(units, 4*workers)
+	bl := planBlocks(m, n, kp, dotKC, d.stepWords, d.aWords, dotMR, dotNR, workers)
+	kc, mc, units, chunks := bl.kc, bl.mc, bl.units, bl.chunks
+	d.kc, d.unitPanels = kc, bl.unitPanels
+	d.ap = growU32(&d.apBuf, mc*kp)
 	d.bp = growU32(&d.bpBuf, chunks*kc*d.unitPanels*dotNR)
 	// Each packing chunk rounds the rows of one A panel at a time into its
 	// own part of rows.

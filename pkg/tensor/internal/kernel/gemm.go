@@ -126,20 +126,13 @@ func (g *Gemm) Sgemm(par Runner, workers int, transA, transB bool, m, n, k int, 
 	g.transA, g.transB, g.m, g.n, g.k = transA, transB, m, n, k
 	g.alpha, g.beta, g.a, g.b, g.c, g.lda, g.ldb, g.ldc = alpha, beta, a, b, c, lda, ldb, ldc
 
-	// Blocks of near-equal size: 300 steps are two of 150, not 256+44.
-	kc := ceilDiv(k, ceilDiv(k, gemmKC))
-	mcMax := max(mr, min(g.stepFloats/kc, g.aFloats/k)/mr*mr)
-	mc := roundUp(ceilDiv(m, ceilDiv(m, mcMax)), mr)
-	g.kc = kc
-	g.ap = grow(&g.apBuf, mc*k)
-
 	if par == nil || m*n*k < gemmParallelMin {
 		workers = 1
 	}
-	panels := ceilDiv(n, nr)
-	g.unitPanels = min(gemmUnitPanels, max(1, ceilDiv(panels, 4*workers)))
-	units := ceilDiv(panels, g.unitPanels)
-	chunks := min(units, 4*workers)
+	bl := planBlocks(m, n, k, gemmKC, g.stepFloats, g.aFloats, mr, nr, workers)
+	kc, mc, units, chunks := bl.kc, bl.mc, bl.units, bl.chunks
+	g.kc, g.unitPanels = kc, bl.unitPanels
+	g.ap = grow(&g.apBuf, mc*k)
 	g.bp = grow(&g.bpBuf, chunks*kc*g.unitPanels*nr)
 	// Several row blocks (a tall op(A), such as a weight gradient's
 	// vocabulary rows) would each pack op(B) again: pack it once for all.
@@ -166,6 +159,27 @@ func (g *Gemm) Sgemm(par Runner, workers int, transA, transB bool, m, n, k int, 
 		}
 	}
 	g.a, g.b, g.c, g.bf = nil, nil, nil, nil
+}
+
+// blocks is how a packed GEMM splits its work: kc steps of its depth per
+// block, mc rows of A per block, and its B panels of nr columns grouped into
+// units of unitPanels, handed out in chunks.
+type blocks struct{ kc, mc, unitPanels, units, chunks int }
+
+// planBlocks splits a GEMM of m rows, n columns and depth kd (k, or its
+// pairs) with register tiles mr x nr over workers: blocks of near-equal
+// size (300 steps are two of 150, not 256+44) of at most kcMax steps, row
+// blocks whose packed A fits in stepWords per step and aWords in all, and
+// four chunks of B panels per worker, so that a worker that starts late on
+// a busy machine leaves its share to the others.
+func planBlocks(m, n, kd, kcMax, stepWords, aWords, mr, nr, workers int) blocks {
+	kc := ceilDiv(kd, ceilDiv(kd, kcMax))
+	mcMax := max(mr, min(stepWords/kc, aWords/kd)/mr*mr)
+	mc := roundUp(ceilDiv(m, ceilDiv(m, mcMax)), mr)
+	panels := ceilDiv(n, nr)
+	unitPanels := min(gemmUnitPanels, max(1, ceilDiv(panels, 4*workers)))
+	units := ceilDiv(panels, unitPanels)
+	return blocks{kc: kc, mc: mc, unitPanels: unitPanels, units: units, chunks: min(units, 4*workers)}
 }
 
 // packBChunk packs the B micro-panels of compute units [lo, hi) for every k
