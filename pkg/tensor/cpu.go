@@ -42,10 +42,6 @@ func NewCPU(be Backend) *CPUDevice {
 // Name says "cpu/" and the backend's name.
 func (c *CPUDevice) Name() string { return "cpu/" + c.be.Name() }
 
-// Backend returns the backend the device runs its large float32 products
-// on.
-func (c *CPUDevice) Backend() Backend { return c.be }
-
 // Products returns the device's weight products, for host code that
 // multiplies host slices (code not yet written over the device).
 func (c *CPUDevice) Products() *Products { return c.mm }

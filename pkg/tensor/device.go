@@ -224,9 +224,6 @@ func (kv *KV) Cap() int { return kv.cap }
 // KVDim returns the keys and values per position and layer.
 func (kv *KV) KVDim() int { return kv.kvDim }
 
-// Layers returns the number of layers.
-func (kv *KV) Layers() int { return len(kv.k) }
-
 // K, V and KT return layer l's keys [Cap, KVDim], values [Cap, KVDim] and
 // keys transposed [KVDim, Cap] as host slices: the CPU device's layout, for
 // host code that reads the cache directly.
