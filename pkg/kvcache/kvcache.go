@@ -25,8 +25,6 @@ import (
 type Cache struct {
 	dev     tensor.Device
 	kv      *tensor.KV
-	kvDim   int
-	cap     int
 	n       int     // committed rows
 	parents []int32 // per pending node (row n+i): its parent node, or -1
 	depths  []int32 // per pending node: its ancestors among the pending nodes
@@ -39,17 +37,17 @@ func New(dev tensor.Device, layers, kvDim, capacity int) (*Cache, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kvcache: %w", err)
 	}
-	return &Cache{dev: dev, kv: kv, kvDim: kvDim, cap: capacity}, nil
+	return &Cache{dev: dev, kv: kv}, nil
 }
 
 // Len returns the number of committed rows.
 func (c *Cache) Len() int { return c.n }
 
 // Cap returns the capacity in rows, committed and pending together.
-func (c *Cache) Cap() int { return c.cap }
+func (c *Cache) Cap() int { return c.kv.Cap() }
 
 // KVDim returns the values in one layer's key (or value) row.
-func (c *Cache) KVDim() int { return c.kvDim }
+func (c *Cache) KVDim() int { return c.kv.KVDim() }
 
 // Pending returns the number of pending tree nodes, at rows Len()..Len()+Pending()-1.
 func (c *Cache) Pending() int { return len(c.parents) }
@@ -79,8 +77,8 @@ func (c *Cache) KT(l int) []float32 { return c.kv.KT(l) }
 
 // Fits reports an error unless t more rows fit after the committed ones.
 func (c *Cache) Fits(t int) error {
-	if t < 0 || c.n+t > c.cap {
-		return fmt.Errorf("kvcache: %d rows after %d exceed the cache capacity %d", t, c.n, c.cap)
+	if t < 0 || c.n+t > c.kv.Cap() {
+		return fmt.Errorf("kvcache: %d rows after %d exceed the cache capacity %d", t, c.n, c.kv.Cap())
 	}
 	return nil
 }

@@ -79,18 +79,6 @@ func (r *Result) HiddenOf(t, b int) []float32 {
 	return r.Hidden[t][r.Start[b]*r.h : r.Start[b+1]*r.h]
 }
 
-// seqIn is the validated, per-pass view of one Input.
-type seqIn struct {
-	seq   *Sequence
-	row0  int // first row in the pass
-	t     int // new tokens
-	n     int // committed prefix length
-	tree  bool
-	mask  int // offset of the [t, t] ancestor mask in scratch.mask (trees)
-	lrow0 int // first logits row
-	nl    int // logits rows
-}
-
 // scratch is the activation memory of one pass on the device, grown to the
 // largest pass seen and then reused; a pass works on views of its first
 // rows.
@@ -110,9 +98,9 @@ type scratch struct {
 	lidx        []int32 // rows that get logits
 	hostLogits  []float32
 	hostTaps    [][]float32
-	tapOf       []int // tapOf[k+1] = index in Options.Taps of HF index k, or -1; tapOf[0] for PreNormLast
-	ins         []seqIn
-	aseqs       []tensor.AttnSeq // ins as the device's attention reads them
+	tapOf       []int            // tapOf[k+1] = index in Options.Taps of HF index k, or -1; tapOf[0] for PreNormLast
+	seqs        []*Sequence      // the pass's sequences, in batch order
+	aseqs       []tensor.AttnSeq // their rows as the device's attention reads them
 	start, lst  []int
 	mask        []bool  // tree ancestor masks, [t, t] per tree input
 	depth       []int32 // depth of each tree node, per input (reused)
@@ -218,7 +206,7 @@ func (m *Model) Forward(batch []Input, opt Options) (*Result, error) {
 	}
 
 	// Lay out the rows: positions, tree masks, logits rows, embeddings.
-	s.ins = s.ins[:0]
+	s.seqs = s.seqs[:0]
 	s.aseqs = s.aseqs[:0]
 	s.lidx = s.lidx[:0]
 	s.start = s.start[:0]
@@ -227,9 +215,12 @@ func (m *Model) Forward(batch []Input, opt Options) (*Result, error) {
 	for b := range batch {
 		in := &batch[b]
 		t, n := len(in.Tokens), in.Seq.kv.Len()
-		si := seqIn{seq: in.Seq, row0: row, t: t, n: n, tree: in.Parents != nil, mask: moff, lrow0: len(s.lidx)}
-		if si.tree {
+		tree := in.Parents != nil
+		as := tensor.AttnSeq{KV: in.Seq.kv.KV(), Row0: row, T: t, N: n}
+		s.lst = append(s.lst, len(s.lidx))
+		if tree {
 			mask := s.mask[moff : moff+t*t]
+			as.Mask = mask
 			s.depth = s.depth[:0]
 			for i, p := range in.Parents {
 				mi := mask[i*t : i*t+t]
@@ -252,7 +243,7 @@ func (m *Model) Forward(batch []Input, opt Options) (*Result, error) {
 		mode := in.Logits
 		if mode == LogitsDefault {
 			mode = LogitsLast
-			if si.tree {
+			if tree {
 				mode = LogitsAll
 			}
 		}
@@ -264,16 +255,10 @@ func (m *Model) Forward(batch []Input, opt Options) (*Result, error) {
 				s.lidx = append(s.lidx, int32(row+i))
 			}
 		}
-		si.nl = len(s.lidx) - si.lrow0
 		m.dev.Gather(s.x.RowRange(row, row+t), &m.embed, in.Tokens)
-		as := tensor.AttnSeq{KV: in.Seq.kv.KV(), Row0: row, T: t, N: n}
-		if si.tree {
-			as.Mask = s.mask[si.mask : si.mask+t*t]
-		}
 		s.aseqs = append(s.aseqs, as)
-		s.ins = append(s.ins, si)
+		s.seqs = append(s.seqs, in.Seq)
 		s.start = append(s.start, row)
-		s.lst = append(s.lst, si.lrow0)
 		row += t
 	}
 	s.start = append(s.start, rows)
@@ -419,8 +404,8 @@ func (m *Model) ensure(rows, lrows, taps, maskLen, inputs int) error {
 	if len(s.mask) < maskLen {
 		s.mask = make([]bool, maskLen)
 	}
-	if cap(s.ins) < inputs {
-		s.ins = make([]seqIn, 0, inputs)
+	if cap(s.seqs) < inputs {
+		s.seqs = make([]*Sequence, 0, inputs)
 		s.aseqs = make([]tensor.AttnSeq, 0, inputs)
 		s.start = make([]int, 0, inputs+1)
 		s.lst = make([]int, 0, inputs+1)
@@ -462,8 +447,9 @@ func (a *Attention) forward(m *Model, li int, p *pass) {
 	// Scaling the queries by 1/√d scales every score: one pass over the
 	// queries instead of one over each row of scores.
 	d.Scale(p.q, m.scale)
-	for _, in := range m.s.ins {
-		in.seq.kv.Write(li, 0, p.k.RowRange(in.row0, in.row0+in.t), p.v.RowRange(in.row0, in.row0+in.t))
+	for i, sq := range m.s.seqs {
+		as := &m.s.aseqs[i]
+		sq.kv.Write(li, 0, p.k.RowRange(as.Row0, as.Row0+as.T), p.v.RowRange(as.Row0, as.Row0+as.T))
 	}
 	d.Attend(p.att, p.q, li, tensor.AttnShape{Heads: m.nHeads, KVHeads: m.nKV, HeadDim: m.hd}, m.s.aseqs)
 	m.linearAcc(&a.O, p.x, p.att)

@@ -42,8 +42,8 @@ func NewCPU(be Backend) *CPUDevice {
 // Name says "cpu/" and the backend's name.
 func (c *CPUDevice) Name() string { return "cpu/" + c.be.Name() }
 
-// Products returns the device's weight products, for host code that
-// multiplies host slices (code not yet written over the device).
+// Products returns the device's weight products, for tests that check how
+// they are split.
 func (c *CPUDevice) Products() *Products { return c.mm }
 
 // Alloc returns a zeroed tensor in host memory.

@@ -143,15 +143,7 @@ func (e *env) weight(dt tensor.DType, n, k int) (tensor.Weight, []float64) {
 			w64[i] = float64(x)
 		}
 	default:
-		h := make([]uint16, n*k)
-		back := make([]float32, n*k)
-		if dt == tensor.BF16 {
-			tensor.F32ToBF16(h, v)
-			tensor.BF16ToF32(back, h)
-		} else {
-			tensor.F32ToF16(h, v)
-			tensor.F16ToF32(back, h)
-		}
+		h, back := encode(dt, v)
 		m = tensor.HalfMatrix(dt, h, n, k)
 		for i, x := range back {
 			w64[i] = float64(x)
@@ -203,18 +195,25 @@ func mulT(t *testing.T, dev tensor.Device) {
 	}
 }
 
-// roundTo returns v rounded to the 16-bit dtype dt (nearest, ties to even).
-func roundTo(dt tensor.DType, v []float32) []float32 {
+// encode returns v in the 16-bit dtype dt (nearest, ties to even) and those
+// values widened back.
+func encode(dt tensor.DType, v []float32) ([]uint16, []float32) {
 	h := make([]uint16, len(v))
-	out := make([]float32, len(v))
+	back := make([]float32, len(v))
 	if dt == tensor.BF16 {
 		tensor.F32ToBF16(h, v)
-		tensor.BF16ToF32(out, h)
+		tensor.BF16ToF32(back, h)
 	} else {
 		tensor.F32ToF16(h, v)
-		tensor.F16ToF32(out, h)
+		tensor.F16ToF32(back, h)
 	}
-	return out
+	return h, back
+}
+
+// roundTo returns v rounded to the 16-bit dtype dt.
+func roundTo(dt tensor.DType, v []float32) []float32 {
+	_, back := encode(dt, v)
+	return back
 }
 
 func gather(t *testing.T, dev tensor.Device) {
