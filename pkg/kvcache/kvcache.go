@@ -63,18 +63,6 @@ func (c *Cache) Depth(i int) int { return int(c.depths[i]) }
 // KV returns the cache's memory, for the device's Attend.
 func (c *Cache) KV() *tensor.KV { return c.kv }
 
-// K returns layer l's row-major keys [Cap, KVDim] on the host (the CPU
-// device's memory): row r at r*KVDim.
-func (c *Cache) K(l int) []float32 { return c.kv.K(l) }
-
-// V returns layer l's row-major values [Cap, KVDim] on the host: row r at
-// r*KVDim.
-func (c *Cache) V(l int) []float32 { return c.kv.V(l) }
-
-// KT returns layer l's keys transposed [KVDim, Cap] on the host: value j of
-// row r at j*Cap+r.
-func (c *Cache) KT(l int) []float32 { return c.kv.KT(l) }
-
 // Fits reports an error unless t more rows fit after the committed ones.
 func (c *Cache) Fits(t int) error {
 	if t < 0 || c.n+t > c.kv.Cap() {

@@ -26,8 +26,8 @@ func check(t *testing.T, c *Cache, l, r, w int) {
 	kv := c.KVDim()
 	k, v := row(kv, l, w, false), row(kv, l, w, true)
 	for j := 0; j < kv; j++ {
-		if c.K(l)[r*kv+j] != k[j] || c.V(l)[r*kv+j] != v[j] || c.KT(l)[j*c.Cap()+r] != k[j] {
-			t.Fatalf("layer %d row %d value %d: K %v V %v K^T %v, want row %d's %v %v", l, r, j, c.K(l)[r*kv+j], c.V(l)[r*kv+j], c.KT(l)[j*c.Cap()+r], w, k[j], v[j])
+		if c.KV().K(l)[r*kv+j] != k[j] || c.KV().V(l)[r*kv+j] != v[j] || c.KV().KT(l)[j*c.Cap()+r] != k[j] {
+			t.Fatalf("layer %d row %d value %d: K %v V %v K^T %v, want row %d's %v %v", l, r, j, c.KV().K(l)[r*kv+j], c.KV().V(l)[r*kv+j], c.KV().KT(l)[j*c.Cap()+r], w, k[j], v[j])
 		}
 	}
 }

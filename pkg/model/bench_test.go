@@ -52,14 +52,19 @@ func rawMatmul(m *Model, rows, logitRows int) (sec, flops float64) {
 		x[i] = float32(i%13) * 0.01
 	}
 	out := make([]float32, rows*maxN)
-	// Float32 weights go through tensor.MatMulT; 16-bit ones through
-	// their few-row kernel up to tensor.SmallRows rows (as MatMulT does),
-	// else their GEMM.
+	// Float32 weights go through the few-row kernels split over the workers
+	// up to tensor.FewRows rows (an unprepared weight's tensor.Products
+	// product), else the backend's GEMM; 16-bit ones through their few-row
+	// kernel, else their GEMM.
+	pr := tensor.NewProducts(be)
 	mul := func(w tensor.Matrix, rows int) {
 		switch {
+		case w.DType == tensor.F32 && rows <= tensor.FewRows:
+			wt := tensor.WeightOf(w)
+			pr.MulT(out, x, &wt, rows, false)
 		case w.DType == tensor.F32:
-			tensor.MatMulT(be, out, x, w.F32, rows, w.Rows, w.Cols)
-		case rows <= tensor.SmallRows:
+			be.Sgemm(false, true, rows, w.Rows, w.Cols, 1, x, w.Cols, w.F32, w.Cols, 0, out, w.Rows)
+		case rows <= tensor.FewRows:
 			w.DotRows(out, w.Rows, x, w.Cols, rows, false)
 		default:
 			w.MulT(be, out, w.Rows, x, w.Cols, rows, 0)

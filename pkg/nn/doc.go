@@ -1,10 +1,11 @@
-// Package nn holds the neural-network layers drafter computes by hand, each as a
-// forward function with its backward right below it, in the style of llm.c.
+// Package nn holds the layers drafter's models and drafters are built from,
+// written once over a tensor.Device, each with its backward beside its
+// forward, in the style of llm.c: Linear, and the rotary position embedding's
+// tables (RoPE). The element-wise ops and their backward passes (RMSNorm,
+// SwiGLU, SiLU, the rotation itself) are the device's own ops.
 //
-// Conventions: all tensors are row-major float32 slices owned by the caller;
-// forward functions overwrite their outputs; backward functions ACCUMULATE into
-// the gradient slices they are given (so a parameter used twice simply receives
-// both contributions), and a nil gradient slice means "not needed". Matrix
-// multiplies go through tensor.Backend; element-wise work is split over the CPU
-// cores with tensor.Parallel. Nothing here allocates per element.
+// Conventions: forward passes overwrite their outputs; backward passes
+// ACCUMULATE into the gradients they are given (so a parameter used twice
+// simply receives both contributions), and an empty gradient tensor means
+// "not needed".
 package nn

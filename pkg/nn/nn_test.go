@@ -117,40 +117,6 @@ func TestRMSNormRowsAlike(t *testing.T) {
 
 func silu64(v float64) float64 { return v / (1 + math.Exp(-v)) }
 
-func TestSiLUAndSwiGLU(t *testing.T) {
-	r := rand.New(rand.NewPCG(2, 2))
-	n := 23
-	x, u, g := testutil.RandNormal(r, n, 2), testutil.RandNormal(r, n, 1), testutil.RandNormal(r, n, 1)
-	x64, u64, g64 := to64(x), to64(u), to64(g)
-	silu := func(v []float64) []float64 {
-		o := make([]float64, len(v))
-		for i := range v {
-			o[i] = silu64(v[i])
-		}
-		return o
-	}
-	swiglu := func(a, b []float64) []float64 {
-		o := make([]float64, len(a))
-		for i := range a {
-			o[i] = silu64(a[i]) * b[i]
-		}
-		return o
-	}
-	out := make([]float32, n)
-	SiLU(out, x)
-	assertClose(t, "silu", out, silu(x64), 1e-6)
-	dx := make([]float32, n)
-	SiLUBackward(dx, g, x)
-	assertClose(t, "silu dx", dx, numGrad(x64, func(v []float64) float64 { return dot(g64, silu(v)) }), 1e-5)
-
-	SwiGLU(out, x, u)
-	assertClose(t, "swiglu", out, swiglu(x64, u64), 1e-6)
-	dg, du := make([]float32, n), make([]float32, n)
-	SwiGLUBackward(dg, du, g, x, u)
-	assertClose(t, "swiglu dgate", dg, numGrad(x64, func(v []float64) float64 { return dot(g64, swiglu(v, u64)) }), 1e-5)
-	assertClose(t, "swiglu dup", du, numGrad(u64, func(v []float64) float64 { return dot(g64, swiglu(x64, v)) }), 1e-5)
-}
-
 func TestSoftmax(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 3))
 	rows, n := 4, 9
@@ -234,33 +200,49 @@ func TestCrossEntropyHardAndSoft(t *testing.T) {
 }
 
 func TestLinearForwardBackward(t *testing.T) {
-	be := tensor.CPU()
 	r := rand.New(rand.NewPCG(5, 5))
-	for _, rows := range []int{1, 6} {
-		in, outF := 5, 4
-		x, w, b, g := testutil.RandNormal(r, rows*in, 1), testutil.RandNormal(r, outF*in, 1), testutil.RandNormal(r, outF, 1), testutil.RandNormal(r, rows*outF, 1)
-		x64, w64, b64, g64 := to64(x), to64(w), to64(b), to64(g)
-		lin := func(x, w, b []float64) []float64 {
-			o := make([]float64, rows*outF)
-			for i := 0; i < rows; i++ {
-				for j := 0; j < outF; j++ {
-					s := b[j]
-					for k := 0; k < in; k++ {
-						s += x[i*in+k] * w[j*in+k]
+	for _, rows := range []int{1, 6, tensor.FewRows + 3} {
+		for _, frozen := range []bool{false, true} {
+			dev := tensor.NewCPU(tensor.PureGo())
+			in, outF := 5, 4
+			x, w, b, g := testutil.RandNormal(r, rows*in, 1), testutil.RandNormal(r, outF*in, 1), testutil.RandNormal(r, outF, 1), testutil.RandNormal(r, rows*outF, 1)
+			x64, w64, b64, g64 := to64(x), to64(w), to64(b), to64(g)
+			lin := func(x, w, b []float64) []float64 {
+				o := make([]float64, rows*outF)
+				for i := 0; i < rows; i++ {
+					for j := 0; j < outF; j++ {
+						s := b[j]
+						for k := 0; k < in; k++ {
+							s += x[i*in+k] * w[j*in+k]
+						}
+						o[i*outF+j] = s
 					}
-					o[i*outF+j] = s
+				}
+				return o
+			}
+			l, err := NewLinear(dev, tensor.F32Matrix(w, outF, in), b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if frozen {
+				Freeze(dev, l)
+			}
+			// One row more than the input: Forward writes x's rows only.
+			out := make([]float32, (rows+1)*outF)
+			l.Forward(dev, tensor.HostTensor(out, rows+1, outF), tensor.HostTensor(x, rows, in))
+			assertClose(t, "linear", out[:rows*outF], lin(x64, w64, b64), 1e-5)
+			for _, v := range out[rows*outF:] {
+				if v != 0 {
+					t.Fatalf("linear wrote past its rows: %v", out[rows*outF:])
 				}
 			}
-			return o
+			dx, dw, db := make([]float32, rows*in), make([]float32, outF*in), make([]float32, outF)
+			l.Backward(dev, tensor.HostTensor(dx, rows, in), tensor.HostTensor(dw, outF, in), tensor.HostTensor(db, 1, outF),
+				tensor.HostTensor(g, rows, outF), tensor.HostTensor(x, rows, in))
+			assertClose(t, "linear dx", dx, numGrad(x64, func(v []float64) float64 { return dot(g64, lin(v, w64, b64)) }), 1e-4)
+			assertClose(t, "linear dw", dw, numGrad(w64, func(v []float64) float64 { return dot(g64, lin(x64, v, b64)) }), 1e-4)
+			assertClose(t, "linear db", db, numGrad(b64, func(v []float64) float64 { return dot(g64, lin(x64, w64, v)) }), 1e-4)
 		}
-		out := make([]float32, rows*outF)
-		Linear(be, out, x, w, b, rows, in, outF)
-		assertClose(t, "linear", out, lin(x64, w64, b64), 1e-5)
-		dx, dw, db := make([]float32, rows*in), make([]float32, outF*in), make([]float32, outF)
-		LinearBackward(be, dx, dw, db, g, x, w, rows, in, outF)
-		assertClose(t, "linear dx", dx, numGrad(x64, func(v []float64) float64 { return dot(g64, lin(v, w64, b64)) }), 1e-4)
-		assertClose(t, "linear dw", dw, numGrad(w64, func(v []float64) float64 { return dot(g64, lin(x64, v, b64)) }), 1e-4)
-		assertClose(t, "linear db", db, numGrad(b64, func(v []float64) float64 { return dot(g64, lin(x64, w64, v)) }), 1e-4)
 	}
 }
 
@@ -302,11 +284,18 @@ func TestRoPEForwardBackward(t *testing.T) {
 	}
 	x, g := testutil.RandNormal(r, rows*heads*d, 1), testutil.RandNormal(r, rows*heads*d, 1)
 	x64, g64 := to64(x), to64(g)
+	dev := tensor.NewCPU(tensor.PureGo())
+	rot, err := rp.On(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pt, _ := dev.Alloc(tensor.I32, rows, 1)
+	dev.WriteI32(pt, pos)
 	y := append([]float32(nil), x...)
-	rp.Forward(y, rows, heads, pos)
+	dev.RoPE(tensor.HostTensor(y, rows, heads*d), heads, pt, rot)
 	assertClose(t, "rope", y, rope64(x64, rows, heads, d, pos, inv), 1e-5)
 	dx := append([]float32(nil), g...)
-	rp.Backward(dx, rows, heads, pos)
+	dev.RoPEBackward(tensor.HostTensor(dx, rows, heads*d), heads, pt, rot)
 	assertClose(t, "rope dx", dx, numGrad(x64, func(v []float64) float64 { return dot(g64, rope64(v, rows, heads, d, pos, inv)) }), 1e-5)
 }
 

@@ -17,8 +17,9 @@ type RopeScaling struct {
 	OriginalMaxPositions int
 }
 
-// RoPE applies rotary position embeddings in the rotate_half convention of
-// Hugging Face Llama: within each head of dimension d, element i < d/2 is paired
+// RoPE holds the tables of rotary position embeddings, which a device's RoPE
+// and RoPEBackward apply (On), in the rotate_half convention of Hugging Face
+// Llama: within each head of dimension d, element i < d/2 is paired
 // with element i + d/2 and rotated by the angle pos * invFreq[i].
 //
 // Angles follow the reference arithmetic: invFreq is rounded to float32 and the
@@ -100,12 +101,6 @@ func (r *RoPE) HeadDim() int { return r.headDim }
 
 func (r *RoPE) angle(pos, i int) (float32, float32) { return tensor.RoPEAngle(pos, r.invFreq[i]) }
 
-// rotate applies the rotation with sign +1 (forward) or -1 (its transpose) to a
-// [rows, heads*headDim] slice in place.
-func (r *RoPE) rotate(x []float32, rows, heads int, pos []int32, sign float32) {
-	tensor.RotateHalf(x, rows, heads, pos, r.cos, r.sin, r.invFreq, r.maxPos, sign)
-}
-
 // On returns the rotation tables in dev's memory, for dev.RoPE.
 func (r *RoPE) On(dev tensor.Device) (*tensor.Rotary, error) {
 	half := r.headDim / 2
@@ -123,17 +118,4 @@ func (r *RoPE) On(dev tensor.Device) (*tensor.Rotary, error) {
 		}
 	}
 	return rt, nil
-}
-
-// Forward rotates x, a [rows, heads*headDim] slice, in place; pos[r] is the
-// position of row r.
-func (r *RoPE) Forward(x []float32, rows, heads int, pos []int32) {
-	r.rotate(x, rows, heads, pos, 1)
-}
-
-// Backward maps the gradient with respect to Forward's output to the gradient
-// with respect to its input, in place: the rotation's transpose is the rotation
-// by the opposite angle.
-func (r *RoPE) Backward(dx []float32, rows, heads int, pos []int32) {
-	r.rotate(dx, rows, heads, pos, -1)
 }

@@ -39,19 +39,6 @@ func CPU() Backend {
 // on amd64 (gonum's BLAS on other processors or with -tags purego).
 func PureGo() Backend { return goBLAS{} }
 
-// MatMulT computes out[m,n] = x[m,k] * w[n,k]^T, the layout of a Hugging Face
-// Linear weight ([out_features, in_features]). Products of at most SmallRows
-// rows run through DotRows (split over the workers when large), so that a
-// row's result does not depend on how many rows share the call; larger ones
-// through the backend's Sgemm.
-func MatMulT(be Backend, out, x, w []float32, m, n, k int) {
-	if m <= SmallRows {
-		matMulTSmall(out, x, w, m, n, k)
-		return
-	}
-	be.Sgemm(false, true, m, n, k, 1, x, k, w, k, 0, out, n)
-}
-
 // threaded is implemented by backends that say how many threads one call
 // uses (openblas: 1, set when it loads). A backend without it may thread
 // each call itself, and is called from one goroutine at a time.

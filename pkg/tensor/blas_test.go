@@ -61,15 +61,15 @@ func TestSgemvAgainstNaive(t *testing.T) {
 	}
 }
 
-func TestMatMulTSingleRowEqualsGemm(t *testing.T) {
-	be := CPU()
+func TestMatMulSingleRowEqualsGemm(t *testing.T) {
+	dev := NewCPU(CPU())
 	r := rand.New(rand.NewPCG(5, 6))
 	n, k := 23, 16
 	x, w := testutil.RandNormal(r, 2*k, 1), testutil.RandNormal(r, n*k, 1)
 	both := make([]float32, 2*n)
-	MatMulT(be, both, x, w, 2, n, k)
+	dev.MatMul(HostTensor(both, 2, n), HostTensor(x, 2, k), HostTensor(w, n, k), false, true, 1, false)
 	one := make([]float32, n)
-	MatMulT(be, one, x[:k], w, 1, n, k)
+	dev.MatMul(HostTensor(one, 1, n), HostTensor(x[:k], 1, k), HostTensor(w, n, k), false, true, 1, false)
 	for j := 0; j < n; j++ {
 		if math.Abs(float64(one[j]-both[j])) > 1e-5 {
 			t.Fatalf("row 0 col %d: gemv %g gemm %g", j, one[j], both[j])
@@ -100,7 +100,7 @@ func BenchmarkSgemm256x576x8192(b *testing.B) {
 	x, w, out := testutil.RandNormal(r, m*k, 1), testutil.RandNormal(r, n*k, 1), make([]float32, m*n)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		MatMulT(be, out, x, w, m, n, k)
+		be.Sgemm(false, true, m, n, k, 1, x, k, w, k, 0, out, n)
 	}
 	b.ReportMetric(2*float64(m*n*k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 }

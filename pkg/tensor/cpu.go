@@ -23,6 +23,9 @@ type CPUDevice struct {
 	adamFn func(lo, hi int)
 	zero   []float32
 	zeroFn func(lo, hi int)
+	// The activations' backward passes' split, as SwiGLU's.
+	act   actJob
+	actFn func(lo, hi int)
 }
 
 // NewCPU returns a CPU device whose large float32 products run on be (CPU()
@@ -35,6 +38,7 @@ func NewCPU(be Backend) *CPUDevice {
 	c.gluFn = c.swigluChunk
 	c.adamFn = c.adamChunk
 	c.zeroFn = c.zeroChunk
+	c.actFn = c.actChunkFn
 	c.att.init(c)
 	return c
 }

@@ -96,12 +96,12 @@ func (c *CPUDevice) Attend(out, q Tensor, l int, shape AttnShape, seqs []AttnSeq
 			a.attendBLAS(in)
 			continue
 		}
-		if in.T >= blasMinRows {
+		if in.T >= blasMinRows || in.P > 0 {
 			for g := 0; g < a.nKV; g++ {
 				a.gitems = append(a.gitems, int32(b*a.nKV+g))
 			}
-			gctx = max(gctx, in.N+in.T)
-			gwork += in.T * (in.N + in.T) * a.hd * a.nHeads
+			gctx = max(gctx, in.N+in.P+in.T)
+			gwork += in.T * (in.N + in.P + in.T) * a.hd * a.nHeads
 			continue
 		}
 		for h := 0; h < a.nHeads; h++ {
@@ -178,7 +178,7 @@ func (a *attnScratch) attendRow(out, q, sc, kt, vc []float32, c0 int, mask []boo
 }
 
 // visible returns how many keys a tree node with ancestor mask mk (over the
-// t new nodes) must score after the n committed ones, and whether the mask
+// pending and new nodes) must score after the n committed ones, and whether the mask
 // must hide some: a node whose ancestors are exactly the first nodes in
 // order (every node of a chain-shaped draft) sees a plain prefix of n+d+1
 // keys, as a decode step at its position would.
@@ -321,11 +321,12 @@ func (a *attnScratch) attendGroups(worker, lo, hi int) {
 		c0 := in.KV.cap
 		kt := in.KV.kt[a.l][g*hd*c0:]
 		vc := in.KV.v[a.l][g*hd:]
+		w := in.P + in.T
 		for i := 0; i < in.T; i++ {
-			vis := in.N + i + 1
+			vis := in.N + in.P + i + 1
 			var mk []bool
 			if in.Mask != nil {
-				mk = in.Mask[i*in.T : (i+1)*in.T]
+				mk = in.Mask[i*w : (i+1)*w]
 				var masked bool
 				if vis, masked = visible(mk, in.N); !masked {
 					mk = nil

@@ -80,6 +80,40 @@ type Device interface {
 	// and out is [rows, I].
 	SwiGLU(out, gate, up Tensor)
 
+	// Training: products of either operand transposed, and the backward
+	// passes of the ops above. A backward ACCUMULATES into the gradients it
+	// is given (a parameter used twice receives both contributions); an
+	// empty gradient tensor means it is not needed.
+
+	// MatMul computes out[m, n] = alpha·op(a)·op(b), or adds it to out when
+	// acc is true, where op(x) is x or xᵀ (trans). A product a·bᵀ with alpha
+	// 1 of at most FewRows rows computes each row as MulT does, whatever
+	// the other rows.
+	MatMul(out, a, b Tensor, transA, transB bool, alpha float32, acc bool)
+	// RMSNormBackward accumulates the gradients of RMSNorm(out, x, w, eps)
+	// into dx and dw, given dout at its output.
+	RMSNormBackward(dx, dw, dout, x, w Tensor, eps float32)
+	// RoPEBackward rotates the gradient x at RoPE's output back in place,
+	// giving the gradient at its input (the rotation's transpose: the
+	// opposite angles).
+	RoPEBackward(x Tensor, heads int, pos Tensor, r *Rotary)
+	// SwiGLUBackward accumulates the gradients of SwiGLU(out, gate, up)
+	// (separate gate and up) into dgate and dup, given dout at its output.
+	SwiGLUBackward(dgate, dup, dout, gate, up Tensor)
+	// AddSiLU adds silu(z) = z·sigmoid(z) to out element-wise (a residual
+	// block's activation), with SwiGLU's arithmetic.
+	AddSiLU(out, z Tensor)
+	// SiLUBackward accumulates dout·silu'(z) into dz.
+	SiLUBackward(dz, dout, z Tensor)
+	// Add adds src to dst element-wise (a residual).
+	Add(dst, src Tensor)
+	// SumRows adds the sum of x's rows to the one-row dst (a bias's
+	// gradient).
+	SumRows(dst, x Tensor)
+	// ConcatCols writes the srcs side by side into dst's rows, in order:
+	// SplitCols's inverse.
+	ConcatCols(dst Tensor, srcs []Tensor)
+
 	// Zero sets x's values to zero.
 	Zero(x Tensor)
 	// SumSquares returns the sum of the squares of x's values, accumulated
@@ -133,10 +167,15 @@ type AttnSeq struct {
 	// Row0 is the sequence's first row in q and out; T its new rows; N
 	// the committed positions before them.
 	Row0, T, N int
-	// Mask is nil for a chain: new row i attends causally (to positions
-	// up to N+i). For a tree it is the [T, T] ancestor mask: row i attends
-	// to the committed positions and to new position N+c where
-	// Mask[i·T+c].
+	// P is the number of pending positions N..N+P-1 between the committed
+	// ones and the new rows (a draft tree's earlier levels, whose keys and
+	// values are cached already), which the new rows, at positions
+	// N+P..N+P+T-1, see through Mask only; 0 for a chain or a whole tree.
+	P int
+	// Mask is nil for a chain (P = 0): new row i attends causally (to
+	// positions up to N+i). For a tree it is the [T, P+T] ancestor mask:
+	// row i attends to the committed positions and to position N+c where
+	// Mask[i·(P+T)+c].
 	Mask []bool
 }
 
@@ -226,7 +265,7 @@ func (kv *KV) KVDim() int { return kv.kvDim }
 
 // K, V and KT return layer l's keys [Cap, KVDim], values [Cap, KVDim] and
 // keys transposed [KVDim, Cap] as host slices: the CPU device's layout, for
-// host code that reads the cache directly.
+// tests that inspect the cache.
 func (kv *KV) K(l int) []float32 { return kv.k[l] }
 
 // V returns layer l's values; see K.

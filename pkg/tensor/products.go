@@ -43,8 +43,8 @@ type Products struct {
 }
 
 // FewRows is the most rows a product of Products.MulT runs on the few-row
-// kernels (DotRows, its 16-bit forms, Transposed) instead of a GEMM (MatMulT's
-// SmallRows is the same), since the models' products (a few hundred features) stay
+// kernels (DotRows, its 16-bit forms, Transposed) instead of a GEMM (a
+// trainer's products by the weights it updates, Device.MatMul, too), since the models' products (a few hundred features) stay
 // cheaper there than in a BLAS call up to a few dozen rows (BenchmarkSmall:
 // 33 rows faster, 64 rows slower), and a draft tree's verification then
 // scores each node exactly as a decode step would.

@@ -6,15 +6,6 @@ import (
 	"github.com/drafter-ai/drafter/pkg/tensor/internal/kernel"
 )
 
-// SmallRows is the largest number of rows MatMulT hands to
-// DotRows instead of the backend's Sgemm: FewRows, the threshold of
-// Products, so that a product of unprepared float32 weights (the trainers'
-// nn.Linear and lm_head products) computes what Products would. At the sizes
-// drafter's models have (a few hundred features) DotRows, which reads each
-// weight row once for all rows and pays no call or packing overhead, beats
-// a BLAS call up to a few dozen rows (BenchmarkSmall).
-const SmallRows = FewRows
-
 // DotRows computes out[i*ldo+j] = x[i*ldx:i*ldx+k]·w[j*ldw:j*ldw+k] for
 // i < m and j < n, or adds the product to out[i*ldo+j] when acc is true: the
 // product x·wᵀ of a Hugging Face Linear weight w [n, k] with m rows x [m, k]
@@ -69,29 +60,6 @@ func Scale(x []float32, s float32) { kernel.Scale(x, s) }
 // SwiGLU computes out = silu(gate)*up element-wise (out may alias gate), with
 // Expf's arithmetic, eight at a time where the processor allows.
 func SwiGLU(out, gate, up []float32) { kernel.SwiGLU(out, gate, up) }
-
-// smallSplit is the product size (multiply-adds) from which MatMulT splits a
-// DotRows product over the workers, in blocks of smallBlock weight rows.
-const (
-	smallSplit = 1 << 18
-	smallBlock = 64
-)
-
-// matMulTSmall runs DotRows for MatMulT, over the workers when the product is
-// large.
-func matMulTSmall(out, x, w []float32, m, n, k int) {
-	if m*n*k < smallSplit || n < 2*smallBlock || Workers() < 2 {
-		DotRows(out, n, x, k, w, k, m, n, k, false)
-		return
-	}
-	if len(out) < m*n {
-		panic(fmt.Sprintf("tensor: MatMulT output of %d values for %dx%d", len(out), m, n))
-	}
-	ParallelChunks((n+smallBlock-1)/smallBlock, Workers(), func(_, lo, hi int) {
-		lo, hi = lo*smallBlock, min(hi*smallBlock, n)
-		DotRows(out[lo:], n, x, k, w[lo*k:], k, m, hi-lo, k, false)
-	})
-}
 
 // MulTPad is the column block of Transposed: a product split over columns
 // must split at multiples of it.

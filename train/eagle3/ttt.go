@@ -1,6 +1,7 @@
 package eagle3
 
 import (
+	"errors"
 	"fmt"
 	"math"
 
@@ -14,25 +15,28 @@ import (
 // layer's activations (deagle3.Acts; Acts.H is the step's hidden input, fc's
 // output or the previous step's Out) and the step's rows.
 type stepAct struct {
-	deagle3.Acts
-	dfn  []float32 // [R,H] gradient at norm(out), from the lm_head
-	tok  []int32   // input token per row (-1: past the end, zero embedding)
-	w    []float32 // loss weight per row: decay^k / count_k, 0 when not kept
-	pred []int32   // draft argmax (draft index) per row
+	*deagle3.Acts
+	dfn  tensor.Tensor // [R,H] gradient at norm(out), from the lm_head
+	tok  []int32       // input token per row (-1: past the end, zero embedding)
+	pos  []int32       // RoPE position per row, written to Acts.Pos
+	w    []float32     // loss weight per row: decay^k / count_k, 0 when not kept
+	pred []int32       // draft argmax (draft index) per row
 }
 
 // net is the unrolled draft with every buffer for a batch of up to maxRows
-// tokens in sequences of at most maxLen.
+// tokens in sequences of at most maxLen, on a device of its own.
 type net struct {
 	g      deagle3.Geometry
 	steps  int
 	decay  float64
 	be     tensor.Backend
+	dev    tensor.Device
 	layer  *deagle3.Layer
 	attn   *deagle3.TTT
 	p, gr  *deagle3.Params
-	embed  []float32
-	head   []float32
+	grW    *deagle3.Weights // gr on the device
+	embed  tensor.Weight    // the target's input embedding [V, H]
+	head   *nn.Linear       // the target's lm_head [V, H], frozen
 	vocab  *deagle3.Vocab
 	maxRow int
 	maxLen int
@@ -40,12 +44,12 @@ type net struct {
 
 	// The batch.
 	rows   int
-	feat   []float32 // [R,3H]
-	fcOut  []float32 // [R,H]
-	tokens []int32   // [R]
-	mask   []bool    // [R]
-	pT     []float32 // [(R+steps+1), N] target distribution over the draft vocab, per row
-	tgtID  []int32   // [R] target argmax over the full vocabulary
+	feat   tensor.Tensor // [R,3H]
+	fcOut  tensor.Tensor // [R,H]
+	tokens []int32       // [R]
+	mask   []bool        // [R]
+	pT     []float32     // [(R+steps+1), N] target distribution over the draft vocab, per row
+	tgtID  []int32       // [R] target argmax over the full vocabulary
 	act    []stepAct
 
 	// Per-step statistics of the last forward.
@@ -55,14 +59,16 @@ type net struct {
 	correctK []int     // of those, rows where draft argmax == target argmax
 
 	// Scratch.
-	e       []float32 // [R,H] the step's token embeddings
-	scratch deagle3.Scratch
+	e       tensor.Tensor // [R,H] the step's token embeddings
+	ids     []int         // [R] the step's token ids for the gather
+	scratch *deagle3.Scratch
 	grads   *deagle3.GradScratch
-	fn      []float32 // [R,H]
-	dOut    []float32 // [R,H]
-	dH      []float32 // [R,H]
-	logits  []float32 // [R,N]
-	full    []float32 // [prepRows,V]
+	fn      tensor.Tensor // [R,H]
+	dOut    tensor.Tensor // [R,H]
+	dH      tensor.Tensor // [R,H]
+	logits  tensor.Tensor // [R,N]
+	final   tensor.Tensor // [prepRows,H] target final states
+	full    tensor.Tensor // [prepRows,V] their target logits
 }
 
 const prepRows = 64
@@ -75,41 +81,80 @@ func newNet(g deagle3.Geometry, steps int, decay float64, be tensor.Backend, p *
 	if steps < 1 {
 		return nil, fmt.Errorf("eagle3: the TTT unroll needs at least one step, got %d", steps)
 	}
-	layer, err := deagle3.NewLayer(g, p, be, maxLen+steps)
+	dev := tensor.NewCPU(be)
+	layer, err := deagle3.NewLayer(dev, g, p, maxLen+steps)
 	if err != nil {
 		return nil, err
 	}
-	h, qw, I, N, V := g.Hidden, g.QDim(), g.Intermediate, g.DraftVocab, g.Vocab
+	h, N, V := g.Hidden, g.DraftVocab, g.Vocab
+	if len(embed) != V*h || len(head) != V*h {
+		return nil, fmt.Errorf("eagle3: the target's embedding and lm_head have %d and %d values, want vocab %d x hidden %d", len(embed), len(head), V, h)
+	}
 	R := maxRows
-	t := &net{g: g, steps: steps, decay: decay, be: be, layer: layer, p: p, embed: embed, head: head, vocab: vocab,
+	t := &net{g: g, steps: steps, decay: decay, be: be, dev: dev, layer: layer, p: p,
+		embed: tensor.WeightOf(tensor.F32Matrix(embed, V, h)), vocab: vocab,
 		maxRow: maxRows, maxLen: maxLen, invTau: 1,
 		attn: deagle3.NewTTT(g, be, steps, maxRows, maxLen, withGrad)}
+	if t.head, err = nn.NewLinear(dev, tensor.F32Matrix(head, V, h), nil); err != nil {
+		return nil, fmt.Errorf("eagle3: the target's lm_head: %w", err)
+	}
 	if withGrad {
 		t.gr = deagle3.NewParams(g)
-		t.grads = layer.NewGradScratch(R)
+		if t.grW, err = t.gr.On(dev, g); err != nil {
+			return nil, err
+		}
+		if t.grads, err = layer.NewGradScratch(dev, R); err != nil {
+			return nil, err
+		}
 	}
 	f := func(n int) []float32 { return make([]float32, n) }
-	t.feat, t.fcOut = f(R*3*h), f(R*h)
+	var al []error
+	alloc := func(rows, cols int) tensor.Tensor {
+		x, err := dev.Alloc(tensor.F32, rows, cols)
+		al = append(al, err)
+		return x
+	}
+	t.feat, t.fcOut = alloc(R, 3*h), alloc(R, h)
 	t.tokens, t.mask, t.tgtID = make([]int32, R), make([]bool, R), make([]int32, R)
 	t.pT = f((R + steps + 1) * N)
-	t.e = f(R * h)
+	t.e, t.ids = alloc(R, h), make([]int, R)
 	t.act = make([]stepAct, steps)
+	kw := g.KVDim()
 	for k := range t.act {
 		s := &t.act[k]
-		s.Acts = deagle3.Acts{E: t.e, Pos: make([]int32, R), X: f(R * 2 * h), Q: f(R * qw), K: t.attn.Keys[k], V: t.attn.Vals[k],
-			O: f(R * qw), A1: f(R * h), N2: f(R * h), Gate: f(R * I), Up: f(R * I), Out: f(R * h)}
-		s.tok, s.w, s.pred = make([]int32, R), f(R), make([]int32, R)
+		if s.Acts, err = layer.NewActs(dev, R); err != nil {
+			return nil, err
+		}
+		s.E = t.e
+		s.K, s.V = tensor.HostTensor(t.attn.Keys[k], R, kw), tensor.HostTensor(t.attn.Vals[k], R, kw)
+		s.tok, s.pos, s.w, s.pred = make([]int32, R), make([]int32, R), f(R), make([]int32, R)
 		if withGrad {
-			s.dfn = f(R * h)
+			s.dfn = alloc(R, h)
 		}
 	}
 	t.lossK, t.countK, t.maskedK, t.correctK = make([]float64, steps), make([]int, steps), make([]int, steps), make([]int, steps)
-	t.scratch = deagle3.Scratch{XE: f(R * h), XH: f(R * h), Act: f(R * I)}
-	t.fn, t.logits, t.full = f(R*h), f(R*N), f(prepRows*V)
+	if t.scratch, err = layer.NewScratch(dev, R, false); err != nil {
+		return nil, err
+	}
+	t.fn, t.logits = alloc(R, h), alloc(R, N)
+	t.final, t.full = alloc(prepRows, h), alloc(prepRows, V)
 	if withGrad {
-		t.dOut, t.dH = f(R*h), f(R*h)
+		t.dOut, t.dH = alloc(R, h), alloc(R, h)
+	}
+	if err := errors.Join(al...); err != nil {
+		return nil, fmt.Errorf("eagle3: %w", err)
 	}
 	return t, nil
+}
+
+// host returns x's values on the host: the losses and the target
+// distributions are still computed there.
+func (t *net) host(x tensor.Tensor) []float32 {
+	v, ok := t.dev.HostF32(x)
+	if !ok {
+		panic("eagle3: the trainer's losses need a device whose memory is the host's")
+	}
+	return v
 }
 
 // load packs samples (each truncated to maxLen tokens) into the batch buffers,
@@ -159,10 +204,12 @@ func (t *net) add(s *dataset.Sample) error {
 	if r+n > t.maxRow {
 		return fmt.Errorf("eagle3: batch of %d+ tokens exceeds the %d-token buffers", r+n, t.maxRow)
 	}
+	// Row r+i of feat [R, 3H] is rows 3(r+i)..3(r+i)+2 of it as [3R, H].
+	feat := t.feat.Reshape(3*t.feat.Rows(), h)
 	for i := 0; i < n; i++ {
-		dst := t.feat[(r+i)*3*h : (r+i+1)*3*h]
 		for c := range s.Features {
-			copy(dst[c*h:(c+1)*h], s.Features[c][i*h:(i+1)*h])
+			row := 3*(r+i) + c
+			t.dev.Write(feat.RowRange(row, row+1), s.Features[c][i*h:(i+1)*h])
 		}
 		id := s.Tokens[i]
 		if id < 0 || int(id) >= t.g.Vocab {
@@ -187,7 +234,7 @@ func (t *net) finish() {
 		for _, sp := range t.attn.Seqs {
 			for i := 0; i < sp.N; i++ {
 				row := sp.Start + i
-				st.tok[row], st.Pos[row], st.w[row] = -1, int32(i+k), 0
+				st.tok[row], st.pos[row], st.w[row] = -1, int32(i+k), 0
 				if i+1+k < sp.N {
 					st.tok[row] = t.tokens[row+1+k]
 				}
@@ -200,6 +247,7 @@ func (t *net) finish() {
 				}
 			}
 		}
+		t.dev.WriteI32(st.Pos, st.pos[:r])
 		t.countK[k], t.maskedK[k] = count, masked
 		if count > 0 {
 			wk := float32(math.Pow(t.decay, float64(k)) / float64(count))
@@ -221,10 +269,13 @@ func (t *net) targetDist(final []float32, r0, n int) {
 	ids := t.vocab.IDs
 	for c := 0; c < n; c += prepRows {
 		m := min(prepRows, n-c)
-		tensor.MatMulT(t.be, t.full[:m*V], final[c*h:(c+m)*h], t.head, m, V, h)
+		fin, full := t.final.RowRange(0, m), t.full.RowRange(0, m)
+		t.dev.Write(fin, final[c*h:(c+m)*h])
+		t.head.Forward(t.dev, full, fin)
+		lgs := t.host(full)
 		tensor.Parallel(m, 4, func(lo, hi int) {
 			for j := lo; j < hi; j++ {
-				lg := t.full[j*V : (j+1)*V]
+				lg := lgs[j*V : (j+1)*V]
 				best := 0
 				for v, x := range lg {
 					if x > lg[best] {
@@ -263,27 +314,29 @@ func (t *net) targetDist(final []float32, r0, n int) {
 // grad it also back-propagates each step's loss through the draft lm_head
 // right away (into gr.LMHead and the step's dfn), so no [R, N] logits are kept.
 func (t *net) forward(grad bool) float64 {
-	R, N := t.rows, t.g.DraftVocab
-	t.layer.FC(t.fcOut, t.feat, R)
+	R, N, dev := t.rows, t.g.DraftVocab, t.dev
+	t.layer.FC(dev, t.fcOut, t.feat.RowRange(0, R))
 	hIn := t.fcOut
+	logits := t.logits.RowRange(0, R)
 	var total float64
 	for k := range t.act {
 		st := &t.act[k]
 		st.H = hIn
 		t.gatherEmbed(st.tok)
 		t.attn.Step = k
-		t.layer.Forward(&st.Acts, &t.scratch, R, t.attn)
-		t.layer.Logits(t.logits, t.fn, st.Out, R)
+		t.layer.Forward(dev, st.Acts, t.scratch, R, t.attn)
+		t.layer.Logits(dev, logits, t.fn, st.Out.RowRange(0, R))
 		t.score(k)
+		lg := t.host(logits)
 		var dl []float32
 		if grad {
-			dl = t.logits
+			dl = lg
 		}
-		lk := nn.SoftCrossEntropy(t.logits, R, N, t.pT[(1+k)*N:], st.w, dl)
+		lk := nn.SoftCrossEntropy(lg, R, N, t.pT[(1+k)*N:], st.w, dl)
 		total += lk
 		t.lossK[k] = lk / math.Pow(t.decay, float64(k))
 		if grad {
-			t.layer.LogitsBackward(t.gr, st.dfn, t.logits, t.fn, R)
+			t.layer.LogitsBackward(dev, t.grW, st.dfn, logits, t.fn)
 		}
 		hIn = st.Out
 	}
@@ -296,9 +349,10 @@ func (t *net) forward(grad bool) float64 {
 func (t *net) score(k int) {
 	st := &t.act[k]
 	N := t.g.DraftVocab
+	logits := t.host(t.logits.RowRange(0, t.rows))
 	tensor.Parallel(t.rows, 8, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
-			lg := t.logits[r*N : (r+1)*N]
+			lg := logits[r*N : (r+1)*N]
 			best := 0
 			for v, x := range lg {
 				if x > lg[best] {
@@ -323,34 +377,36 @@ func (t *net) score(k int) {
 // backward back-propagates the loss of the last forward(true) through the
 // unroll, from the last step to the first, accumulating into t.gr.
 func (t *net) backward() {
-	R, h := t.rows, t.g.Hidden
-	clear(t.dH[:R*h])
+	R, dev := t.rows, t.dev
+	dH, dOut := t.dH.RowRange(0, R), t.dOut.RowRange(0, R)
+	dev.Zero(dH)
 	t.attn.ZeroGrad(R)
 	for k := t.steps - 1; k >= 0; k-- {
 		st := &t.act[k]
 		// out feeds the final norm (-> lm_head) and, through dH, the next step.
-		copy(t.dOut[:R*h], t.dH[:R*h])
-		t.layer.NormBackward(t.gr, t.dOut, st.dfn, st.Out, R)
+		dev.Copy(dOut, dH)
+		t.layer.NormBackward(dev, t.grW, dOut, st.dfn, st.Out.RowRange(0, R))
 		t.gatherEmbed(st.tok)
 		t.attn.Step = k
 		// Step k's key and value gradients are complete when it runs: steps
 		// k..T-1 have all added their share.
-		t.layer.Backward(t.gr, &st.Acts, t.dOut, t.dH, R, t.attn, t.grads)
+		t.layer.Backward(dev, t.grW, st.Acts, dOut, dH, R, t.attn, t.grads)
 	}
 	// Step 0's hidden input is fc(feature); the features are not trained.
-	t.layer.FCBackward(t.gr, t.dH, t.feat, R)
+	t.layer.FCBackward(dev, t.grW, dH, t.feat.RowRange(0, R))
 }
 
-// gatherEmbed copies the frozen target embedding rows of tok into t.e (zeros
-// for rows past the end of their sequence).
+// gatherEmbed gathers the frozen target embedding rows of tok into t.e
+// (zeros for rows past the end of their sequence, id -1).
 func (t *net) gatherEmbed(tok []int32) {
-	h := t.g.Hidden
-	for r := 0; r < t.rows; r++ {
-		dst := t.e[r*h : (r+1)*h]
-		if id := tok[r]; id >= 0 {
-			copy(dst, t.embed[int(id)*h:(int(id)+1)*h])
-		} else {
-			clear(dst)
+	ids := t.ids[:t.rows]
+	for r, id := range tok[:t.rows] {
+		ids[r] = max(int(id), 0)
+	}
+	t.dev.Gather(t.e.RowRange(0, t.rows), &t.embed, ids)
+	for r, id := range tok[:t.rows] {
+		if id < 0 {
+			t.dev.Zero(t.e.RowRange(r, r+1))
 		}
 	}
 }

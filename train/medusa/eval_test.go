@@ -28,10 +28,10 @@ func TestEvaluateAgainstReference(t *testing.T) {
 			}
 		}
 	}
-	ws := NewWorkspace(m, rows, 7)
-	ws.Evaluate(tensor.CPU(), b)
+	ws := mustWorkspace(t, tensor.CPU(), m, rows, 7)
+	ws.Evaluate(b)
 	gotRows, gotCE, gotT1, gotT5 := ws.Stats()
-	sc, err := m.NewScorer(g.Heads)
+	sc, err := m.NewScorer(tensor.NewCPU(nil), g.Heads)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func TestEvaluateAgainstReference(t *testing.T) {
 				continue
 			}
 			n++
-			logits := sc.Score(tensor.CPU(), b.X[i*g.Hidden:])[h*g.Vocab : (h+1)*g.Vocab]
+			logits := sc.Score(b.X[i*g.Hidden:])[h*g.Vocab : (h+1)*g.Vocab]
 			l64 := make([]float64, g.Vocab)
 			var z float64
 			for v := range logits {
@@ -165,13 +165,13 @@ func TestTrainStepAllocations(t *testing.T) {
 	m2, _ := dmedusa.NewHeads(g, m.LMHead[0], true)
 	copy(m2.ParamData(), m.ParamData())
 	count := func(rows, chunk int) float64 {
-		ws := NewWorkspace(m2, rows, chunk)
+		ws := mustWorkspace(t, serialBackend{}, m2, rows, chunk)
 		b := &Batch{Rows: rows, X: make([]float32, rows*g.Hidden)}
 		for h := 0; h < g.Heads; h++ {
 			b.Targets = append(b.Targets, make([]int32, rows))
 		}
 		w := Weights(g.Heads, 0.8)
-		return testing.AllocsPerRun(2, func() { ws.TrainStep(serialBackend{}, b, w) })
+		return testing.AllocsPerRun(2, func() { ws.TrainStep(b, w) })
 	}
 	// Same number of parallel loops (one chunk per head), 4x the rows.
 	small, large := count(512, 512), count(2048, 2048)
@@ -215,12 +215,12 @@ func TestHeldOutChainWalk(t *testing.T) {
 		sample([]int32{0, 2}, 1, []int{0, 0}),
 	}}
 	for _, rows := range []int{3, 64} {
-		ws := NewWorkspace(m, rows, 2)
+		ws := mustWorkspace(t, tensor.CPU(), m, rows, 2)
 		b := &Batch{X: make([]float32, rows*V), Targets: make([][]int32, heads)}
 		for h := range b.Targets {
 			b.Targets[h] = make([]int32, rows)
 		}
-		mt, err := newEvaluator(rows).evaluate(tensor.CPU(), ws, b, data, []int{0, 2, 1}, heads, V, V, Weights(heads, 1), 0, 0)
+		mt, err := newEvaluator(rows).evaluate(ws, b, data, []int{0, 2, 1}, heads, V, V, Weights(heads, 1), 0, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -241,4 +241,14 @@ func TestAutoBatchAndEpochs(t *testing.T) {
 			t.Errorf("%d positions: batch %d, epochs %d; want %d, %d", c.pos, b, e, c.batch, c.epochs)
 		}
 	}
+}
+
+// mustWorkspace returns a workspace of heads m on a CPU device of be.
+func mustWorkspace(tb testing.TB, be tensor.Backend, m *dmedusa.Heads, rows, chunk int) *Workspace {
+	tb.Helper()
+	ws, err := NewWorkspace(tensor.NewCPU(be), m, rows, chunk)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return ws
 }

@@ -129,9 +129,9 @@ func TestGradientsAgainstFiniteDifferences(t *testing.T) {
 		}
 		b.Targets[0][2], b.Targets[1][5], b.Targets[1][6] = -1, -1, -1 // heads see different row sets
 		w := Weights(g.Heads, 0.8)
-		ws := NewWorkspace(m, rows, 3) // chunks of 3, 3, 1 rows
+		ws := mustWorkspace(t, tensor.CPU(), m, rows, 3) // chunks of 3, 3, 1 rows
 		m.ZeroGrad()
-		loss := ws.TrainStep(tensor.CPU(), b, w)
+		loss := ws.TrainStep(b, w)
 
 		params := m.Params()
 		p64 := make([][]float64, len(params))

@@ -3,7 +3,6 @@ package medusa
 import (
 	"fmt"
 
-	"github.com/drafter-ai/drafter/pkg/tensor"
 	"github.com/drafter-ai/drafter/train/dataset"
 )
 
@@ -54,7 +53,7 @@ func (e *evaluator) startSample(T int) {
 }
 
 // evaluate runs the heads over every position of the held-out samples idx.
-func (e *evaluator) evaluate(be tensor.Backend, ws *Workspace, b *Batch, data dataset.Dataset, idx []int, heads, H, vocab int, w []float64, step, epoch int) (*Metrics, error) {
+func (e *evaluator) evaluate(ws *Workspace, b *Batch, data dataset.Dataset, idx []int, heads, H, vocab int, w []float64, step, epoch int) (*Metrics, error) {
 	mt := &Metrics{Step: step, Epoch: epoch, HeadLoss: make([]float64, heads), Top1: make([]float64, heads), Top5: make([]float64, heads), Tokens: make([]int, heads)}
 	t1, t5 := make([]int, heads), make([]int, heads)
 	p := &positions{data: data, heads: heads, hidden: H, vocab: vocab, order: idx, loaded: -1, rowT: e.rowT, rowS: e.rowS}
@@ -89,7 +88,7 @@ func (e *evaluator) evaluate(be tensor.Backend, ws *Workspace, b *Batch, data da
 		if !ok {
 			break
 		}
-		ws.Evaluate(be, b)
+		ws.Evaluate(b)
 		leads := ws.Leads(b.Rows)
 		for r, l := range leads {
 			for int(e.rowS[r]) > k {

@@ -11,48 +11,69 @@ import (
 )
 
 // Workspace holds the activations of heads m for at most MaxRows positions
-// per head, and runs the training step and the held-out evaluation on them.
-// Heads are processed one after another, so it is sized for one head.
+// per head on a device, and runs the training step and the held-out
+// evaluation on them. Heads are processed one after another, so it is sized
+// for one head.
 type Workspace struct {
 	MaxRows, Chunk int
 	m              *dmedusa.Heads
-	xs             [][]float32 // x_0..x_layers, each [MaxRows, H]
-	zs             [][]float32 // pre-activations W x + b, each [MaxRows, H]
-	dx, dz         []float32   // [MaxRows, H]
-	logits         []float32   // [Chunk, V]: logits, then in place their gradient
-	targets        []int32     // [MaxRows] compacted targets of the current head
-	rowW           []float32   // [Chunk] the current head's loss weight per row
-	rowLoss        []float64   // [Chunk] per-row cross-entropy (evaluation)
-	rank           []int32     // [Chunk] per-row rank of the target (evaluation)
-	rowOf          []int32     // [MaxRows] batch row of each gathered row
-	lead           []int32     // [MaxRows] per batch row: heads 0..lead-1 all ranked their target first (evaluation)
+	n              *dmedusa.Layers
+	dev            tensor.Device
+	xs             []tensor.Tensor // x_0..x_layers, each [MaxRows, H]
+	zs             []tensor.Tensor // pre-activations W x + b, each [MaxRows, H]
+	dx, dz         tensor.Tensor   // [MaxRows, H]
+	viewX, viewZ   []tensor.Tensor // the xs' and zs' rows of the head in flight
+	logits         tensor.Tensor   // [Chunk, V]: logits, then in place their gradient
+	targets        []int32         // [MaxRows] compacted targets of the current head
+	rowW           []float32       // [Chunk] the current head's loss weight per row
+	rowLoss        []float64       // [Chunk] per-row cross-entropy (evaluation)
+	rank           []int32         // [Chunk] per-row rank of the target (evaluation)
+	rowOf          []int32         // [MaxRows] batch row of each gathered row
+	lead           []int32         // [MaxRows] per batch row: heads 0..lead-1 all ranked their target first (evaluation)
 	// statistics of the last pass, per head
 	headLoss           []float64
 	headRows           []int
 	headTop1, headTop5 []int
 }
 
-// NewWorkspace allocates activations of heads m for up to maxRows positions.
-// chunk bounds the rows of the [chunk, V] logits buffer (0 means min(maxRows,
+// NewWorkspace allocates activations of heads m for up to maxRows positions
+// on dev, which the workspace then owns (a device serves one caller). chunk
+// bounds the rows of the [chunk, V] logits buffer (0 means min(maxRows,
 // 512)): the output layer runs as GEMMs of chunk rows, large enough to be
 // efficient.
-func NewWorkspace(m *dmedusa.Heads, maxRows, chunk int) *Workspace {
+func NewWorkspace(dev tensor.Device, m *dmedusa.Heads, maxRows, chunk int) (*Workspace, error) {
 	if chunk <= 0 || chunk > maxRows {
 		chunk = min(maxRows, 512)
 	}
+	n, err := m.On(dev)
+	if err != nil {
+		return nil, err
+	}
 	H := m.Hidden
-	ws := &Workspace{MaxRows: maxRows, Chunk: chunk, m: m}
-	ws.xs = make([][]float32, m.Layers+1)
+	ws := &Workspace{MaxRows: maxRows, Chunk: chunk, m: m, n: n, dev: dev}
+	alloc := func(rows, cols int) tensor.Tensor {
+		if err != nil {
+			return tensor.Tensor{}
+		}
+		var t tensor.Tensor
+		t, err = dev.Alloc(tensor.F32, rows, cols)
+		return t
+	}
+	ws.xs = make([]tensor.Tensor, m.Layers+1)
 	for l := range ws.xs {
-		ws.xs[l] = make([]float32, maxRows*H)
+		ws.xs[l] = alloc(maxRows, H)
 	}
-	ws.zs = make([][]float32, m.Layers)
+	ws.zs = make([]tensor.Tensor, m.Layers)
 	for l := range ws.zs {
-		ws.zs[l] = make([]float32, maxRows*H)
+		ws.zs[l] = alloc(maxRows, H)
 	}
-	ws.dx = make([]float32, maxRows*H)
-	ws.dz = make([]float32, maxRows*H)
-	ws.logits = make([]float32, chunk*m.Vocab)
+	ws.viewX, ws.viewZ = make([]tensor.Tensor, len(ws.xs)), make([]tensor.Tensor, len(ws.zs))
+	ws.dx = alloc(maxRows, H)
+	ws.dz = alloc(maxRows, H)
+	ws.logits = alloc(chunk, m.Vocab)
+	if err != nil {
+		return nil, fmt.Errorf("medusa: workspace of %d rows: %w", maxRows, err)
+	}
 	ws.targets = make([]int32, maxRows)
 	ws.rowW = make([]float32, chunk)
 	ws.rowLoss = make([]float64, chunk)
@@ -63,7 +84,7 @@ func NewWorkspace(m *dmedusa.Heads, maxRows, chunk int) *Workspace {
 	ws.headRows = make([]int, m.Heads)
 	ws.headTop1 = make([]int, m.Heads)
 	ws.headTop5 = make([]int, m.Heads)
-	return ws
+	return ws, nil
 }
 
 // Batch is a set of positions: their final hidden states and, per head, the
@@ -94,7 +115,7 @@ func (ws *Workspace) gather(b *Batch, h, H int) int {
 		if t < 0 {
 			continue
 		}
-		copy(x0[n*H:(n+1)*H], b.X[r*H:(r+1)*H])
+		ws.dev.Write(x0.RowRange(n, n+1), b.X[r*H:(r+1)*H])
 		ws.targets[n] = t
 		ws.rowOf[n] = int32(r)
 		n++
@@ -119,14 +140,14 @@ func Weights(heads int, decay float64) []float64 {
 // with n_h the number of positions in the batch where head h has a target
 // (heads without any contribute nothing): each head's mean cross-entropy,
 // weighted by w_h (Weights). It returns L; per-head means are in ws.HeadLoss.
-func (ws *Workspace) TrainStep(be tensor.Backend, b *Batch, w []float64) float64 {
-	return ws.pass(be, b, w, true)
+func (ws *Workspace) TrainStep(b *Batch, w []float64) float64 {
+	return ws.pass(b, w, true)
 }
 
 // Evaluate runs the forward pass only and records, per head, the summed
 // cross-entropy, the number of rows and the top-1/top-5 hits (see Stats).
-func (ws *Workspace) Evaluate(be tensor.Backend, b *Batch) {
-	ws.pass(be, b, nil, false)
+func (ws *Workspace) Evaluate(b *Batch) {
+	ws.pass(b, nil, false)
 }
 
 // Stats returns, for the last TrainStep or Evaluate, per head: the number of
@@ -144,8 +165,8 @@ func (ws *Workspace) Stats() (rows []int, ceSum []float64, top1, top5 []int) {
 // produced the data's tokens. The slice is owned by the workspace.
 func (ws *Workspace) Leads(rows int) []int32 { return ws.lead[:rows] }
 
-func (ws *Workspace) pass(be tensor.Backend, b *Batch, w []float64, train bool) float64 {
-	m := ws.m
+func (ws *Workspace) pass(b *Batch, w []float64, train bool) float64 {
+	m, dev := ws.m, ws.dev
 	if b.Rows > ws.MaxRows {
 		panic(fmt.Sprintf("medusa: batch of %d rows exceeds the workspace's %d", b.Rows, ws.MaxRows))
 	}
@@ -154,6 +175,7 @@ func (ws *Workspace) pass(be tensor.Backend, b *Batch, w []float64, train bool) 
 	if !train {
 		clear(ws.lead[:b.Rows])
 	}
+	xs, zs := ws.viewX, ws.viewZ
 	for h := 0; h < m.Heads; h++ {
 		ws.headLoss[h], ws.headRows[h], ws.headTop1[h], ws.headTop5[h] = 0, 0, 0, 0
 		n := ws.gather(b, h, H)
@@ -161,19 +183,25 @@ func (ws *Workspace) pass(be tensor.Backend, b *Batch, w []float64, train bool) 
 		if n == 0 {
 			continue
 		}
-		m.Forward(be, ws.xs, ws.zs, h, n)
-		xL := ws.xs[m.Layers]
-		lm := m.LMHead[h]
+		for l := range xs {
+			xs[l] = ws.xs[l].RowRange(0, n)
+		}
+		for l := range zs {
+			zs[l] = ws.zs[l].RowRange(0, n)
+		}
+		ws.n.Forward(xs, zs, h)
+		xL := xs[m.Layers]
 		var rowW float32
 		if train {
 			rowW = float32(w[h] / float64(n))
-			clear(ws.dx[:n*H])
+			dev.Zero(ws.dx.RowRange(0, n))
 		}
 		for c0 := 0; c0 < n; c0 += ws.Chunk {
 			c := min(ws.Chunk, n-c0)
-			logits := ws.logits[:c*V]
-			x := xL[c0*H : (c0+c)*H]
-			tensor.MatMulT(be, logits, x, lm, c, V, H)
+			lt := ws.logits.RowRange(0, c)
+			x := xL.RowRange(c0, c0+c)
+			ws.n.Logits(lt, x, h)
+			logits := hostF32(dev, lt)
 			tg := ws.targets[c0 : c0+c]
 			if !train {
 				rl, rank := ws.rowLoss[:c], ws.rank[:c]
@@ -201,22 +229,27 @@ func (ws *Workspace) pass(be tensor.Backend, b *Batch, w []float64, train bool) 
 				rw[i] = rowW
 			}
 			ws.headLoss[h] += nn.CrossEntropy(logits, c, V, tg, rw, logits) / float64(rowW)
-			var glm []float32
-			if !m.SharedLMHead {
-				glm = m.GLMHead[h]
-			}
-			var dx []float32
+			var dx tensor.Tensor
 			if m.Layers > 0 {
-				dx = ws.dx[c0*H : (c0+c)*H]
+				dx = ws.dx.RowRange(c0, c0+c)
 			}
-			nn.LinearBackward(be, dx, glm, nil, logits, x, lm, c, H, V)
+			ws.n.LogitsBackward(dx, lt, x, h)
 		}
 		if train {
 			total += w[h] * ws.headLoss[h] / float64(n)
 			if m.Layers > 0 {
-				m.Backward(be, ws.dx, ws.dz, ws.xs, ws.zs, h, n)
+				ws.n.Backward(ws.dx.RowRange(0, n), ws.dz.RowRange(0, n), xs, zs, h)
 			}
 		}
 	}
 	return total
+}
+
+// hostF32 returns t's values on the host: the losses still run there.
+func hostF32(dev tensor.Device, t tensor.Tensor) []float32 {
+	v, ok := dev.HostF32(t)
+	if !ok {
+		panic("medusa: the losses need a device whose memory is the host's")
+	}
+	return v
 }

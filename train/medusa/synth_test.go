@@ -154,12 +154,12 @@ func evalHeads(t *testing.T, m *dmedusa.Heads, data *dataset.Memory, cfg Config)
 	if rows == 0 {
 		rows = 4096
 	}
-	ws := NewWorkspace(m, rows, 0)
+	ws := mustWorkspace(t, tensor.CPU(), m, rows, 0)
 	b := &Batch{X: make([]float32, rows*m.Hidden), Targets: make([][]int32, m.Heads)}
 	for h := range b.Targets {
 		b.Targets[h] = make([]int32, rows)
 	}
-	mt, err := newEvaluator(rows).evaluate(tensor.CPU(), ws, b, data, split[:nHeld], m.Heads, m.Hidden, m.Vocab, Weights(m.Heads, cfg.Decay), 0, 0)
+	mt, err := newEvaluator(rows).evaluate(ws, b, data, split[:nHeld], m.Heads, m.Hidden, m.Vocab, Weights(m.Heads, cfg.Decay), 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -252,7 +252,6 @@ func Train(ctx context.Context, cfg Config, lmHead []float32, data dataset.Datas
 // trainer is the Medusa side of the loop (loop.Trainer).
 type trainer struct {
 	cfg     Config
-	be      tensor.Backend
 	data    dataset.Dataset
 	heads   *dmedusa.Heads
 	hidden  int
@@ -279,7 +278,7 @@ func newTrainer(cfg Config, lmHead []float32, data dataset.Dataset, be tensor.Ba
 	if H <= 0 || len(lmHead)%H != 0 {
 		return nil, fmt.Errorf("medusa: the target lm_head has %d values, not a whole number of rows of the data's hidden size %d", len(lmHead), H)
 	}
-	t := &trainer{cfg: cfg, be: be, data: data, hidden: H, vocab: len(lmHead) / H}
+	t := &trainer{cfg: cfg, data: data, hidden: H, vocab: len(lmHead) / H}
 	g := dmedusa.Geometry{Hidden: H, Vocab: t.vocab, Heads: cfg.Heads, Layers: cfg.Layers, SharedLMHead: cfg.SharedLMHead}
 	var err error
 	if t.heads, err = dmedusa.NewHeads(g, lmHead, true); err != nil {
@@ -316,7 +315,9 @@ func newTrainer(cfg Config, lmHead []float32, data dataset.Dataset, be tensor.Ba
 	}
 	t.stepsPerEpoch = (trainPos + t.batchTokens - 1) / t.batchTokens
 	t.weights = Weights(cfg.Heads, cfg.Decay)
-	t.ws = NewWorkspace(t.heads, t.batchTokens, 0)
+	if t.ws, err = NewWorkspace(tensor.NewCPU(be), t.heads, t.batchTokens, 0); err != nil {
+		return nil, err
+	}
 	t.batch = &Batch{X: make([]float32, t.batchTokens*H), Targets: make([][]int32, cfg.Heads)}
 	for h := range t.batch.Targets {
 		t.batch.Targets[h] = make([]int32, t.batchTokens)
@@ -366,12 +367,12 @@ func (t *trainer) Position() loop.Position {
 
 // Step runs the heads forward and backward over the batch.
 func (t *trainer) Step() (float64, int) {
-	return t.ws.TrainStep(t.be, t.batch, t.weights), t.batch.Rows
+	return t.ws.TrainStep(t.batch, t.weights), t.batch.Rows
 }
 
 // Evaluate measures the heads on the held-out samples (Metrics).
 func (t *trainer) Evaluate(e loop.Eval) (*Metrics, error) {
-	return t.ev.evaluate(t.be, t.ws, t.batch, t.data, t.heldIdx, t.cfg.Heads, t.hidden, t.vocab, t.weights, e.Step, e.Epoch)
+	return t.ev.evaluate(t.ws, t.batch, t.data, t.heldIdx, t.cfg.Heads, t.hidden, t.vocab, t.weights, e.Step, e.Epoch)
 }
 
 // TrainLine is a step's metrics.jsonl line.

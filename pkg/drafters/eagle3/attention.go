@@ -66,9 +66,18 @@ func NewTTT(g Geometry, be tensor.Backend, steps, maxRows, maxLen int, withGrad 
 
 // Attend implements Attention for step Step, whose keys and values the
 // layer wrote into Keys[Step] and Vals[Step] (k and v).
-func (t *TTT) Attend(o, q, k, v []float32, rows int) {
+func (t *TTT) Attend(dev tensor.Device, o, q, k, v tensor.Tensor) {
 	s := t.Step
-	attentionForward(t.be, t.a, o, t.lse[s], q, t.Keys[:s+1], t.Vals[:s+1], t.Seqs, t.s, t.pe)
+	attentionForward(t.be, t.a, host(dev, o), t.lse[s], host(dev, q), t.Keys[:s+1], t.Vals[:s+1], t.Seqs, t.s, t.pe)
+}
+
+// host returns x's values on the host.
+func host(dev tensor.Device, x tensor.Tensor) []float32 {
+	v, ok := dev.HostF32(x)
+	if !ok {
+		panic("eagle3: the TTT attention needs a device whose memory is the host's")
+	}
+	return v
 }
 
 // ZeroGrad clears the key and value gradients of rows rows before a
@@ -85,10 +94,12 @@ func (t *TTT) ZeroGrad(rows int) {
 // having run theirs: it accumulates the gradient of this step's queries into
 // dq and of every step's keys and values up to this one, and returns this
 // step's, which are then complete (the later steps added their share).
-func (t *TTT) AttendBackward(dq, do, o, q []float32, rows int) (dk, dv []float32) {
+func (t *TTT) AttendBackward(dev tensor.Device, dq, do, o, q tensor.Tensor) (dk, dv tensor.Tensor) {
 	s := t.Step
-	attentionBackward(t.be, t.a, dq, t.dkeys[:s+1], t.dvals[:s+1], do, o, t.lse[s], q, t.Keys[:s+1], t.Vals[:s+1], t.Seqs, t.s, t.dp, t.pe)
-	return t.dkeys[s], t.dvals[s]
+	rows := q.Rows()
+	attentionBackward(t.be, t.a, host(dev, dq), t.dkeys[:s+1], t.dvals[:s+1], host(dev, do), host(dev, o), t.lse[s], host(dev, q), t.Keys[:s+1], t.Vals[:s+1], t.Seqs, t.s, t.dp, t.pe)
+	kw := t.a.kw()
+	return tensor.HostTensor(t.dkeys[s], rows, kw), tensor.HostTensor(t.dvals[s], rows, kw)
 }
 
 // TTT attention. Step k of the unroll has, per row r (sequence position i),

@@ -21,29 +21,20 @@ type Draft struct {
 	// when the export used the defaults (2, L/2, L-3).
 	LayerIDs []int
 	layer    *Layer
-	embed    tensor.Matrix // the target's input embedding [V, H], in its dtype
+	be       tensor.Backend
+	// dev is the device the layer's weights were uploaded to and prepared
+	// on; each session computes on a device of its own with the same
+	// backend (a device serves one caller).
+	dev   tensor.Device
+	embed tensor.Weight // the target's input embedding [V, H], in its dtype
 }
 
 // Freeze prepares the draft for inference with parameters that no longer
-// change: where the processor runs tensor.Transposed products fast, the
-// sessions then multiply by transposed copies of the matrices (a draft step
-// is a one-row product on each, which those kernels run at several times the
-// rate of the row-major ones). A draft that wraps a trainer's live
+// change: its products then run in the layouts the device chooses (on the
+// CPU, transposed copies for the few-row products of a draft step, where
+// the processor runs them fast). A draft that wraps a trainer's live
 // parameters must not be frozen. LoadDraft freezes what it loads.
-func (d *Draft) Freeze() {
-	if !tensor.TransposedFast() {
-		return
-	}
-	g, p := d.Geometry, d.layer.P
-	h, qw, kw, I := g.Hidden, g.QDim(), g.KVDim(), g.Intermediate
-	d.layer.t = &draftMats{
-		fc: tensor.NewTransposed(p.FC, h, 3*h),
-		q:  tensor.NewTransposed(p.Q, qw, 2*h), k: tensor.NewTransposed(p.K, kw, 2*h), v: tensor.NewTransposed(p.V, kw, 2*h),
-		o:    tensor.NewTransposed(p.O, h, qw),
-		gate: tensor.NewTransposed(p.Gate, I, h), up: tensor.NewTransposed(p.Up, I, h), down: tensor.NewTransposed(p.Down, h, I),
-		lm: tensor.NewTransposed(p.LMHead, g.DraftVocab, h),
-	}
-}
+func (d *Draft) Freeze() { d.layer.Freeze(d.dev) }
 
 // NewDraft wraps parameters (for example a trainer's) as a drafter. embed
 // is the target's input embedding [V, H] (model.Model.Embed, kept in the
@@ -53,11 +44,12 @@ func NewDraft(g Geometry, p *Params, voc *Vocab, embed tensor.Matrix, be tensor.
 		return nil, fmt.Errorf("eagle3: a draft for a target of hidden_size %d and vocab_size %d, but the target's embedding is [%d, %d]: the draft was made for another model",
 			g.Hidden, g.Vocab, embed.Rows, embed.Cols)
 	}
-	l, err := newLayer(g, p, be, 1, tensor.SwiGLU)
+	dev := tensor.NewCPU(be)
+	l, err := NewLayer(dev, g, p, 1)
 	if err != nil {
 		return nil, err
 	}
-	return &Draft{Geometry: g, Vocab: voc, layer: l, embed: embed}, nil
+	return &Draft{Geometry: g, Vocab: voc, layer: l, be: be, dev: dev, embed: tensor.WeightOf(embed)}, nil
 }
 
 // Session is one sequence's drafting state: the draft layer's KV cache over
@@ -65,31 +57,37 @@ func NewDraft(g Geometry, p *Params, voc *Vocab, embed tensor.Matrix, be tensor.
 // consumed) and a scratch tree of draft nodes above the last committed
 // position. Node -1 is the root: the last committed position's own output.
 //
-// The cache is a kvcache.Cache, the target's type: committed positions are
-// its committed rows, the tree's nodes its pending nodes (node i at row
-// Len()+i, with its parent), so it holds capacity+maxNodes rows.
+// The cache is a kvcache.Cache, the target's type, read by the device's
+// Attend as the target's is: committed positions are its committed rows, the
+// tree's nodes its pending nodes (node i at row Len()+i, with its parent), so
+// it holds capacity+maxNodes rows.
 type Session struct {
 	d        *Draft
+	dev      tensor.Device
 	capacity int            // committed positions the session holds
 	kv       *kvcache.Cache // the draft layer's keys and values
-	root     []float32      // [H] pre-norm output at position Len()-1
-	rootLg   []float32      // [N] its draft logits
+	root     tensor.Tensor  // [1, H] pre-norm output at position Len()-1
+	rootLg   tensor.Tensor  // [1, N] its draft logits
 
 	maxNodes     int
-	nh           []float32 // per node pre-norm output [maxNodes, H]
-	nlg          []float32 // per node logits [maxNodes, N]
+	nh           tensor.Tensor // per node pre-norm output [maxNodes, H]
+	nlg          tensor.Tensor // per node logits [maxNodes, N]
+	lgHost       []float32     // [N] a row of logits read back, where the device's memory is not the host's
 	chainScratch []int
-	ancScratch   []int
 	idScratch    []int
+	tokScratch   []int   // the rows' tokens, for Gather
+	posScratch   []int32 // the rows' positions, for WriteI32
 
 	// committed says whether the rows the layer runs are new context
 	// positions (else the newest tree nodes), for Attend.
 	committed bool
 	// The layer's rows, sized for max(maxNodes, extendChunk) rows.
-	acts    Acts
-	scratch Scratch
-	fn      []float32
-	sc      []float32
+	acts    *Acts
+	scratch *Scratch
+	feat    tensor.Tensor // [extendChunk, 3H] fused features
+	fn      tensor.Tensor // [R, H] normed outputs
+	seqs    [1]tensor.AttnSeq
+	mask    []bool // [R, maxNodes] the new nodes' ancestor masks
 }
 
 // extendChunk bounds the rows Extend processes at once.
@@ -99,26 +97,38 @@ const extendChunk = 64
 // maxNodes draft nodes (a chain of k steps needs k-1; EAGLE-2's default tree
 // with depth 7 and top-k 10 needs up to 70). Neither may be negative.
 func (d *Draft) NewSession(capacity, maxNodes int) *Session {
-	g := d.Geometry
-	h, kw, qw, I, N := g.Hidden, g.KVDim(), g.QDim(), g.Intermediate, g.DraftVocab
-	R := max(maxNodes, extendChunk)
-	f := func(n int) []float32 { return make([]float32, n) }
-	// The session's cache lives on a CPU device of its own (one per
-	// session: a device serves one caller); the layer reads it on the host.
-	kv, err := kvcache.New(tensor.NewCPU(d.layer.be), 1, kw, capacity+maxNodes)
+	s, err := d.newSession(capacity, maxNodes)
 	if err != nil {
 		// Only a negative size gets here, which make would refuse alike.
 		panic(fmt.Sprintf("eagle3: NewSession(%d, %d): %v", capacity, maxNodes, err))
 	}
-	s := &Session{d: d, capacity: capacity, kv: kv, maxNodes: maxNodes,
-		root: f(h), rootLg: f(N), nh: f(maxNodes * h), nlg: f(maxNodes * N),
-		fn: f(R * h), sc: f(capacity + maxNodes + 1)}
-	s.acts = Acts{E: f(R * h), H: f(R * h), Pos: make([]int32, R), X: f(R * 2 * h),
-		Q: f(R * qw), K: f(R * kw), V: f(R * kw), O: f(R * qw), A1: f(R * h), N2: f(R * h),
-		Gate: f(R * I), Up: f(R * I), Out: f(R * h)}
-	// No backward follows: the activation may overwrite the gate.
-	s.scratch = Scratch{XE: f(R * h), XH: f(R * h), Act: s.acts.Gate}
 	return s
+}
+
+func (d *Draft) newSession(capacity, maxNodes int) (*Session, error) {
+	g := d.Geometry
+	h, kw, N := g.Hidden, g.KVDim(), g.DraftVocab
+	R := max(maxNodes, extendChunk)
+	dev := tensor.NewCPU(d.be)
+	kv, err := kvcache.New(dev, 1, kw, capacity+maxNodes)
+	if err != nil {
+		return nil, err
+	}
+	s := &Session{d: d, dev: dev, capacity: capacity, kv: kv, maxNodes: maxNodes,
+		lgHost: make([]float32, N), tokScratch: make([]int, R), posScratch: make([]int32, R),
+		mask: make([]bool, R*maxNodes)}
+	if s.acts, err = d.layer.NewActs(dev, R); err != nil {
+		return nil, err
+	}
+	// No backward follows: the activation may overwrite the gate.
+	if s.scratch, err = d.layer.NewScratch(dev, R, true); err != nil {
+		return nil, err
+	}
+	al := allocator{dev: dev}
+	s.root, s.rootLg = al.f32(1, h), al.f32(1, N)
+	s.nh, s.nlg = al.f32(maxNodes, h), al.f32(maxNodes, N)
+	s.feat, s.fn = al.f32(extendChunk, 3*h), al.f32(R, h)
+	return s, al.err
 }
 
 // Len returns the number of committed positions.
@@ -140,7 +150,7 @@ func (s *Session) Truncate(n int) {
 // cache and computes the root: the draft's step-0 output at the last position,
 // whose logits predict the token after tokens[m-1]. The tree is cleared.
 func (s *Session) Extend(feats []float32, tokens []int32) error {
-	d, g := s.d, s.d.Geometry
+	d, g, dev := s.d, s.d.Geometry, s.dev
 	h := g.Hidden
 	m := len(tokens)
 	if len(feats) != m*3*h {
@@ -155,9 +165,11 @@ func (s *Session) Extend(feats []float32, tokens []int32) error {
 	s.kv.ClearPending()
 	for c := 0; c < m; c += extendChunk {
 		r := min(extendChunk, m-c)
-		d.layer.FC(s.acts.H, feats[c*3*h:(c+r)*3*h], r)
+		feat := s.feat.RowRange(0, r)
+		dev.Write(feat, feats[c*3*h:(c+r)*3*h])
+		d.layer.FC(dev, s.acts.H, feat)
 		for i := 0; i < r; i++ {
-			s.acts.Pos[i] = int32(s.kv.Len() + i)
+			s.posScratch[i] = int32(s.kv.Len() + i)
 		}
 		if err := s.layer(r, tokens[c:c+r], true); err != nil {
 			return err
@@ -166,105 +178,77 @@ func (s *Session) Extend(feats []float32, tokens []int32) error {
 			return fmt.Errorf("eagle3: Extend: %w", err)
 		}
 	}
-	copy(s.root, s.acts.Out[(m-1-(m-1)/extendChunk*extendChunk)*h:][:h])
-	d.layer.Logits(s.rootLg, s.fn, s.root, 1)
+	last := m - 1 - (m-1)/extendChunk*extendChunk
+	dev.Copy(s.root, s.acts.Out.RowRange(last, last+1))
+	d.layer.Logits(dev, s.rootLg, s.fn, s.root)
 	return nil
 }
 
 // layer runs the draft layer over r rows whose hidden inputs are in
-// s.acts.H, tokens tok and positions s.acts.Pos. committed: the rows are new
-// context positions (their keys go to the cache's rows after the committed
-// ones, and each attends causally to the cache); otherwise they are the last
-// r pending tree nodes (keys to their rows) attending to the committed
-// context, their ancestors and themselves. It allocates nothing: every
-// product is one batched call over the r rows, and the element-wise steps
-// are loops over the session's scratch.
+// s.acts.H, tokens tok and positions s.posScratch. committed: the rows are
+// new context positions (their keys go to the cache's rows after the
+// committed ones, and each attends causally to the cache); otherwise they
+// are the last r pending tree nodes (keys to their rows) attending to the
+// committed context, their ancestors and themselves. It allocates nothing.
 func (s *Session) layer(r int, tok []int32, committed bool) error {
 	d, g := s.d, s.d.Geometry
-	h := g.Hidden
-	for i := 0; i < r; i++ {
-		id := tok[i]
+	ids := s.tokScratch[:r]
+	for i, id := range tok[:r] {
 		if id < 0 || int(id) >= g.Vocab {
 			return fmt.Errorf("eagle3: draft token %d is outside the target vocabulary [0, %d)", id, g.Vocab)
 		}
-		d.embed.Row(s.acts.E[i*h:(i+1)*h], int(id))
+		ids[i] = int(id)
 	}
+	s.dev.Gather(s.acts.E.RowRange(0, r), &d.embed, ids)
+	s.dev.WriteI32(s.acts.Pos, s.posScratch[:r])
 	s.committed = committed
-	d.layer.Forward(&s.acts, &s.scratch, r, (*sessionAttention)(s))
+	d.layer.Forward(s.dev, s.acts, s.scratch, r, (*sessionAttention)(s))
 	return nil
 }
 
 // sessionAttention is the session as the layer's Attention.
 type sessionAttention Session
 
-// Attend implements Attention for the session's rows: committed rows store
-// their keys and values in the cache after the committed ones and attend
-// causally to the cache, tree nodes store theirs at their pending rows and
-// attend to the committed context, their ancestors and themselves.
-func (a *sessionAttention) Attend(o, q, k, v []float32, r int) {
+// Attend implements Attention for the session's rows through the device's
+// Attend over the session's cache, as the target's attention runs:
+// committed rows store their keys and values in the cache after the
+// committed ones and attend causally; tree nodes store theirs at their
+// pending rows and attend to the committed context and, through an ancestor
+// mask over the pending nodes, to their ancestors and themselves.
+func (a *sessionAttention) Attend(dev tensor.Device, o, q, k, v tensor.Tensor) {
 	s := (*Session)(a)
-	kw := s.d.Geometry.KVDim()
-	n := s.kv.Len()
+	r := q.Rows()
 	base := 0 // committed rows go right after the committed ones
+	seq := tensor.AttnSeq{KV: s.kv.KV(), T: r, N: s.kv.Len()}
 	if !s.committed {
 		base = s.kv.Pending() - r // the newest r pending nodes
-	}
-	s.kv.Write(0, base, tensor.HostTensor(k, r, kw), tensor.HostTensor(v, r, kw))
-	for i := 0; i < r; i++ {
-		ctx := n
-		anc := s.ancScratch[:0]
-		if s.committed {
-			ctx = n + i + 1
-		} else {
-			for a := s.kv.Parent(base + i); a >= 0; a = s.kv.Parent(a) {
-				anc = append(anc, a)
+		w := base + r
+		mask := s.mask[:r*w]
+		clear(mask)
+		for i := 0; i < r; i++ {
+			for nd := base + i; nd >= 0; nd = s.kv.Parent(nd) {
+				mask[i*w+nd] = true
 			}
-			anc = append(anc, base+i)
 		}
-		s.ancScratch = anc
-		s.attendRow(o, q, i, ctx, anc)
+		seq.P, seq.Mask = base, mask
 	}
+	s.kv.Write(0, base, k, v)
+	dev.Scale(q, s.d.layer.Scale())
+	s.seqs[0] = seq
+	dev.Attend(o, q, 0, s.d.layer.Shape(), s.seqs[:])
 }
 
-// attendRow computes the attention output o of row i over the first ctx
-// cache positions and then the tree nodes anc (in that order), one head at a
-// time, as the target model's attention does: the scores against the cache
-// as a weighted sum of its transposed keys, the ancestors' by dot products,
-// the softmax numerators, their weighted sum of the cached values and the
-// ancestors' values, divided by the softmax denominator. Tree node nd's key
-// and value are the cache's row Len()+nd.
-func (s *Session) attendRow(out, q []float32, i, ctx int, anc []int) {
-	a := s.d.layer.a
-	qw, kw := s.d.Geometry.QDim(), s.d.Geometry.KVDim()
-	group := a.nq / a.nkv
-	w := ctx + len(anc)
-	sc := s.sc[:w]
-	kc, kt, vc, c0 := s.kv.K(0), s.kv.KT(0), s.kv.V(0), s.kv.Cap()
-	nodes := s.kv.Len() * kw // the first tree node's row
-	for hh := 0; hh < a.nq; hh++ {
-		off := hh / group * a.hd
-		qv := q[i*qw+hh*a.hd : i*qw+(hh+1)*a.hd]
-		tensor.Scale(qv, a.scale)
-		if ctx > 0 {
-			tensor.WeightedSum(sc[:ctx], qv, kt[off*c0:(off+a.hd-1)*c0+ctx], c0, a.hd, ctx, false)
-		}
-		for c, nd := range anc {
-			r := nodes + nd*kw + off
-			sc[ctx+c] = dot(qv, kc[r:r+a.hd])
-		}
-		inv := 1 / tensor.SoftmaxUnscaled(sc)
-		o := out[i*qw+hh*a.hd : i*qw+(hh+1)*a.hd]
-		if ctx > 0 {
-			tensor.WeightedSum(o, sc[:ctx], vc[off:(ctx-1)*kw+off+a.hd], kw, ctx, a.hd, false)
-		} else {
-			clear(o)
-		}
-		for c, nd := range anc {
-			r := nodes + nd*kw + off
-			axpy(o, sc[ctx+c], vc[r:r+a.hd])
-		}
-		tensor.Scale(o, inv)
+// logits returns the draft logits after node (-1: the root) on the host.
+func (s *Session) logits(nodeID int) []float32 {
+	t := s.rootLg
+	if nodeID >= 0 {
+		t = s.nlg.RowRange(nodeID, nodeID+1)
 	}
+	if v, ok := s.dev.HostF32(t); ok {
+		return v
+	}
+	s.dev.Read(s.lgHost, t)
+	return s.lgHost
 }
 
 // AddNodes evaluates new tree nodes in one batch: node j continues parents[j]
@@ -273,8 +257,6 @@ func (s *Session) attendRow(out, q []float32, i, ctx int, anc []int) {
 // the new node ids, whose TopK gives the next step's candidates, in a slice
 // the session reuses: it is valid until the next AddNodes.
 func (s *Session) AddNodes(parents []int, tokens []int32) ([]int, error) {
-	g := s.d.Geometry
-	h := g.Hidden
 	r := len(parents)
 	if len(tokens) != r {
 		return nil, fmt.Errorf("eagle3: AddNodes: %d parents but %d tokens", r, len(tokens))
@@ -295,22 +277,24 @@ func (s *Session) AddNodes(parents []int, tokens []int32) ([]int, error) {
 	if err := s.kv.AddPending(parents); err != nil {
 		return nil, fmt.Errorf("eagle3: AddNodes: %w", err)
 	}
+	h1 := func(t tensor.Tensor, i int) tensor.Tensor { return t.RowRange(i, i+1) }
 	for i, par := range parents {
 		src := s.root
 		if par >= 0 {
-			src = s.nh[par*h : (par+1)*h]
+			src = h1(s.nh, par)
 		}
-		copy(s.acts.H[i*h:(i+1)*h], src)
+		s.dev.Copy(h1(s.acts.H, i), src)
 		// A child of the root (the position n-1) sits at n, each further
 		// ancestor one later.
-		s.acts.Pos[i] = int32(n + s.kv.Depth(base+i))
+		s.posScratch[i] = int32(n + s.kv.Depth(base+i))
 	}
 	if err := s.layer(r, tokens, false); err != nil {
 		s.kv.DropPending(base)
 		return nil, err
 	}
-	copy(s.nh[base*h:(base+r)*h], s.acts.Out[:r*h])
-	s.d.layer.Logits(s.nlg[base*g.DraftVocab:], s.fn, s.acts.Out, r)
+	out := s.acts.Out.RowRange(0, r)
+	s.dev.Copy(s.nh.RowRange(base, base+r), out)
+	s.d.layer.Logits(s.dev, s.nlg.RowRange(base, base+r), s.fn, out)
 	ids := s.idScratch[:0]
 	for i := range r {
 		ids = append(ids, base+i)
@@ -324,10 +308,7 @@ func (s *Session) AddNodes(parents []int, tokens []int32) ([]int, error) {
 // first (ties to the lower draft index), and returns how many it wrote.
 func (s *Session) TopK(nodeID, k int, ids []int32, logp []float32) int {
 	N := s.d.Geometry.DraftVocab
-	lg := s.rootLg
-	if nodeID >= 0 {
-		lg = s.nlg[nodeID*N : (nodeID+1)*N]
-	}
+	lg := s.logits(nodeID)
 	k = min(k, N, len(ids), len(logp))
 	if k <= 0 {
 		return 0
@@ -369,10 +350,7 @@ func (s *Session) TargetLogits(nodeID int, dst []float32) error {
 	if nodeID < -1 || nodeID >= s.kv.Pending() {
 		return fmt.Errorf("eagle3: TargetLogits: node %d is not an existing node (have %d)", nodeID, s.kv.Pending())
 	}
-	lg := s.rootLg
-	if nodeID >= 0 {
-		lg = s.nlg[nodeID*N : (nodeID+1)*N]
-	}
+	lg := s.logits(nodeID)
 	inf := float32(math.Inf(-1))
 	for i := range dst {
 		dst[i] = inf
@@ -410,11 +388,7 @@ func (s *Session) DraftChain(k int, dst []int32) ([]int32, error) {
 // best returns TopK(nodeID, 1)'s token without its log-probability: the
 // target id of the first largest draft logit after node (-1: the root).
 func (s *Session) best(nodeID int) int32 {
-	N := s.d.Geometry.DraftVocab
-	lg := s.rootLg
-	if nodeID >= 0 {
-		lg = s.nlg[nodeID*N : (nodeID+1)*N]
-	}
+	lg := s.logits(nodeID)
 	b := 0
 	for v, x := range lg {
 		if x > lg[b] {

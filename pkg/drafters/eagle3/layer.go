@@ -2,57 +2,40 @@ package eagle3
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/drafter-ai/drafter/pkg/nn"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
-// Layer is the draft layer with its parameters: fc (the fused target
-// feature in), the decoder layer, and the final norm and lm_head (the draft
-// vocabulary's logits out). The trainer's unroll and the drafting session run
-// this one Forward; they differ only where the caller must choose:
+// Layer is the draft layer with its parameters on a device: fc (the fused
+// target feature in), the decoder layer, and the final norm and lm_head (the
+// draft vocabulary's logits out). The trainer's unroll and the drafting
+// session run this one Forward, as device ops over device tensors; they
+// differ only in the attention (Attention), which the caller supplies:
+// training attends over the unrolled steps of packed sequences (TTT), the
+// session over its KV cache and draft tree. A frozen draft (Freeze)
+// multiplies through the device's weight products, which may keep the
+// weights in other layouts; a trainer's through its updated weights.
 //
-//   - the attention (Attention), which the caller supplies: training attends
-//     over the unrolled steps of packed sequences (TTT), the session over its
-//     KV cache and draft tree; the two are different algorithms;
-//   - the products of a frozen draft (Freeze), which multiply by transposed
-//     copies of the weights (tensor.Transposed, several times faster on one
-//     row) where training multiplies by the weights it updates;
-//   - the SwiGLU activation's split: training's is nn.SwiGLU (split over the
-//     workers, with the backward beside it), drafting's tensor.SwiGLU on the
-//     calling goroutine. Both compute the target model's vectorised kernel
-//     (a float32 exponential, tensor.Expf), bit for bit.
-//
-// The norms are tensor.RMSNorm in both.
+// A Layer holds no scratch: several callers may run one, each on a device
+// value of its own that shares the memory of the device the layer's weights
+// were uploaded to (on the CPU, every device: the host's memory).
 type Layer struct {
 	// G is the layer's geometry and P its parameters (a trainer's are
 	// updated in place between passes).
 	G    Geometry
 	P    *Params
-	be   tensor.Backend
-	rope *nn.RoPE
-	a    attnShape
-	// t holds transposed copies of the weights once frozen (nil: products
-	// by the weights themselves).
-	t *draftMats
-	// swiglu is nn.SwiGLU for training, tensor.SwiGLU for drafting.
-	swiglu func(out, gate, up []float32)
+	w    *Weights
+	rope *tensor.Rotary
+	a    tensor.AttnShape
+	// The products, viewing P's matrices.
+	fc, q, k, v, o, gate, up, down, lm *nn.Linear
 }
 
-// draftMats holds the draft's matrices transposed for tensor.Transposed's
-// few-row products.
-type draftMats struct {
-	fc, q, k, v, o, gate, up, down, lm *tensor.Transposed
-}
-
-// NewLayer wraps parameters p of geometry g as the layer training runs, with
-// RoPE tables for positions up to maxPos (the geometry's maximum when
-// larger).
-func NewLayer(g Geometry, p *Params, be tensor.Backend, maxPos int) (*Layer, error) {
-	return newLayer(g, p, be, maxPos, nn.SwiGLU)
-}
-
-func newLayer(g Geometry, p *Params, be tensor.Backend, maxPos int, swiglu func(out, gate, up []float32)) (*Layer, error) {
+// NewLayer wraps parameters p of geometry g as a layer on dev, with RoPE
+// tables for positions up to maxPos (the geometry's maximum when larger).
+func NewLayer(dev tensor.Device, g Geometry, p *Params, maxPos int) (*Layer, error) {
 	if err := g.Validate(); err != nil {
 		return nil, err
 	}
@@ -60,33 +43,46 @@ func newLayer(g Geometry, p *Params, be tensor.Backend, maxPos int, swiglu func(
 	if err != nil {
 		return nil, fmt.Errorf("eagle3: draft RoPE: %w", err)
 	}
-	return &Layer{G: g, P: p, be: be, rope: rope, a: newAttnShape(g), swiglu: swiglu}, nil
+	l := &Layer{G: g, P: p, a: tensor.AttnShape{Heads: g.Heads, KVHeads: g.KVHeads, HeadDim: g.HeadDim}}
+	if l.rope, err = rope.On(dev); err != nil {
+		return nil, fmt.Errorf("eagle3: draft RoPE: %w", err)
+	}
+	if l.w, err = p.On(dev, g); err != nil {
+		return nil, err
+	}
+	h, qw, kw, I := g.Hidden, g.QDim(), g.KVDim(), g.Intermediate
+	for _, m := range []struct {
+		dst     **nn.Linear
+		v       []float32
+		out, in int
+		name    string
+	}{
+		{&l.fc, p.FC, h, 3 * h, "fc"}, {&l.q, p.Q, qw, 2 * h, "q_proj"}, {&l.k, p.K, kw, 2 * h, "k_proj"},
+		{&l.v, p.V, kw, 2 * h, "v_proj"}, {&l.o, p.O, h, qw, "o_proj"}, {&l.gate, p.Gate, I, h, "gate_proj"},
+		{&l.up, p.Up, I, h, "up_proj"}, {&l.down, p.Down, h, I, "down_proj"}, {&l.lm, p.LMHead, g.DraftVocab, h, "lm_head"},
+	} {
+		if *m.dst, err = nn.NewLinear(dev, tensor.F32Matrix(m.v, m.out, m.in), nil); err != nil {
+			return nil, fmt.Errorf("eagle3: %s: %w", m.name, err)
+		}
+	}
+	return l, nil
 }
 
-// mats returns the transposed matrices, or none when not frozen.
-func (l *Layer) mats() draftMats {
-	if l.t != nil {
-		return *l.t
-	}
-	return draftMats{}
-}
-
-// mul computes out[rows, n] = x[rows, k]·w[n, k]^T through wt when the draft
-// is frozen, else through tensor.MatMulT (nn.Linear without a bias).
-func (l *Layer) mul(out, x, w []float32, wt *tensor.Transposed, rows, n, k int) {
-	if wt != nil {
-		wt.MulCols(out, n, x, k, rows, 0, n, false)
-		return
-	}
-	tensor.MatMulT(l.be, out[:rows*n], x[:rows*k], w[:n*k], rows, n, k)
+// Freeze prepares the layer for inference with parameters that no longer
+// change: its products then run through dev's weight products, in whatever
+// layouts the device chooses for them (tensor.Device.PrepareWeights). A
+// layer wrapping a trainer's live parameters must not be frozen.
+func (l *Layer) Freeze(dev tensor.Device) {
+	nn.Freeze(dev, l.fc, l.q, l.k, l.v, l.o, l.gate, l.up, l.down, l.lm)
 }
 
 // Attention is the layer's attention, which its caller supplies.
 type Attention interface {
 	// Attend writes the attention output o [rows, heads*head_dim] of the
-	// rows' queries q (RoPE applied), whose own keys k (RoPE applied) and
-	// values v it keeps wherever its algorithm attends to them.
-	Attend(o, q, k, v []float32, rows int)
+	// rows' queries q (RoPE applied, not scaled), whose own keys k (RoPE
+	// applied) and values v it keeps wherever its algorithm attends to
+	// them.
+	Attend(dev tensor.Device, o, q, k, v tensor.Tensor)
 }
 
 // AttentionGrad is an Attention with a backward pass.
@@ -95,169 +91,213 @@ type AttentionGrad interface {
 	// AttendBackward accumulates into dq the gradient of the rows' queries,
 	// given do at the output o of Attend, and returns the complete
 	// gradients of the rows' (RoPE'd) keys and values.
-	AttendBackward(dq, do, o, q []float32, rows int) (dk, dv []float32)
+	AttendBackward(dev tensor.Device, dq, do, o, q tensor.Tensor) (dk, dv tensor.Tensor)
 }
 
-// Acts are one application of the layer to R rows: its inputs and every
-// activation Backward reads.
+// Acts are one application of the layer to up to R rows: its inputs and
+// every activation Backward reads, device tensors of R rows each (a pass
+// over fewer rows uses their first rows).
 type Acts struct {
 	// E holds the rows' token embeddings and H their hidden inputs (fc's
 	// output, or the previous step's Out), [R, H] each; Pos their RoPE
-	// positions.
-	E, H []float32
-	Pos  []int32
-	X    []float32 // [R, 2H] cat(input_layernorm(E), hidden_norm(H))
-	Q, K []float32 // RoPE'd queries and keys
-	V, O []float32 // values, attention output before o_proj
-	A1   []float32 // [R, H] H + o_proj(O)
-	N2   []float32 // [R, H] post_attention_layernorm(A1)
-	Gate []float32 // [R, I]
-	Up   []float32 // [R, I]
-	Out  []float32 // [R, H] A1 + down(swiglu(Gate, Up)): the pre-norm output
+	// positions (I32 [R, 1]).
+	E, H tensor.Tensor
+	Pos  tensor.Tensor
+	X    tensor.Tensor // [R, 2H] cat(input_layernorm(E), hidden_norm(H))
+	Q, K tensor.Tensor // RoPE'd queries and keys
+	V, O tensor.Tensor // values, attention output before o_proj
+	A1   tensor.Tensor // [R, H] H + o_proj(O)
+	N2   tensor.Tensor // [R, H] post_attention_layernorm(A1)
+	Gate tensor.Tensor // [R, I]
+	Up   tensor.Tensor // [R, I]
+	Out  tensor.Tensor // [R, H] A1 + down(swiglu(Gate, Up)): the pre-norm output
+}
+
+// NewActs allocates the activations of up to rows rows on dev.
+func (l *Layer) NewActs(dev tensor.Device, rows int) (*Acts, error) {
+	g := l.G
+	h, qw, kw, I := g.Hidden, g.QDim(), g.KVDim(), g.Intermediate
+	al := allocator{dev: dev}
+	a := &Acts{E: al.f32(rows, h), H: al.f32(rows, h), Pos: al.alloc(tensor.I32, rows, 1), X: al.f32(rows, 2*h),
+		Q: al.f32(rows, qw), K: al.f32(rows, kw), V: al.f32(rows, kw), O: al.f32(rows, qw), A1: al.f32(rows, h),
+		N2: al.f32(rows, h), Gate: al.f32(rows, I), Up: al.f32(rows, I), Out: al.f32(rows, h)}
+	return a, al.err
 }
 
 // Scratch holds Forward's temporaries; one may serve many Acts.
 type Scratch struct {
-	XE, XH []float32 // [R, H] the two normed halves of X
-	Act    []float32 // [R, I] swiglu(Gate, Up); may be Gate when no backward follows
+	XE, XH tensor.Tensor // [R, H] the two normed halves of X
+	Act    tensor.Tensor // [R, I] swiglu(Gate, Up); may be Gate when no backward follows
+	halves []tensor.Tensor
 }
 
-// FC computes the hidden input of the first step from rows fused target
-// features (feat [rows, 3H]) into out [rows, H].
-func (l *Layer) FC(out, feat []float32, rows int) {
+// NewScratch allocates Forward's temporaries for up to rows rows on dev;
+// with inPlace the activation overwrites the gate (no backward follows).
+func (l *Layer) NewScratch(dev tensor.Device, rows int, inPlace bool) (*Scratch, error) {
 	h := l.G.Hidden
-	l.mul(out, feat, l.P.FC, l.mats().fc, rows, h, 3*h)
+	al := allocator{dev: dev}
+	s := &Scratch{XE: al.f32(rows, h), XH: al.f32(rows, h), halves: make([]tensor.Tensor, 2)}
+	if !inPlace {
+		s.Act = al.f32(rows, l.G.Intermediate)
+	}
+	return s, al.err
 }
 
-// Forward runs the decoder layer over rows rows of a (inputs E, H, Pos;
-// activations written), attending through attn.
-func (l *Layer) Forward(a *Acts, s *Scratch, rows int, attn Attention) {
-	g, p, t := l.G, l.P, l.mats()
-	h, qw, kw, I := g.Hidden, g.QDim(), g.KVDim(), g.Intermediate
+// allocator allocates device tensors, keeping the first error.
+type allocator struct {
+	dev tensor.Device
+	err error
+}
+
+func (a *allocator) alloc(dt tensor.DType, rows, cols int) tensor.Tensor {
+	if a.err != nil {
+		return tensor.Tensor{}
+	}
+	t, err := a.dev.Alloc(dt, rows, cols)
+	if err != nil {
+		a.err = fmt.Errorf("eagle3: %w", err)
+	}
+	return t
+}
+
+func (a *allocator) f32(rows, cols int) tensor.Tensor { return a.alloc(tensor.F32, rows, cols) }
+
+// FC computes the hidden input of the first step from the rows of fused
+// target features feat [rows, 3H] into out's first rows.
+func (l *Layer) FC(dev tensor.Device, out, feat tensor.Tensor) { l.fc.Forward(dev, out, feat) }
+
+// Forward runs the decoder layer over the first rows rows of a (inputs E,
+// H, Pos; activations written), attending through attn.
+func (l *Layer) Forward(dev tensor.Device, a *Acts, s *Scratch, rows int, attn Attention) {
+	g, w := l.G, l.w
 	eps := float32(g.RMSNormEps)
-	tensor.RMSNorm(s.XE, a.E, p.InputNorm, rows, h, eps)
-	tensor.RMSNorm(s.XH, a.H, p.HiddenNorm, rows, h, eps)
-	interleave(a.X, s.XE, s.XH, rows, h)
-	l.mul(a.Q, a.X, p.Q, t.q, rows, qw, 2*h)
-	l.mul(a.K, a.X, p.K, t.k, rows, kw, 2*h)
-	l.mul(a.V, a.X, p.V, t.v, rows, kw, 2*h)
-	l.rope.Forward(a.Q, rows, g.Heads, a.Pos[:rows])
-	l.rope.Forward(a.K, rows, g.KVHeads, a.Pos[:rows])
-	attn.Attend(a.O, a.Q, a.K, a.V, rows)
-	l.mul(a.A1, a.O, p.O, t.o, rows, h, qw)
-	add(a.A1[:rows*h], a.H)
-	tensor.RMSNorm(a.N2, a.A1, p.PostNorm, rows, h, eps)
-	l.mul(a.Gate, a.N2, p.Gate, t.gate, rows, I, h)
-	l.mul(a.Up, a.N2, p.Up, t.up, rows, I, h)
-	l.swiglu(s.Act[:rows*I], a.Gate[:rows*I], a.Up[:rows*I])
-	l.mul(a.Out, s.Act, p.Down, t.down, rows, h, I)
-	add(a.Out[:rows*h], a.A1)
+	r := func(t tensor.Tensor) tensor.Tensor { return t.RowRange(0, rows) }
+	e, hIn, x, pos := r(a.E), r(a.H), r(a.X), r(a.Pos)
+	q, k, v, o, a1, n2 := r(a.Q), r(a.K), r(a.V), r(a.O), r(a.A1), r(a.N2)
+	gate, up, out := r(a.Gate), r(a.Up), r(a.Out)
+	xe, xh := r(s.XE), r(s.XH)
+	act := gate
+	if !s.Act.Empty() {
+		act = r(s.Act)
+	}
+	dev.RMSNorm(xe, e, w.InputNorm, eps)
+	dev.RMSNorm(xh, hIn, w.HiddenNorm, eps)
+	s.halves[0], s.halves[1] = xe, xh
+	dev.ConcatCols(x, s.halves)
+	l.q.Forward(dev, q, x)
+	l.k.Forward(dev, k, x)
+	l.v.Forward(dev, v, x)
+	dev.RoPE(q, g.Heads, pos, l.rope)
+	dev.RoPE(k, g.KVHeads, pos, l.rope)
+	attn.Attend(dev, o, q, k, v)
+	l.o.Forward(dev, a1, o)
+	dev.Add(a1, hIn)
+	dev.RMSNorm(n2, a1, w.PostNorm, eps)
+	l.gate.Forward(dev, gate, n2)
+	l.up.Forward(dev, up, n2)
+	dev.SwiGLU(act, gate, up)
+	l.down.Forward(dev, out, act)
+	dev.Add(out, a1)
 }
 
-// Logits writes the draft-vocabulary logits [rows, N] of rows pre-norm
-// outputs out into dst, the normed outputs into fn [rows, H].
-func (l *Layer) Logits(dst, fn, out []float32, rows int) {
-	g := l.G
-	tensor.RMSNorm(fn, out, l.P.Norm, rows, g.Hidden, float32(g.RMSNormEps))
-	l.mul(dst, fn, l.P.LMHead, l.mats().lm, rows, g.DraftVocab, g.Hidden)
+// Logits writes the draft-vocabulary logits [rows, N] of the rows of
+// pre-norm outputs out into dst, the normed outputs into fn.
+func (l *Layer) Logits(dev tensor.Device, dst, fn, out tensor.Tensor) {
+	rows := out.Rows()
+	fn = fn.RowRange(0, rows)
+	dev.RMSNorm(fn, out, l.w.Norm, float32(l.G.RMSNormEps))
+	l.lm.Forward(dev, dst, fn)
 }
+
+// Scale returns the attention's score scale 1/√head_dim, in float32.
+func (l *Layer) Scale() float32 { return float32(1 / math.Sqrt(float64(l.G.HeadDim))) }
+
+// Shape returns the attention's head layout.
+func (l *Layer) Shape() tensor.AttnShape { return l.a }
 
 // GradScratch holds Backward's temporaries for up to R rows.
 type GradScratch struct {
-	Act, DAct, DGate, DUp []float32 // [R, I]
-	DN2, DA1, DXE, DXH    []float32 // [R, H]
-	DO, DQ                []float32 // [R, heads*head_dim]
-	DX                    []float32 // [R, 2H]
+	Act, DAct, DGate, DUp tensor.Tensor // [R, I]
+	DN2, DA1, DXE, DXH    tensor.Tensor // [R, H]
+	DO, DQ                tensor.Tensor // [R, heads*head_dim]
+	DX                    tensor.Tensor // [R, 2H]
+	halves                []tensor.Tensor
 }
 
-// NewGradScratch allocates Backward's temporaries for up to rows rows.
-func (l *Layer) NewGradScratch(rows int) *GradScratch {
+// NewGradScratch allocates Backward's temporaries for up to rows rows on
+// dev.
+func (l *Layer) NewGradScratch(dev tensor.Device, rows int) (*GradScratch, error) {
 	h, qw, I := l.G.Hidden, l.G.QDim(), l.G.Intermediate
-	f := func(n int) []float32 { return make([]float32, rows*n) }
-	return &GradScratch{Act: f(I), DAct: f(I), DGate: f(I), DUp: f(I), DN2: f(h), DA1: f(h), DXE: f(h), DXH: f(h),
-		DO: f(qw), DQ: f(qw), DX: f(2 * h)}
+	al := allocator{dev: dev}
+	s := &GradScratch{Act: al.f32(rows, I), DAct: al.f32(rows, I), DGate: al.f32(rows, I), DUp: al.f32(rows, I),
+		DN2: al.f32(rows, h), DA1: al.f32(rows, h), DXE: al.f32(rows, h), DXH: al.f32(rows, h),
+		DO: al.f32(rows, qw), DQ: al.f32(rows, qw), DX: al.f32(rows, 2*h), halves: make([]tensor.Tensor, 2)}
+	return s, al.err
 }
 
-// LogitsBackward writes into dfn [rows, H] the gradient at Logits' normed
-// outputs fn, given dlogits at its output, and accumulates lm_head's
-// gradient into gr.
-func (l *Layer) LogitsBackward(gr *Params, dfn, dlogits, fn []float32, rows int) {
-	h := l.G.Hidden
-	clear(dfn[:rows*h])
-	nn.LinearBackward(l.be, dfn, gr.LMHead, nil, dlogits, fn, l.P.LMHead, rows, h, l.G.DraftVocab)
+// LogitsBackward writes into dfn the gradient at Logits' normed outputs fn
+// (over dlogits' rows), given dlogits at its output, and accumulates
+// lm_head's gradient into gr.
+func (l *Layer) LogitsBackward(dev tensor.Device, gr *Weights, dfn, dlogits, fn tensor.Tensor) {
+	rows := dlogits.Rows()
+	dfn = dfn.RowRange(0, rows)
+	dev.Zero(dfn)
+	l.lm.Backward(dev, dfn, gr.LMHead, tensor.Tensor{}, dlogits, fn.RowRange(0, rows))
 }
 
-// NormBackward accumulates into dout [rows, H] the gradient at the pre-norm
-// outputs out through the final norm, given dfn at its output, and the
-// norm's gradient into gr.
-func (l *Layer) NormBackward(gr *Params, dout, dfn, out []float32, rows int) {
-	tensor.RMSNormBackward(dout, gr.Norm, dfn, out, l.P.Norm, rows, l.G.Hidden, float32(l.G.RMSNormEps))
+// NormBackward accumulates into dout the gradient at the pre-norm outputs
+// out (over their rows) through the final norm, given dfn at its output, and
+// the norm's gradient into gr.
+func (l *Layer) NormBackward(dev tensor.Device, gr *Weights, dout, dfn, out tensor.Tensor) {
+	rows := out.Rows()
+	dev.RMSNormBackward(dout.RowRange(0, rows), gr.Norm, dfn.RowRange(0, rows), out, l.w.Norm, float32(l.G.RMSNormEps))
 }
 
 // Backward back-propagates dOut, the gradient at a.Out, through the decoder
-// layer over rows rows: it accumulates the parameter gradients into gr and
-// writes the gradient at the hidden input a.H into dH. a.E must hold the
-// rows' embeddings again (a caller sharing one embedding buffer between
-// applications gathers them anew).
-func (l *Layer) Backward(gr *Params, a *Acts, dOut, dH []float32, rows int, attn AttentionGrad, s *GradScratch) {
-	g, p, be := l.G, l.P, l.be
-	R, h, qw, kw, I := rows, g.Hidden, g.QDim(), g.KVDim(), g.Intermediate
+// layer over the first rows rows: it accumulates the parameter gradients
+// into gr and writes the gradient at the hidden input a.H into dH. a.E must
+// hold the rows' embeddings again (a caller sharing one embedding buffer
+// between applications gathers them anew).
+func (l *Layer) Backward(dev tensor.Device, gr *Weights, a *Acts, dOut, dH tensor.Tensor, rows int, attn AttentionGrad, s *GradScratch) {
+	g, w := l.G, l.w
 	eps := float32(g.RMSNormEps)
+	r := func(t tensor.Tensor) tensor.Tensor { return t.RowRange(0, rows) }
+	dOut, dH = r(dOut), r(dH)
+	act, dAct, dGate, dUp := r(s.Act), r(s.DAct), r(s.DGate), r(s.DUp)
+	dN2, dA1, dXE, dXH, dO, dQ, dX := r(s.DN2), r(s.DA1), r(s.DXE), r(s.DXH), r(s.DO), r(s.DQ), r(s.DX)
+	gate, up, n2, a1, o, q, x, pos := r(a.Gate), r(a.Up), r(a.N2), r(a.A1), r(a.O), r(a.Q), r(a.X), r(a.Pos)
 	// Out = A1 + down(swiglu(gate(N2), up(N2))).
-	nn.SwiGLU(s.Act[:R*I], a.Gate[:R*I], a.Up[:R*I])
-	clear(s.DAct[:R*I])
-	nn.LinearBackward(be, s.DAct, gr.Down, nil, dOut, s.Act, p.Down, R, I, h)
-	clear(s.DGate[:R*I])
-	clear(s.DUp[:R*I])
-	nn.SwiGLUBackward(s.DGate[:R*I], s.DUp[:R*I], s.DAct[:R*I], a.Gate[:R*I], a.Up[:R*I])
-	clear(s.DN2[:R*h])
-	nn.LinearBackward(be, s.DN2, gr.Gate, nil, s.DGate, a.N2, p.Gate, R, h, I)
-	nn.LinearBackward(be, s.DN2, gr.Up, nil, s.DUp, a.N2, p.Up, R, h, I)
-	copy(s.DA1[:R*h], dOut[:R*h])
-	tensor.RMSNormBackward(s.DA1, gr.PostNorm, s.DN2, a.A1, p.PostNorm, R, h, eps)
+	dev.SwiGLU(act, gate, up)
+	dev.Zero(dAct)
+	l.down.Backward(dev, dAct, gr.Down, tensor.Tensor{}, dOut, act)
+	dev.Zero(dGate)
+	dev.Zero(dUp)
+	dev.SwiGLUBackward(dGate, dUp, dAct, gate, up)
+	dev.Zero(dN2)
+	l.gate.Backward(dev, dN2, gr.Gate, tensor.Tensor{}, dGate, n2)
+	l.up.Backward(dev, dN2, gr.Up, tensor.Tensor{}, dUp, n2)
+	dev.Copy(dA1, dOut)
+	dev.RMSNormBackward(dA1, gr.PostNorm, dN2, a1, w.PostNorm, eps)
 	// A1 = H + o_proj(O): the residual carries DA1 straight to H.
-	clear(s.DO[:R*qw])
-	nn.LinearBackward(be, s.DO, gr.O, nil, s.DA1, a.O, p.O, R, qw, h)
-	copy(dH[:R*h], s.DA1[:R*h])
-	clear(s.DQ[:R*qw])
-	dk, dv := attn.AttendBackward(s.DQ, s.DO, a.O, a.Q, R)
-	l.rope.Backward(s.DQ, R, g.Heads, a.Pos[:R])
-	l.rope.Backward(dk, R, g.KVHeads, a.Pos[:R])
-	clear(s.DX[:R*2*h])
-	nn.LinearBackward(be, s.DX, gr.Q, nil, s.DQ, a.X, p.Q, R, 2*h, qw)
-	nn.LinearBackward(be, s.DX, gr.K, nil, dk, a.X, p.K, R, 2*h, kw)
-	nn.LinearBackward(be, s.DX, gr.V, nil, dv, a.X, p.V, R, 2*h, kw)
-	deinterleave(s.DXE, s.DXH, s.DX, R, h)
-	tensor.RMSNormBackward(nil, gr.InputNorm, s.DXE, a.E, p.InputNorm, R, h, eps)
-	tensor.RMSNormBackward(dH, gr.HiddenNorm, s.DXH, a.H, p.HiddenNorm, R, h, eps)
+	dev.Zero(dO)
+	l.o.Backward(dev, dO, gr.O, tensor.Tensor{}, dA1, o)
+	dev.Copy(dH, dA1)
+	dev.Zero(dQ)
+	dk, dv := attn.AttendBackward(dev, dQ, dO, o, q)
+	dev.RoPEBackward(dQ, g.Heads, pos, l.rope)
+	dev.RoPEBackward(dk, g.KVHeads, pos, l.rope)
+	dev.Zero(dX)
+	l.q.Backward(dev, dX, gr.Q, tensor.Tensor{}, dQ, x)
+	l.k.Backward(dev, dX, gr.K, tensor.Tensor{}, dk, x)
+	l.v.Backward(dev, dX, gr.V, tensor.Tensor{}, dv, x)
+	s.halves[0], s.halves[1] = dXE, dXH
+	dev.SplitCols(dX, s.halves)
+	dev.RMSNormBackward(tensor.Tensor{}, gr.InputNorm, dXE, r(a.E), w.InputNorm, eps)
+	dev.RMSNormBackward(dH, gr.HiddenNorm, dXH, r(a.H), w.HiddenNorm, eps)
 }
 
 // FCBackward accumulates fc's gradient into gr given dH at its output for
-// rows features feat (the features themselves are not trained).
-func (l *Layer) FCBackward(gr *Params, dH, feat []float32, rows int) {
-	h := l.G.Hidden
-	nn.LinearBackward(l.be, nil, gr.FC, nil, dH, feat, l.P.FC, rows, 3*h, h)
-}
-
-// interleave writes rows [a_r | b_r] of width 2h.
-func interleave(dst, a, b []float32, rows, h int) {
-	for r := 0; r < rows; r++ {
-		copy(dst[2*r*h:(2*r+1)*h], a[r*h:(r+1)*h])
-		copy(dst[(2*r+1)*h:(2*r+2)*h], b[r*h:(r+1)*h])
-	}
-}
-
-// deinterleave splits rows of width 2h into their halves.
-func deinterleave(a, b, src []float32, rows, h int) {
-	for r := 0; r < rows; r++ {
-		copy(a[r*h:(r+1)*h], src[2*r*h:(2*r+1)*h])
-		copy(b[r*h:(r+1)*h], src[(2*r+1)*h:(2*r+2)*h])
-	}
-}
-
-func add(dst, src []float32) {
-	src = src[:len(dst)]
-	for i, v := range src {
-		dst[i] += v
-	}
+// the rows of features feat (the features themselves are not trained).
+func (l *Layer) FCBackward(dev tensor.Device, gr *Weights, dH, feat tensor.Tensor) {
+	l.fc.Backward(dev, tensor.Tensor{}, gr.FC, tensor.Tensor{}, dH.RowRange(0, feat.Rows()), feat)
 }

@@ -11,8 +11,9 @@
 // hidden_norm(h)] (embedding first), fed at the first step by fc over the fused
 // three-layer target feature and afterwards by its own previous pre-norm output;
 // it scores a reduced draft vocabulary with its own lm_head. Forward and
-// backward sit side by side in the style of llm.c; parameters, gradients and
-// activations are carved once from contiguous buffers.
+// backward sit side by side in the style of llm.c, as ops of a tensor.Device;
+// parameters and gradients are carved once from contiguous buffers, which the
+// device views (Weights), and activations are allocated once on the device.
 package eagle3
 
 import (
@@ -20,6 +21,7 @@ import (
 
 	"github.com/drafter-ai/drafter/pkg/checkpoint"
 	"github.com/drafter-ai/drafter/pkg/nn"
+	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
 // Geometry is the draft layer's shape, which is the target's: hidden size H,
@@ -89,6 +91,7 @@ type paramSpec struct {
 	name  string
 	shape []int
 	field func(p *Params) *[]float32
+	on    func(w *Weights) *tensor.Tensor
 }
 
 // specs lists the parameters in a fixed order (the order of All and of the
@@ -96,20 +99,48 @@ type paramSpec struct {
 func specs(g Geometry) []paramSpec {
 	h, q, kv, i, n := g.Hidden, g.QDim(), g.KVDim(), g.Intermediate, g.DraftVocab
 	return []paramSpec{
-		{"fc.weight", []int{h, 3 * h}, func(p *Params) *[]float32 { return &p.FC }},
-		{"midlayer.hidden_norm.weight", []int{h}, func(p *Params) *[]float32 { return &p.HiddenNorm }},
-		{"midlayer.input_layernorm.weight", []int{h}, func(p *Params) *[]float32 { return &p.InputNorm }},
-		{"midlayer.self_attn.q_proj.weight", []int{q, 2 * h}, func(p *Params) *[]float32 { return &p.Q }},
-		{"midlayer.self_attn.k_proj.weight", []int{kv, 2 * h}, func(p *Params) *[]float32 { return &p.K }},
-		{"midlayer.self_attn.v_proj.weight", []int{kv, 2 * h}, func(p *Params) *[]float32 { return &p.V }},
-		{"midlayer.self_attn.o_proj.weight", []int{h, q}, func(p *Params) *[]float32 { return &p.O }},
-		{"midlayer.post_attention_layernorm.weight", []int{h}, func(p *Params) *[]float32 { return &p.PostNorm }},
-		{"midlayer.mlp.gate_proj.weight", []int{i, h}, func(p *Params) *[]float32 { return &p.Gate }},
-		{"midlayer.mlp.up_proj.weight", []int{i, h}, func(p *Params) *[]float32 { return &p.Up }},
-		{"midlayer.mlp.down_proj.weight", []int{h, i}, func(p *Params) *[]float32 { return &p.Down }},
-		{"norm.weight", []int{h}, func(p *Params) *[]float32 { return &p.Norm }},
-		{"lm_head.weight", []int{n, h}, func(p *Params) *[]float32 { return &p.LMHead }},
+		{"fc.weight", []int{h, 3 * h}, func(p *Params) *[]float32 { return &p.FC }, func(w *Weights) *tensor.Tensor { return &w.FC }},
+		{"midlayer.hidden_norm.weight", []int{h}, func(p *Params) *[]float32 { return &p.HiddenNorm }, func(w *Weights) *tensor.Tensor { return &w.HiddenNorm }},
+		{"midlayer.input_layernorm.weight", []int{h}, func(p *Params) *[]float32 { return &p.InputNorm }, func(w *Weights) *tensor.Tensor { return &w.InputNorm }},
+		{"midlayer.self_attn.q_proj.weight", []int{q, 2 * h}, func(p *Params) *[]float32 { return &p.Q }, func(w *Weights) *tensor.Tensor { return &w.Q }},
+		{"midlayer.self_attn.k_proj.weight", []int{kv, 2 * h}, func(p *Params) *[]float32 { return &p.K }, func(w *Weights) *tensor.Tensor { return &w.K }},
+		{"midlayer.self_attn.v_proj.weight", []int{kv, 2 * h}, func(p *Params) *[]float32 { return &p.V }, func(w *Weights) *tensor.Tensor { return &w.V }},
+		{"midlayer.self_attn.o_proj.weight", []int{h, q}, func(p *Params) *[]float32 { return &p.O }, func(w *Weights) *tensor.Tensor { return &w.O }},
+		{"midlayer.post_attention_layernorm.weight", []int{h}, func(p *Params) *[]float32 { return &p.PostNorm }, func(w *Weights) *tensor.Tensor { return &w.PostNorm }},
+		{"midlayer.mlp.gate_proj.weight", []int{i, h}, func(p *Params) *[]float32 { return &p.Gate }, func(w *Weights) *tensor.Tensor { return &w.Gate }},
+		{"midlayer.mlp.up_proj.weight", []int{i, h}, func(p *Params) *[]float32 { return &p.Up }, func(w *Weights) *tensor.Tensor { return &w.Up }},
+		{"midlayer.mlp.down_proj.weight", []int{h, i}, func(p *Params) *[]float32 { return &p.Down }, func(w *Weights) *tensor.Tensor { return &w.Down }},
+		{"norm.weight", []int{h}, func(p *Params) *[]float32 { return &p.Norm }, func(w *Weights) *tensor.Tensor { return &w.Norm }},
+		{"lm_head.weight", []int{n, h}, func(p *Params) *[]float32 { return &p.LMHead }, func(w *Weights) *tensor.Tensor { return &w.LMHead }},
 	}
+}
+
+// Weights are a Params' tensors on a device ([1, n] for the norms' vectors),
+// viewing the Params' values where the device's memory is the host's: a
+// layer's weights, or its gradients.
+type Weights struct {
+	FC, HiddenNorm, InputNorm, Q, K, V, O, PostNorm, Gate, Up, Down, Norm, LMHead tensor.Tensor
+}
+
+// On returns p's tensors of geometry g on dev.
+func (p *Params) On(dev tensor.Device, g Geometry) (*Weights, error) {
+	w := &Weights{}
+	for _, s := range specs(g) {
+		rows, cols := 1, s.shape[0]
+		if len(s.shape) == 2 {
+			rows, cols = s.shape[0], s.shape[1]
+		}
+		v := *s.field(p)
+		if len(v) != rows*cols {
+			return nil, fmt.Errorf("eagle3: %s has %d values, want %v", s.name, len(v), s.shape)
+		}
+		t, err := dev.Upload(tensor.F32Matrix(v, rows, cols))
+		if err != nil {
+			return nil, fmt.Errorf("eagle3: %s: %w", s.name, err)
+		}
+		*s.on(w) = t
+	}
+	return w, nil
 }
 
 // Tensor is one parameter tensor: its native export key, its shape and its

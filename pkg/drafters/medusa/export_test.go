@@ -122,16 +122,16 @@ func TestExportRoundTrip(t *testing.T) {
 			if back.Geometry.Hidden != 8 || back.Vocab != 13 || back.Heads != 3 || back.Layers != 2 {
 				t.Fatalf("%s: geometry %+v", sub, back.Geometry)
 			}
-			sa, err := m.NewScorer(g.Heads)
+			sa, err := m.NewScorer(tensor.NewCPU(be), g.Heads)
 			if err != nil {
 				t.Fatal(err)
 			}
-			sb, err := back.NewScorer(g.Heads)
+			sb, err := back.NewScorer(tensor.NewCPU(be), g.Heads)
 			if err != nil {
 				t.Fatal(err)
 			}
 			for r := 0; r < rows; r++ {
-				if a, b := sa.Score(be, x[r*g.Hidden:]), sb.Score(be, x[r*g.Hidden:]); !reflect.DeepEqual(a, b) {
+				if a, b := sa.Score(x[r*g.Hidden:]), sb.Score(x[r*g.Hidden:]); !reflect.DeepEqual(a, b) {
 					t.Fatalf("shared=%v %s row %d: logits differ after the round trip", shared, sub, r)
 				}
 			}
@@ -196,14 +196,13 @@ func TestScorerAllocatesNothing(t *testing.T) {
 	for _, shared := range []bool{false, true} {
 		g := Geometry{Hidden: 8, Vocab: 13, Heads: 3, Layers: 2, SharedLMHead: shared}
 		m, _ := randomHeads(t, g, 7)
-		s, err := m.NewScorer(g.Heads)
+		s, err := m.NewScorer(tensor.NewCPU(tensor.CPU()), g.Heads)
 		if err != nil {
 			t.Fatal(err)
 		}
 		x := make([]float32, g.Hidden)
 		x[3] = 1
-		be := tensor.CPU()
-		if a := testing.AllocsPerRun(20, func() { s.Score(be, x) }); a != 0 {
+		if a := testing.AllocsPerRun(20, func() { s.Score(x) }); a != 0 {
 			t.Fatalf("shared=%v: a drafting step allocates %v times", shared, a)
 		}
 	}

@@ -10,9 +10,9 @@
 //	x_{l+1} = x_l + SiLU(W_{h,l} x_l + b_{h,l})   for l = 0..layers-1
 //	logits  = lm_head_h x_layers
 //
-// The forward and backward passes are written side by side (llm.c style);
-// all matrix products run through tensor.Backend and every buffer is
-// allocated once.
+// The forward and backward passes are written side by side (llm.c style),
+// as ops of a tensor.Device over the heads' layers (Layers: nn.Linear
+// blocks and output layers), and every buffer is allocated once.
 package medusa
 
 import (
@@ -154,66 +154,119 @@ func (m *Heads) ZeroGrad() {
 	tensor.Parallel(len(g), 1<<16, func(lo, hi int) { clear(g[lo:hi]) })
 }
 
-// Forward runs head h's residual blocks on rows positions: xs[0] holds the
-// input [rows, H], block l writes its output to xs[l+1] and its
-// pre-activation W x + b to zs[l] (each [rows, H]), which Backward reads.
-// Without a backward pass to follow, the xs may all be one slice and the zs
-// another: the blocks then run in place.
-func (m *Heads) Forward(be tensor.Backend, xs, zs [][]float32, h, rows int) {
-	H := m.Hidden
-	for l := 0; l < m.Layers; l++ {
-		x, z := xs[l][:rows*H], zs[l][:rows*H]
-		nn.Linear(be, z, x, m.W[h][l], m.B[h][l], rows, H, H)
-		residualSiLU(xs[l+1][:rows*H], x, z, rows)
+// Layers are heads' blocks and output layers on a device (nn.Linear, viewing
+// the heads' values where the device's memory is the host's), with their
+// gradients when the heads have them: what the trainer and the scorer
+// compute with. One Layers serves one caller, as its device does.
+type Layers struct {
+	m      *Heads
+	dev    tensor.Device
+	blocks [][]*nn.Linear // [head][block]
+	lm     []*nn.Linear   // [head]; one layer for all with SharedLMHead
+	gw, gb [][]tensor.Tensor
+	glm    []tensor.Tensor // empty with SharedLMHead
+}
+
+// On returns m's layers on dev.
+func (m *Heads) On(dev tensor.Device) (*Layers, error) {
+	H, V := m.Hidden, m.Vocab
+	n := &Layers{m: m, dev: dev, blocks: make([][]*nn.Linear, m.Heads), lm: make([]*nn.Linear, m.Heads)}
+	up := func(v []float32, rows, cols int) (tensor.Tensor, error) {
+		if v == nil {
+			return tensor.Tensor{}, nil
+		}
+		return dev.Upload(tensor.F32Matrix(v, rows, cols))
+	}
+	var err error
+	for h := range m.Heads {
+		if len(m.W[h]) != m.Layers || len(m.B[h]) != m.Layers {
+			return nil, fmt.Errorf("medusa: head %d has %d weight and %d bias blocks, want %d", h, len(m.W[h]), len(m.B[h]), m.Layers)
+		}
+		n.blocks[h] = make([]*nn.Linear, m.Layers)
+		for l := range m.Layers {
+			if n.blocks[h][l], err = nn.NewLinear(dev, tensor.F32Matrix(m.W[h][l], H, H), m.B[h][l]); err != nil {
+				return nil, fmt.Errorf("medusa: head %d block %d: %w", h, l, err)
+			}
+		}
+		if len(m.LMHead[h]) != V*H {
+			return nil, fmt.Errorf("medusa: head %d's lm_head has %d values, want vocab %d x hidden %d", h, len(m.LMHead[h]), V, H)
+		}
+		if h > 0 && &m.LMHead[h][0] == &m.LMHead[0][0] {
+			n.lm[h] = n.lm[0]
+		} else if n.lm[h], err = nn.NewLinear(dev, tensor.F32Matrix(m.LMHead[h], V, H), nil); err != nil {
+			return nil, fmt.Errorf("medusa: head %d's lm_head: %w", h, err)
+		}
+	}
+	if m.GW == nil {
+		return n, nil
+	}
+	n.gw, n.gb = make([][]tensor.Tensor, m.Heads), make([][]tensor.Tensor, m.Heads)
+	n.glm = make([]tensor.Tensor, m.Heads)
+	for h := range m.Heads {
+		n.gw[h], n.gb[h] = make([]tensor.Tensor, m.Layers), make([]tensor.Tensor, m.Layers)
+		for l := range m.Layers {
+			if n.gw[h][l], err = up(m.GW[h][l], H, H); err != nil {
+				return nil, fmt.Errorf("medusa: gradients: %w", err)
+			}
+			if n.gb[h][l], err = up(m.GB[h][l], 1, H); err != nil {
+				return nil, fmt.Errorf("medusa: gradients: %w", err)
+			}
+		}
+		if m.GLMHead != nil {
+			if n.glm[h], err = up(m.GLMHead[h], V, H); err != nil {
+				return nil, fmt.Errorf("medusa: gradients: %w", err)
+			}
+		}
+	}
+	return n, nil
+}
+
+// Device returns the device the layers compute on.
+func (n *Layers) Device() tensor.Device { return n.dev }
+
+// Forward runs head h's residual blocks on the rows of xs[0]: block l
+// writes its output to xs[l+1] and its pre-activation W x + b to zs[l]
+// (each with xs[0]'s rows), which Backward reads. Without a backward pass
+// to follow, the xs may all be one tensor and the zs another: the blocks
+// then run in place.
+func (n *Layers) Forward(xs, zs []tensor.Tensor, h int) {
+	for l, b := range n.blocks[h] {
+		// x_{l+1} = x_l + SiLU(z_l): the copy is a no-op in place.
+		b.Forward(n.dev, zs[l], xs[l])
+		n.dev.Copy(xs[l+1], xs[l])
+		n.dev.AddSiLU(xs[l+1], zs[l])
 	}
 }
 
 // Backward takes d(loss)/d(x_layers) in dx and accumulates the block
-// gradients of head h over rows positions, given Forward's xs and zs; dz is
-// scratch. The input x_0 is the frozen target's state: it gets no gradient,
-// and dx is overwritten on the way down.
-func (m *Heads) Backward(be tensor.Backend, dx, dz []float32, xs, zs [][]float32, h, rows int) {
-	H := m.Hidden
-	for l := m.Layers - 1; l >= 0; l-- {
-		dz := dz[:rows*H]
-		residualSiLUBackward(dz, dx[:rows*H], zs[l][:rows*H])
-		var dxl []float32
+// gradients of head h over the rows of xs[0], given Forward's xs and zs; dz
+// is scratch of dx's shape. The input x_0 is the frozen target's state: it
+// gets no gradient, and dx is overwritten on the way down.
+func (n *Layers) Backward(dx, dz tensor.Tensor, xs, zs []tensor.Tensor, h int) {
+	for l := len(n.blocks[h]) - 1; l >= 0; l-- {
+		n.dev.Zero(dz)
+		n.dev.SiLUBackward(dz, dx, zs[l])
+		var dxl tensor.Tensor
 		if l > 0 {
-			dxl = dx[:rows*H] // dx_l = dx_{l+1} + dz W: accumulates onto the residual path
+			dxl = dx // dx_l = dx_{l+1} + dz W: accumulates onto the residual path
 		}
-		nn.LinearBackward(be, dxl, m.GW[h][l], m.GB[h][l], dz, xs[l][:rows*H], m.W[h][l], rows, H, H)
+		n.blocks[h][l].Backward(n.dev, dxl, n.gw[h][l], n.gb[h][l], dz, xs[l])
 	}
 }
 
-// residualSiLU computes out = x + SiLU(z) (z = W x + b) over rows rows, with
-// nn.SiLU's arithmetic (z / (1 + tensor.Expf(-z)), the inference kernels');
-// out may alias x. One row (a drafting step) runs on the calling goroutine
-// without building the closure a hand-off to the workers needs, so that
-// drafting does not allocate.
-func residualSiLU(out, x, z []float32, rows int) {
-	if rows == 1 {
-		residualSiLURange(out, x, z)
-		return
-	}
-	tensor.Parallel(len(z), 16384, func(lo, hi int) { residualSiLURange(out[lo:hi], x[lo:hi], z[lo:hi]) })
-}
+// Logits writes head h's logits [rows, V] of the rows x (its blocks'
+// output) into out.
+func (n *Layers) Logits(out, x tensor.Tensor, h int) { n.lm[h].Forward(n.dev, out, x) }
 
-func residualSiLURange(out, x, z []float32) {
-	x, out = x[:len(z)], out[:len(z)]
-	for i, v := range z {
-		out[i] = x[i] + v/(1+tensor.Expf(-v))
+// LogitsBackward accumulates into dx the gradient at Logits' input x, given
+// dlogits at its output, and into head h's lm_head gradient (none with
+// SharedLMHead); dx may be empty (not needed).
+func (n *Layers) LogitsBackward(dx, dlogits, x tensor.Tensor, h int) {
+	var glm tensor.Tensor
+	if n.glm != nil {
+		glm = n.glm[h]
 	}
-}
-
-// residualSiLUBackward sets dz = dx * SiLU'(z) (the residual path keeps dx as is).
-func residualSiLUBackward(dz, dx, z []float32) {
-	tensor.Parallel(len(z), 16384, func(lo, hi int) {
-		d, g, zz := dz[lo:hi], dx[lo:hi], z[lo:hi]
-		for i, v := range zz {
-			s := 1 / (1 + tensor.Expf(-v))
-			d[i] = g[i] * s * (1 + v*(1-s))
-		}
-	})
+	n.lm[h].Backward(n.dev, dx, glm, tensor.Tensor{}, dlogits, x)
 }
 
 // Scorer runs heads on one position at a time, the way the proposer drafts:
@@ -221,40 +274,49 @@ func residualSiLUBackward(dz, dx, z []float32) {
 // (Forward), then the output products, one batched product over all heads
 // when they share the target's lm_head.
 type Scorer struct {
-	m      *Heads
+	n      *Layers
 	heads  int
-	xs     []float32     // [heads, H] each head's residual stream
-	z      []float32     // [H] a block's pre-activation
-	logits []float32     // [heads, V]
-	rowXs  [][][]float32 // per head, Layers+1 views of its row of xs
-	rowZs  [][]float32   // Layers views of z
-	shared bool          // every head uses the same lm_head slice
+	xs     tensor.Tensor     // [heads, H] each head's residual stream
+	rowXs  [][]tensor.Tensor // per head, Layers+1 views of its row of xs
+	rowZs  []tensor.Tensor   // Layers views of a block's pre-activation [1, H]
+	logits tensor.Tensor     // [heads, V]
+	host   []float32         // the logits on the host
+	shared bool              // every head uses the same lm_head
 }
 
-// NewScorer allocates a scorer of the first heads heads.
-func (m *Heads) NewScorer(heads int) (*Scorer, error) {
+// NewScorer allocates a scorer of the first heads heads on dev.
+func (m *Heads) NewScorer(dev tensor.Device, heads int) (*Scorer, error) {
 	if heads < 1 || heads > m.Heads {
 		return nil, fmt.Errorf("medusa: scoring %d of %d heads", heads, m.Heads)
 	}
-	H := m.Hidden
-	s := &Scorer{m: m, heads: heads, xs: make([]float32, heads*H), z: make([]float32, H),
-		logits: make([]float32, heads*m.Vocab), shared: true}
-	s.rowZs = make([][]float32, m.Layers)
-	for l := range s.rowZs {
-		s.rowZs[l] = s.z
+	n, err := m.On(dev)
+	if err != nil {
+		return nil, err
 	}
-	s.rowXs = make([][][]float32, heads)
+	H, V := m.Hidden, m.Vocab
+	s := &Scorer{n: n, heads: heads, host: make([]float32, heads*V), shared: true}
+	if s.xs, err = dev.Alloc(tensor.F32, heads, H); err != nil {
+		return nil, err
+	}
+	z, err := dev.Alloc(tensor.F32, 1, H)
+	if err != nil {
+		return nil, err
+	}
+	if s.logits, err = dev.Alloc(tensor.F32, heads, V); err != nil {
+		return nil, err
+	}
+	s.rowZs = make([]tensor.Tensor, m.Layers)
+	for l := range s.rowZs {
+		s.rowZs[l] = z
+	}
+	s.rowXs = make([][]tensor.Tensor, heads)
 	for hd := range heads {
-		if len(m.LMHead[hd]) != m.Vocab*H || &m.LMHead[hd][0] != &m.LMHead[0][0] {
+		if n.lm[hd] != n.lm[0] {
 			s.shared = false
 		}
-		if len(m.W[hd]) != m.Layers || len(m.B[hd]) != m.Layers {
-			return nil, fmt.Errorf("medusa: head %d has %d weight and %d bias blocks, want %d", hd, len(m.W[hd]), len(m.B[hd]), m.Layers)
-		}
-		row := s.xs[hd*H : (hd+1)*H]
-		s.rowXs[hd] = make([][]float32, m.Layers+1)
+		s.rowXs[hd] = make([]tensor.Tensor, m.Layers+1)
 		for l := range s.rowXs[hd] {
-			s.rowXs[hd][l] = row
+			s.rowXs[hd][l] = s.xs.RowRange(hd, hd+1)
 		}
 	}
 	return s, nil
@@ -262,19 +324,25 @@ func (m *Heads) NewScorer(heads int) (*Scorer, error) {
 
 // Score runs every head of the scorer on x [H] and returns their logits
 // [heads, V], owned by the scorer until the next Score.
-func (s *Scorer) Score(be tensor.Backend, x []float32) []float32 {
-	m := s.m
-	H, V := m.Hidden, m.Vocab
+func (s *Scorer) Score(x []float32) []float32 {
+	n := s.n
+	dev := n.dev
+	H := n.m.Hidden
 	for hd := range s.heads {
-		copy(s.xs[hd*H:(hd+1)*H], x[:H])
-		m.Forward(be, s.rowXs[hd], s.rowZs, hd, 1)
+		row := s.rowXs[hd][0]
+		dev.Write(row, x[:H])
+		n.Forward(s.rowXs[hd], s.rowZs, hd)
 	}
 	if s.shared {
-		tensor.MatMulT(be, s.logits[:s.heads*V], s.xs[:s.heads*H], m.LMHead[0], s.heads, V, H)
+		n.Logits(s.logits, s.xs, 0)
 	} else {
 		for hd := range s.heads {
-			tensor.MatMulT(be, s.logits[hd*V:(hd+1)*V], s.xs[hd*H:(hd+1)*H], m.LMHead[hd], 1, V, H)
+			n.Logits(s.logits.RowRange(hd, hd+1), s.xs.RowRange(hd, hd+1), hd)
 		}
 	}
-	return s.logits
+	if h, ok := dev.HostF32(s.logits); ok {
+		return h
+	}
+	dev.Read(s.host, s.logits)
+	return s.host
 }

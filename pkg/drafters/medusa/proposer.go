@@ -6,6 +6,7 @@ import (
 	"github.com/drafter-ai/drafter/pkg/drafters"
 	"github.com/drafter-ai/drafter/pkg/model"
 	"github.com/drafter-ai/drafter/pkg/spec"
+	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
 // proposer drafts with Medusa heads on the target's final post-norm state of
@@ -40,7 +41,9 @@ func newProposer(m *model.Model, h *Heads, d drafters.Decoding) (*proposer, erro
 	if err != nil {
 		return nil, fmt.Errorf("tree: %w", err)
 	}
-	sc, err := h.NewScorer(h.Heads)
+	// The heads compute on a device of their own beside the target's (a
+	// device serves one caller), with the target's backend.
+	sc, err := h.NewScorer(tensor.NewCPU(m.Backend()), h.Heads)
 	if err != nil {
 		return nil, err
 	}
@@ -85,7 +88,7 @@ func (p *proposer) MaxNodes() int { return p.static.Len() }
 func (p *proposer) predict(root int) {
 	p.roots = append(p.roots, root)
 	V := p.h.Vocab
-	logits := p.score.Score(p.m.Backend(), p.x)
+	logits := p.score.Score(p.x)
 	for hd := range p.heads {
 		p.topk[hd] = drafters.TopK(logits[hd*V:(hd+1)*V], p.widths[hd], p.topk[hd][:0])
 		p.guesses = append(p.guesses, p.topk[hd][:p.hitK]...)

@@ -29,6 +29,11 @@ func Ops(t *testing.T, dev tensor.Device) {
 	t.Run("elementwise", func(t *testing.T) { elementwise(t, dev) })
 	t.Run("Attend", func(t *testing.T) { attend(t, dev) })
 	t.Run("optimizer", func(t *testing.T) { optimizer(t, dev) })
+	t.Run("MatMul", func(t *testing.T) { matMul(t, dev) })
+	t.Run("RMSNormBackward", func(t *testing.T) { rmsNormBackward(t, dev) })
+	t.Run("RoPEBackward", func(t *testing.T) { ropeBackward(t, dev) })
+	t.Run("activationBackward", func(t *testing.T) { activationBackward(t, dev) })
+	t.Run("arrange", func(t *testing.T) { arrange(t, dev) })
 }
 
 // env is one check's random source and device helpers.
@@ -340,7 +345,8 @@ func attend(t *testing.T, dev tensor.Device) {
 	qd, kd := shape.Heads*shape.HeadDim, shape.KVHeads*shape.HeadDim
 	type seq struct {
 		n, t    int
-		parents []int // nil: a chain
+		p       int   // pending tree nodes before the new rows
+		parents []int // nil: a chain; else the parents of the p+t nodes
 	}
 	for _, seqs := range [][]seq{
 		{{n: 10, t: 1}},
@@ -348,11 +354,16 @@ func attend(t *testing.T, dev tensor.Device) {
 		{{n: 3, t: 150}},
 		{{n: 20, t: 6, parents: []int{-1, 0, 0, 1, 3, -1}}, {n: 4, t: 3}},
 		{{n: 9, t: 70, parents: chainAndFork(70)}},
+		// A draft tree's next levels: new nodes whose ancestors were
+		// added before them, one row (chain-shaped and not) and several.
+		{{n: 5, t: 1, p: 3, parents: []int{-1, 0, 1, 2}}, {n: 8, t: 1, p: 3, parents: []int{-1, -1, 0, 1}}},
+		{{n: 12, t: 4, p: 6, parents: []int{-1, -1, 0, 1, 2, 3, 4, 5, 4, 0}}},
 	} {
 		var as []tensor.AttnSeq
 		var keys, vals [][]float32 // per sequence, [n+t, kd] in position order
 		rows := 0
 		for _, s := range seqs {
+			s.t += s.p // the cache holds the pending and the new nodes
 			kv, err := dev.NewKV(2, kd, s.n+s.t+2)
 			if err != nil {
 				t.Fatal(err)
@@ -370,13 +381,13 @@ func attend(t *testing.T, dev tensor.Device) {
 				}
 			}
 			dev.KVWrite(kv, 1, s.n, e.tensor(kall[s.n*kd:], s.t, kd), e.tensor(vall[s.n*kd:], s.t, kd))
-			a := tensor.AttnSeq{KV: kv, Row0: rows, T: s.t, N: s.n}
+			a := tensor.AttnSeq{KV: kv, Row0: rows, T: s.t - s.p, N: s.n, P: s.p}
 			if s.parents != nil {
-				a.Mask = ancestors(s.parents)
+				a.Mask = ancestors(s.parents)[s.p*s.t:]
 			}
 			as = append(as, a)
 			keys, vals = append(keys, kall), append(vals, vall)
-			rows += s.t
+			rows += a.T
 		}
 		qv := e.rand(rows*qd, 0.5)
 		q := e.tensor(qv, rows, qd)
@@ -391,9 +402,9 @@ func attend(t *testing.T, dev tensor.Device) {
 					off := h / rep * shape.HeadDim
 					var sc []float64
 					var ks []int
-					for c := 0; c < a.N+a.T; c++ {
+					for c := 0; c < a.N+a.P+a.T; c++ {
 						if c >= a.N {
-							if a.Mask == nil && c > a.N+i || a.Mask != nil && !a.Mask[i*a.T+c-a.N] {
+							if a.Mask == nil && c > a.N+i || a.Mask != nil && !a.Mask[i*(a.P+a.T)+c-a.N] {
 								continue
 							}
 						}
