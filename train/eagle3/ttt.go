@@ -81,9 +81,13 @@ func newNet(g deagle3.Geometry, steps int, decay float64, be tensor.Backend, p *
 	}
 	h, qw, I, N, V := g.Hidden, g.QDim(), g.Intermediate, g.DraftVocab, g.Vocab
 	R := maxRows
+	dev := tensor.NewCPU(be)
+	attn, err := deagle3.NewTTT(g, dev, steps, maxRows, withGrad)
+	if err != nil {
+		return nil, err
+	}
 	t := &net{g: g, steps: steps, decay: decay, be: be, layer: layer, p: p, embed: embed, head: head, vocab: vocab,
-		maxRow: maxRows, maxLen: maxLen, invTau: 1,
-		attn: deagle3.NewTTT(g, be, steps, maxRows, maxLen, withGrad)}
+		maxRow: maxRows, maxLen: maxLen, invTau: 1, attn: attn}
 	if withGrad {
 		t.gr = deagle3.NewParams(g)
 		t.grads = layer.NewGradScratch(R)
@@ -96,7 +100,11 @@ func newNet(g deagle3.Geometry, steps int, decay float64, be tensor.Backend, p *
 	t.act = make([]stepAct, steps)
 	for k := range t.act {
 		s := &t.act[k]
-		s.Acts = deagle3.Acts{E: t.e, Pos: make([]int32, R), X: f(R * 2 * h), Q: f(R * qw), K: t.attn.Keys[k], V: t.attn.Vals[k],
+		// The layer writes step k's keys and values straight into the
+		// attention's (host-memory) tensors.
+		keys, _ := dev.HostF32(attn.Keys[k])
+		vals, _ := dev.HostF32(attn.Vals[k])
+		s.Acts = deagle3.Acts{E: t.e, Pos: make([]int32, R), X: f(R * 2 * h), Q: f(R * qw), K: keys, V: vals,
 			O: f(R * qw), A1: f(R * h), N2: f(R * h), Gate: f(R * I), Up: f(R * I), Out: f(R * h)}
 		s.tok, s.w, s.pred = make([]int32, R), f(R), make([]int32, R)
 		if withGrad {
@@ -172,7 +180,7 @@ func (t *net) add(s *dataset.Sample) error {
 		t.mask[r+i] = s.LossMask[i]
 	}
 	t.targetDist(s.Final[:n*h], r, n)
-	t.attn.Seqs = append(t.attn.Seqs, deagle3.Span{Start: r, N: n})
+	t.attn.Seqs = append(t.attn.Seqs, tensor.Span{Start: r, N: n})
 	t.rows = r + n
 	return nil
 }

@@ -250,7 +250,7 @@ func (s *Session) attendRow(out, q []float32, i, ctx int, anc []int) {
 		}
 		for c, nd := range anc {
 			r := nodes + nd*kw + off
-			sc[ctx+c] = dot(qv, kc[r:r+a.hd])
+			sc[ctx+c] = tensor.Dot(qv, kc[r:r+a.hd])
 		}
 		inv := 1 / tensor.SoftmaxUnscaled(sc)
 		o := out[i*qw+hh*a.hd : i*qw+(hh+1)*a.hd]
@@ -261,7 +261,7 @@ func (s *Session) attendRow(out, q []float32, i, ctx int, anc []int) {
 		}
 		for c, nd := range anc {
 			r := nodes + nd*kw + off
-			axpy(o, sc[ctx+c], vc[r:r+a.hd])
+			tensor.Axpy(o, sc[ctx+c], vc[r:r+a.hd])
 		}
 		tensor.Scale(o, inv)
 	}
