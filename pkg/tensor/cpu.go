@@ -18,6 +18,7 @@ type CPUDevice struct {
 	glu   swigluJob
 	gluFn func(lo, hi int)
 	att   attnScratch
+	ttt   tttScratch
 	// AdamW's and Zero's split, as SwiGLU's.
 	adam   adamJob
 	adamFn func(lo, hi int)

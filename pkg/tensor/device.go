@@ -137,6 +137,42 @@ type Device interface {
 	// 1/√d) attend to the N committed positions of its cache and to the new
 	// positions its mask allows, and out gets the result in the same rows.
 	Attend(out, q Tensor, l int, shape AttnShape, seqs []AttnSeq)
+
+	// Training-time-test attention (EAGLE-3's unrolled draft).
+
+	// AttendTTT computes step k = len(keys)-1 of the attention of a draft
+	// unrolled over k+1 steps for training, over the packed sequences seqs.
+	// keys[m] and vals[m] hold step m's RoPE'd keys and values [R,
+	// KVHeads·HeadDim] (len(vals) = len(keys)); q [R, Heads·HeadDim] holds
+	// step k's RoPE'd queries, NOT scaled: the op scales by 1/√HeadDim
+	// (float32(1/math.Sqrt(HeadDim))) itself, applied to each score q·k as
+	// scale·(q·k), because the backward needs the unscaled q and prescaling
+	// q would round the scores differently. Row r, at position i of its
+	// sequence, attends, per query head h and its key/value head
+	// h/(Heads/KVHeads), to
+	//
+	//	s_j = scale·q[r]·keys[0][j]   for the sequence's rows j at positions <= i
+	//	e_m = scale·q[r]·keys[m][r]   for m = 1..k (the same row of later steps)
+	//
+	// (causal attention over the keys the target's features produced, then
+	// the draft's own earlier guesses along this row's chain, as the
+	// engines attend at inference), and gets, with (P, pe) the float32
+	// softmax over the concatenation,
+	//
+	//	out[r] = Σ_j P_j·vals[0][j] + Σ_m pe_m·vals[m][r]
+	//
+	// lse [R, Heads] gets each row and head's log-sum-exp of the scores,
+	// which AttendTTTBackward reads instead of keeping the probabilities.
+	// Rows outside seqs are left as they were.
+	AttendTTT(out, lse, q Tensor, keys, vals []Tensor, shape AttnShape, seqs []Span)
+	// AttendTTTBackward is the derivative of AttendTTT: given dout, the
+	// gradient at the output out of AttendTTT(out, lse, q, keys, vals, ...)
+	// (the same arguments), it ADDS to dq (step k's queries) and to dkeys[m]
+	// and dvals[m] (every step's keys and values, m = 0..k) their
+	// gradients, so that the backward of steps k' > k, which also attend to
+	// step m's keys, accumulate into the same tensors. It recomputes the
+	// probabilities from lse.
+	AttendTTTBackward(dq Tensor, dkeys, dvals []Tensor, dout, out, lse, q Tensor, keys, vals []Tensor, shape AttnShape, seqs []Span)
 }
 
 // AdamWStep is one AdamW update's scalars (torch.optim.AdamW's, non-amsgrad,

@@ -91,10 +91,13 @@ func newNet(g deagle3.Geometry, steps int, decay float64, be tensor.Backend, p *
 		return nil, fmt.Errorf("eagle3: the target's embedding and lm_head have %d and %d values, want vocab %d x hidden %d", len(embed), len(head), V, h)
 	}
 	R := maxRows
+	attn, err := deagle3.NewTTT(g, dev, steps, maxRows, withGrad)
+	if err != nil {
+		return nil, err
+	}
 	t := &net{g: g, steps: steps, decay: decay, be: be, dev: dev, layer: layer, p: p,
 		embed: tensor.WeightOf(tensor.F32Matrix(embed, V, h)), vocab: vocab,
-		maxRow: maxRows, maxLen: maxLen, invTau: 1,
-		attn: deagle3.NewTTT(g, be, steps, maxRows, maxLen, withGrad)}
+		maxRow: maxRows, maxLen: maxLen, invTau: 1, attn: attn}
 	if t.head, err = nn.NewLinear(dev, tensor.F32Matrix(head, V, h), nil); err != nil {
 		return nil, fmt.Errorf("eagle3: the target's lm_head: %w", err)
 	}
@@ -119,14 +122,14 @@ func newNet(g deagle3.Geometry, steps int, decay float64, be tensor.Backend, p *
 	t.pT = f((R + steps + 1) * N)
 	t.e, t.ids = alloc(R, h), make([]int, R)
 	t.act = make([]stepAct, steps)
-	kw := g.KVDim()
 	for k := range t.act {
 		s := &t.act[k]
 		if s.Acts, err = layer.NewActs(dev, R); err != nil {
 			return nil, err
 		}
-		s.E = t.e
-		s.K, s.V = tensor.HostTensor(t.attn.Keys[k], R, kw), tensor.HostTensor(t.attn.Vals[k], R, kw)
+		// The layer writes step k's keys and values straight into the
+		// attention's tensors.
+		s.E, s.K, s.V = t.e, attn.Keys[k], attn.Vals[k]
 		s.tok, s.pos, s.w, s.pred = make([]int32, R), make([]int32, R), f(R), make([]int32, R)
 		if withGrad {
 			s.dfn = alloc(R, h)
@@ -219,7 +222,7 @@ func (t *net) add(s *dataset.Sample) error {
 		t.mask[r+i] = s.LossMask[i]
 	}
 	t.targetDist(s.Final[:n*h], r, n)
-	t.attn.Seqs = append(t.attn.Seqs, deagle3.Span{Start: r, N: n})
+	t.attn.Seqs = append(t.attn.Seqs, tensor.Span{Start: r, N: n})
 	t.rows = r + n
 	return nil
 }

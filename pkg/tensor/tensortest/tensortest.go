@@ -28,6 +28,7 @@ func Ops(t *testing.T, dev tensor.Device) {
 	t.Run("RoPE", func(t *testing.T) { rope(t, dev) })
 	t.Run("elementwise", func(t *testing.T) { elementwise(t, dev) })
 	t.Run("Attend", func(t *testing.T) { attend(t, dev) })
+	t.Run("AttendTTT", func(t *testing.T) { ttt(t, dev) })
 	t.Run("optimizer", func(t *testing.T) { optimizer(t, dev) })
 	t.Run("MatMul", func(t *testing.T) { matMul(t, dev) })
 	t.Run("RMSNormBackward", func(t *testing.T) { rmsNormBackward(t, dev) })
