@@ -23,6 +23,7 @@ type CPUDevice struct {
 	adamFn func(lo, hi int)
 	zero   []float32
 	zeroFn func(lo, hi int)
+	loss   lossOps
 }
 
 // NewCPU returns a CPU device whose large float32 products run on be (CPU()
@@ -36,6 +37,7 @@ func NewCPU(be Backend) *CPUDevice {
 	c.adamFn = c.adamChunk
 	c.zeroFn = c.zeroChunk
 	c.att.init(c)
+	c.loss.init()
 	return c
 }
 

@@ -5,7 +5,6 @@ import (
 	"math"
 
 	deagle3 "github.com/drafter-ai/drafter/pkg/drafters/eagle3"
-	"github.com/drafter-ai/drafter/pkg/nn"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 	"github.com/drafter-ai/drafter/train/dataset"
 )
@@ -28,6 +27,7 @@ type net struct {
 	steps  int
 	decay  float64
 	be     tensor.Backend
+	dev    tensor.Device // runs the losses
 	layer  *deagle3.Layer
 	attn   *deagle3.TTT
 	p, gr  *deagle3.Params
@@ -84,6 +84,7 @@ func newNet(g deagle3.Geometry, steps int, decay float64, be tensor.Backend, p *
 	t := &net{g: g, steps: steps, decay: decay, be: be, layer: layer, p: p, embed: embed, head: head, vocab: vocab,
 		maxRow: maxRows, maxLen: maxLen, invTau: 1,
 		attn: deagle3.NewTTT(g, be, steps, maxRows, maxLen, withGrad)}
+	t.dev = tensor.NewCPU(be)
 	if withGrad {
 		t.gr = deagle3.NewParams(g)
 		t.grads = layer.NewGradScratch(R)
@@ -275,11 +276,12 @@ func (t *net) forward(grad bool) float64 {
 		t.layer.Forward(&st.Acts, &t.scratch, R, t.attn)
 		t.layer.Logits(t.logits, t.fn, st.Out, R)
 		t.score(k)
-		var dl []float32
+		lg := tensor.HostTensor(t.logits, R, N)
+		var dl tensor.Tensor
 		if grad {
-			dl = t.logits
+			dl = lg
 		}
-		lk := nn.SoftCrossEntropy(t.logits, R, N, t.pT[(1+k)*N:], st.w, dl)
+		lk := t.dev.SoftCrossEntropy(dl, lg, tensor.HostTensor(t.pT[(1+k)*N:], R, N), tensor.HostTensor(st.w, R, 1))
 		total += lk
 		t.lossK[k] = lk / math.Pow(t.decay, float64(k))
 		if grad {

@@ -30,6 +30,9 @@ type Workspace struct {
 	headLoss           []float64
 	headRows           []int
 	headTop1, headTop5 []int
+	// dev runs the losses: one device per workspace, as a device serves
+	// one caller.
+	dev tensor.Device
 }
 
 // NewWorkspace allocates activations of heads m for up to maxRows positions.
@@ -41,7 +44,8 @@ func NewWorkspace(m *dmedusa.Heads, maxRows, chunk int) *Workspace {
 		chunk = min(maxRows, 512)
 	}
 	H := m.Hidden
-	ws := &Workspace{MaxRows: maxRows, Chunk: chunk, m: m}
+	// The losses are element-wise: the device's backend is never called.
+	ws := &Workspace{MaxRows: maxRows, Chunk: chunk, m: m, dev: tensor.NewCPU(tensor.PureGo())}
 	ws.xs = make([][]float32, m.Layers+1)
 	for l := range ws.xs {
 		ws.xs[l] = make([]float32, maxRows*H)
@@ -177,7 +181,7 @@ func (ws *Workspace) pass(be tensor.Backend, b *Batch, w []float64, train bool) 
 			tg := ws.targets[c0 : c0+c]
 			if !train {
 				rl, rank := ws.rowLoss[:c], ws.rank[:c]
-				nn.CrossEntropyEval(logits, c, V, tg, rl, rank)
+				ws.dev.CrossEntropyEval(rl, rank, tensor.HostTensor(logits, c, V), tensor.HostI32(tg, c, 1))
 				rowOf := ws.rowOf[c0 : c0+c]
 				for i, l := range rl {
 					ws.headLoss[h] += l
@@ -200,7 +204,8 @@ func (ws *Workspace) pass(be tensor.Backend, b *Batch, w []float64, train bool) 
 			for i := range rw {
 				rw[i] = rowW
 			}
-			ws.headLoss[h] += nn.CrossEntropy(logits, c, V, tg, rw, logits) / float64(rowW)
+			lg := tensor.HostTensor(logits, c, V)
+			ws.headLoss[h] += ws.dev.CrossEntropy(lg, lg, tensor.HostI32(tg, c, 1), tensor.HostTensor(rw, c, 1)) / float64(rowW)
 			var glm []float32
 			if !m.SharedLMHead {
 				glm = m.GLMHead[h]

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/drafter-ai/drafter/pkg/drafters"
 	"github.com/drafter-ai/drafter/pkg/kvcache"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 )
@@ -72,6 +71,7 @@ type Session struct {
 	d        *Draft
 	capacity int            // committed positions the session holds
 	kv       *kvcache.Cache // the draft layer's keys and values
+	dev      tensor.Device  // the cache's device, which also selects TopK's tokens
 	root     []float32      // [H] pre-norm output at position Len()-1
 	rootLg   []float32      // [N] its draft logits
 
@@ -105,12 +105,13 @@ func (d *Draft) NewSession(capacity, maxNodes int) *Session {
 	f := func(n int) []float32 { return make([]float32, n) }
 	// The session's cache lives on a CPU device of its own (one per
 	// session: a device serves one caller); the layer reads it on the host.
-	kv, err := kvcache.New(tensor.NewCPU(d.layer.be), 1, kw, capacity+maxNodes)
+	dev := tensor.NewCPU(d.layer.be)
+	kv, err := kvcache.New(dev, 1, kw, capacity+maxNodes)
 	if err != nil {
 		// Only a negative size gets here, which make would refuse alike.
 		panic(fmt.Sprintf("eagle3: NewSession(%d, %d): %v", capacity, maxNodes, err))
 	}
-	s := &Session{d: d, capacity: capacity, kv: kv, maxNodes: maxNodes,
+	s := &Session{d: d, capacity: capacity, kv: kv, dev: dev, maxNodes: maxNodes,
 		root: f(h), rootLg: f(N), nh: f(maxNodes * h), nlg: f(maxNodes * N),
 		fn: f(R * h), sc: f(capacity + maxNodes + 1)}
 	s.acts = Acts{E: f(R * h), H: f(R * h), Pos: make([]int32, R), X: f(R * 2 * h),
@@ -341,9 +342,11 @@ func (s *Session) TopK(nodeID, k int, ids []int32, logp []float32) int {
 		z += math.Exp(float64(v - mx))
 	}
 	lz := float64(mx) + math.Log(z)
-	idx := drafters.TopK(lg, k, s.chainScratch)
-	s.chainScratch = idx
-	cnt := len(idx)
+	if cap(s.chainScratch) < k {
+		s.chainScratch = make([]int, k)
+	}
+	idx := s.chainScratch[:k]
+	cnt := s.dev.TopK(idx, tensor.HostTensor(lg, 1, N))
 	for i := 0; i < cnt; i++ {
 		ids[i] = s.d.Vocab.IDs[idx[i]]
 		logp[i] = float32(float64(lg[idx[i]]) - lz)

@@ -6,6 +6,7 @@ import (
 	"github.com/drafter-ai/drafter/pkg/drafters"
 	"github.com/drafter-ai/drafter/pkg/model"
 	"github.com/drafter-ai/drafter/pkg/spec"
+	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
 // proposer drafts with Medusa heads on the target's final post-norm state of
@@ -28,6 +29,9 @@ type proposer struct {
 	roots   []int
 	guesses []int
 	hits    []drafters.HeadHits
+	// dev selects topk: a device of the proposer's own, as a device serves
+	// one caller.
+	dev tensor.Device
 }
 
 // newProposer builds the proposer of a configured decoding setup.
@@ -45,7 +49,7 @@ func newProposer(m *model.Model, h *Heads, d drafters.Decoding) (*proposer, erro
 		return nil, err
 	}
 	p := &proposer{m: m, h: h, static: st, heads: h.Heads, tapIdx: []int{m.NumLayers()},
-		x: make([]float32, h.Hidden), score: sc}
+		x: make([]float32, h.Hidden), score: sc, dev: tensor.NewCPU(m.Backend())}
 	tw := st.Widths()
 	p.widths = make([]int, h.Heads)
 	p.topk = make([][]int, h.Heads)
@@ -56,7 +60,7 @@ func newProposer(m *model.Model, h *Heads, d drafters.Decoding) (*proposer, erro
 			w = max(w, tw[hd])
 		}
 		p.widths[hd] = min(w, h.Vocab)
-		p.topk[hd] = make([]int, 0, p.widths[hd])
+		p.topk[hd] = make([]int, p.widths[hd])
 	}
 	p.hits = make([]drafters.HeadHits, h.Heads)
 	for hd := range p.hits {
@@ -87,7 +91,7 @@ func (p *proposer) predict(root int) {
 	V := p.h.Vocab
 	logits := p.score.Score(p.m.Backend(), p.x)
 	for hd := range p.heads {
-		p.topk[hd] = drafters.TopK(logits[hd*V:(hd+1)*V], p.widths[hd], p.topk[hd][:0])
+		p.dev.TopK(p.topk[hd], tensor.HostTensor(logits[hd*V:(hd+1)*V], 1, V))
 		p.guesses = append(p.guesses, p.topk[hd][:p.hitK]...)
 	}
 }

@@ -29,6 +29,7 @@ func Ops(t *testing.T, dev tensor.Device) {
 	t.Run("elementwise", func(t *testing.T) { elementwise(t, dev) })
 	t.Run("Attend", func(t *testing.T) { attend(t, dev) })
 	t.Run("optimizer", func(t *testing.T) { optimizer(t, dev) })
+	t.Run("losses", func(t *testing.T) { losses(t, dev) })
 }
 
 // env is one check's random source and device helpers.
