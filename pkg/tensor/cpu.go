@@ -27,6 +27,7 @@ type CPUDevice struct {
 	// The activations' backward passes' split, as SwiGLU's.
 	act   actJob
 	actFn func(lo, hi int)
+	loss  lossOps
 }
 
 // NewCPU returns a CPU device whose large float32 products run on be (CPU()
@@ -41,6 +42,7 @@ func NewCPU(be Backend) *CPUDevice {
 	c.zeroFn = c.zeroChunk
 	c.actFn = c.actChunkFn
 	c.att.init(c)
+	c.loss.init()
 	return c
 }
 

@@ -123,6 +123,50 @@ type Device interface {
 	// moments m and v (all float32, the same length), in place.
 	AdamW(p, g, m, v Tensor, s AdamWStep)
 
+	// Losses, selection and casts.
+	//
+	// The losses take the logits as [rows, v] float32 tensors, the targets
+	// as an I32 tensor of one value per row and the weights as a float32
+	// tensor of one value per row (empty: weight 1 for every row). Their
+	// sums run in float64 over a split of the rows that depends on rows and
+	// v only, so the result does not depend on how a device schedules it.
+
+	// Softmax replaces each row of x with its softmax (float32 exponentials
+	// of the row minus its maximum; -Inf values become 0).
+	Softmax(x Tensor)
+	// CrossEntropy returns the weighted sum over rows of
+	// -log softmax(logits[r])[targets[r]], skipping rows whose weight is
+	// zero or whose target is negative. When dlogits is not empty it
+	// receives d(loss)/d(logits) = w_r·(softmax(logits[r]) - onehot(t_r)),
+	// overwritten (zero in skipped rows); dlogits may be logits itself, whose
+	// values are then consumed.
+	CrossEntropy(dlogits, logits, targets, weights Tensor) float64
+	// SoftCrossEntropy returns the weighted sum over rows of
+	// -Σ_j p[r,j]·log softmax(logits[r])[j] for the target distributions p
+	// ([rows, v], a row need not sum to 1), skipping rows of zero weight.
+	// When dlogits is not empty it receives w_r·(softmax(logits[r])·Σ_j p[r,j]
+	// - p[r]), overwritten; it may be logits itself.
+	SoftCrossEntropy(dlogits, logits, p, weights Tensor) float64
+	// CrossEntropyEval is CrossEntropy's forward for evaluation: logits stay
+	// intact, and row r's loss -log softmax(logits[r])[t_r] goes to
+	// rowLoss[r] and the target's rank (how many logits are strictly larger:
+	// 0 is a top-1 hit) to rank[r]; a row whose target is negative gets loss
+	// 0 and rank -1. The destinations are host slices: they are a few
+	// values per row that the caller tallies on the host (a device copies
+	// them back, small beside the logits), and a row's loss stays in
+	// float64, as the sums over an evaluation's rows need it.
+	CrossEntropyEval(rowLoss []float64, rank []int32, logits, targets Tensor)
+	// TopK writes into idx, best first, the column indices of the len(idx)
+	// largest values of the one-row tensor x, ties to the lower index, and
+	// returns how many it wrote: min(len(idx), x's columns). idx is a host
+	// slice the caller keeps, so that a decoding loop allocates nothing.
+	TopK(idx []int, x Tensor) int
+	// Cast writes src's values into dst (the same number of values) in
+	// dst's dtype, one of F32, BF16 and F16: narrowing rounds to the nearest
+	// value, ties to even (F32ToBF16's and F32ToF16's rounding), and
+	// widening is exact.
+	Cast(dst, src Tensor)
+
 	// NewKV allocates a KV cache of capacity positions for layers layers
 	// of kvDim keys and values each, laid out as the device's Attend reads
 	// it.

@@ -330,12 +330,11 @@ func (t *net) forward(grad bool) float64 {
 		t.layer.Forward(dev, st.Acts, t.scratch, R, t.attn)
 		t.layer.Logits(dev, logits, t.fn, st.Out.RowRange(0, R))
 		t.score(k)
-		lg := t.host(logits)
-		var dl []float32
+		var dl tensor.Tensor
 		if grad {
-			dl = lg
+			dl = logits
 		}
-		lk := nn.SoftCrossEntropy(lg, R, N, t.pT[(1+k)*N:], st.w, dl)
+		lk := dev.SoftCrossEntropy(dl, logits, tensor.HostTensor(t.pT[(1+k)*N:], R, N), tensor.HostTensor(st.w, R, 1))
 		total += lk
 		t.lossK[k] = lk / math.Pow(t.decay, float64(k))
 		if grad {

@@ -5,7 +5,6 @@ import (
 	"math"
 
 	dmedusa "github.com/drafter-ai/drafter/pkg/drafters/medusa"
-	"github.com/drafter-ai/drafter/pkg/nn"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 	"github.com/drafter-ai/drafter/train/optim"
 )
@@ -25,7 +24,9 @@ type Workspace struct {
 	viewX, viewZ   []tensor.Tensor // the xs' and zs' rows of the head in flight
 	logits         tensor.Tensor   // [Chunk, V]: logits, then in place their gradient
 	targets        []int32         // [MaxRows] compacted targets of the current head
+	tgt            tensor.Tensor   // I32 [MaxRows, 1] the targets on the device
 	rowW           []float32       // [Chunk] the current head's loss weight per row
+	rowWT          tensor.Tensor   // [Chunk, 1] rowW on the device
 	rowLoss        []float64       // [Chunk] per-row cross-entropy (evaluation)
 	rank           []int32         // [Chunk] per-row rank of the target (evaluation)
 	rowOf          []int32         // [MaxRows] batch row of each gathered row
@@ -71,6 +72,10 @@ func NewWorkspace(dev tensor.Device, m *dmedusa.Heads, maxRows, chunk int) (*Wor
 	ws.dx = alloc(maxRows, H)
 	ws.dz = alloc(maxRows, H)
 	ws.logits = alloc(chunk, m.Vocab)
+	ws.rowWT = alloc(chunk, 1)
+	if err == nil {
+		ws.tgt, err = dev.Alloc(tensor.I32, maxRows, 1)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("medusa: workspace of %d rows: %w", maxRows, err)
 	}
@@ -170,7 +175,7 @@ func (ws *Workspace) pass(b *Batch, w []float64, train bool) float64 {
 	if b.Rows > ws.MaxRows {
 		panic(fmt.Sprintf("medusa: batch of %d rows exceeds the workspace's %d", b.Rows, ws.MaxRows))
 	}
-	H, V := m.Hidden, m.Vocab
+	H := m.Hidden
 	var total float64
 	if !train {
 		clear(ws.lead[:b.Rows])
@@ -189,11 +194,18 @@ func (ws *Workspace) pass(b *Batch, w []float64, train bool) float64 {
 		for l := range zs {
 			zs[l] = ws.zs[l].RowRange(0, n)
 		}
+		dev.WriteI32(ws.tgt, ws.targets[:n])
 		ws.n.Forward(xs, zs, h)
 		xL := xs[m.Layers]
 		var rowW float32
 		if train {
+			// Every row weighs rowW; the unweighted sum is the head's loss.
 			rowW = float32(w[h] / float64(n))
+			rw := ws.rowW[:min(ws.Chunk, n)]
+			for i := range rw {
+				rw[i] = rowW
+			}
+			dev.Write(ws.rowWT, rw)
 			dev.Zero(ws.dx.RowRange(0, n))
 		}
 		for c0 := 0; c0 < n; c0 += ws.Chunk {
@@ -201,11 +213,10 @@ func (ws *Workspace) pass(b *Batch, w []float64, train bool) float64 {
 			lt := ws.logits.RowRange(0, c)
 			x := xL.RowRange(c0, c0+c)
 			ws.n.Logits(lt, x, h)
-			logits := hostF32(dev, lt)
-			tg := ws.targets[c0 : c0+c]
+			tg := ws.tgt.RowRange(c0, c0+c)
 			if !train {
 				rl, rank := ws.rowLoss[:c], ws.rank[:c]
-				nn.CrossEntropyEval(logits, c, V, tg, rl, rank)
+				dev.CrossEntropyEval(rl, rank, lt, tg)
 				rowOf := ws.rowOf[c0 : c0+c]
 				for i, l := range rl {
 					ws.headLoss[h] += l
@@ -223,12 +234,7 @@ func (ws *Workspace) pass(b *Batch, w []float64, train bool) float64 {
 				continue
 			}
 			// Fused softmax-CE: the logits buffer becomes d(loss)/d(logits).
-			// Every row weighs rowW; the unweighted sum is the head's loss.
-			rw := ws.rowW[:c]
-			for i := range rw {
-				rw[i] = rowW
-			}
-			ws.headLoss[h] += nn.CrossEntropy(logits, c, V, tg, rw, logits) / float64(rowW)
+			ws.headLoss[h] += dev.CrossEntropy(lt, lt, tg, ws.rowWT.RowRange(0, c)) / float64(rowW)
 			var dx tensor.Tensor
 			if m.Layers > 0 {
 				dx = ws.dx.RowRange(c0, c0+c)
@@ -243,13 +249,4 @@ func (ws *Workspace) pass(b *Batch, w []float64, train bool) float64 {
 		}
 	}
 	return total
-}
-
-// hostF32 returns t's values on the host: the losses still run there.
-func hostF32(dev tensor.Device, t tensor.Tensor) []float32 {
-	v, ok := dev.HostF32(t)
-	if !ok {
-		panic("medusa: the losses need a device whose memory is the host's")
-	}
-	return v
 }

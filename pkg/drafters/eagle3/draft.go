@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/drafter-ai/drafter/pkg/drafters"
 	"github.com/drafter-ai/drafter/pkg/kvcache"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 )
@@ -238,12 +237,17 @@ func (a *sessionAttention) Attend(dev tensor.Device, o, q, k, v tensor.Tensor) {
 	dev.Attend(o, q, 0, s.d.layer.Shape(), s.seqs[:])
 }
 
+// logitsOf returns the draft logits after node (-1: the root), [1, N].
+func (s *Session) logitsOf(nodeID int) tensor.Tensor {
+	if nodeID >= 0 {
+		return s.nlg.RowRange(nodeID, nodeID+1)
+	}
+	return s.rootLg
+}
+
 // logits returns the draft logits after node (-1: the root) on the host.
 func (s *Session) logits(nodeID int) []float32 {
-	t := s.rootLg
-	if nodeID >= 0 {
-		t = s.nlg.RowRange(nodeID, nodeID+1)
-	}
+	t := s.logitsOf(nodeID)
 	if v, ok := s.dev.HostF32(t); ok {
 		return v
 	}
@@ -322,9 +326,11 @@ func (s *Session) TopK(nodeID, k int, ids []int32, logp []float32) int {
 		z += math.Exp(float64(v - mx))
 	}
 	lz := float64(mx) + math.Log(z)
-	idx := drafters.TopK(lg, k, s.chainScratch)
-	s.chainScratch = idx
-	cnt := len(idx)
+	if cap(s.chainScratch) < k {
+		s.chainScratch = make([]int, k)
+	}
+	idx := s.chainScratch[:k]
+	cnt := s.dev.TopK(idx, s.logitsOf(nodeID))
 	for i := 0; i < cnt; i++ {
 		ids[i] = s.d.Vocab.IDs[idx[i]]
 		logp[i] = float32(float64(lg[idx[i]]) - lz)

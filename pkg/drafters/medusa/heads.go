@@ -322,6 +322,11 @@ func (m *Heads) NewScorer(dev tensor.Device, heads int) (*Scorer, error) {
 	return s, nil
 }
 
+// TopK writes into idx the len(idx) most likely tokens of head hd's logits
+// of the last Score, best first (ties to the lower id), on the scorer's
+// device, and returns how many it wrote.
+func (s *Scorer) TopK(hd int, idx []int) int { return s.n.dev.TopK(idx, s.logits.RowRange(hd, hd+1)) }
+
 // Score runs every head of the scorer on x [H] and returns their logits
 // [heads, V], owned by the scorer until the next Score.
 func (s *Scorer) Score(x []float32) []float32 {

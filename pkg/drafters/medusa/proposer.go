@@ -59,7 +59,7 @@ func newProposer(m *model.Model, h *Heads, d drafters.Decoding) (*proposer, erro
 			w = max(w, tw[hd])
 		}
 		p.widths[hd] = min(w, h.Vocab)
-		p.topk[hd] = make([]int, 0, p.widths[hd])
+		p.topk[hd] = make([]int, p.widths[hd])
 	}
 	p.hits = make([]drafters.HeadHits, h.Heads)
 	for hd := range p.hits {
@@ -87,10 +87,9 @@ func (p *proposer) MaxNodes() int { return p.static.Len() }
 // predict runs every head on p.x and records the candidates for root.
 func (p *proposer) predict(root int) {
 	p.roots = append(p.roots, root)
-	V := p.h.Vocab
-	logits := p.score.Score(p.x)
+	p.score.Score(p.x)
 	for hd := range p.heads {
-		p.topk[hd] = drafters.TopK(logits[hd*V:(hd+1)*V], p.widths[hd], p.topk[hd][:0])
+		p.score.TopK(hd, p.topk[hd])
 		p.guesses = append(p.guesses, p.topk[hd][:p.hitK]...)
 	}
 }

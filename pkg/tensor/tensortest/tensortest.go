@@ -35,6 +35,7 @@ func Ops(t *testing.T, dev tensor.Device) {
 	t.Run("RoPEBackward", func(t *testing.T) { ropeBackward(t, dev) })
 	t.Run("activationBackward", func(t *testing.T) { activationBackward(t, dev) })
 	t.Run("arrange", func(t *testing.T) { arrange(t, dev) })
+	t.Run("losses", func(t *testing.T) { losses(t, dev) })
 }
 
 // env is one check's random source and device helpers.

@@ -8,13 +8,13 @@ import (
 	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
-// gradTol is the tolerance of AttendTTTBackward's gradients against central
+// tttGradTol is the tolerance of AttendTTTBackward's gradients against central
 // finite differences of the float64 reference (step 1e-4, whose truncation
 // and rounding errors are below 1e-9), relative to the largest gradient of
 // the same tensor: the CPU device's float32 rounding stays near 1e-7 of it
 // (the softmax's dS = P(dP - D) cancels partly), while a missing or
 // misplaced term is of the size of a typical gradient.
-const gradTol = 2e-5
+const tttGradTol = 2e-5
 
 // tttCase is one random training-time-test attention problem: packed
 // sequences of different lengths with a row between two of them that no
@@ -200,7 +200,7 @@ func (c *tttCase) finiteDiff(x []float64, cols, k int, w []float64) []float64 {
 }
 
 // grad fails unless got - before (a gradient accumulated onto before) is
-// within gradTol of want, relative to want's largest magnitude.
+// within tttGradTol of want, relative to want's largest magnitude.
 func (e *env) grad(what string, got, before []float32, want []float64) {
 	e.t.Helper()
 	var top float64
@@ -209,8 +209,8 @@ func (e *env) grad(what string, got, before []float32, want []float64) {
 	}
 	for i, g := range got {
 		d := math.Abs(float64(g) - float64(before[i]) - want[i])
-		if !(d <= gradTol*top) {
-			e.t.Fatalf("%s: value %d is %v + %v, want + %v (difference %.3g, allowed %.3g)", what, i, before[i], float64(g)-float64(before[i]), want[i], d, gradTol*top)
+		if !(d <= tttGradTol*top) {
+			e.t.Fatalf("%s: value %d is %v + %v, want + %v (difference %.3g, allowed %.3g)", what, i, before[i], float64(g)-float64(before[i]), want[i], d, tttGradTol*top)
 		}
 	}
 }

@@ -1,0 +1,376 @@
+package tensor
+
+import (
+	"fmt"
+	"math"
+)
+
+// maxCEChunks bounds the number of row chunks a cross-entropy call splits its
+// rows into, so the per-chunk loss sums fit in the device's fixed array.
+const maxCEChunks = 64
+
+// castBlock is the number of values a cast between the two 16-bit dtypes
+// widens to float32 at a time.
+const castBlock = 1 << 12
+
+// lossJob is the softmax or loss being split over the workers.
+type lossJob struct {
+	x, d, p, w []float32 // logits (Softmax's rows), dlogits, soft targets, weights
+	t          []int32   // targets
+	rowLoss    []float64
+	rank       []int32
+	rows, v    int
+	chunk      int // CrossEntropy's and SoftCrossEntropy's rows per chunk
+	// partial holds each chunk's loss, added in chunk order afterwards.
+	partial [maxCEChunks]float64
+}
+
+// lossOps is the CPU device's state for the losses and casts: the job in
+// flight and its chunk functions stored once, so that a split allocates
+// nothing, and the casts' float32 block.
+type lossOps struct {
+	job                             lossJob
+	softmaxFn, ceFn, softFn, evalFn func(lo, hi int)
+	cast                            []float32 // allocated by the first 16-bit to 16-bit cast
+}
+
+func (l *lossOps) init() {
+	l.softmaxFn = l.softmaxChunk
+	l.ceFn = l.ceChunk
+	l.softFn = l.softChunk
+	l.evalFn = l.evalChunk
+}
+
+// Softmax replaces each row of x with its softmax, with the inference kernel
+// Softmax (float32 exponentials of the row minus its maximum, Expf's
+// arithmetic, and their float32 sum), rows split over the workers.
+func (c *CPUDevice) Softmax(x Tensor) {
+	checkLossDType("Softmax", x, F32)
+	l := &c.loss
+	l.job.x, l.job.v = x.f32, x.cols
+	Parallel(x.rows, RowChunk(x.cols), l.softmaxFn)
+	l.job = lossJob{}
+}
+
+func (l *lossOps) softmaxChunk(lo, hi int) {
+	x, n := l.job.x, l.job.v
+	for r := lo; r < hi; r++ {
+		Softmax(x[r*n : r*n+n])
+	}
+}
+
+// rowMax returns the largest element of a non-empty row.
+func rowMax(row []float32) float32 {
+	mx := row[0]
+	for _, x := range row[1:] {
+		if x > mx {
+			mx = x
+		}
+	}
+	return mx
+}
+
+// expSum returns sum_j e^(row[j]-mx), accumulated in float64 over two lanes,
+// of the inference kernels' float32 exponentials (ExpShift, whose values are
+// Expf's, bit for bit). When e is not nil the exponentials are stored there
+// (e may alias row), computed eight or sixteen at a time; without it they are
+// Expf's one at a time, the same values.
+func expSum(row, e []float32, mx float32) float64 {
+	var s0, s1 float64
+	j := 0
+	if e == nil {
+		for ; j+2 <= len(row); j += 2 {
+			s0 += float64(Expf(row[j] - mx))
+			s1 += float64(Expf(row[j+1] - mx))
+		}
+		if j < len(row) {
+			s0 += float64(Expf(row[j] - mx))
+		}
+		return s0 + s1
+	}
+	e = e[:len(row)]
+	if &e[0] != &row[0] {
+		copy(e, row)
+	}
+	ExpShift(e, mx)
+	for ; j+2 <= len(e); j += 2 {
+		s0 += float64(e[j])
+		s1 += float64(e[j+1])
+	}
+	if j < len(e) {
+		s0 += float64(e[j])
+	}
+	return s0 + s1
+}
+
+// ceChunks splits rows into at most maxCEChunks chunks of at least
+// RowChunk(v) rows, a function of rows and v only, so per-chunk sums added in
+// chunk order give the same total however the chunks are scheduled.
+func ceChunks(rows, v int) (chunk, n int) {
+	chunk = max(RowChunk(v), (rows+maxCEChunks-1)/maxCEChunks)
+	return chunk, (rows + chunk - 1) / chunk
+}
+
+// setLoss checks the operands every loss shares and stores them as the job
+// in flight, and returns the number of chunks.
+func (l *lossOps) setLoss(op string, dlogits, logits, weights Tensor) int {
+	checkLossDType(op, logits, F32)
+	rows, v := logits.rows, logits.cols
+	if !dlogits.Empty() && (dlogits.dt != F32 || dlogits.rows != rows || dlogits.cols != v) {
+		panic(fmt.Sprintf("tensor: %s: dlogits %s %dx%d for logits %dx%d", op, dlogits.dt, dlogits.rows, dlogits.cols, rows, v))
+	}
+	if !weights.Empty() && (weights.dt != F32 || weights.Len() != rows) {
+		panic(fmt.Sprintf("tensor: %s: %d %s weights for %d rows", op, weights.Len(), weights.dt, rows))
+	}
+	l.job = lossJob{x: logits.f32, d: dlogits.f32, w: weights.f32, rows: rows, v: v}
+	var n int
+	l.job.chunk, n = ceChunks(rows, v)
+	return n
+}
+
+// total returns the sum of the first n chunks' losses, in chunk order, and
+// clears the job.
+func (l *lossOps) total(n int) float64 {
+	var total float64
+	for _, s := range l.job.partial[:n] {
+		total += s
+	}
+	l.job = lossJob{}
+	return total
+}
+
+// CrossEntropy is the fused kernel of the trainers' output layers: one
+// float32 exponential per logit (the inference kernels' ExpShift), stored in
+// dlogits and rescaled there into the gradient; sums are in float64, per
+// chunk of rows (ceChunks), the chunks split over the workers.
+func (c *CPUDevice) CrossEntropy(dlogits, logits, targets, weights Tensor) float64 {
+	if targets.dt != I32 || targets.Len() != logits.rows {
+		panic(fmt.Sprintf("tensor: CrossEntropy: %d %s targets for %d rows", targets.Len(), targets.dt, logits.rows))
+	}
+	n := c.loss.setLoss("CrossEntropy", dlogits, logits, weights)
+	c.loss.job.t = targets.i32
+	Parallel(n, 1, c.loss.ceFn)
+	return c.loss.total(n)
+}
+
+// ceChunk computes chunks [clo, chi) of CrossEntropy.
+func (l *lossOps) ceChunk(clo, chi int) {
+	j := &l.job
+	rows, v, chunk := j.rows, j.v, j.chunk
+	logits, dlogits, targets, weights := j.x, j.d, j.t, j.w
+	for c := clo; c < chi; c++ {
+		var loss float64
+		for r := c * chunk; r < min((c+1)*chunk, rows); r++ {
+			w := float32(1)
+			if weights != nil {
+				w = weights[r]
+			}
+			t := targets[r]
+			if w == 0 || t < 0 {
+				if dlogits != nil {
+					clear(dlogits[r*v : r*v+v])
+				}
+				continue
+			}
+			row := logits[r*v : r*v+v]
+			xt := row[t]
+			mx := rowMax(row)
+			var d []float32
+			if dlogits != nil {
+				d = dlogits[r*v : r*v+v]
+			}
+			sum := expSum(row, d, mx)
+			// -log p_t = log(sum_j e^(x_j - max)) - (x_t - max)
+			loss += float64(w) * (math.Log(sum) - float64(xt-mx))
+			if d != nil {
+				scale := float32(float64(w) / sum)
+				for i := range d {
+					d[i] *= scale
+				}
+				d[t] -= w
+			}
+		}
+		j.partial[c] = loss
+	}
+}
+
+// SoftCrossEntropy is CrossEntropy's fused kernel for target distributions.
+func (c *CPUDevice) SoftCrossEntropy(dlogits, logits, p, weights Tensor) float64 {
+	if p.dt != F32 || p.rows != logits.rows || p.cols != logits.cols {
+		panic(fmt.Sprintf("tensor: SoftCrossEntropy: target distributions %s %dx%d for logits %dx%d", p.dt, p.rows, p.cols, logits.rows, logits.cols))
+	}
+	n := c.loss.setLoss("SoftCrossEntropy", dlogits, logits, weights)
+	c.loss.job.p = p.f32
+	Parallel(n, 1, c.loss.softFn)
+	return c.loss.total(n)
+}
+
+// softChunk computes chunks [clo, chi) of SoftCrossEntropy.
+func (l *lossOps) softChunk(clo, chi int) {
+	j := &l.job
+	rows, v, chunk := j.rows, j.v, j.chunk
+	logits, dlogits, p, weights := j.x, j.d, j.p, j.w
+	for c := clo; c < chi; c++ {
+		var loss float64
+		for r := c * chunk; r < min((c+1)*chunk, rows); r++ {
+			w := float32(1)
+			if weights != nil {
+				w = weights[r]
+			}
+			if w == 0 {
+				if dlogits != nil {
+					clear(dlogits[r*v : r*v+v])
+				}
+				continue
+			}
+			row, pr := logits[r*v:r*v+v], p[r*v:r*v+v]
+			// sum_j p_j (logZ - x_j) = psum logZ - sum_j p_j x_j, read
+			// before the exponentials may overwrite the logits.
+			var psum, px float64
+			for i, x := range row {
+				pj := float64(pr[i])
+				psum += pj
+				px += pj * float64(x)
+			}
+			mx := rowMax(row)
+			var d []float32
+			if dlogits != nil {
+				d = dlogits[r*v : r*v+v]
+			}
+			sum := expSum(row, d, mx)
+			logZ := math.Log(sum) + float64(mx)
+			loss += float64(w) * (psum*logZ - px)
+			if d != nil {
+				scale := float32(float64(w) * psum / sum)
+				for i := range d {
+					d[i] = d[i]*scale - w*pr[i]
+				}
+			}
+		}
+		j.partial[c] = loss
+	}
+}
+
+// CrossEntropyEval computes the rows' losses and ranks, the rows split over
+// the workers; the exponentials are Expf's, as CrossEntropy's.
+func (c *CPUDevice) CrossEntropyEval(rowLoss []float64, rank []int32, logits, targets Tensor) {
+	checkLossDType("CrossEntropyEval", logits, F32)
+	rows := logits.rows
+	if targets.dt != I32 || targets.Len() != rows || len(rowLoss) < rows || len(rank) < rows {
+		panic(fmt.Sprintf("tensor: CrossEntropyEval: %d %s targets, %d losses and %d ranks for %d rows", targets.Len(), targets.dt, len(rowLoss), len(rank), rows))
+	}
+	l := &c.loss
+	l.job = lossJob{x: logits.f32, t: targets.i32, rowLoss: rowLoss, rank: rank, rows: rows, v: logits.cols}
+	Parallel(rows, RowChunk(logits.cols), l.evalFn)
+	l.job = lossJob{}
+}
+
+// evalChunk computes rows [lo, hi) of CrossEntropyEval.
+func (l *lossOps) evalChunk(lo, hi int) {
+	j := &l.job
+	logits, targets, rowLoss, rank, v := j.x, j.t, j.rowLoss, j.rank, j.v
+	for r := lo; r < hi; r++ {
+		t := targets[r]
+		if t < 0 {
+			rowLoss[r], rank[r] = 0, -1
+			continue
+		}
+		row := logits[r*v : r*v+v]
+		xt := row[t]
+		mx := row[0]
+		above := int32(0)
+		for _, x := range row {
+			if x > mx {
+				mx = x
+			}
+			if x > xt {
+				above++
+			}
+		}
+		rowLoss[r] = math.Log(expSum(row, nil, mx)) - float64(xt-mx)
+		rank[r] = above
+	}
+}
+
+// TopK keeps idx sorted best first while it scans x once: a value enters
+// only when it beats the worst kept one strictly, so of equal values the
+// earlier (lower index) stays ahead.
+func (c *CPUDevice) TopK(idx []int, x Tensor) int {
+	if x.dt != F32 || x.rows != 1 && !x.Empty() {
+		panic(fmt.Sprintf("tensor: TopK of a %s %dx%d tensor: one float32 row", x.dt, x.rows, x.cols))
+	}
+	v := x.f32
+	k := min(len(idx), len(v))
+	if k <= 0 {
+		return 0
+	}
+	n := 0
+	for i, xi := range v {
+		if n == k && xi <= v[idx[k-1]] {
+			continue
+		}
+		pos := n
+		if n < k {
+			n++
+		} else {
+			pos = k - 1
+		}
+		for pos > 0 && v[idx[pos-1]] < xi {
+			idx[pos] = idx[pos-1]
+			pos--
+		}
+		idx[pos] = i
+	}
+	return n
+}
+
+// Cast converts with F32ToBF16, F32ToF16, BF16ToF32 and F16ToF32 (large
+// tensors split over the workers); between BF16 and F16 it widens blocks of
+// castBlock values to float32 and rounds those, one rounding in all since the
+// widening is exact.
+func (c *CPUDevice) Cast(dst, src Tensor) {
+	if dst.Len() != src.Len() {
+		panic(fmt.Sprintf("tensor: Cast of %d values into %d", src.Len(), dst.Len()))
+	}
+	switch {
+	case src.dt == F32 && dst.dt == F32:
+		copy(dst.f32, src.f32)
+	case src.dt == F32 && dst.dt == BF16:
+		F32ToBF16(dst.u16, src.f32)
+	case src.dt == F32 && dst.dt == F16:
+		F32ToF16(dst.u16, src.f32)
+	case src.dt == BF16 && dst.dt == F32:
+		BF16ToF32(dst.f32, src.u16)
+	case src.dt == F16 && dst.dt == F32:
+		F16ToF32(dst.f32, src.u16)
+	case src.dt == dst.dt && (src.dt == BF16 || src.dt == F16):
+		copy(dst.u16, src.u16)
+	case src.dt == BF16 && dst.dt == F16:
+		c.castHalf(dst.u16, src.u16, BF16ToF32, F32ToF16)
+	case src.dt == F16 && dst.dt == BF16:
+		c.castHalf(dst.u16, src.u16, F16ToF32, F32ToBF16)
+	default:
+		panic(fmt.Sprintf("tensor: Cast from %s to %s: only between F32, BF16 and F16", src.dt, dst.dt))
+	}
+}
+
+// castHalf converts src to dst through the device's float32 block: widen,
+// then round.
+func (c *CPUDevice) castHalf(dst, src []uint16, widen func([]float32, []uint16), round func([]uint16, []float32)) {
+	if c.loss.cast == nil {
+		c.loss.cast = make([]float32, castBlock)
+	}
+	b := c.loss.cast
+	for lo := 0; lo < len(src); lo += castBlock {
+		hi := min(lo+castBlock, len(src))
+		widen(b[:hi-lo], src[lo:hi])
+		round(dst[lo:hi], b[:hi-lo])
+	}
+}
+
+// checkLossDType panics unless x has dtype dt.
+func checkLossDType(op string, x Tensor, dt DType) {
+	if x.dt != dt {
+		panic(fmt.Sprintf("tensor: %s of a %s tensor, want %s", op, x.dt, dt))
+	}
+}
