@@ -413,6 +413,15 @@ func (m *Model) ensure(rows, lrows, taps, maskLen, inputs int) error {
 	return nil
 }
 
+// The model's weight products run on its device (m.dev) through its frozen
+// nn.Linear layers, and the device decides how: on the CPU device,
+// tensor.Products chooses the few-row kernels for decode steps and draft
+// verification (each row computed as a one-token step computes it), the
+// backend's GEMM or the 16-bit kernels, the split over the workers, and the
+// weights' layouts. The model chooses only what the products are: q/k/v and
+// gate/up as one fused product where the weights lie back to back (fuse),
+// and the bias added after.
+
 // forward runs decoder layer li over the pass's rows: two residual blocks.
 func (l *Layer) forward(m *Model, li int, p *pass) {
 	m.dev.RMSNorm(p.xn, p.x, l.attnNorm, m.eps)
@@ -428,15 +437,15 @@ func (a *Attention) forward(m *Model, li int, p *pass) {
 	if !a.qkv.Empty() {
 		d.MulT(p.fusedQKV, p.xn, &a.qkv, false)
 		d.SplitCols(p.fusedQKV, p.qkvParts)
-		if !a.Q.b.Empty() {
-			d.AddBias(p.q, a.Q.b)
-			d.AddBias(p.k, a.K.b)
-			d.AddBias(p.v, a.V.b)
+		if !a.Q.nn.B.Empty() {
+			d.AddBias(p.q, a.Q.nn.B)
+			d.AddBias(p.k, a.K.nn.B)
+			d.AddBias(p.v, a.V.nn.B)
 		}
 	} else {
-		m.linear(&a.Q, p.q, p.xn)
-		m.linear(&a.K, p.k, p.xn)
-		m.linear(&a.V, p.v, p.xn)
+		a.Q.nn.Forward(d, p.q, p.xn)
+		a.K.nn.Forward(d, p.k, p.xn)
+		a.V.nn.Forward(d, p.v, p.xn)
 	}
 	if !a.qNorm.Empty() { // Qwen3: RMSNorm over each head, before RoPE
 		d.RMSNorm(p.q.Reshape(p.rows*m.nHeads, m.hd), p.q.Reshape(p.rows*m.nHeads, m.hd), a.qNorm, m.eps)
@@ -452,7 +461,7 @@ func (a *Attention) forward(m *Model, li int, p *pass) {
 		sq.kv.Write(li, 0, p.k.RowRange(as.Row0, as.Row0+as.T), p.v.RowRange(as.Row0, as.Row0+as.T))
 	}
 	d.Attend(p.att, p.q, li, tensor.AttnShape{Heads: m.nHeads, KVHeads: m.nKV, HeadDim: m.hd}, m.s.aseqs)
-	m.linearAcc(&a.O, p.x, p.att)
+	a.O.nn.ForwardAcc(d, p.x, p.att)
 }
 
 // forward computes x += Down(silu(Gate(xn)) * Up(xn)).
@@ -462,11 +471,11 @@ func (f *MLP) forward(m *Model, p *pass) {
 		d.MulT(p.fusedGateUp, p.xn, &f.gateUp, false)
 		d.SwiGLU(p.gate, p.fusedGateUp, tensor.Tensor{})
 	} else {
-		m.linear(&f.Gate, p.gate, p.xn)
-		m.linear(&f.Up, p.up, p.xn)
+		f.Gate.nn.Forward(d, p.gate, p.xn)
+		f.Up.nn.Forward(d, p.up, p.xn)
 		d.SwiGLU(p.gate, p.gate, p.up)
 	}
-	m.linearAcc(&f.Down, p.x, p.gate)
+	f.Down.nn.ForwardAcc(d, p.x, p.gate)
 }
 
 // LogitsFromHidden computes into dst [rows, V] the logits of rows final

@@ -292,7 +292,7 @@ func TestHalfInPlace(t *testing.T) {
 	// and up_proj lie back to back and are fused in place; k_proj, o_proj,
 	// q_proj, v_proj do not, and stay three products.
 	for i, l := range m.Layers {
-		if l.MLP.gateUp.Empty() || !l.Attn.qkv.Empty() || l.MLP.gateUp.ExtraBytes() != 0 || l.Attn.O.w.ExtraBytes() != 0 || m.lm.ExtraBytes() != 0 {
+		if l.MLP.gateUp.Empty() || !l.Attn.qkv.Empty() || l.MLP.gateUp.ExtraBytes() != 0 || l.Attn.O.nn.W.ExtraBytes() != 0 || m.lm.ExtraBytes() != 0 {
 			t.Fatalf("layer %d: gate/up not fused in place, q/k/v fused though apart in the file, or a transposed copy made of bf16 weights", i)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/drafter-ai/drafter/pkg/arch"
 	"github.com/drafter-ai/drafter/pkg/checkpoint"
+	"github.com/drafter-ai/drafter/pkg/nn"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 )
@@ -380,11 +381,11 @@ func (m *Model) prepare() error {
 		return fmt.Errorf("model: %w", err)
 	}
 	ws := []*tensor.Weight{&m.lm}
+	var ls []*nn.Linear
 	for i := range m.Layers {
 		l := &m.Layers[i]
 		for _, lin := range []*Linear{&l.Attn.Q, &l.Attn.K, &l.Attn.V, &l.Attn.O, &l.MLP.Gate, &l.MLP.Up, &l.MLP.Down} {
-			lin.w = tensor.WeightOf(lin.W)
-			if lin.b, err = up(lin.B); err != nil {
+			if lin.nn, err = nn.NewFrozen(m.dev, lin.W, lin.B); err != nil {
 				return fmt.Errorf("model: %w", err)
 			}
 		}
@@ -396,19 +397,21 @@ func (m *Model) prepare() error {
 				return fmt.Errorf("model: %w", err)
 			}
 		}
-		ws = append(ws, &l.Attn.O.w, &l.MLP.Down.w)
+		// The layers whose own products run: a fused matrix replaces its
+		// parts' (which keep only their biases).
+		ls = append(ls, l.Attn.O.nn, l.MLP.Down.nn)
 		if !l.Attn.qkv.Empty() {
 			ws = append(ws, &l.Attn.qkv)
 		} else {
-			ws = append(ws, &l.Attn.Q.w, &l.Attn.K.w, &l.Attn.V.w)
+			ls = append(ls, l.Attn.Q.nn, l.Attn.K.nn, l.Attn.V.nn)
 		}
 		if !l.MLP.gateUp.Empty() {
 			ws = append(ws, &l.MLP.gateUp)
 		} else {
-			ws = append(ws, &l.MLP.Gate.w, &l.MLP.Up.w)
+			ls = append(ls, l.MLP.Gate.nn, l.MLP.Up.nn)
 		}
 	}
-	m.dev.PrepareWeights(ws...)
+	nn.Freeze(m.dev, ws, ls...)
 	return nil
 }
 

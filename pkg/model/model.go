@@ -43,8 +43,7 @@ type Linear struct {
 	B       []float32
 	In, Out int
 
-	w tensor.Weight // W as products run it (see prepare)
-	b tensor.Tensor // B on the device, or empty
+	nn *nn.Linear // the layer on the device, frozen (see prepare)
 }
 
 // Attention is one self-attention block's weights. QNorm and KNorm are the

@@ -9,30 +9,47 @@ import (
 // Linear is a Hugging Face nn.Linear on a device: out = x·Wᵀ + b for the
 // weight W [out, in] and the optional bias b [1, out].
 //
-// A trainer's Linear multiplies by the weight it updates, through the
-// device's MatMul; a frozen one (Freeze) through the device's weight
-// products (MulT), which may keep the weight in other layouts (transposed
-// copies) that would go stale if it changed.
+// A trainer's Linear (NewLinear) multiplies by the weight it updates, through
+// the device's MatMul, and has a backward pass; a frozen one (NewFrozen, or a
+// trainer's after Freeze) through the device's weight products (MulT), which
+// may keep the weight in other layouts (transposed copies, a GPU's upload)
+// that would go stale if it changed.
 type Linear struct {
-	// W is the weight [out, in] and B the bias [1, out] (empty: none).
-	W, B   tensor.Tensor
-	w      tensor.Weight
+	// W is the weight as the device's products take it; B the bias [1,
+	// out] (empty: none).
+	W tensor.Weight
+	B tensor.Tensor
+	// wt is W as a device tensor, for a trainer's products and backward
+	// (empty for a layer built frozen).
+	wt     tensor.Tensor
 	frozen bool
 }
 
-// NewLinear returns the layer of weight w [out, in] and bias b (nil: none)
-// on dev. Where dev's memory is the host's it views w's and b's values, so
-// that an optimiser updating them in place updates the layer.
+// NewLinear returns the trainable layer of weight w [out, in] and bias b
+// (nil: none) on dev. Where dev's memory is the host's it views w's and b's
+// values, so that an optimiser updating them in place updates the layer.
 func NewLinear(dev tensor.Device, w tensor.Matrix, b []float32) (*Linear, error) {
-	l := &Linear{w: tensor.WeightOf(w)}
-	var err error
-	if l.W, err = dev.Upload(w); err != nil {
+	l, err := NewFrozen(dev, w, b)
+	if err != nil {
+		return nil, err
+	}
+	if l.wt, err = dev.Upload(w); err != nil {
 		return nil, fmt.Errorf("nn: linear weight: %w", err)
 	}
+	l.frozen = false
+	return l, nil
+}
+
+// NewFrozen returns the inference-only layer of weight w [out, in] (in its
+// checkpoint's dtype) and bias b (nil: none) on dev, whose weight the caller
+// prepares with Freeze.
+func NewFrozen(dev tensor.Device, w tensor.Matrix, b []float32) (*Linear, error) {
+	l := &Linear{W: tensor.WeightOf(w), frozen: true}
 	if b != nil {
 		if len(b) != w.Rows {
 			return nil, fmt.Errorf("nn: linear bias of %d values for %d output features", len(b), w.Rows)
 		}
+		var err error
 		if l.B, err = dev.Upload(tensor.F32Matrix(b, 1, w.Rows)); err != nil {
 			return nil, fmt.Errorf("nn: linear bias: %w", err)
 		}
@@ -40,23 +57,31 @@ func NewLinear(dev tensor.Device, w tensor.Matrix, b []float32) (*Linear, error)
 	return l, nil
 }
 
-// Freeze prepares the layers' weights, which must not change afterwards,
-// for inference: the device chooses their layouts (all of them at once,
-// sized against their total).
-func Freeze(dev tensor.Device, ls ...*Linear) {
-	ws := make([]*tensor.Weight, len(ls))
-	for i, l := range ls {
-		ws[i], l.frozen = &l.w, true
+// Freeze prepares for inference the weights of the layers, which must not
+// change afterwards, together with the other weights the caller multiplies
+// by (fused matrices, an embedding): the device chooses their layouts all at
+// once, sized against their total (tensor.Device.PrepareWeights). The layers
+// then multiply through the device's weight products.
+func Freeze(dev tensor.Device, others []*tensor.Weight, ls ...*Linear) {
+	ws := append([]*tensor.Weight(nil), others...)
+	for _, l := range ls {
+		ws, l.frozen = append(ws, &l.W), true
 	}
 	dev.PrepareWeights(ws...)
 }
 
 // Forward computes out = x·Wᵀ + b over x's rows.
-func (l *Linear) Forward(dev tensor.Device, out, x tensor.Tensor) {
+func (l *Linear) Forward(dev tensor.Device, out, x tensor.Tensor) { l.forward(dev, out, x, false) }
+
+// ForwardAcc computes out += x·Wᵀ + b over x's rows (a residual block's
+// output projection).
+func (l *Linear) ForwardAcc(dev tensor.Device, out, x tensor.Tensor) { l.forward(dev, out, x, true) }
+
+func (l *Linear) forward(dev tensor.Device, out, x tensor.Tensor, acc bool) {
 	if l.frozen {
-		dev.MulT(out, x, &l.w, false)
+		dev.MulT(out, x, &l.W, acc)
 	} else {
-		dev.MatMul(out, x, l.W, false, true, 1, false)
+		dev.MatMul(out, x, l.wt, false, true, 1, acc)
 	}
 	if !l.B.Empty() {
 		dev.AddBias(out.RowRange(0, x.Rows()), l.B)
@@ -65,10 +90,14 @@ func (l *Linear) Forward(dev tensor.Device, out, x tensor.Tensor) {
 
 // Backward accumulates dx += dout·W, dw += doutᵀ·x and db += the sum of
 // dout's rows, given dout at Forward's output for the input x; any of dx,
-// dw, db may be empty (not needed).
+// dw, db may be empty (not needed). The layer must be trainable
+// (NewLinear).
 func (l *Linear) Backward(dev tensor.Device, dx, dw, db, dout, x tensor.Tensor) {
 	if !dx.Empty() {
-		dev.MatMul(dx, dout, l.W, false, false, 1, true)
+		if l.wt.Empty() {
+			panic("nn: Backward through a layer built frozen")
+		}
+		dev.MatMul(dx, dout, l.wt, false, false, 1, true)
 	}
 	if !dw.Empty() {
 		dev.MatMul(dw, dout, x, true, false, 1, true)

@@ -143,7 +143,7 @@ func TestLinearForwardBackward(t *testing.T) {
 				t.Fatal(err)
 			}
 			if frozen {
-				Freeze(dev, l)
+				Freeze(dev, nil, l)
 			}
 			// One row more than the input: Forward writes x's rows only.
 			out := make([]float32, (rows+1)*outF)

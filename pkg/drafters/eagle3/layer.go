@@ -73,7 +73,7 @@ func NewLayer(dev tensor.Device, g Geometry, p *Params, maxPos int) (*Layer, err
 // layouts the device chooses for them (tensor.Device.PrepareWeights). A
 // layer wrapping a trainer's live parameters must not be frozen.
 func (l *Layer) Freeze(dev tensor.Device) {
-	nn.Freeze(dev, l.fc, l.q, l.k, l.v, l.o, l.gate, l.up, l.down, l.lm)
+	nn.Freeze(dev, nil, l.fc, l.q, l.k, l.v, l.o, l.gate, l.up, l.down, l.lm)
 }
 
 // Attention is the layer's attention, which its caller supplies.
