@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 
+	"github.com/drafter-ai/drafter/pkg/nn"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
@@ -109,12 +110,13 @@ type scratch struct {
 
 // pass holds the views of one pass's rows.
 type pass struct {
-	gen                   int // scratch.gen the views were taken of
-	rows                  int
-	x, xn, q, att, k, v   tensor.Tensor
-	gate, up, pos         tensor.Tensor
-	fusedQKV, fusedGateUp tensor.Tensor
-	qkvParts              []tensor.Tensor // q, k and v, for SplitCols
+	gen                 int // scratch.gen the views were taken of
+	rows                int
+	x, xn, q, att, k, v tensor.Tensor
+	pos                 tensor.Tensor
+	fusedQKV            tensor.Tensor
+	mlp                 nn.MLPActs      // gate, up and their fused product
+	qkvParts            []tensor.Tensor // q, k and v, for SplitCols
 }
 
 // Forward runs one pass over batch and returns its outputs. Nothing is changed
@@ -340,11 +342,11 @@ func (m *Model) views(rows int) *pass {
 	p.x, p.xn = s.x.RowRange(0, rows), s.xn.RowRange(0, rows)
 	p.q, p.att = s.q.RowRange(0, rows), s.att.RowRange(0, rows)
 	p.k, p.v = s.k.RowRange(0, rows), s.v.RowRange(0, rows)
-	p.gate, p.up = s.gate.RowRange(0, rows), s.up.RowRange(0, rows)
 	p.pos = s.pos.RowRange(0, rows)
 	qkv := m.qDim + 2*m.kvDim
 	p.fusedQKV = s.fused.RowRange(0, rows*qkv).Reshape(rows, qkv)
-	p.fusedGateUp = s.fused.RowRange(0, rows*2*m.inter).Reshape(rows, 2*m.inter)
+	p.mlp = nn.MLPActs{Gate: s.gate.RowRange(0, rows), Up: s.up.RowRange(0, rows),
+		Fused: s.fused.RowRange(0, rows*2*m.inter).Reshape(rows, 2*m.inter)}
 	p.qkvParts = append(p.qkvParts[:0], p.q, p.k, p.v)
 	return p
 }
@@ -465,18 +467,7 @@ func (a *Attention) forward(m *Model, li int, p *pass) {
 }
 
 // forward computes x += Down(silu(Gate(xn)) * Up(xn)).
-func (f *MLP) forward(m *Model, p *pass) {
-	d := m.dev
-	if !f.gateUp.Empty() {
-		d.MulT(p.fusedGateUp, p.xn, &f.gateUp, false)
-		d.SwiGLU(p.gate, p.fusedGateUp, tensor.Tensor{})
-	} else {
-		f.Gate.nn.Forward(d, p.gate, p.xn)
-		f.Up.nn.Forward(d, p.up, p.xn)
-		d.SwiGLU(p.gate, p.gate, p.up)
-	}
-	f.Down.nn.ForwardAcc(d, p.x, p.gate)
-}
+func (f *MLP) forward(m *Model, p *pass) { f.nn.Forward(m.dev, p.x, p.xn, &p.mlp, true) }
 
 // LogitsFromHidden computes into dst [rows, V] the logits of rows final
 // post-norm hidden states (tap index NumLayers(), [rows, H]) with the same

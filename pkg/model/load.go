@@ -328,7 +328,7 @@ func (m *Model) fuse() error {
 		l := &m.Layers[i]
 		l.Attn.qkv = tensor.WeightOf(adjacent(l.Attn.Q.W, l.Attn.K.W, l.Attn.V.W))
 		if l.MLP.Gate.B == nil && l.MLP.Up.B == nil {
-			l.MLP.gateUp = tensor.WeightOf(adjacent(l.MLP.Gate.W, l.MLP.Up.W))
+			l.MLP.nn.GateUp = tensor.WeightOf(adjacent(l.MLP.Gate.W, l.MLP.Up.W))
 		}
 	}
 	return m.prepare()
@@ -405,8 +405,9 @@ func (m *Model) prepare() error {
 		} else {
 			ls = append(ls, l.Attn.Q.nn, l.Attn.K.nn, l.Attn.V.nn)
 		}
-		if !l.MLP.gateUp.Empty() {
-			ws = append(ws, &l.MLP.gateUp)
+		l.MLP.nn.Gate, l.MLP.nn.Up, l.MLP.nn.Down = l.MLP.Gate.nn, l.MLP.Up.nn, l.MLP.Down.nn
+		if !l.MLP.nn.GateUp.Empty() {
+			ws = append(ws, &l.MLP.nn.GateUp)
 		} else {
 			ls = append(ls, l.MLP.Gate.nn, l.MLP.Up.nn)
 		}

@@ -60,7 +60,9 @@ type Attention struct {
 type MLP struct {
 	Gate, Up, Down Linear
 
-	gateUp tensor.Weight // Gate.W and Up.W as one [2·I, H] matrix, or empty
+	// nn is the block on the device: the three layers, and Gate.W and
+	// Up.W as one [2·I, H] matrix (GateUp) where they lie back to back.
+	nn nn.MLP
 }
 
 // Layer is one decoder layer.

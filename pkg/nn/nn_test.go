@@ -7,6 +7,7 @@ import (
 
 	"github.com/drafter-ai/drafter/internal/testutil"
 	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/tensortest"
 )
 
 // The checks below compare every forward with an independent float64
@@ -22,20 +23,7 @@ func to64(x []float32) []float64 {
 }
 
 // numGrad returns dL/dx_i for L = f(x) by central differences in float64.
-func numGrad(x []float64, f func([]float64) float64) []float64 {
-	g := make([]float64, len(x))
-	const h = 1e-6
-	for i := range x {
-		old := x[i]
-		x[i] = old + h
-		lp := f(x)
-		x[i] = old - h
-		lm := f(x)
-		x[i] = old
-		g[i] = (lp - lm) / (2 * h)
-	}
-	return g
-}
+func numGrad(x []float64, f func([]float64) float64) []float64 { return tensortest.Gradient(x, f) }
 
 func dot(a, b []float64) float64 {
 	var s float64
@@ -267,4 +255,74 @@ func TestRoPEScaling(t *testing.T) {
 	if _, err := NewRoPE(d, 10000, &RopeScaling{Type: "yarn", Factor: 2}, 0); err == nil {
 		t.Fatal("yarn scaling accepted; want an error naming the supported types")
 	}
+}
+
+func TestMLPForwardBackward(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 7))
+	const rows, h, in = 5, 6, 4 // in: the intermediate width
+	dev := tensor.NewCPU(tensor.PureGo())
+	x, wg, wu, wd, g := testutil.RandNormal(r, rows*h, 1), testutil.RandNormal(r, in*h, 1), testutil.RandNormal(r, in*h, 1),
+		testutil.RandNormal(r, h*in, 1), testutil.RandNormal(r, rows*h, 1)
+	x64, wg64, wu64, wd64, g64 := to64(x), to64(wg), to64(wu), to64(wd), to64(g)
+	mlp64 := func(x, wg, wu, wd []float64) []float64 {
+		out := make([]float64, rows*h)
+		for i := 0; i < rows; i++ {
+			act := make([]float64, in)
+			for j := 0; j < in; j++ {
+				var a, b float64
+				for k := 0; k < h; k++ {
+					a += x[i*h+k] * wg[j*h+k]
+					b += x[i*h+k] * wu[j*h+k]
+				}
+				act[j] = a / (1 + math.Exp(-a)) * b
+			}
+			for j := 0; j < h; j++ {
+				for k := 0; k < in; k++ {
+					out[i*h+j] += act[k] * wd[j*in+k]
+				}
+			}
+		}
+		return out
+	}
+	lin := func(w []float32, out, inF int) *Linear {
+		l, err := NewLinear(dev, tensor.F32Matrix(w, out, inF), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	f := &MLP{Gate: lin(wg, in, h), Up: lin(wu, in, h), Down: lin(wd, h, in)}
+	ten := func(v []float32, r, c int) tensor.Tensor { return tensor.HostTensor(v, r, c) }
+	zeros := func(n int) []float32 { return make([]float32, n) }
+	acts := &MLPActs{Gate: ten(zeros(rows*in), rows, in), Up: ten(zeros(rows*in), rows, in), Act: ten(zeros(rows*in), rows, in)}
+	// Accumulating onto a residual: out = res + MLP(x).
+	res := testutil.RandNormal(r, rows*h, 1)
+	out := append([]float32(nil), res...)
+	f.Forward(dev, ten(out, rows, h), ten(x, rows, h), acts, true)
+	want := mlp64(x64, wg64, wu64, wd64)
+	for i := range want {
+		want[i] += float64(res[i])
+	}
+	assertClose(t, "mlp", out, want, 1e-5)
+
+	dx, dwg, dwu, dwd := zeros(rows*h), zeros(in*h), zeros(in*h), zeros(h*in)
+	s := &MLPScratch{Act: ten(zeros(rows*in), rows, in), DAct: ten(zeros(rows*in), rows, in), DGate: ten(zeros(rows*in), rows, in), DUp: ten(zeros(rows*in), rows, in)}
+	f.Backward(dev, ten(dx, rows, h), ten(g, rows, h), ten(x, rows, h), acts,
+		MLPGrads{Gate: ten(dwg, in, h), Up: ten(dwu, in, h), Down: ten(dwd, h, in)}, s)
+	loss := func(x, wg, wu, wd []float64) float64 { return dot(g64, mlp64(x, wg, wu, wd)) }
+	assertClose(t, "mlp dx", dx, numGrad(x64, func(v []float64) float64 { return loss(v, wg64, wu64, wd64) }), 1e-4)
+	assertClose(t, "mlp dgate", dwg, numGrad(wg64, func(v []float64) float64 { return loss(x64, v, wu64, wd64) }), 1e-4)
+	assertClose(t, "mlp dup", dwu, numGrad(wu64, func(v []float64) float64 { return loss(x64, wg64, v, wd64) }), 1e-4)
+	assertClose(t, "mlp ddown", dwd, numGrad(wd64, func(v []float64) float64 { return loss(x64, wg64, wu64, v) }), 1e-4)
+
+	// Frozen with the gate and up weights fused: the same outputs.
+	fused := append(append([]float32(nil), wg...), wu...)
+	ff := &MLP{Gate: f.Gate, Up: f.Up, Down: f.Down, GateUp: tensor.WeightOf(tensor.F32Matrix(fused, 2*in, h))}
+	Freeze(dev, []*tensor.Weight{&ff.GateUp}, ff.Down)
+	out2 := zeros(rows * h)
+	ff.Forward(dev, ten(out2, rows, h), ten(x, rows, h), &MLPActs{Gate: ten(zeros(rows*in), rows, in), Fused: ten(zeros(rows*2*in), rows, 2*in)}, false)
+	for i := range want {
+		want[i] -= float64(res[i])
+	}
+	assertClose(t, "mlp fused", out2, want, 1e-5)
 }

@@ -30,7 +30,8 @@ type Layer struct {
 	rope *tensor.Rotary
 	a    tensor.AttnShape
 	// The products, viewing P's matrices.
-	fc, q, k, v, o, gate, up, down, lm *nn.Linear
+	fc, q, k, v, o, lm *nn.Linear
+	mlp                *nn.MLP
 }
 
 // NewLayer wraps parameters p of geometry g as a layer on dev, with RoPE
@@ -51,6 +52,7 @@ func NewLayer(dev tensor.Device, g Geometry, p *Params, maxPos int) (*Layer, err
 		return nil, err
 	}
 	h, qw, kw, I := g.Hidden, g.QDim(), g.KVDim(), g.Intermediate
+	l.mlp = &nn.MLP{}
 	for _, m := range []struct {
 		dst     **nn.Linear
 		v       []float32
@@ -58,8 +60,8 @@ func NewLayer(dev tensor.Device, g Geometry, p *Params, maxPos int) (*Layer, err
 		name    string
 	}{
 		{&l.fc, p.FC, h, 3 * h, "fc"}, {&l.q, p.Q, qw, 2 * h, "q_proj"}, {&l.k, p.K, kw, 2 * h, "k_proj"},
-		{&l.v, p.V, kw, 2 * h, "v_proj"}, {&l.o, p.O, h, qw, "o_proj"}, {&l.gate, p.Gate, I, h, "gate_proj"},
-		{&l.up, p.Up, I, h, "up_proj"}, {&l.down, p.Down, h, I, "down_proj"}, {&l.lm, p.LMHead, g.DraftVocab, h, "lm_head"},
+		{&l.v, p.V, kw, 2 * h, "v_proj"}, {&l.o, p.O, h, qw, "o_proj"}, {&l.mlp.Gate, p.Gate, I, h, "gate_proj"},
+		{&l.mlp.Up, p.Up, I, h, "up_proj"}, {&l.mlp.Down, p.Down, h, I, "down_proj"}, {&l.lm, p.LMHead, g.DraftVocab, h, "lm_head"},
 	} {
 		if *m.dst, err = nn.NewLinear(dev, tensor.F32Matrix(m.v, m.out, m.in), nil); err != nil {
 			return nil, fmt.Errorf("eagle3: %s: %w", m.name, err)
@@ -73,7 +75,7 @@ func NewLayer(dev tensor.Device, g Geometry, p *Params, maxPos int) (*Layer, err
 // layouts the device chooses for them (tensor.Device.PrepareWeights). A
 // layer wrapping a trainer's live parameters must not be frozen.
 func (l *Layer) Freeze(dev tensor.Device) {
-	nn.Freeze(dev, nil, l.fc, l.q, l.k, l.v, l.o, l.gate, l.up, l.down, l.lm)
+	nn.Freeze(dev, nil, l.fc, l.q, l.k, l.v, l.o, l.mlp.Gate, l.mlp.Up, l.mlp.Down, l.lm)
 }
 
 // Attention is the layer's attention, which its caller supplies.
@@ -127,8 +129,9 @@ func (l *Layer) NewActs(dev tensor.Device, rows int) (*Acts, error) {
 // Scratch holds Forward's temporaries; one may serve many Acts.
 type Scratch struct {
 	XE, XH tensor.Tensor // [R, H] the two normed halves of X
-	Act    tensor.Tensor // [R, I] swiglu(Gate, Up); may be Gate when no backward follows
+	Act    tensor.Tensor // [R, I] swiglu(Gate, Up); empty: it overwrites Gate (no backward follows)
 	halves []tensor.Tensor
+	mlp    nn.MLPActs
 }
 
 // NewScratch allocates Forward's temporaries for up to rows rows on dev;
@@ -173,13 +176,8 @@ func (l *Layer) Forward(dev tensor.Device, a *Acts, s *Scratch, rows int, attn A
 	eps := float32(g.RMSNormEps)
 	r := func(t tensor.Tensor) tensor.Tensor { return t.RowRange(0, rows) }
 	e, hIn, x, pos := r(a.E), r(a.H), r(a.X), r(a.Pos)
-	q, k, v, o, a1, n2 := r(a.Q), r(a.K), r(a.V), r(a.O), r(a.A1), r(a.N2)
-	gate, up, out := r(a.Gate), r(a.Up), r(a.Out)
+	q, k, v, o, a1, n2, out := r(a.Q), r(a.K), r(a.V), r(a.O), r(a.A1), r(a.N2), r(a.Out)
 	xe, xh := r(s.XE), r(s.XH)
-	act := gate
-	if !s.Act.Empty() {
-		act = r(s.Act)
-	}
 	dev.RMSNorm(xe, e, w.InputNorm, eps)
 	dev.RMSNorm(xh, hIn, w.HiddenNorm, eps)
 	s.halves[0], s.halves[1] = xe, xh
@@ -193,10 +191,8 @@ func (l *Layer) Forward(dev tensor.Device, a *Acts, s *Scratch, rows int, attn A
 	l.o.Forward(dev, a1, o)
 	dev.Add(a1, hIn)
 	dev.RMSNorm(n2, a1, w.PostNorm, eps)
-	l.gate.Forward(dev, gate, n2)
-	l.up.Forward(dev, up, n2)
-	dev.SwiGLU(act, gate, up)
-	l.down.Forward(dev, out, act)
+	s.mlp = nn.MLPActs{Gate: a.Gate, Up: a.Up, Act: s.Act}
+	l.mlp.Forward(dev, out, n2, &s.mlp, false)
 	dev.Add(out, a1)
 }
 
@@ -217,11 +213,12 @@ func (l *Layer) Shape() tensor.AttnShape { return l.a }
 
 // GradScratch holds Backward's temporaries for up to R rows.
 type GradScratch struct {
-	Act, DAct, DGate, DUp tensor.Tensor // [R, I]
-	DN2, DA1, DXE, DXH    tensor.Tensor // [R, H]
-	DO, DQ                tensor.Tensor // [R, heads*head_dim]
-	DX                    tensor.Tensor // [R, 2H]
-	halves                []tensor.Tensor
+	MLP                nn.MLPScratch // [R, I] each
+	DN2, DA1, DXE, DXH tensor.Tensor // [R, H]
+	DO, DQ             tensor.Tensor // [R, heads*head_dim]
+	DX                 tensor.Tensor // [R, 2H]
+	halves             []tensor.Tensor
+	mlp                nn.MLPActs
 }
 
 // NewGradScratch allocates Backward's temporaries for up to rows rows on
@@ -229,7 +226,7 @@ type GradScratch struct {
 func (l *Layer) NewGradScratch(dev tensor.Device, rows int) (*GradScratch, error) {
 	h, qw, I := l.G.Hidden, l.G.QDim(), l.G.Intermediate
 	al := allocator{dev: dev}
-	s := &GradScratch{Act: al.f32(rows, I), DAct: al.f32(rows, I), DGate: al.f32(rows, I), DUp: al.f32(rows, I),
+	s := &GradScratch{MLP: nn.MLPScratch{Act: al.f32(rows, I), DAct: al.f32(rows, I), DGate: al.f32(rows, I), DUp: al.f32(rows, I)},
 		DN2: al.f32(rows, h), DA1: al.f32(rows, h), DXE: al.f32(rows, h), DXH: al.f32(rows, h),
 		DO: al.f32(rows, qw), DQ: al.f32(rows, qw), DX: al.f32(rows, 2*h), halves: make([]tensor.Tensor, 2)}
 	return s, al.err
@@ -263,19 +260,12 @@ func (l *Layer) Backward(dev tensor.Device, gr *Weights, a *Acts, dOut, dH tenso
 	eps := float32(g.RMSNormEps)
 	r := func(t tensor.Tensor) tensor.Tensor { return t.RowRange(0, rows) }
 	dOut, dH = r(dOut), r(dH)
-	act, dAct, dGate, dUp := r(s.Act), r(s.DAct), r(s.DGate), r(s.DUp)
 	dN2, dA1, dXE, dXH, dO, dQ, dX := r(s.DN2), r(s.DA1), r(s.DXE), r(s.DXH), r(s.DO), r(s.DQ), r(s.DX)
-	gate, up, n2, a1, o, q, x, pos := r(a.Gate), r(a.Up), r(a.N2), r(a.A1), r(a.O), r(a.Q), r(a.X), r(a.Pos)
-	// Out = A1 + down(swiglu(gate(N2), up(N2))).
-	dev.SwiGLU(act, gate, up)
-	dev.Zero(dAct)
-	l.down.Backward(dev, dAct, gr.Down, tensor.Tensor{}, dOut, act)
-	dev.Zero(dGate)
-	dev.Zero(dUp)
-	dev.SwiGLUBackward(dGate, dUp, dAct, gate, up)
+	n2, a1, o, q, x, pos := r(a.N2), r(a.A1), r(a.O), r(a.Q), r(a.X), r(a.Pos)
+	// Out = A1 + MLP(N2).
 	dev.Zero(dN2)
-	l.gate.Backward(dev, dN2, gr.Gate, tensor.Tensor{}, dGate, n2)
-	l.up.Backward(dev, dN2, gr.Up, tensor.Tensor{}, dUp, n2)
+	s.mlp = nn.MLPActs{Gate: a.Gate, Up: a.Up}
+	l.mlp.Backward(dev, dN2, dOut, n2, &s.mlp, nn.MLPGrads{Gate: gr.Gate, Up: gr.Up, Down: gr.Down}, &s.MLP)
 	dev.Copy(dA1, dOut)
 	dev.RMSNormBackward(dA1, gr.PostNorm, dN2, a1, w.PostNorm, eps)
 	// A1 = H + o_proj(O): the residual carries DA1 straight to H.

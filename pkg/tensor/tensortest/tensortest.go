@@ -265,19 +265,27 @@ func rmsNorm(t *testing.T, dev tensor.Device) {
 	e.same("RMSNorm in place", e.read(x), e.read(out))
 }
 
-func rope(t *testing.T, dev tensor.Device) {
-	e := newEnv(t, dev, 5)
-	const hd, heads, maxPos = 8, 3, 6
+// rotary returns the rotation tables of heads of hd values (base 10000) for
+// positions below maxPos.
+func (e *env) rotary(hd, maxPos int) *tensor.Rotary {
 	half := hd / 2
 	inv := make([]float32, half)
 	cos, sin := make([]float32, maxPos*half), make([]float32, maxPos*half)
 	for i := range inv {
-		inv[i] = float32(1 / math.Pow(10000, float64(2*i)/hd))
+		inv[i] = float32(1 / math.Pow(10000, float64(2*i)/float64(hd)))
 		for p := 0; p < maxPos; p++ {
 			cos[p*half+i], sin[p*half+i] = tensor.RoPEAngle(p, inv[i])
 		}
 	}
-	rot := &tensor.Rotary{HeadDim: hd, MaxPos: maxPos, Cos: e.tensor(cos, maxPos, half), Sin: e.tensor(sin, maxPos, half), InvFreq: e.tensor(inv, 1, half)}
+	return &tensor.Rotary{HeadDim: hd, MaxPos: maxPos, Cos: e.tensor(cos, maxPos, half), Sin: e.tensor(sin, maxPos, half), InvFreq: e.tensor(inv, 1, half)}
+}
+
+func rope(t *testing.T, dev tensor.Device) {
+	e := newEnv(t, dev, 5)
+	const hd, heads, maxPos = 8, 3, 6
+	half := hd / 2
+	rot := e.rotary(hd, maxPos)
+	inv := e.read(rot.InvFreq)
 	pos := []int32{0, 5, 6, 40} // two past the table
 	rows := len(pos)
 	xv := e.rand(rows*heads*hd, 1)

@@ -17,13 +17,20 @@ const (
 	fdTol  = 1e-4
 )
 
-// gradFD returns the central finite differences of f at x, a float64 copy
-// of x32, one coordinate at a time.
+// gradFD returns the central finite differences of f at a float64 copy of
+// x32.
 func gradFD(x32 []float32, f func(x []float64) float64) []float64 {
 	x := make([]float64, len(x32))
 	for i, v := range x32 {
 		x[i] = float64(v)
 	}
+	return Gradient(x, f)
+}
+
+// Gradient returns the central finite differences of f at x (step 1e-4), one
+// coordinate at a time, restoring x: the float64 reference a backward pass
+// is checked against.
+func Gradient(x []float64, f func(x []float64) float64) []float64 {
 	g := make([]float64, len(x))
 	for i := range x {
 		v := x[i]
@@ -169,16 +176,7 @@ func rmsNormBackward(t *testing.T, dev tensor.Device) {
 func ropeBackward(t *testing.T, dev tensor.Device) {
 	e := newEnv(t, dev, 22)
 	const hd, heads, maxPos = 8, 2, 4
-	half := hd / 2
-	inv := make([]float32, half)
-	cos, sin := make([]float32, maxPos*half), make([]float32, maxPos*half)
-	for i := range inv {
-		inv[i] = float32(1 / math.Pow(10000, float64(2*i)/hd))
-		for p := 0; p < maxPos; p++ {
-			cos[p*half+i], sin[p*half+i] = tensor.RoPEAngle(p, inv[i])
-		}
-	}
-	rot := &tensor.Rotary{HeadDim: hd, MaxPos: maxPos, Cos: e.tensor(cos, maxPos, half), Sin: e.tensor(sin, maxPos, half), InvFreq: e.tensor(inv, 1, half)}
+	rot := e.rotary(hd, maxPos)
 	pos := []int32{1, 3, 9}
 	rows, w := len(pos), heads*hd
 	pt, _ := dev.Alloc(tensor.I32, rows, 1)
