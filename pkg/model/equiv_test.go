@@ -304,10 +304,10 @@ func TestUnfusedEqualsFused(t *testing.T) {
 	toks := []int{1, 403, 407, 261, 378, 9, 30, 31, 32, 33, 34}
 	fused, _ := run(t, m, []Input{{Seq: mustSeq(t, m, 16), Tokens: toks, Logits: LogitsAll}}, Options{})
 	for i := range m.Layers {
-		if m.Layers[i].Attn.qkv.Empty() || m.Layers[i].MLP.nn.GateUp.Empty() {
+		if m.Layers[i].Attn.nn.QKV.Empty() || m.Layers[i].MLP.nn.GateUp.Empty() {
 			t.Fatalf("layer %d: loader did not fuse the weights", i)
 		}
-		m.Layers[i].Attn.qkv, m.Layers[i].MLP.nn.GateUp = tensor.Weight{}, tensor.Weight{}
+		m.Layers[i].Attn.nn.QKV, m.Layers[i].MLP.nn.GateUp = tensor.Weight{}, tensor.Weight{}
 	}
 	plain, _ := run(t, m, []Input{{Seq: mustSeq(t, m, 16), Tokens: toks, Logits: LogitsAll}}, Options{})
 	if d := maxDiff(fused[0], plain[0]); d > equivTol {

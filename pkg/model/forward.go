@@ -114,9 +114,8 @@ type pass struct {
 	rows                int
 	x, xn, q, att, k, v tensor.Tensor
 	pos                 tensor.Tensor
-	fusedQKV            tensor.Tensor
-	mlp                 nn.MLPActs      // gate, up and their fused product
-	qkvParts            []tensor.Tensor // q, k and v, for SplitCols
+	mlp                 nn.MLPActs  // gate, up and their fused product
+	attn                nn.AttnActs // q, k, v, the attention output and their fused product
 }
 
 // Forward runs one pass over batch and returns its outputs. Nothing is changed
@@ -270,7 +269,7 @@ func (m *Model) Forward(batch []Input, opt Options) (*Result, error) {
 	m.dev.WriteI32(p.pos, s.hostPos[:rows])
 	m.tap(0, p)
 	for li := range m.Layers {
-		m.Layers[li].forward(m, li, p)
+		m.Layers[li].forward(m, p)
 		if li < L-1 {
 			m.tap(li+1, p)
 		}
@@ -344,10 +343,14 @@ func (m *Model) views(rows int) *pass {
 	p.k, p.v = s.k.RowRange(0, rows), s.v.RowRange(0, rows)
 	p.pos = s.pos.RowRange(0, rows)
 	qkv := m.qDim + 2*m.kvDim
-	p.fusedQKV = s.fused.RowRange(0, rows*qkv).Reshape(rows, qkv)
+	fusedQKV := s.fused.RowRange(0, rows*qkv).Reshape(rows, qkv)
 	p.mlp = nn.MLPActs{Gate: s.gate.RowRange(0, rows), Up: s.up.RowRange(0, rows),
 		Fused: s.fused.RowRange(0, rows*2*m.inter).Reshape(rows, 2*m.inter)}
-	p.qkvParts = append(p.qkvParts[:0], p.q, p.k, p.v)
+	parts := p.attn.Parts
+	if parts == nil {
+		parts = make([]tensor.Tensor, 0, 3)
+	}
+	p.attn = nn.AttnActs{Q: p.q, K: p.k, V: p.v, O: p.att, Fused: fusedQKV, Parts: parts}
 	return p
 }
 
@@ -424,46 +427,38 @@ func (m *Model) ensure(rows, lrows, taps, maskLen, inputs int) error {
 // gate/up as one fused product where the weights lie back to back (fuse),
 // and the bias added after.
 
-// forward runs decoder layer li over the pass's rows: two residual blocks.
-func (l *Layer) forward(m *Model, li int, p *pass) {
+// forward runs the decoder layer over the pass's rows: two residual blocks.
+func (l *Layer) forward(m *Model, p *pass) {
 	m.dev.RMSNorm(p.xn, p.x, l.attnNorm, m.eps)
-	l.Attn.forward(m, li, p)
+	l.Attn.forward(m, p)
 	m.dev.RMSNorm(p.xn, p.x, l.mlpNorm, m.eps)
 	l.MLP.forward(m, p)
 }
 
-// forward computes x += Attention(xn) for layer li, storing the new K/V rows
-// in each sequence's cache.
-func (a *Attention) forward(m *Model, li int, p *pass) {
-	d := m.dev
-	if !a.qkv.Empty() {
-		d.MulT(p.fusedQKV, p.xn, &a.qkv, false)
-		d.SplitCols(p.fusedQKV, p.qkvParts)
-		if !a.Q.nn.B.Empty() {
-			d.AddBias(p.q, a.Q.nn.B)
-			d.AddBias(p.k, a.K.nn.B)
-			d.AddBias(p.v, a.V.nn.B)
-		}
-	} else {
-		a.Q.nn.Forward(d, p.q, p.xn)
-		a.K.nn.Forward(d, p.k, p.xn)
-		a.V.nn.Forward(d, p.v, p.xn)
-	}
-	if !a.qNorm.Empty() { // Qwen3: RMSNorm over each head, before RoPE
-		d.RMSNorm(p.q.Reshape(p.rows*m.nHeads, m.hd), p.q.Reshape(p.rows*m.nHeads, m.hd), a.qNorm, m.eps)
-		d.RMSNorm(p.k.Reshape(p.rows*m.nKV, m.hd), p.k.Reshape(p.rows*m.nKV, m.hd), a.kNorm, m.eps)
-	}
-	d.RoPE(p.q, m.nHeads, p.pos, m.rot)
-	d.RoPE(p.k, m.nKV, p.pos, m.rot)
-	// Scaling the queries by 1/√d scales every score: one pass over the
-	// queries instead of one over each row of scores.
-	d.Scale(p.q, m.scale)
+// forward computes x += Attention(xn) for the layer, storing the new K/V
+// rows in each sequence's cache.
+func (a *Attention) forward(m *Model, p *pass) {
+	a.nn.Forward(m.dev, p.x, p.xn, p.pos, &p.attn, &a.at, true)
+}
+
+// cacheAttention is the target's attention at one layer over the caches of
+// the pass's sequences: an nn.Attender.
+type cacheAttention struct {
+	m *Model
+	l int
+}
+
+// Attend scales the queries by 1/√d (one pass over the queries instead of
+// one over each row of scores), stores each sequence's new keys and values
+// in its cache, and attends every sequence at once.
+func (c *cacheAttention) Attend(d tensor.Device, o, q, k, v tensor.Tensor) {
+	m := c.m
+	d.Scale(q, m.scale)
 	for i, sq := range m.s.seqs {
 		as := &m.s.aseqs[i]
-		sq.kv.Write(li, 0, p.k.RowRange(as.Row0, as.Row0+as.T), p.v.RowRange(as.Row0, as.Row0+as.T))
+		sq.kv.Write(c.l, 0, k.RowRange(as.Row0, as.Row0+as.T), v.RowRange(as.Row0, as.Row0+as.T))
 	}
-	d.Attend(p.att, p.q, li, tensor.AttnShape{Heads: m.nHeads, KVHeads: m.nKV, HeadDim: m.hd}, m.s.aseqs)
-	a.O.nn.ForwardAcc(d, p.x, p.att)
+	d.Attend(o, q, c.l, tensor.AttnShape{Heads: m.nHeads, KVHeads: m.nKV, HeadDim: m.hd}, m.s.aseqs)
 }
 
 // forward computes x += Down(silu(Gate(xn)) * Up(xn)).

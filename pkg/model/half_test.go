@@ -292,7 +292,7 @@ func TestHalfInPlace(t *testing.T) {
 	// and up_proj lie back to back and are fused in place; k_proj, o_proj,
 	// q_proj, v_proj do not, and stay three products.
 	for i, l := range m.Layers {
-		if l.MLP.nn.GateUp.Empty() || !l.Attn.qkv.Empty() || l.MLP.nn.GateUp.ExtraBytes() != 0 || l.Attn.O.nn.W.ExtraBytes() != 0 || m.lm.ExtraBytes() != 0 {
+		if l.MLP.nn.GateUp.Empty() || !l.Attn.nn.QKV.Empty() || l.MLP.nn.GateUp.ExtraBytes() != 0 || l.Attn.O.nn.W.ExtraBytes() != 0 || m.lm.ExtraBytes() != 0 {
 			t.Fatalf("layer %d: gate/up not fused in place, q/k/v fused though apart in the file, or a transposed copy made of bf16 weights", i)
 		}
 	}
@@ -326,8 +326,8 @@ func TestHalfInPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The copy is laid out in the model's order: q/k/v fused too.
-	if mm := mo.Memory(); mm.Mapped != 0 || mm.Bytes[tensor.BF16] != mem.Bytes[tensor.BF16] || mo.Layers[0].Attn.qkv.Empty() || mo.Layers[0].MLP.nn.GateUp.Empty() {
-		t.Fatalf("odd offsets: memory %+v, q/k/v fused %v; want an aligned bf16 copy, fused", mm, !mo.Layers[0].Attn.qkv.Empty())
+	if mm := mo.Memory(); mm.Mapped != 0 || mm.Bytes[tensor.BF16] != mem.Bytes[tensor.BF16] || mo.Layers[0].Attn.nn.QKV.Empty() || mo.Layers[0].MLP.nn.GateUp.Empty() {
+		t.Fatalf("odd offsets: memory %+v, q/k/v fused %v; want an aligned bf16 copy, fused", mm, !mo.Layers[0].Attn.nn.QKV.Empty())
 	}
 	got, _ := run(t, mo, []Input{{Seq: mustSeq(t, mo, 16), Tokens: toks, Logits: LogitsAll}}, Options{})
 	if !bitsEqual(got[0], want[0]) {

@@ -326,7 +326,7 @@ func (m *Model) fill(binds []binding, half []tensor.Matrix, set func(b binding, 
 func (m *Model) fuse() error {
 	for i := range m.Layers {
 		l := &m.Layers[i]
-		l.Attn.qkv = tensor.WeightOf(adjacent(l.Attn.Q.W, l.Attn.K.W, l.Attn.V.W))
+		l.Attn.nn.QKV = tensor.WeightOf(adjacent(l.Attn.Q.W, l.Attn.K.W, l.Attn.V.W))
 		if l.MLP.Gate.B == nil && l.MLP.Up.B == nil {
 			l.MLP.nn.GateUp = tensor.WeightOf(adjacent(l.MLP.Gate.W, l.MLP.Up.W))
 		}
@@ -392,7 +392,7 @@ func (m *Model) prepare() error {
 		for _, n := range []struct {
 			dst *tensor.Tensor
 			v   []float32
-		}{{&l.attnNorm, l.AttnNorm}, {&l.mlpNorm, l.MLPNorm}, {&l.Attn.qNorm, l.Attn.QNorm}, {&l.Attn.kNorm, l.Attn.KNorm}} {
+		}{{&l.attnNorm, l.AttnNorm}, {&l.mlpNorm, l.MLPNorm}, {&l.Attn.nn.QNorm, l.Attn.QNorm}, {&l.Attn.nn.KNorm, l.Attn.KNorm}} {
 			if *n.dst, err = up(n.v); err != nil {
 				return fmt.Errorf("model: %w", err)
 			}
@@ -400,8 +400,13 @@ func (m *Model) prepare() error {
 		// The layers whose own products run: a fused matrix replaces its
 		// parts' (which keep only their biases).
 		ls = append(ls, l.Attn.O.nn, l.MLP.Down.nn)
-		if !l.Attn.qkv.Empty() {
-			ws = append(ws, &l.Attn.qkv)
+		a := &l.Attn.nn
+		a.Q, a.K, a.V, a.O = l.Attn.Q.nn, l.Attn.K.nn, l.Attn.V.nn, l.Attn.O.nn
+		a.Eps, a.Rot = m.eps, m.rot
+		a.Shape = tensor.AttnShape{Heads: m.nHeads, KVHeads: m.nKV, HeadDim: m.hd}
+		l.Attn.at = cacheAttention{m: m, l: i}
+		if !a.QKV.Empty() {
+			ws = append(ws, &a.QKV)
 		} else {
 			ls = append(ls, l.Attn.Q.nn, l.Attn.K.nn, l.Attn.V.nn)
 		}

@@ -52,8 +52,12 @@ type Attention struct {
 	Q, K, V, O   Linear
 	QNorm, KNorm []float32
 
-	qNorm, kNorm tensor.Tensor // QNorm and KNorm on the device, or empty
-	qkv          tensor.Weight // Q.W, K.W and V.W as one [qDim+2·kvDim, H] matrix, or empty
+	// nn is the block on the device: the four layers, Q.W, K.W and V.W as
+	// one [qDim+2·kvDim, H] matrix (QKV) where they lie back to back, and
+	// QNorm and KNorm on the device (or empty).
+	nn nn.Attention
+	// at is the block's attention over the pass's caches at its layer.
+	at cacheAttention
 }
 
 // MLP is the SwiGLU feed-forward block.

@@ -326,3 +326,120 @@ func TestMLPForwardBackward(t *testing.T) {
 	}
 	assertClose(t, "mlp fused", out2, want, 1e-5)
 }
+
+// causalTTT is a one-step training-time-test attention (plain causal
+// attention over one sequence) as an AttenderGrad, for the block's test.
+type causalTTT struct {
+	lse, dk, dv tensor.Tensor
+	keys, vals  []tensor.Tensor
+	shape       tensor.AttnShape
+	seqs        []tensor.Span
+}
+
+func (c *causalTTT) Attend(dev tensor.Device, o, q, k, v tensor.Tensor) {
+	c.keys, c.vals = []tensor.Tensor{k}, []tensor.Tensor{v}
+	dev.AttendTTT(o, c.lse, q, c.keys, c.vals, c.shape, c.seqs)
+}
+
+func (c *causalTTT) AttendBackward(dev tensor.Device, dq, do, o, q tensor.Tensor) (tensor.Tensor, tensor.Tensor) {
+	dev.Zero(c.dk)
+	dev.Zero(c.dv)
+	dev.AttendTTTBackward(dq, []tensor.Tensor{c.dk}, []tensor.Tensor{c.dv}, do, o, c.lse, q, c.keys, c.vals, c.shape, c.seqs)
+	return c.dk, c.dv
+}
+
+func TestAttentionForwardBackward(t *testing.T) {
+	r := rand.New(rand.NewPCG(8, 8))
+	const rows, h, heads, kvHeads, hd = 5, 6, 2, 1, 4
+	qw, kw := heads*hd, kvHeads*hd
+	dev := tensor.NewCPU(tensor.PureGo())
+	rp, err := NewRoPE(hd, 10000, nil, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rot, err := rp.On(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pos := []int32{0, 1, 2, 3, 4}
+	inv := make([]float64, hd/2)
+	for i := range inv {
+		inv[i] = math.Pow(10000, -float64(2*i)/float64(hd))
+	}
+	x, wq, wk, wv, wo, g := testutil.RandNormal(r, rows*h, 1), testutil.RandNormal(r, qw*h, 0.5), testutil.RandNormal(r, kw*h, 0.5),
+		testutil.RandNormal(r, kw*h, 0.5), testutil.RandNormal(r, h*qw, 0.5), testutil.RandNormal(r, rows*h, 1)
+	x64, g64 := to64(x), to64(g)
+	proj := func(x, w []float64, out, in int) []float64 {
+		y := make([]float64, rows*out)
+		for i := 0; i < rows; i++ {
+			for j := 0; j < out; j++ {
+				for k := 0; k < in; k++ {
+					y[i*out+j] += x[i*in+k] * w[j*in+k]
+				}
+			}
+		}
+		return y
+	}
+	// The block in float64: causal softmax attention of RoPE'd queries and
+	// keys, scale 1/√hd, the kv head shared by both query heads.
+	block := func(x, wq, wk, wv, wo []float64) []float64 {
+		q := rope64(proj(x, wq, qw, h), rows, heads, hd, pos, inv)
+		k := rope64(proj(x, wk, kw, h), rows, kvHeads, hd, pos, inv)
+		v := proj(x, wv, kw, h)
+		o := make([]float64, rows*qw)
+		for i := 0; i < rows; i++ {
+			for hh := 0; hh < heads; hh++ {
+				sc := make([]float64, i+1)
+				mx := math.Inf(-1)
+				for j := 0; j <= i; j++ {
+					for d := 0; d < hd; d++ {
+						sc[j] += q[i*qw+hh*hd+d] * k[j*kw+d]
+					}
+					sc[j] /= math.Sqrt(hd)
+					mx = math.Max(mx, sc[j])
+				}
+				var sum float64
+				for j := range sc {
+					sc[j] = math.Exp(sc[j] - mx)
+					sum += sc[j]
+				}
+				for j := range sc {
+					for d := 0; d < hd; d++ {
+						o[i*qw+hh*hd+d] += sc[j] / sum * v[j*kw+d]
+					}
+				}
+			}
+		}
+		return proj(o, wo, h, qw)
+	}
+	lin := func(w []float32, out, in int) *Linear {
+		l, err := NewLinear(dev, tensor.F32Matrix(w, out, in), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	shape := tensor.AttnShape{Heads: heads, KVHeads: kvHeads, HeadDim: hd}
+	a := &Attention{Q: lin(wq, qw, h), K: lin(wk, kw, h), V: lin(wv, kw, h), O: lin(wo, h, qw), Rot: rot, Shape: shape}
+	ten := func(n, cols int) tensor.Tensor { return tensor.HostTensor(make([]float32, n*cols), n, cols) }
+	acts := &AttnActs{Q: ten(rows, qw), K: ten(rows, kw), V: ten(rows, kw), O: ten(rows, qw)}
+	pt, _ := dev.Alloc(tensor.I32, rows, 1)
+	dev.WriteI32(pt, pos)
+	attn := &causalTTT{lse: ten(rows, heads), dk: ten(rows, kw), dv: ten(rows, kw), shape: shape, seqs: []tensor.Span{{Start: 0, N: rows}}}
+	out := make([]float32, rows*h)
+	xt := tensor.HostTensor(x, rows, h)
+	a.Forward(dev, tensor.HostTensor(out, rows, h), xt, pt, acts, attn, false)
+	wq64, wk64, wv64, wo64 := to64(wq), to64(wk), to64(wv), to64(wo)
+	assertClose(t, "attention", out, block(x64, wq64, wk64, wv64, wo64), 1e-5)
+
+	dx, dq, dk, dv, do := make([]float32, rows*h), make([]float32, qw*h), make([]float32, kw*h), make([]float32, kw*h), make([]float32, h*qw)
+	a.Backward(dev, tensor.HostTensor(dx, rows, h), tensor.HostTensor(g, rows, h), xt, pt, acts, attn,
+		AttnGrads{Q: tensor.HostTensor(dq, qw, h), K: tensor.HostTensor(dk, kw, h), V: tensor.HostTensor(dv, kw, h), O: tensor.HostTensor(do, h, qw)},
+		&AttnScratch{DO: ten(rows, qw), DQ: ten(rows, qw)})
+	loss := func(x, wq, wk, wv, wo []float64) float64 { return dot(g64, block(x, wq, wk, wv, wo)) }
+	assertClose(t, "attention dx", dx, numGrad(x64, func(v []float64) float64 { return loss(v, wq64, wk64, wv64, wo64) }), 1e-4)
+	assertClose(t, "attention dq", dq, numGrad(wq64, func(v []float64) float64 { return loss(x64, v, wk64, wv64, wo64) }), 1e-4)
+	assertClose(t, "attention dk", dk, numGrad(wk64, func(v []float64) float64 { return loss(x64, wq64, v, wv64, wo64) }), 1e-4)
+	assertClose(t, "attention dv", dv, numGrad(wv64, func(v []float64) float64 { return loss(x64, wq64, wk64, v, wo64) }), 1e-4)
+	assertClose(t, "attention do", do, numGrad(wo64, func(v []float64) float64 { return loss(x64, wq64, wk64, wv64, v) }), 1e-4)
+}

@@ -24,14 +24,13 @@ import (
 type Layer struct {
 	// G is the layer's geometry and P its parameters (a trainer's are
 	// updated in place between passes).
-	G    Geometry
-	P    *Params
-	w    *Weights
-	rope *tensor.Rotary
-	a    tensor.AttnShape
-	// The products, viewing P's matrices.
-	fc, q, k, v, o, lm *nn.Linear
-	mlp                *nn.MLP
+	G Geometry
+	P *Params
+	w *Weights
+	// The blocks and products, viewing P's matrices.
+	attn   *nn.Attention
+	mlp    *nn.MLP
+	fc, lm *nn.Linear
 }
 
 // NewLayer wraps parameters p of geometry g as a layer on dev, with RoPE
@@ -44,23 +43,23 @@ func NewLayer(dev tensor.Device, g Geometry, p *Params, maxPos int) (*Layer, err
 	if err != nil {
 		return nil, fmt.Errorf("eagle3: draft RoPE: %w", err)
 	}
-	l := &Layer{G: g, P: p, a: tensor.AttnShape{Heads: g.Heads, KVHeads: g.KVHeads, HeadDim: g.HeadDim}}
-	if l.rope, err = rope.On(dev); err != nil {
+	l := &Layer{G: g, P: p, mlp: &nn.MLP{},
+		attn: &nn.Attention{Shape: tensor.AttnShape{Heads: g.Heads, KVHeads: g.KVHeads, HeadDim: g.HeadDim}}}
+	if l.attn.Rot, err = rope.On(dev); err != nil {
 		return nil, fmt.Errorf("eagle3: draft RoPE: %w", err)
 	}
 	if l.w, err = p.On(dev, g); err != nil {
 		return nil, err
 	}
 	h, qw, kw, I := g.Hidden, g.QDim(), g.KVDim(), g.Intermediate
-	l.mlp = &nn.MLP{}
 	for _, m := range []struct {
 		dst     **nn.Linear
 		v       []float32
 		out, in int
 		name    string
 	}{
-		{&l.fc, p.FC, h, 3 * h, "fc"}, {&l.q, p.Q, qw, 2 * h, "q_proj"}, {&l.k, p.K, kw, 2 * h, "k_proj"},
-		{&l.v, p.V, kw, 2 * h, "v_proj"}, {&l.o, p.O, h, qw, "o_proj"}, {&l.mlp.Gate, p.Gate, I, h, "gate_proj"},
+		{&l.fc, p.FC, h, 3 * h, "fc"}, {&l.attn.Q, p.Q, qw, 2 * h, "q_proj"}, {&l.attn.K, p.K, kw, 2 * h, "k_proj"},
+		{&l.attn.V, p.V, kw, 2 * h, "v_proj"}, {&l.attn.O, p.O, h, qw, "o_proj"}, {&l.mlp.Gate, p.Gate, I, h, "gate_proj"},
 		{&l.mlp.Up, p.Up, I, h, "up_proj"}, {&l.mlp.Down, p.Down, h, I, "down_proj"}, {&l.lm, p.LMHead, g.DraftVocab, h, "lm_head"},
 	} {
 		if *m.dst, err = nn.NewLinear(dev, tensor.F32Matrix(m.v, m.out, m.in), nil); err != nil {
@@ -75,25 +74,7 @@ func NewLayer(dev tensor.Device, g Geometry, p *Params, maxPos int) (*Layer, err
 // layouts the device chooses for them (tensor.Device.PrepareWeights). A
 // layer wrapping a trainer's live parameters must not be frozen.
 func (l *Layer) Freeze(dev tensor.Device) {
-	nn.Freeze(dev, nil, l.fc, l.q, l.k, l.v, l.o, l.mlp.Gate, l.mlp.Up, l.mlp.Down, l.lm)
-}
-
-// Attention is the layer's attention, which its caller supplies.
-type Attention interface {
-	// Attend writes the attention output o [rows, heads*head_dim] of the
-	// rows' queries q (RoPE applied, not scaled), whose own keys k (RoPE
-	// applied) and values v it keeps wherever its algorithm attends to
-	// them.
-	Attend(dev tensor.Device, o, q, k, v tensor.Tensor)
-}
-
-// AttentionGrad is an Attention with a backward pass.
-type AttentionGrad interface {
-	Attention
-	// AttendBackward accumulates into dq the gradient of the rows' queries,
-	// given do at the output o of Attend, and returns the complete
-	// gradients of the rows' (RoPE'd) keys and values.
-	AttendBackward(dev tensor.Device, dq, do, o, q tensor.Tensor) (dk, dv tensor.Tensor)
+	nn.Freeze(dev, nil, l.fc, l.attn.Q, l.attn.K, l.attn.V, l.attn.O, l.mlp.Gate, l.mlp.Up, l.mlp.Down, l.lm)
 }
 
 // Acts are one application of the layer to up to R rows: its inputs and
@@ -131,6 +112,7 @@ type Scratch struct {
 	XE, XH tensor.Tensor // [R, H] the two normed halves of X
 	Act    tensor.Tensor // [R, I] swiglu(Gate, Up); empty: it overwrites Gate (no backward follows)
 	halves []tensor.Tensor
+	attn   nn.AttnActs
 	mlp    nn.MLPActs
 }
 
@@ -139,7 +121,8 @@ type Scratch struct {
 func (l *Layer) NewScratch(dev tensor.Device, rows int, inPlace bool) (*Scratch, error) {
 	h := l.G.Hidden
 	al := allocator{dev: dev}
-	s := &Scratch{XE: al.f32(rows, h), XH: al.f32(rows, h), halves: make([]tensor.Tensor, 2)}
+	s := &Scratch{XE: al.f32(rows, h), XH: al.f32(rows, h), halves: make([]tensor.Tensor, 2),
+		attn: nn.AttnActs{Parts: make([]tensor.Tensor, 0, 3)}}
 	if !inPlace {
 		s.Act = al.f32(rows, l.G.Intermediate)
 	}
@@ -171,24 +154,19 @@ func (l *Layer) FC(dev tensor.Device, out, feat tensor.Tensor) { l.fc.Forward(de
 
 // Forward runs the decoder layer over the first rows rows of a (inputs E,
 // H, Pos; activations written), attending through attn.
-func (l *Layer) Forward(dev tensor.Device, a *Acts, s *Scratch, rows int, attn Attention) {
-	g, w := l.G, l.w
-	eps := float32(g.RMSNormEps)
+func (l *Layer) Forward(dev tensor.Device, a *Acts, s *Scratch, rows int, attn nn.Attender) {
+	w := l.w
+	eps := float32(l.G.RMSNormEps)
 	r := func(t tensor.Tensor) tensor.Tensor { return t.RowRange(0, rows) }
 	e, hIn, x, pos := r(a.E), r(a.H), r(a.X), r(a.Pos)
-	q, k, v, o, a1, n2, out := r(a.Q), r(a.K), r(a.V), r(a.O), r(a.A1), r(a.N2), r(a.Out)
+	a1, n2, out := r(a.A1), r(a.N2), r(a.Out)
 	xe, xh := r(s.XE), r(s.XH)
 	dev.RMSNorm(xe, e, w.InputNorm, eps)
 	dev.RMSNorm(xh, hIn, w.HiddenNorm, eps)
 	s.halves[0], s.halves[1] = xe, xh
 	dev.ConcatCols(x, s.halves)
-	l.q.Forward(dev, q, x)
-	l.k.Forward(dev, k, x)
-	l.v.Forward(dev, v, x)
-	dev.RoPE(q, g.Heads, pos, l.rope)
-	dev.RoPE(k, g.KVHeads, pos, l.rope)
-	attn.Attend(dev, o, q, k, v)
-	l.o.Forward(dev, a1, o)
+	s.attn.Q, s.attn.K, s.attn.V, s.attn.O = a.Q, a.K, a.V, a.O
+	l.attn.Forward(dev, a1, x, pos, &s.attn, attn, false)
 	dev.Add(a1, hIn)
 	dev.RMSNorm(n2, a1, w.PostNorm, eps)
 	s.mlp = nn.MLPActs{Gate: a.Gate, Up: a.Up, Act: s.Act}
@@ -209,15 +187,16 @@ func (l *Layer) Logits(dev tensor.Device, dst, fn, out tensor.Tensor) {
 func (l *Layer) Scale() float32 { return float32(1 / math.Sqrt(float64(l.G.HeadDim))) }
 
 // Shape returns the attention's head layout.
-func (l *Layer) Shape() tensor.AttnShape { return l.a }
+func (l *Layer) Shape() tensor.AttnShape { return l.attn.Shape }
 
 // GradScratch holds Backward's temporaries for up to R rows.
 type GradScratch struct {
-	MLP                nn.MLPScratch // [R, I] each
-	DN2, DA1, DXE, DXH tensor.Tensor // [R, H]
-	DO, DQ             tensor.Tensor // [R, heads*head_dim]
-	DX                 tensor.Tensor // [R, 2H]
+	MLP                nn.MLPScratch  // [R, I] each
+	Attn               nn.AttnScratch // [R, heads*head_dim] each
+	DN2, DA1, DXE, DXH tensor.Tensor  // [R, H]
+	DX                 tensor.Tensor  // [R, 2H]
 	halves             []tensor.Tensor
+	attn               nn.AttnActs
 	mlp                nn.MLPActs
 }
 
@@ -228,7 +207,7 @@ func (l *Layer) NewGradScratch(dev tensor.Device, rows int) (*GradScratch, error
 	al := allocator{dev: dev}
 	s := &GradScratch{MLP: nn.MLPScratch{Act: al.f32(rows, I), DAct: al.f32(rows, I), DGate: al.f32(rows, I), DUp: al.f32(rows, I)},
 		DN2: al.f32(rows, h), DA1: al.f32(rows, h), DXE: al.f32(rows, h), DXH: al.f32(rows, h),
-		DO: al.f32(rows, qw), DQ: al.f32(rows, qw), DX: al.f32(rows, 2*h), halves: make([]tensor.Tensor, 2)}
+		Attn: nn.AttnScratch{DO: al.f32(rows, qw), DQ: al.f32(rows, qw)}, DX: al.f32(rows, 2*h), halves: make([]tensor.Tensor, 2)}
 	return s, al.err
 }
 
@@ -255,31 +234,24 @@ func (l *Layer) NormBackward(dev tensor.Device, gr *Weights, dout, dfn, out tens
 // into gr and writes the gradient at the hidden input a.H into dH. a.E must
 // hold the rows' embeddings again (a caller sharing one embedding buffer
 // between applications gathers them anew).
-func (l *Layer) Backward(dev tensor.Device, gr *Weights, a *Acts, dOut, dH tensor.Tensor, rows int, attn AttentionGrad, s *GradScratch) {
-	g, w := l.G, l.w
-	eps := float32(g.RMSNormEps)
+func (l *Layer) Backward(dev tensor.Device, gr *Weights, a *Acts, dOut, dH tensor.Tensor, rows int, attn nn.AttenderGrad, s *GradScratch) {
+	w := l.w
+	eps := float32(l.G.RMSNormEps)
 	r := func(t tensor.Tensor) tensor.Tensor { return t.RowRange(0, rows) }
 	dOut, dH = r(dOut), r(dH)
-	dN2, dA1, dXE, dXH, dO, dQ, dX := r(s.DN2), r(s.DA1), r(s.DXE), r(s.DXH), r(s.DO), r(s.DQ), r(s.DX)
-	n2, a1, o, q, x, pos := r(a.N2), r(a.A1), r(a.O), r(a.Q), r(a.X), r(a.Pos)
+	dN2, dA1, dXE, dXH, dX := r(s.DN2), r(s.DA1), r(s.DXE), r(s.DXH), r(s.DX)
+	n2, a1, x, pos := r(a.N2), r(a.A1), r(a.X), r(a.Pos)
 	// Out = A1 + MLP(N2).
 	dev.Zero(dN2)
 	s.mlp = nn.MLPActs{Gate: a.Gate, Up: a.Up}
 	l.mlp.Backward(dev, dN2, dOut, n2, &s.mlp, nn.MLPGrads{Gate: gr.Gate, Up: gr.Up, Down: gr.Down}, &s.MLP)
 	dev.Copy(dA1, dOut)
 	dev.RMSNormBackward(dA1, gr.PostNorm, dN2, a1, w.PostNorm, eps)
-	// A1 = H + o_proj(O): the residual carries DA1 straight to H.
-	dev.Zero(dO)
-	l.o.Backward(dev, dO, gr.O, tensor.Tensor{}, dA1, o)
+	// A1 = H + attention(X): the residual carries DA1 straight to H.
 	dev.Copy(dH, dA1)
-	dev.Zero(dQ)
-	dk, dv := attn.AttendBackward(dev, dQ, dO, o, q)
-	dev.RoPEBackward(dQ, g.Heads, pos, l.rope)
-	dev.RoPEBackward(dk, g.KVHeads, pos, l.rope)
 	dev.Zero(dX)
-	l.q.Backward(dev, dX, gr.Q, tensor.Tensor{}, dQ, x)
-	l.k.Backward(dev, dX, gr.K, tensor.Tensor{}, dk, x)
-	l.v.Backward(dev, dX, gr.V, tensor.Tensor{}, dv, x)
+	s.attn = nn.AttnActs{Q: a.Q, K: a.K, V: a.V, O: a.O}
+	l.attn.Backward(dev, dX, dA1, x, pos, &s.attn, attn, nn.AttnGrads{Q: gr.Q, K: gr.K, V: gr.V, O: gr.O}, &s.Attn)
 	s.halves[0], s.halves[1] = dXE, dXH
 	dev.SplitCols(dX, s.halves)
 	dev.RMSNormBackward(tensor.Tensor{}, gr.InputNorm, dXE, r(a.E), w.InputNorm, eps)
