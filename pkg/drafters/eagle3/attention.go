@@ -62,7 +62,7 @@ func NewTTT(g Geometry, dev tensor.Device, steps, maxRows int, withGrad bool) (*
 	return t, nil
 }
 
-// Attend implements Attention for step Step, whose keys and values the
+// Attend implements nn.Attender for step Step, whose keys and values the
 // layer wrote into Keys[Step] and Vals[Step] (k and v).
 func (t *TTT) Attend(dev tensor.Device, o, q, k, v tensor.Tensor) {
 	s := t.Step
@@ -78,7 +78,7 @@ func (t *TTT) ZeroGrad(rows int) {
 	}
 }
 
-// AttendBackward implements AttentionGrad for step Step, the steps after it
+// AttendBackward implements nn.AttenderGrad for step Step, the steps after it
 // having run theirs: it accumulates the gradient of this step's queries into
 // dq and of every step's keys and values up to this one, and returns this
 // step's, which are then complete (the later steps added their share).

@@ -205,7 +205,7 @@ func (s *Session) layer(r int, tok []int32, committed bool) error {
 	return nil
 }
 
-// sessionAttention is the session as the layer's Attention.
+// sessionAttention is the session as the layer's attention (an nn.Attender).
 type sessionAttention Session
 
 // Attend implements Attention for the session's rows through the device's

@@ -12,7 +12,7 @@ import (
 // target feature in), the decoder layer, and the final norm and lm_head (the
 // draft vocabulary's logits out). The trainer's unroll and the drafting
 // session run this one Forward, as device ops over device tensors; they
-// differ only in the attention (Attention), which the caller supplies:
+// differ only in the attention (an nn.Attender), which the caller supplies:
 // training attends over the unrolled steps of packed sequences (TTT), the
 // session over its KV cache and draft tree. A frozen draft (Freeze)
 // multiplies through the device's weight products, which may keep the
