@@ -16,7 +16,8 @@ const castBlock = 1 << 12
 // lossJob is the softmax or loss being split over the workers.
 type lossJob struct {
 	x, d, p, w []float32 // logits (Softmax's rows), dlogits, soft targets, weights
-	t          []int32   // targets
+	t          []int32   // targets (ArgMax's indices)
+	scale      float32   // Softmax's
 	rowLoss    []float64
 	rank       []int32
 	rows, v    int
@@ -29,33 +30,86 @@ type lossJob struct {
 // flight and its chunk functions stored once, so that a split allocates
 // nothing, and the casts' float32 block.
 type lossOps struct {
-	job                             lossJob
-	softmaxFn, ceFn, softFn, evalFn func(lo, hi int)
-	cast                            []float32 // allocated by the first 16-bit to 16-bit cast
+	job                                       lossJob
+	softmaxFn, argmaxFn, ceFn, softFn, evalFn func(lo, hi int)
+	cast                                      []float32 // allocated by the first 16-bit to 16-bit cast
 }
 
 func (l *lossOps) init() {
 	l.softmaxFn = l.softmaxChunk
+	l.argmaxFn = l.argmaxChunk
 	l.ceFn = l.ceChunk
 	l.softFn = l.softChunk
 	l.evalFn = l.evalChunk
 }
 
-// Softmax replaces each row of x with its softmax, with the inference kernel
-// Softmax (float32 exponentials of the row minus its maximum, Expf's
-// arithmetic, and their float32 sum), rows split over the workers.
-func (c *CPUDevice) Softmax(x Tensor) {
+// Softmax computes each row's (x - max)·scale, their exponentials with
+// ExpShift (Expf's arithmetic), their sum in float64 one value after another,
+// and scales the row by the sum's float32 inverse; rows split over the
+// workers.
+func (c *CPUDevice) Softmax(x Tensor, scale float32) {
 	checkLossDType("Softmax", x, F32)
 	l := &c.loss
-	l.job.x, l.job.v = x.f32, x.cols
+	l.job.x, l.job.v, l.job.scale = x.f32, x.cols, scale
 	Parallel(x.rows, RowChunk(x.cols), l.softmaxFn)
 	l.job = lossJob{}
 }
 
 func (l *lossOps) softmaxChunk(lo, hi int) {
-	x, n := l.job.x, l.job.v
+	x, n, s := l.job.x, l.job.v, l.job.scale
 	for r := lo; r < hi; r++ {
-		Softmax(x[r*n : r*n+n])
+		row := x[r*n : r*n+n]
+		mx := rowMax(row)
+		for i, v := range row {
+			row[i] = (v - mx) * s
+		}
+		ExpShift(row, 0)
+		var sum float64
+		for _, e := range row {
+			sum += float64(e)
+		}
+		Scale(row, float32(1/sum))
+	}
+}
+
+// ArgMax scans each row for its first largest value, rows split over the
+// workers.
+func (c *CPUDevice) ArgMax(idx []int32, x Tensor) {
+	checkLossDType("ArgMax", x, F32)
+	if len(idx) < x.rows {
+		panic(fmt.Sprintf("tensor: ArgMax of %d rows into %d indices", x.rows, len(idx)))
+	}
+	l := &c.loss
+	l.job.x, l.job.v, l.job.t = x.f32, x.cols, idx
+	Parallel(x.rows, RowChunk(x.cols), l.argmaxFn)
+	l.job = lossJob{}
+}
+
+func (l *lossOps) argmaxChunk(lo, hi int) {
+	x, n, idx := l.job.x, l.job.v, l.job.t
+	for r := lo; r < hi; r++ {
+		row := x[r*n : r*n+n]
+		best := 0
+		for i, v := range row {
+			if v > row[best] {
+				best = i
+			}
+		}
+		idx[r] = int32(best)
+	}
+}
+
+// GatherCols copies the columns row by row.
+func (c *CPUDevice) GatherCols(out, src, cols Tensor) {
+	if cols.dt != I32 || cols.Len() != out.cols || out.rows != src.rows {
+		panic(fmt.Sprintf("tensor: GatherCols of %d %s columns from %dx%d into %dx%d", cols.Len(), cols.dt, src.rows, src.cols, out.rows, out.cols))
+	}
+	n, w := src.cols, out.cols
+	for r := 0; r < src.rows; r++ {
+		row, o := src.f32[r*n:r*n+n], out.f32[r*w:r*w+w]
+		for i, c := range cols.i32 {
+			o[i] = row[c]
+		}
 	}
 }
 

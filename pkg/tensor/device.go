@@ -131,9 +131,17 @@ type Device interface {
 	// sums run in float64 over a split of the rows that depends on rows and
 	// v only, so the result does not depend on how a device schedules it.
 
-	// Softmax replaces each row of x with its softmax (float32 exponentials
-	// of the row minus its maximum; -Inf values become 0).
-	Softmax(x Tensor)
+	// Softmax replaces each row of x with softmax(x·scale) (a distribution
+	// at temperature 1/scale): the float32 exponentials of (x - max)·scale
+	// (-Inf values become 0) over their sum, taken in float64.
+	Softmax(x Tensor, scale float32)
+	// ArgMax writes into idx[r] the column of row r's first largest value.
+	// idx is a host slice: the indices are a value per row that the caller
+	// tallies on the host.
+	ArgMax(idx []int32, x Tensor)
+	// GatherCols writes column cols[i] of src's rows into column i of out's
+	// (cols an I32 tensor of out's width: a vocabulary's subset).
+	GatherCols(out, src, cols Tensor)
 	// CrossEntropy returns the weighted sum over rows of
 	// -log softmax(logits[r])[targets[r]], skipping rows whose weight is
 	// zero or whose target is negative. When dlogits is not empty it

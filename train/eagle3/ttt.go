@@ -20,6 +20,7 @@ type stepAct struct {
 	tok  []int32       // input token per row (-1: past the end, zero embedding)
 	pos  []int32       // RoPE position per row, written to Acts.Pos
 	w    []float32     // loss weight per row: decay^k / count_k, 0 when not kept
+	wt   tensor.Tensor // w on the device [R, 1]
 	pred []int32       // draft argmax (draft index) per row
 }
 
@@ -36,6 +37,7 @@ type net struct {
 	p, gr  *deagle3.Params
 	grW    *deagle3.Weights // gr on the device
 	embed  tensor.Weight    // the target's input embedding [V, H]
+	ids32  tensor.Tensor    // I32 [1, N] the draft vocabulary's target ids
 	head   *nn.Linear       // the target's lm_head [V, H], frozen
 	vocab  *deagle3.Vocab
 	maxRow int
@@ -48,7 +50,7 @@ type net struct {
 	fcOut  tensor.Tensor // [R,H]
 	tokens []int32       // [R]
 	mask   []bool        // [R]
-	pT     []float32     // [(R+steps+1), N] target distribution over the draft vocab, per row
+	pT     tensor.Tensor // [(R+steps+1), N] target distribution over the draft vocab, per row
 	tgtID  []int32       // [R] target argmax over the full vocabulary
 	act    []stepAct
 
@@ -119,7 +121,11 @@ func newNet(g deagle3.Geometry, steps int, decay float64, be tensor.Backend, p *
 	}
 	t.feat, t.fcOut = alloc(R, 3*h), alloc(R, h)
 	t.tokens, t.mask, t.tgtID = make([]int32, R), make([]bool, R), make([]int32, R)
-	t.pT = f((R + steps + 1) * N)
+	t.pT = alloc(R+steps+1, N)
+	if t.ids32, err = dev.Alloc(tensor.I32, 1, N); err != nil {
+		return nil, fmt.Errorf("eagle3: %w", err)
+	}
+	dev.WriteI32(t.ids32, vocab.IDs[:N])
 	t.e, t.ids = alloc(R, h), make([]int, R)
 	t.act = make([]stepAct, steps)
 	for k := range t.act {
@@ -131,6 +137,7 @@ func newNet(g deagle3.Geometry, steps int, decay float64, be tensor.Backend, p *
 		// attention's tensors.
 		s.E, s.K, s.V = t.e, attn.Keys[k], attn.Vals[k]
 		s.tok, s.pos, s.w, s.pred = make([]int32, R), make([]int32, R), f(R), make([]int32, R)
+		s.wt = alloc(R, 1)
 		if withGrad {
 			s.dfn = alloc(R, h)
 		}
@@ -148,16 +155,6 @@ func newNet(g deagle3.Geometry, steps int, decay float64, be tensor.Backend, p *
 		return nil, fmt.Errorf("eagle3: %w", err)
 	}
 	return t, nil
-}
-
-// host returns x's values on the host: the losses and the target
-// distributions are still computed there.
-func (t *net) host(x tensor.Tensor) []float32 {
-	v, ok := t.dev.HostF32(x)
-	if !ok {
-		panic("eagle3: the trainer's losses need a device whose memory is the host's")
-	}
-	return v
 }
 
 // load packs samples (each truncated to maxLen tokens) into the batch buffers,
@@ -230,7 +227,7 @@ func (t *net) add(s *dataset.Sample) error {
 // finish derives the per-step tokens, positions and loss weights.
 func (t *net) finish() {
 	r := t.rows
-	clear(t.pT[r*t.g.DraftVocab:])
+	t.dev.Zero(t.pT.RowRange(r, t.pT.Rows()))
 	for k := range t.act {
 		st := &t.act[k]
 		count, masked := 0, 0
@@ -260,6 +257,7 @@ func (t *net) finish() {
 				}
 			}
 		}
+		t.dev.Write(st.wt, st.w[:r])
 	}
 }
 
@@ -268,47 +266,16 @@ func (t *net) finish() {
 // restricted to the draft vocabulary and renormalised (the frozen target
 // lm_head applied to the post-norm state), in chunks of prepRows rows.
 func (t *net) targetDist(final []float32, r0, n int) {
-	h, V, N := t.g.Hidden, t.g.Vocab, t.g.DraftVocab
-	ids := t.vocab.IDs
+	h := t.g.Hidden
 	for c := 0; c < n; c += prepRows {
 		m := min(prepRows, n-c)
 		fin, full := t.final.RowRange(0, m), t.full.RowRange(0, m)
 		t.dev.Write(fin, final[c*h:(c+m)*h])
 		t.head.Forward(t.dev, full, fin)
-		lgs := t.host(full)
-		tensor.Parallel(m, 4, func(lo, hi int) {
-			for j := lo; j < hi; j++ {
-				lg := lgs[j*V : (j+1)*V]
-				best := 0
-				for v, x := range lg {
-					if x > lg[best] {
-						best = v
-					}
-				}
-				row := r0 + c + j
-				t.tgtID[row] = int32(best)
-				p := t.pT[row*N : (row+1)*N]
-				mx := float32(math.Inf(-1))
-				for i, id := range ids {
-					p[i] = lg[id]
-					if p[i] > mx {
-						mx = p[i]
-					}
-				}
-				// softmax((x - max)·invTau) with the inference kernels'
-				// float32 exponentials, summed in float64.
-				invTau := float32(t.invTau)
-				for i, x := range p {
-					p[i] = (x - mx) * invTau
-				}
-				tensor.ExpShift(p, 0)
-				var sum float64
-				for _, e := range p {
-					sum += float64(e)
-				}
-				tensor.Scale(p, float32(1/sum))
-			}
-		})
+		t.dev.ArgMax(t.tgtID[r0+c:r0+c+m], full)
+		p := t.pT.RowRange(r0+c, r0+c+m)
+		t.dev.GatherCols(p, full, t.ids32)
+		t.dev.Softmax(p, float32(t.invTau))
 	}
 }
 
@@ -317,7 +284,7 @@ func (t *net) targetDist(final []float32, r0, n int) {
 // grad it also back-propagates each step's loss through the draft lm_head
 // right away (into gr.LMHead and the step's dfn), so no [R, N] logits are kept.
 func (t *net) forward(grad bool) float64 {
-	R, N, dev := t.rows, t.g.DraftVocab, t.dev
+	R, dev := t.rows, t.dev
 	t.layer.FC(dev, t.fcOut, t.feat.RowRange(0, R))
 	hIn := t.fcOut
 	logits := t.logits.RowRange(0, R)
@@ -334,7 +301,7 @@ func (t *net) forward(grad bool) float64 {
 		if grad {
 			dl = logits
 		}
-		lk := dev.SoftCrossEntropy(dl, logits, tensor.HostTensor(t.pT[(1+k)*N:], R, N), tensor.HostTensor(st.w, R, 1))
+		lk := dev.SoftCrossEntropy(dl, logits, t.pT.RowRange(1+k, 1+k+R), st.wt.RowRange(0, R))
 		total += lk
 		t.lossK[k] = lk / math.Pow(t.decay, float64(k))
 		if grad {
@@ -350,20 +317,7 @@ func (t *net) forward(grad bool) float64 {
 // token (a target argmax outside the draft vocabulary counts as a miss).
 func (t *net) score(k int) {
 	st := &t.act[k]
-	N := t.g.DraftVocab
-	logits := t.host(t.logits.RowRange(0, t.rows))
-	tensor.Parallel(t.rows, 8, func(lo, hi int) {
-		for r := lo; r < hi; r++ {
-			lg := logits[r*N : (r+1)*N]
-			best := 0
-			for v, x := range lg {
-				if x > lg[best] {
-					best = v
-				}
-			}
-			st.pred[r] = int32(best)
-		}
-	})
+	t.dev.ArgMax(st.pred[:t.rows], t.logits.RowRange(0, t.rows))
 	correct := 0
 	for _, sp := range t.attn.Seqs {
 		for i := 0; i+2+k < sp.N; i++ {

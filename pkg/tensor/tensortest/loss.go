@@ -12,6 +12,7 @@ import (
 // losses checks Softmax, the cross-entropies, TopK and Cast.
 func losses(t *testing.T, dev tensor.Device) {
 	t.Run("Softmax", func(t *testing.T) { softmax(t, dev) })
+	t.Run("selection", func(t *testing.T) { selection(t, dev) })
 	t.Run("CrossEntropy", func(t *testing.T) { crossEntropy(t, dev) })
 	t.Run("SoftCrossEntropy", func(t *testing.T) { softCrossEntropy(t, dev) })
 	t.Run("CrossEntropyEval", func(t *testing.T) { crossEntropyEval(t, dev) })
@@ -68,22 +69,69 @@ func gradTol(n int) []float64 {
 func softmax(t *testing.T, dev tensor.Device) {
 	e := newEnv(t, dev, 20)
 	for _, sh := range [][2]int{{4, 9}, {300, 70}} { // the second split over the workers
-		rows, n := sh[0], sh[1]
-		v := e.rand(rows*n, 3)
-		v[n+2] = float32(math.Inf(-1)) // a masked value: probability 0
-		x := e.tensor(v, rows, n)
-		dev.Softmax(x)
-		want := make([]float64, rows*n)
-		for r := 0; r < rows; r++ {
-			for i, l := range logSoftmax(v[r*n : r*n+n]) {
-				want[r*n+i] = math.Exp(l)
+		for _, scale := range []float32{1, 1 / 0.7} {
+			rows, n := sh[0], sh[1]
+			v := e.rand(rows*n, 3)
+			v[n+2] = float32(math.Inf(-1)) // a masked value: probability 0
+			x := e.tensor(v, rows, n)
+			dev.Softmax(x, scale)
+			want := make([]float64, rows*n)
+			scaled := make([]float32, n)
+			for r := 0; r < rows; r++ {
+				for i, y := range v[r*n : r*n+n] {
+					scaled[i] = float32(float64(y) * float64(scale))
+				}
+				for i, l := range logSoftmax(scaled) {
+					want[r*n+i] = math.Exp(l)
+				}
+			}
+			got := e.read(x)
+			if got[n+2] != 0 {
+				t.Fatalf("Softmax of -Inf is %v, want 0", got[n+2])
+			}
+			e.near("Softmax", got, want, gradTol(len(want)))
+		}
+	}
+}
+
+// selection checks ArgMax (first of equal largest values) and GatherCols.
+func selection(t *testing.T, dev tensor.Device) {
+	e := newEnv(t, dev, 27)
+	rows, n := 300, 40 // split over the workers
+	v := e.rand(rows*n, 1)
+	v[5*n+7], v[5*n+30] = 9, 9 // a tie: the lower column wins
+	x := e.tensor(v, rows, n)
+	idx := make([]int32, rows)
+	dev.ArgMax(idx, x)
+	for r := 0; r < rows; r++ {
+		best := 0
+		for i, y := range v[r*n : r*n+n] {
+			if y > v[r*n+best] {
+				best = i
 			}
 		}
-		got := e.read(x)
-		if got[n+2] != 0 {
-			t.Fatalf("Softmax of -Inf is %v, want 0", got[n+2])
+		if int(idx[r]) != best {
+			t.Fatalf("ArgMax row %d: %d, want %d", r, idx[r], best)
 		}
-		e.near("Softmax", got, want, gradTol(len(want)))
+	}
+	if idx[5] != 7 {
+		t.Fatalf("ArgMax of a tie: column %d, want the first, 7", idx[5])
+	}
+	cols := []int32{39, 0, 7, 7, 12}
+	ct, err := dev.Alloc(tensor.I32, 1, len(cols))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev.WriteI32(ct, cols)
+	out, _ := dev.Alloc(tensor.F32, rows, len(cols))
+	dev.GatherCols(out, x, ct)
+	got := e.read(out)
+	for r := 0; r < rows; r++ {
+		for i, c := range cols {
+			if got[r*len(cols)+i] != v[r*n+int(c)] {
+				t.Fatalf("GatherCols row %d column %d: %v, want column %d's %v", r, i, got[r*len(cols)+i], c, v[r*n+int(c)])
+			}
+		}
 	}
 }
 
