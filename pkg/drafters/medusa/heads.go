@@ -221,9 +221,6 @@ func (m *Heads) On(dev tensor.Device) (*Layers, error) {
 	return n, nil
 }
 
-// Device returns the device the layers compute on.
-func (n *Layers) Device() tensor.Device { return n.dev }
-
 // Forward runs head h's residual blocks on the rows of xs[0]: block l
 // writes its output to xs[l+1] and its pre-activation W x + b to zs[l]
 // (each with xs[0]'s rows), which Backward reads. Without a backward pass
