@@ -364,15 +364,8 @@ func (m *Model) tap(k int, p *pass) {
 // ensure grows the scratch space for a pass of the given size.
 func (m *Model) ensure(rows, lrows, taps, maskLen, inputs int) error {
 	s := &m.s
-	var err error
-	alloc := func(dt tensor.DType, r, c int) tensor.Tensor {
-		if err != nil {
-			return tensor.Tensor{}
-		}
-		t, e := m.dev.Alloc(dt, r, c)
-		err = e
-		return t
-	}
+	al := tensor.Allocator{Dev: m.dev}
+	alloc := al.Alloc
 	if rows > s.rows {
 		s.rows = rows
 		s.gen++
@@ -402,9 +395,9 @@ func (m *Model) ensure(rows, lrows, taps, maskLen, inputs int) error {
 		s.lx = alloc(tensor.F32, lrows, m.h)
 		s.logits = alloc(tensor.F32, lrows, m.vocab)
 	}
-	if err != nil {
+	if al.Err != nil {
 		s.rows, s.lrows = 0, 0 // allocate again next time
-		return err
+		return al.Err
 	}
 	if len(s.mask) < maskLen {
 		s.mask = make([]bool, maskLen)

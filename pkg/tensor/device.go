@@ -227,6 +227,30 @@ type Device interface {
 	AttendTTTBackward(dq Tensor, dkeys, dvals []Tensor, dout, out, lse, q Tensor, keys, vals []Tensor, shape AttnShape, seqs []Span)
 }
 
+// Allocator allocates tensors on a device for a caller that allocates many
+// at once and checks for an error once: after the first failure it returns
+// empty tensors and keeps that error in Err.
+type Allocator struct {
+	Dev Device
+	Err error
+}
+
+// Alloc returns a zeroed [rows, cols] tensor of dtype dt (Device.Alloc), or
+// an empty one once an allocation has failed.
+func (a *Allocator) Alloc(dt DType, rows, cols int) Tensor {
+	if a.Err != nil {
+		return Tensor{}
+	}
+	t, err := a.Dev.Alloc(dt, rows, cols)
+	if err != nil {
+		a.Err = err
+	}
+	return t
+}
+
+// F32 is Alloc of a float32 tensor.
+func (a *Allocator) F32(rows, cols int) Tensor { return a.Alloc(F32, rows, cols) }
+
 // AdamWStep is one AdamW update's scalars (torch.optim.AdamW's, non-amsgrad,
 // in float32): each value is updated as
 //

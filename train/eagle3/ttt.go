@@ -1,7 +1,6 @@
 package eagle3
 
 import (
-	"errors"
 	"fmt"
 	"math"
 
@@ -113,12 +112,8 @@ func newNet(g deagle3.Geometry, steps int, decay float64, be tensor.Backend, p *
 		}
 	}
 	f := func(n int) []float32 { return make([]float32, n) }
-	var al []error
-	alloc := func(rows, cols int) tensor.Tensor {
-		x, err := dev.Alloc(tensor.F32, rows, cols)
-		al = append(al, err)
-		return x
-	}
+	al := tensor.Allocator{Dev: dev}
+	alloc := al.F32
 	t.feat, t.fcOut = alloc(R, 3*h), alloc(R, h)
 	t.tokens, t.mask, t.tgtID = make([]int32, R), make([]bool, R), make([]int32, R)
 	t.pT = alloc(R+steps+1, N)
@@ -151,8 +146,8 @@ func newNet(g deagle3.Geometry, steps int, decay float64, be tensor.Backend, p *
 	if withGrad {
 		t.dOut, t.dH = alloc(R, h), alloc(R, h)
 	}
-	if err := errors.Join(al...); err != nil {
-		return nil, fmt.Errorf("eagle3: %w", err)
+	if al.Err != nil {
+		return nil, fmt.Errorf("eagle3: %w", al.Err)
 	}
 	return t, nil
 }

@@ -52,14 +52,8 @@ func NewWorkspace(dev tensor.Device, m *dmedusa.Heads, maxRows, chunk int) (*Wor
 	}
 	H := m.Hidden
 	ws := &Workspace{MaxRows: maxRows, Chunk: chunk, m: m, n: n, dev: dev}
-	alloc := func(rows, cols int) tensor.Tensor {
-		if err != nil {
-			return tensor.Tensor{}
-		}
-		var t tensor.Tensor
-		t, err = dev.Alloc(tensor.F32, rows, cols)
-		return t
-	}
+	al := tensor.Allocator{Dev: dev}
+	alloc := al.F32
 	ws.xs = make([]tensor.Tensor, m.Layers+1)
 	for l := range ws.xs {
 		ws.xs[l] = alloc(maxRows, H)
@@ -73,11 +67,9 @@ func NewWorkspace(dev tensor.Device, m *dmedusa.Heads, maxRows, chunk int) (*Wor
 	ws.dz = alloc(maxRows, H)
 	ws.logits = alloc(chunk, m.Vocab)
 	ws.rowWT = alloc(chunk, 1)
-	if err == nil {
-		ws.tgt, err = dev.Alloc(tensor.I32, maxRows, 1)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("medusa: workspace of %d rows: %w", maxRows, err)
+	ws.tgt = al.Alloc(tensor.I32, maxRows, 1)
+	if al.Err != nil {
+		return nil, fmt.Errorf("medusa: workspace of %d rows: %w", maxRows, al.Err)
 	}
 	ws.targets = make([]int32, maxRows)
 	ws.rowW = make([]float32, chunk)

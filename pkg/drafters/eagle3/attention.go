@@ -34,30 +34,18 @@ type TTT struct {
 func NewTTT(g Geometry, dev tensor.Device, steps, maxRows int, withGrad bool) (*TTT, error) {
 	kw := g.KVDim()
 	t := &TTT{dev: dev, shape: tensor.AttnShape{Heads: g.Heads, KVHeads: g.KVHeads, HeadDim: g.HeadDim}}
-	// add appends a [maxRows, cols] buffer to dst, or keeps the first error.
-	var err error
-	add := func(dst *[]tensor.Tensor, cols int) {
-		if err != nil {
-			return
-		}
-		var x tensor.Tensor
-		if x, err = dev.Alloc(tensor.F32, maxRows, cols); err != nil {
-			err = fmt.Errorf("eagle3: TTT attention buffers: %w", err)
-			return
-		}
-		*dst = append(*dst, x)
-	}
+	al := tensor.Allocator{Dev: dev}
 	for range steps {
-		add(&t.Keys, kw)
-		add(&t.Vals, kw)
-		add(&t.lse, g.Heads)
+		t.Keys = append(t.Keys, al.F32(maxRows, kw))
+		t.Vals = append(t.Vals, al.F32(maxRows, kw))
+		t.lse = append(t.lse, al.F32(maxRows, g.Heads))
 		if withGrad {
-			add(&t.dkeys, kw)
-			add(&t.dvals, kw)
+			t.dkeys = append(t.dkeys, al.F32(maxRows, kw))
+			t.dvals = append(t.dvals, al.F32(maxRows, kw))
 		}
 	}
-	if err != nil {
-		return nil, err
+	if al.Err != nil {
+		return nil, fmt.Errorf("eagle3: TTT attention buffers: %w", al.Err)
 	}
 	return t, nil
 }

@@ -123,11 +123,11 @@ func (d *Draft) newSession(capacity, maxNodes int) (*Session, error) {
 	if s.scratch, err = d.layer.NewScratch(dev, R, true); err != nil {
 		return nil, err
 	}
-	al := allocator{dev: dev}
-	s.root, s.rootLg = al.f32(1, h), al.f32(1, N)
-	s.nh, s.nlg = al.f32(maxNodes, h), al.f32(maxNodes, N)
-	s.feat, s.fn = al.f32(extendChunk, 3*h), al.f32(R, h)
-	return s, al.err
+	al := tensor.Allocator{Dev: dev}
+	s.root, s.rootLg = al.F32(1, h), al.F32(1, N)
+	s.nh, s.nlg = al.F32(maxNodes, h), al.F32(maxNodes, N)
+	s.feat, s.fn = al.F32(extendChunk, 3*h), al.F32(R, h)
+	return s, wrapAlloc(al.Err)
 }
 
 // Len returns the number of committed positions.

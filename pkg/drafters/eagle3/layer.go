@@ -100,11 +100,11 @@ type Acts struct {
 func (l *Layer) NewActs(dev tensor.Device, rows int) (*Acts, error) {
 	g := l.G
 	h, qw, kw, I := g.Hidden, g.QDim(), g.KVDim(), g.Intermediate
-	al := allocator{dev: dev}
-	a := &Acts{E: al.f32(rows, h), H: al.f32(rows, h), Pos: al.alloc(tensor.I32, rows, 1), X: al.f32(rows, 2*h),
-		Q: al.f32(rows, qw), K: al.f32(rows, kw), V: al.f32(rows, kw), O: al.f32(rows, qw), A1: al.f32(rows, h),
-		N2: al.f32(rows, h), Gate: al.f32(rows, I), Up: al.f32(rows, I), Out: al.f32(rows, h)}
-	return a, al.err
+	al := tensor.Allocator{Dev: dev}
+	a := &Acts{E: al.F32(rows, h), H: al.F32(rows, h), Pos: al.Alloc(tensor.I32, rows, 1), X: al.F32(rows, 2*h),
+		Q: al.F32(rows, qw), K: al.F32(rows, kw), V: al.F32(rows, kw), O: al.F32(rows, qw), A1: al.F32(rows, h),
+		N2: al.F32(rows, h), Gate: al.F32(rows, I), Up: al.F32(rows, I), Out: al.F32(rows, h)}
+	return a, wrapAlloc(al.Err)
 }
 
 // Scratch holds Forward's temporaries; one may serve many Acts.
@@ -120,33 +120,14 @@ type Scratch struct {
 // with inPlace the activation overwrites the gate (no backward follows).
 func (l *Layer) NewScratch(dev tensor.Device, rows int, inPlace bool) (*Scratch, error) {
 	h := l.G.Hidden
-	al := allocator{dev: dev}
-	s := &Scratch{XE: al.f32(rows, h), XH: al.f32(rows, h), halves: make([]tensor.Tensor, 2),
+	al := tensor.Allocator{Dev: dev}
+	s := &Scratch{XE: al.F32(rows, h), XH: al.F32(rows, h), halves: make([]tensor.Tensor, 2),
 		attn: nn.AttnActs{Parts: make([]tensor.Tensor, 0, 3)}}
 	if !inPlace {
-		s.Act = al.f32(rows, l.G.Intermediate)
+		s.Act = al.F32(rows, l.G.Intermediate)
 	}
-	return s, al.err
+	return s, wrapAlloc(al.Err)
 }
-
-// allocator allocates device tensors, keeping the first error.
-type allocator struct {
-	dev tensor.Device
-	err error
-}
-
-func (a *allocator) alloc(dt tensor.DType, rows, cols int) tensor.Tensor {
-	if a.err != nil {
-		return tensor.Tensor{}
-	}
-	t, err := a.dev.Alloc(dt, rows, cols)
-	if err != nil {
-		a.err = fmt.Errorf("eagle3: %w", err)
-	}
-	return t
-}
-
-func (a *allocator) f32(rows, cols int) tensor.Tensor { return a.alloc(tensor.F32, rows, cols) }
 
 // FC computes the hidden input of the first step from the rows of fused
 // target features feat [rows, 3H] into out's first rows.
@@ -204,11 +185,11 @@ type GradScratch struct {
 // dev.
 func (l *Layer) NewGradScratch(dev tensor.Device, rows int) (*GradScratch, error) {
 	h, qw, I := l.G.Hidden, l.G.QDim(), l.G.Intermediate
-	al := allocator{dev: dev}
-	s := &GradScratch{MLP: nn.MLPScratch{Act: al.f32(rows, I), DAct: al.f32(rows, I), DGate: al.f32(rows, I), DUp: al.f32(rows, I)},
-		DN2: al.f32(rows, h), DA1: al.f32(rows, h), DXE: al.f32(rows, h), DXH: al.f32(rows, h),
-		Attn: nn.AttnScratch{DO: al.f32(rows, qw), DQ: al.f32(rows, qw)}, DX: al.f32(rows, 2*h), halves: make([]tensor.Tensor, 2)}
-	return s, al.err
+	al := tensor.Allocator{Dev: dev}
+	s := &GradScratch{MLP: nn.MLPScratch{Act: al.F32(rows, I), DAct: al.F32(rows, I), DGate: al.F32(rows, I), DUp: al.F32(rows, I)},
+		DN2: al.F32(rows, h), DA1: al.F32(rows, h), DXE: al.F32(rows, h), DXH: al.F32(rows, h),
+		Attn: nn.AttnScratch{DO: al.F32(rows, qw), DQ: al.F32(rows, qw)}, DX: al.F32(rows, 2*h), halves: make([]tensor.Tensor, 2)}
+	return s, wrapAlloc(al.Err)
 }
 
 // LogitsBackward writes into dfn the gradient at Logits' normed outputs fn
@@ -262,4 +243,12 @@ func (l *Layer) Backward(dev tensor.Device, gr *Weights, a *Acts, dOut, dH tenso
 // the rows of features feat (the features themselves are not trained).
 func (l *Layer) FCBackward(dev tensor.Device, gr *Weights, dH, feat tensor.Tensor) {
 	l.fc.Backward(dev, tensor.Tensor{}, gr.FC, tensor.Tensor{}, dH.RowRange(0, feat.Rows()), feat)
+}
+
+// wrapAlloc says where a failed allocation happened.
+func wrapAlloc(err error) error {
+	if err != nil {
+		return fmt.Errorf("eagle3: %w", err)
+	}
+	return nil
 }

@@ -123,6 +123,18 @@ func memory(t *testing.T, dev tensor.Device) {
 	for r := 0; r < 4; r++ {
 		e.same("SplitCols", []float32{ga[r], gb[2*r], gb[2*r+1]}, v[3*r:3*r+3])
 	}
+	// An Allocator keeps its first error and allocates nothing after it.
+	al := tensor.Allocator{Dev: dev}
+	if a := al.F32(2, 3); a.Rows() != 2 || a.Cols() != 3 || al.Err != nil {
+		t.Fatalf("Allocator: a %dx%d tensor, error %v; want 2x3, none", a.Rows(), a.Cols(), al.Err)
+	}
+	al.F32(-1, 3)
+	if al.Err == nil {
+		t.Fatal("Allocator: no error for -1 rows")
+	}
+	if a := al.Alloc(tensor.I32, 2, 3); !a.Empty() {
+		t.Fatalf("Allocator: a %dx%d tensor after an error, want none", a.Rows(), a.Cols())
+	}
 	h, ok := dev.HostF32(x)
 	if ok {
 		e.same("HostF32", h, v)
