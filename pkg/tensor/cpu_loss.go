@@ -207,33 +207,46 @@ func (c *CPUDevice) CrossEntropy(dlogits, logits, targets, weights Tensor) float
 	return c.loss.total(n)
 }
 
+// weight returns row r's loss weight: 1 without weights.
+func (j *lossJob) weight(r int) float32 {
+	if j.w == nil {
+		return 1
+	}
+	return j.w[r]
+}
+
+// skip clears row r's gradient, if wanted: a row the loss leaves out.
+func (j *lossJob) skip(r int) {
+	if j.d != nil {
+		clear(j.d[r*j.v : r*j.v+j.v])
+	}
+}
+
+// exps returns row r's maximum and Σ e^(x - max) over the row (expSum),
+// the exponentials stored in the row's gradient d when one is wanted (nil
+// otherwise), where the caller rescales them into the gradient.
+func (j *lossJob) exps(r int) (mx float32, sum float64, d []float32) {
+	row := j.x[r*j.v : r*j.v+j.v]
+	mx = rowMax(row)
+	if j.d != nil {
+		d = j.d[r*j.v : r*j.v+j.v]
+	}
+	return mx, expSum(row, d, mx), d
+}
+
 // ceChunk computes chunks [clo, chi) of CrossEntropy.
 func (l *lossOps) ceChunk(clo, chi int) {
 	j := &l.job
-	rows, v, chunk := j.rows, j.v, j.chunk
-	logits, dlogits, targets, weights := j.x, j.d, j.t, j.w
 	for c := clo; c < chi; c++ {
 		var loss float64
-		for r := c * chunk; r < min((c+1)*chunk, rows); r++ {
-			w := float32(1)
-			if weights != nil {
-				w = weights[r]
-			}
-			t := targets[r]
+		for r := c * j.chunk; r < min((c+1)*j.chunk, j.rows); r++ {
+			w, t := j.weight(r), j.t[r]
 			if w == 0 || t < 0 {
-				if dlogits != nil {
-					clear(dlogits[r*v : r*v+v])
-				}
+				j.skip(r)
 				continue
 			}
-			row := logits[r*v : r*v+v]
-			xt := row[t]
-			mx := rowMax(row)
-			var d []float32
-			if dlogits != nil {
-				d = dlogits[r*v : r*v+v]
-			}
-			sum := expSum(row, d, mx)
+			xt := j.x[r*j.v+int(t)]
+			mx, sum, d := j.exps(r)
 			// -log p_t = log(sum_j e^(x_j - max)) - (x_t - max)
 			loss += float64(w) * (math.Log(sum) - float64(xt-mx))
 			if d != nil {
@@ -262,22 +275,16 @@ func (c *CPUDevice) SoftCrossEntropy(dlogits, logits, p, weights Tensor) float64
 // softChunk computes chunks [clo, chi) of SoftCrossEntropy.
 func (l *lossOps) softChunk(clo, chi int) {
 	j := &l.job
-	rows, v, chunk := j.rows, j.v, j.chunk
-	logits, dlogits, p, weights := j.x, j.d, j.p, j.w
+	v := j.v
 	for c := clo; c < chi; c++ {
 		var loss float64
-		for r := c * chunk; r < min((c+1)*chunk, rows); r++ {
-			w := float32(1)
-			if weights != nil {
-				w = weights[r]
-			}
+		for r := c * j.chunk; r < min((c+1)*j.chunk, j.rows); r++ {
+			w := j.weight(r)
 			if w == 0 {
-				if dlogits != nil {
-					clear(dlogits[r*v : r*v+v])
-				}
+				j.skip(r)
 				continue
 			}
-			row, pr := logits[r*v:r*v+v], p[r*v:r*v+v]
+			row, pr := j.x[r*v:r*v+v], j.p[r*v:r*v+v]
 			// sum_j p_j (logZ - x_j) = psum logZ - sum_j p_j x_j, read
 			// before the exponentials may overwrite the logits.
 			var psum, px float64
@@ -286,12 +293,7 @@ func (l *lossOps) softChunk(clo, chi int) {
 				psum += pj
 				px += pj * float64(x)
 			}
-			mx := rowMax(row)
-			var d []float32
-			if dlogits != nil {
-				d = dlogits[r*v : r*v+v]
-			}
-			sum := expSum(row, d, mx)
+			mx, sum, d := j.exps(r)
 			logZ := math.Log(sum) + float64(mx)
 			loss += float64(w) * (psum*logZ - px)
 			if d != nil {
