@@ -131,6 +131,8 @@ func NewEngine(m *model.Model, opt EngineOptions) (*Engine, error) {
 // Stats returns the counters accumulated so far.
 func (e *Engine) Stats() Stats { return e.stats }
 
+// getSeq returns an empty sequence: a released one when there is one, so
+// that runs reuse cache memory, else a new one of the engine's capacity.
 func (e *Engine) getSeq() (*model.Sequence, error) {
 	if n := len(e.pool); n > 0 {
 		s := e.pool[n-1]
@@ -141,6 +143,8 @@ func (e *Engine) getSeq() (*model.Sequence, error) {
 	return e.m.NewSequence(e.opt.Capacity)
 }
 
+// getStates returns empty per-tap state buffers, recycled ones when there
+// are some so that their memory is reused.
 func (e *Engine) getStates() [][]float32 {
 	if n := len(e.free); n > 0 {
 		st := e.free[n-1]
@@ -153,6 +157,14 @@ func (e *Engine) getStates() [][]float32 {
 	return make([][]float32, len(e.opt.Taps))
 }
 
+// release returns a slot's sequence and state buffers for later slots.
+func (e *Engine) release(s *slot) {
+	e.pool = append(e.pool, s.seq)
+	if s.states != nil {
+		e.free = append(e.free, s.states)
+	}
+}
+
 // Run generates jobs and calls emit for each, in job order. The jobs of one
 // call are scheduled as a unit: slots are filled in job order and refilled as
 // jobs finish, so the composition of every forward pass is a function of the
@@ -163,6 +175,26 @@ func (e *Engine) getStates() [][]float32 {
 // Run stops at the first error, including ctx's cancellation, and emits
 // nothing after it.
 func (e *Engine) Run(ctx context.Context, jobs []Job, emit func(Done) error) error {
+	if err := e.checkJobs(jobs); err != nil {
+		return err
+	}
+	r := &run{e: e, jobs: jobs, emit: emit, taps: len(e.opt.Taps) > 0, fopt: model.Options{Taps: e.opt.Taps},
+		h: e.m.HiddenSize(), slots: make([]*slot, 0, 2*e.opt.Batch), finished: map[int]*slot{}}
+	defer r.releaseAll()
+	for r.nextEmit < len(jobs) {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := r.step(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkJobs refuses, before anything runs, a job with no prompt, no token
+// budget or more positions than a sequence holds.
+func (e *Engine) checkJobs(jobs []Job) error {
 	for i, j := range jobs {
 		if len(j.Prompt) == 0 {
 			return fmt.Errorf("generate: job %d: empty prompt", i)
@@ -174,149 +206,244 @@ func (e *Engine) Run(ctx context.Context, jobs []Job, emit func(Done) error) err
 			return fmt.Errorf("generate: job %d: %d prompt tokens + %d new exceed the sequence capacity %d", i, len(j.Prompt), j.MaxNew, e.opt.Capacity)
 		}
 	}
-	taps := len(e.opt.Taps) > 0
-	fopt := model.Options{Taps: e.opt.Taps}
-	H := e.m.HiddenSize()
-	slots := make([]*slot, 0, 2*e.opt.Batch)
-	finished := map[int]*slot{}
-	nextJob, nextEmit := 0, 0
-	release := func(s *slot) {
-		e.pool = append(e.pool, s.seq)
-		if s.states != nil {
-			e.free = append(e.free, s.states)
-		}
+	return nil
+}
+
+// run is the state of one Run call.
+type run struct {
+	e        *Engine
+	jobs     []Job
+	emit     func(Done) error
+	taps     bool // whether states are captured
+	fopt     model.Options
+	h        int           // the model's hidden size
+	slots    []*slot       // the jobs in flight, in job order
+	finished map[int]*slot // ended jobs waiting for their turn to be emitted, by job index
+	nextJob  int           // the next job to admit
+	nextEmit int           // the next job to emit
+}
+
+// releaseAll hands back the slots still held when Run returns, after an
+// error or a cancellation; each slot is either in flight or finished, never
+// both.
+func (r *run) releaseAll() {
+	for _, s := range r.slots {
+		r.e.release(s)
 	}
-	defer func() {
-		for _, s := range slots {
-			release(s)
-		}
-		for _, s := range finished {
-			release(s)
-		}
-	}()
-	for nextEmit < len(jobs) {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		// Fill: running jobs (generating) count against Batch; capture-only
-		// rows of finishing jobs ride along.
-		running := 0
-		for _, s := range slots {
-			if !s.final {
-				running++
-			}
-		}
-		for running < e.opt.Batch && nextJob < len(jobs) {
-			seq, err := e.getSeq()
-			if err != nil {
-				return err
-			}
-			s := &slot{job: nextJob, seq: seq}
-			s.rng.Reset(e.opt.Seed, jobs[nextJob].Stream)
-			if taps {
-				s.states = e.getStates()
-			}
-			slots = append(slots, s)
-			nextJob++
+	for _, s := range r.finished {
+		r.e.release(s)
+	}
+}
+
+// step advances every job in flight by one forward pass: it admits new
+// jobs, runs the pass (their prefill, one decode row per generating job,
+// the capture-only row of each job that just ended), samples the next
+// tokens, retires the jobs that ended and emits those whose turn came.
+func (r *run) step() error {
+	if err := r.admit(); err != nil {
+		return err
+	}
+	res, err := r.forward()
+	if err != nil {
+		return err
+	}
+	if err := r.sampleAll(res); err != nil {
+		return err
+	}
+	return r.emitReady()
+}
+
+// admit starts jobs in job order while fewer than Batch jobs generate;
+// capture-only rows of ending jobs ride along without counting.
+func (r *run) admit() error {
+	running := 0
+	for _, s := range r.slots {
+		if !s.final {
 			running++
 		}
-		e.batch = e.batch[:0]
-		e.owner = e.owner[:0]
-		for _, s := range slots {
-			in := model.Input{Seq: s.seq}
-			switch {
-			case s.seq.Len() == 0:
-				in.Tokens = jobs[s.job].Prompt
-				in.Logits = model.LogitsLast
-			case s.final:
-				in.Tokens = s.next[:]
-				in.Logits = model.LogitsNone
-			default:
-				in.Tokens = s.next[:]
-				in.Logits = model.LogitsLast
-			}
-			e.batch = append(e.batch, in)
-			e.owner = append(e.owner, s)
-		}
-		t0 := time.Now()
-		res, err := e.m.Forward(e.batch, fopt)
-		t1 := time.Now()
-		e.stats.Forward += t1.Sub(t0)
+	}
+	for running < r.e.opt.Batch && r.nextJob < len(r.jobs) {
+		s, err := r.newSlot(r.nextJob)
 		if err != nil {
-			return fmt.Errorf("generate: %w", err)
+			return err
 		}
-		e.stats.Forwards++
-		e.stats.Rows += int64(res.Start[len(e.batch)])
-		if taps {
-			for b, s := range e.owner {
-				for t := range e.opt.Taps {
-					s.states[t] = append(s.states[t], res.HiddenOf(t, b)...)
-				}
-			}
-			e.stats.Copy += time.Since(t1)
-		}
-		t2 := time.Now()
-		keep := slots[:0]
-		for b, s := range e.owner {
-			if s.final {
-				finished[s.job] = s
-				continue
-			}
-			id, err := e.sampler.Sample(res.LogitsOf(b), &s.rng)
-			if err != nil {
-				return &JobError{Job: s.job, Token: len(s.gen), Err: err}
-			}
-			e.stats.Generated++
-			s.gen = append(s.gen, id)
-			s.next[0] = id
-			if e.opt.OnToken != nil {
-				if err := e.opt.OnToken(s.job, id); err != nil {
-					return err
-				}
-			}
-			_, isStop := e.stop[id]
-			switch {
-			case isStop:
-				s.finish = FinishEOS
-			case len(s.gen) >= jobs[s.job].MaxNew:
-				s.finish = FinishLength
-			}
-			if s.finish == "" {
-				keep = append(keep, s)
-				continue
-			}
-			if taps {
-				s.final = true
-				keep = append(keep, s)
-				continue
-			}
-			finished[s.job] = s
-		}
-		for i := len(keep); i < len(slots); i++ {
-			slots[i] = nil
-		}
-		slots = keep
-		e.stats.Sample += time.Since(t2)
-		for {
-			s, ok := finished[nextEmit]
-			if !ok {
-				break
-			}
-			delete(finished, nextEmit)
-			if taps {
-				for t := range s.states {
-					if len(s.states[t]) != (len(jobs[s.job].Prompt)+len(s.gen))*H {
-						return fmt.Errorf("generate: internal error: job %d captured %d state rows for %d positions", s.job, len(s.states[t])/H, len(jobs[s.job].Prompt)+len(s.gen))
-					}
-				}
-			}
-			err := emit(Done{Job: s.job, Tokens: s.gen, Finish: s.finish, States: s.states})
-			release(s)
-			if err != nil {
-				return err
-			}
-			nextEmit++
-		}
+		r.slots = append(r.slots, s)
+		r.nextJob++
+		running++
 	}
 	return nil
+}
+
+// newSlot starts job: an empty sequence, the job's own random stream and,
+// when capturing, empty state buffers.
+func (r *run) newSlot(job int) (*slot, error) {
+	seq, err := r.e.getSeq()
+	if err != nil {
+		return nil, err
+	}
+	s := &slot{job: job, seq: seq}
+	s.rng.Reset(r.e.opt.Seed, r.jobs[job].Stream)
+	if r.taps {
+		s.states = r.e.getStates()
+	}
+	return s, nil
+}
+
+// forward runs one model pass over every slot and captures the tapped
+// states.
+func (r *run) forward() (*model.Result, error) {
+	e := r.e
+	r.buildBatch()
+	t0 := time.Now()
+	res, err := e.m.Forward(e.batch, r.fopt)
+	t1 := time.Now()
+	e.stats.Forward += t1.Sub(t0)
+	if err != nil {
+		return nil, fmt.Errorf("generate: %w", err)
+	}
+	e.stats.Forwards++
+	e.stats.Rows += int64(res.Start[len(e.batch)])
+	if r.taps {
+		r.capture(res)
+		e.stats.Copy += time.Since(t1)
+	}
+	return res, nil
+}
+
+// buildBatch lays out the pass: one input per slot, in slot order, and the
+// slot each input belongs to.
+func (r *run) buildBatch() {
+	e := r.e
+	e.batch = e.batch[:0]
+	e.owner = e.owner[:0]
+	for _, s := range r.slots {
+		e.batch = append(e.batch, r.input(s))
+		e.owner = append(e.owner, s)
+	}
+}
+
+// input is slot s's share of the next pass: its prompt (prefill) when it
+// has just started, else the token it sampled last, with the logits to
+// sample from unless only its capture-only row is left.
+func (r *run) input(s *slot) model.Input {
+	switch {
+	case s.seq.Len() == 0:
+		return model.Input{Seq: s.seq, Tokens: r.jobs[s.job].Prompt, Logits: model.LogitsLast}
+	case s.final:
+		return model.Input{Seq: s.seq, Tokens: s.next[:], Logits: model.LogitsNone}
+	default:
+		return model.Input{Seq: s.seq, Tokens: s.next[:], Logits: model.LogitsLast}
+	}
+}
+
+// capture appends each slot's rows of every tap to its states.
+func (r *run) capture(res *model.Result) {
+	for b, s := range r.e.owner {
+		for t := range r.e.opt.Taps {
+			s.states[t] = append(s.states[t], res.HiddenOf(t, b)...)
+		}
+	}
+}
+
+// sampleAll samples the next token of every generating slot of the pass
+// and retires the slots whose jobs ended. On an error the slots not yet
+// looked at stay in flight, so that every slot is released once.
+func (r *run) sampleAll(res *model.Result) error {
+	e := r.e
+	t0 := time.Now()
+	keep := r.slots[:0]
+	for b, s := range e.owner {
+		if s.final {
+			r.finished[s.job] = s
+			continue
+		}
+		if err := r.sample(s, res.LogitsOf(b)); err != nil {
+			r.slots = append(keep, e.owner[b:]...)
+			return err
+		}
+		keep = r.retire(keep, s)
+	}
+	clear(r.slots[len(keep):])
+	r.slots = keep
+	e.stats.Sample += time.Since(t0)
+	return nil
+}
+
+// sample draws slot s's next token from its logits row, appends it to the
+// generation, streams it and sets the finish reason when the job ended.
+func (r *run) sample(s *slot, logits []float32) error {
+	e := r.e
+	id, err := e.sampler.Sample(logits, &s.rng)
+	if err != nil {
+		return &JobError{Job: s.job, Token: len(s.gen), Err: err}
+	}
+	e.stats.Generated++
+	s.gen = append(s.gen, id)
+	s.next[0] = id
+	if e.opt.OnToken != nil {
+		if err := e.opt.OnToken(s.job, id); err != nil {
+			return err
+		}
+	}
+	s.finish = e.finishReason(id, len(s.gen), r.jobs[s.job].MaxNew)
+	return nil
+}
+
+// finishReason tells whether a generation that just produced id, its
+// generated-th token, has ended, and why; "" when it goes on.
+func (e *Engine) finishReason(id, generated, maxNew int) string {
+	if _, isStop := e.stop[id]; isStop {
+		return FinishEOS
+	}
+	if generated >= maxNew {
+		return FinishLength
+	}
+	return ""
+}
+
+// retire decides where a just-sampled slot goes and returns keep, the slots
+// that stay in flight: a generating one stays; an ended one stays for the
+// capture-only row of its last token when states are captured, else waits
+// in finished to be emitted.
+func (r *run) retire(keep []*slot, s *slot) []*slot {
+	switch {
+	case s.finish == "":
+		return append(keep, s)
+	case r.taps:
+		s.final = true
+		return append(keep, s)
+	}
+	r.finished[s.job] = s
+	return keep
+}
+
+// emitReady emits, in job order, the finished jobs whose turn has come.
+func (r *run) emitReady() error {
+	for {
+		s, ok := r.finished[r.nextEmit]
+		if !ok {
+			return nil
+		}
+		delete(r.finished, r.nextEmit)
+		if err := r.report(s); err != nil {
+			return err
+		}
+		r.nextEmit++
+	}
+}
+
+// report hands a finished job to emit, after checking that it captured a
+// state row for every position, and releases its slot.
+func (r *run) report(s *slot) error {
+	if r.taps {
+		n := len(r.jobs[s.job].Prompt) + len(s.gen)
+		for t := range s.states {
+			if len(s.states[t]) != n*r.h {
+				return fmt.Errorf("generate: internal error: job %d captured %d state rows for %d positions", s.job, len(s.states[t])/r.h, n)
+			}
+		}
+	}
+	err := r.emit(Done{Job: s.job, Tokens: s.gen, Finish: s.finish, States: s.states})
+	r.e.release(s)
+	return err
 }

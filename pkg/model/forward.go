@@ -122,13 +122,58 @@ type pass struct {
 // when it returns an error. After it returns, chain inputs are committed to
 // their sequences and tree inputs are pending.
 func (m *Model) Forward(batch []Input, opt Options) (*Result, error) {
-	if len(batch) == 0 {
-		return nil, fmt.Errorf("model: forward: empty batch")
+	rows, lrows, maskLen, err := m.validate(batch, opt)
+	if err != nil {
+		return nil, err
 	}
+	if err := m.ensure(rows, lrows, len(opt.Taps), maskLen, len(batch)); err != nil {
+		return nil, fmt.Errorf("model: forward: %w", err)
+	}
+	m.layout(batch, rows)
+	m.embedRows(batch)
+	p := m.views(rows)
+	m.dev.WriteI32(p.pos, m.s.hostPos[:rows])
+	m.decoderLayers(p)
+	lx := m.finalNorm(p)
+	logits := m.lmHead(lx)
+	commitInputs(batch)
+	return m.result(logits, len(opt.Taps), rows), nil
+}
+
+// validate checks the whole pass before any activation, cache or sequence
+// length is written, so that an error leaves them as they were, and returns
+// the sizes the scratch must hold: the rows, the rows that get logits and
+// the tree mask entries. It records the requested taps in the scratch and
+// marks each sequence as seen by this pass, to refuse it twice.
+func (m *Model) validate(batch []Input, opt Options) (rows, lrows, maskLen int, err error) {
+	if len(batch) == 0 {
+		return 0, 0, 0, fmt.Errorf("model: forward: empty batch")
+	}
+	m.s.epoch++
+	if err := m.mapTaps(opt.Taps); err != nil {
+		return 0, 0, 0, err
+	}
+	for b := range batch {
+		in := &batch[b]
+		if err := m.checkInput(b, in); err != nil {
+			return 0, 0, 0, err
+		}
+		t := len(in.Tokens)
+		if in.Parents != nil {
+			maskLen += t * t
+		}
+		lrows += in.logitRowCount()
+		rows += t
+	}
+	return rows, lrows, maskLen, nil
+}
+
+// mapTaps fills the scratch's tapOf from Options.Taps, refusing indices
+// outside hidden_states and duplicates, so that the layer loop finds a tap
+// by index instead of searching the list.
+func (m *Model) mapTaps(taps []int) error {
 	s := &m.s
-	s.epoch++
 	L := len(m.Layers)
-	// Validate everything first so that errors leave the state untouched.
 	if cap(s.tapOf) < L+2 {
 		s.tapOf = make([]int, L+2)
 	}
@@ -136,77 +181,116 @@ func (m *Model) Forward(batch []Input, opt Options) (*Result, error) {
 	for i := range s.tapOf {
 		s.tapOf[i] = -1
 	}
-	for t, k := range opt.Taps {
+	for t, k := range taps {
 		if k < PreNormLast || k > L {
-			return nil, fmt.Errorf("model: forward: tap %d is not a hidden_states index in 0..%d (or PreNormLast)", k, L)
+			return fmt.Errorf("model: forward: tap %d is not a hidden_states index in 0..%d (or PreNormLast)", k, L)
 		}
 		if s.tapOf[k+1] >= 0 {
-			return nil, fmt.Errorf("model: forward: tap %d requested twice", k)
+			return fmt.Errorf("model: forward: tap %d requested twice", k)
 		}
 		s.tapOf[k+1] = t
 	}
-	rows, lrows, maskLen := 0, 0, 0
-	for b := range batch {
-		in := &batch[b]
-		sq := in.Seq
-		if sq == nil || sq.m != m {
-			return nil, fmt.Errorf("model: forward: batch[%d] has no sequence of this model", b)
-		}
-		if sq.epoch == s.epoch {
-			return nil, fmt.Errorf("model: forward: batch[%d]: the same sequence appears twice in one batch", b)
-		}
-		sq.epoch = s.epoch
-		t := len(in.Tokens)
-		if t == 0 {
-			return nil, fmt.Errorf("model: forward: batch[%d] has no tokens (empty prompt)", b)
-		}
-		if sq.kv.Pending() > 0 {
-			return nil, fmt.Errorf("model: forward: batch[%d]: the sequence has %d uncommitted tree nodes; call Commit first", b, sq.kv.Pending())
-		}
-		for i, id := range in.Tokens {
-			if id < 0 || id >= m.vocab {
-				return nil, fmt.Errorf("model: forward: batch[%d] token %d has id %d, outside the vocabulary [0, %d)", b, i, id, m.vocab)
-			}
-		}
-		if err := sq.kv.Fits(t); err != nil {
-			if sq.kv.Len()+t > m.maxPos {
-				return nil, fmt.Errorf("model: forward: batch[%d]: %d tokens after %d in the sequence exceed the model's context length %d", b, t, sq.kv.Len(), m.maxPos)
-			}
-			return nil, fmt.Errorf("model: forward: batch[%d]: %d tokens after %d in the sequence exceed its cache capacity %d", b, t, sq.kv.Len(), sq.kv.Cap())
-		}
-		if in.Parents != nil {
-			if len(in.Parents) != t {
-				return nil, fmt.Errorf("model: forward: batch[%d] has %d parents for %d tree nodes", b, len(in.Parents), t)
-			}
-			for i, p := range in.Parents {
-				if p < -1 || p >= i {
-					return nil, fmt.Errorf("model: forward: batch[%d] tree node %d has parent %d; want -1 or an earlier node", b, i, p)
-				}
-			}
-			maskLen += t * t
-		}
-		switch in.Logits {
-		case LogitsDefault:
-			if in.Parents != nil {
-				lrows += t
-			} else {
-				lrows++
-			}
-		case LogitsLast:
-			lrows++
-		case LogitsAll:
-			lrows += t
-		case LogitsNone:
-		default:
-			return nil, fmt.Errorf("model: forward: batch[%d] has unknown Logits mode %d", b, in.Logits)
-		}
-		rows += t
-	}
-	if err := m.ensure(rows, lrows, len(opt.Taps), maskLen, len(batch)); err != nil {
-		return nil, fmt.Errorf("model: forward: %w", err)
-	}
+	return nil
+}
 
-	// Lay out the rows: positions, tree masks, logits rows, embeddings.
+// checkInput checks batch[b] on its own, in this order: a sequence of this
+// model not yet seen in the pass (which it marks as seen), at least one
+// token, no pending tree, the tokens (checkTokens), the parents of a tree
+// and a known logits mode.
+func (m *Model) checkInput(b int, in *Input) error {
+	sq := in.Seq
+	if sq == nil || sq.m != m {
+		return fmt.Errorf("model: forward: batch[%d] has no sequence of this model", b)
+	}
+	if sq.epoch == m.s.epoch {
+		return fmt.Errorf("model: forward: batch[%d]: the same sequence appears twice in one batch", b)
+	}
+	sq.epoch = m.s.epoch
+	t := len(in.Tokens)
+	if t == 0 {
+		return fmt.Errorf("model: forward: batch[%d] has no tokens (empty prompt)", b)
+	}
+	if sq.kv.Pending() > 0 {
+		return fmt.Errorf("model: forward: batch[%d]: the sequence has %d uncommitted tree nodes; call Commit first", b, sq.kv.Pending())
+	}
+	if err := m.checkTokens(b, in); err != nil {
+		return err
+	}
+	if in.Parents != nil {
+		if err := checkParents(b, in.Parents, t); err != nil {
+			return err
+		}
+	}
+	switch in.Logits {
+	case LogitsDefault, LogitsLast, LogitsAll, LogitsNone:
+		return nil
+	}
+	return fmt.Errorf("model: forward: batch[%d] has unknown Logits mode %d", b, in.Logits)
+}
+
+// checkTokens checks that batch[b]'s token ids are in the vocabulary and
+// that its sequence's cache and the model's context have room for them.
+func (m *Model) checkTokens(b int, in *Input) error {
+	for i, id := range in.Tokens {
+		if id < 0 || id >= m.vocab {
+			return fmt.Errorf("model: forward: batch[%d] token %d has id %d, outside the vocabulary [0, %d)", b, i, id, m.vocab)
+		}
+	}
+	sq, t := in.Seq, len(in.Tokens)
+	if err := sq.kv.Fits(t); err != nil {
+		if sq.kv.Len()+t > m.maxPos {
+			return fmt.Errorf("model: forward: batch[%d]: %d tokens after %d in the sequence exceed the model's context length %d", b, t, sq.kv.Len(), m.maxPos)
+		}
+		return fmt.Errorf("model: forward: batch[%d]: %d tokens after %d in the sequence exceed its cache capacity %d", b, t, sq.kv.Len(), sq.kv.Cap())
+	}
+	return nil
+}
+
+// checkParents checks that batch[b]'s parents describe a tree of its t
+// tokens: one parent per node, each -1 or an earlier node.
+func checkParents(b int, parents []int, t int) error {
+	if len(parents) != t {
+		return fmt.Errorf("model: forward: batch[%d] has %d parents for %d tree nodes", b, len(parents), t)
+	}
+	for i, p := range parents {
+		if p < -1 || p >= i {
+			return fmt.Errorf("model: forward: batch[%d] tree node %d has parent %d; want -1 or an earlier node", b, i, p)
+		}
+	}
+	return nil
+}
+
+// logitMode resolves LogitsDefault to what it means for this input: every
+// node of a tree, the last row of a chain.
+func (in *Input) logitMode() LogitRows {
+	if in.Logits != LogitsDefault {
+		return in.Logits
+	}
+	if in.Parents != nil {
+		return LogitsAll
+	}
+	return LogitsLast
+}
+
+// logitRowCount returns how many logits rows the input gets; its Logits
+// mode must be valid.
+func (in *Input) logitRowCount() int {
+	switch in.logitMode() {
+	case LogitsLast:
+		return 1
+	case LogitsAll:
+		return len(in.Tokens)
+	}
+	return 0
+}
+
+// layout assigns the pass's rows to its inputs, in batch order, and writes
+// on the host what the device ops read about them: each row's RoPE
+// position, each tree's ancestor mask, the rows that get logits, each
+// input's first row and first logits row, and each sequence's rows as the
+// attention reads them. The inputs must have passed validate.
+func (m *Model) layout(batch []Input, rows int) {
+	s := &m.s
 	s.seqs = s.seqs[:0]
 	s.aseqs = s.aseqs[:0]
 	s.lidx = s.lidx[:0]
@@ -216,47 +300,16 @@ func (m *Model) Forward(batch []Input, opt Options) (*Result, error) {
 	for b := range batch {
 		in := &batch[b]
 		t, n := len(in.Tokens), in.Seq.kv.Len()
-		tree := in.Parents != nil
 		as := tensor.AttnSeq{KV: in.Seq.kv.KV(), Row0: row, T: t, N: n}
 		s.lst = append(s.lst, len(s.lidx))
-		if tree {
-			mask := s.mask[moff : moff+t*t]
-			as.Mask = mask
-			s.depth = s.depth[:0]
-			for i, p := range in.Parents {
-				mi := mask[i*t : i*t+t]
-				clear(mi)
-				var d int32
-				if p >= 0 {
-					copy(mi, mask[p*t:p*t+t])
-					d = s.depth[p] + 1
-				}
-				mi[i] = true
-				s.depth = append(s.depth, d)
-				s.hostPos[row+i] = int32(n) + d
-			}
+		if in.Parents != nil {
+			as.Mask = s.mask[moff : moff+t*t]
+			s.layoutTree(as.Mask, s.hostPos[row:row+t], in.Parents, n)
 			moff += t * t
 		} else {
-			for i := 0; i < t; i++ {
-				s.hostPos[row+i] = int32(n + i)
-			}
+			layoutChain(s.hostPos[row:row+t], n)
 		}
-		mode := in.Logits
-		if mode == LogitsDefault {
-			mode = LogitsLast
-			if tree {
-				mode = LogitsAll
-			}
-		}
-		switch mode {
-		case LogitsLast:
-			s.lidx = append(s.lidx, int32(row+t-1))
-		case LogitsAll:
-			for i := 0; i < t; i++ {
-				s.lidx = append(s.lidx, int32(row+i))
-			}
-		}
-		m.dev.Gather(s.x.RowRange(row, row+t), &m.embed, in.Tokens)
+		s.addLogitRows(in.logitMode(), row, t)
 		s.aseqs = append(s.aseqs, as)
 		s.seqs = append(s.seqs, in.Seq)
 		s.start = append(s.start, row)
@@ -264,9 +317,65 @@ func (m *Model) Forward(batch []Input, opt Options) (*Result, error) {
 	}
 	s.start = append(s.start, rows)
 	s.lst = append(s.lst, len(s.lidx))
+}
 
-	p := m.views(rows)
-	m.dev.WriteI32(p.pos, s.hostPos[:rows])
+// layoutChain gives a chain's rows the positions after the n committed
+// ones, in order.
+func layoutChain(pos []int32, n int) {
+	for i := range pos {
+		pos[i] = int32(n + i)
+	}
+}
+
+// layoutTree writes a tree's [t, t] ancestor mask (row i marks node i and
+// its ancestors, copied from its parent's row) and its nodes' positions,
+// n plus their depth.
+func (s *scratch) layoutTree(mask []bool, pos []int32, parents []int, n int) {
+	t := len(parents)
+	s.depth = s.depth[:0]
+	for i, p := range parents {
+		mi := mask[i*t : i*t+t]
+		clear(mi)
+		var d int32
+		if p >= 0 {
+			copy(mi, mask[p*t:p*t+t])
+			d = s.depth[p] + 1
+		}
+		mi[i] = true
+		s.depth = append(s.depth, d)
+		pos[i] = int32(n) + d
+	}
+}
+
+// addLogitRows lists the rows, of an input laid out at row..row+t-1, that
+// the resolved mode gives logits.
+func (s *scratch) addLogitRows(mode LogitRows, row, t int) {
+	switch mode {
+	case LogitsLast:
+		s.lidx = append(s.lidx, int32(row+t-1))
+	case LogitsAll:
+		for i := 0; i < t; i++ {
+			s.lidx = append(s.lidx, int32(row+i))
+		}
+	}
+}
+
+// embedRows writes each input's token embeddings into its rows of the
+// residual stream; layout must have placed the inputs.
+func (m *Model) embedRows(batch []Input) {
+	s := &m.s
+	for b := range batch {
+		row := s.start[b]
+		m.dev.Gather(s.x.RowRange(row, row+len(batch[b].Tokens)), &m.embed, batch[b].Tokens)
+	}
+}
+
+// decoderLayers runs every decoder layer over the pass's rows, recording
+// the residual stream where a tap asks for it: hidden_states[0] before the
+// first layer, hidden_states[k] after layer k-1 for k < L, and PreNormLast
+// after the last.
+func (m *Model) decoderLayers(p *pass) {
+	L := len(m.Layers)
 	m.tap(0, p)
 	for li := range m.Layers {
 		m.Layers[li].forward(m, p)
@@ -274,29 +383,40 @@ func (m *Model) Forward(batch []Input, opt Options) (*Result, error) {
 			m.tap(li+1, p)
 		}
 	}
-	if t := s.tapOf[0]; t >= 0 {
-		m.dev.Copy(s.taps[t].RowRange(0, rows), p.x)
-	}
+	m.tap(PreNormLast, p)
+}
 
-	// Final norm: over every row when hidden_states[L] is tapped, else only
-	// over the rows that need logits.
-	nl := len(s.lidx)
-	lx := s.lx.RowRange(0, nl)
-	if t := s.tapOf[L+1]; t >= 0 {
-		tl := s.taps[t].RowRange(0, rows)
+// finalNorm applies the final RMSNorm and returns the normed rows that get
+// logits, [len(lidx), H]: over every row, into the tap, when
+// hidden_states[L] is tapped, else only over the rows that need logits.
+func (m *Model) finalNorm(p *pass) tensor.Tensor {
+	s := &m.s
+	lx := s.lx.RowRange(0, len(s.lidx))
+	if t := s.tapOf[len(m.Layers)+1]; t >= 0 {
+		tl := s.taps[t].RowRange(0, p.rows)
 		m.dev.RMSNorm(tl, p.x, m.norm, m.eps)
 		m.dev.GatherRows(lx, tl, s.lidx)
 	} else {
 		m.dev.GatherRows(lx, p.x, s.lidx)
 		m.dev.RMSNorm(lx, lx, m.norm, m.eps)
 	}
-	logits := s.logits.RowRange(0, nl)
-	if nl > 0 {
+	return lx
+}
+
+// lmHead computes the logits of the normed rows lx into the scratch and
+// returns them, [rows of lx, V]; no product runs when no row needs logits.
+func (m *Model) lmHead(lx tensor.Tensor) tensor.Tensor {
+	logits := m.s.logits.RowRange(0, len(m.s.lidx))
+	if len(m.s.lidx) > 0 {
 		m.dev.MulT(logits, lx, &m.lm, false)
 	}
+	return logits
+}
 
-	// Commit chains; leave trees pending. Both were checked before the pass
-	// (capacity, parents), so neither fails.
+// commitInputs extends each chain's sequence by its tokens and leaves each
+// tree's nodes pending. validate checked both (capacity, parents), so
+// neither fails.
+func commitInputs(batch []Input) {
 	for b := range batch {
 		in := &batch[b]
 		if in.Parents == nil {
@@ -305,15 +425,21 @@ func (m *Model) Forward(batch []Input, opt Options) (*Result, error) {
 			_ = in.Seq.kv.AddPending(in.Parents)
 		}
 	}
+}
+
+// result fills the model's Result with the pass's row layout and its
+// logits and taps as host memory.
+func (m *Model) result(logits tensor.Tensor, taps, rows int) *Result {
+	s := &m.s
 	r := &m.res
 	r.Start, r.LogitStart = s.start, s.lst
 	r.Logits = m.host(logits, &s.hostLogits)
 	r.Hidden = r.Hidden[:0]
-	for i := range opt.Taps {
+	for i := 0; i < taps; i++ {
 		r.Hidden = append(r.Hidden, m.host(s.taps[i].RowRange(0, rows), &s.hostTaps[i]))
 	}
 	r.v, r.h = m.vocab, m.h
-	return r, nil
+	return r
 }
 
 // host returns t's values on the host: t's own memory where the device's is
@@ -354,51 +480,84 @@ func (m *Model) views(rows int) *pass {
 	return p
 }
 
-// tap records the residual stream as hidden_states[k] when requested.
+// tap records the residual stream as hidden_states[k] (PreNormLast
+// included) when requested.
 func (m *Model) tap(k int, p *pass) {
 	if t := m.s.tapOf[k+1]; t >= 0 {
 		m.dev.Copy(m.s.taps[t].RowRange(0, p.rows), p.x)
 	}
 }
 
-// ensure grows the scratch space for a pass of the given size.
+// ensure grows the scratch space for a pass of the given size. When a
+// device allocation fails it forgets the row sizes, so that the next pass
+// allocates again.
 func (m *Model) ensure(rows, lrows, taps, maskLen, inputs int) error {
 	s := &m.s
 	al := tensor.Allocator{Dev: m.dev}
-	alloc := al.Alloc
-	if rows > s.rows {
-		s.rows = rows
-		s.gen++
-		s.x = alloc(tensor.F32, rows, m.h)
-		s.xn = alloc(tensor.F32, rows, m.h)
-		s.q = alloc(tensor.F32, rows, m.qDim)
-		s.att = alloc(tensor.F32, rows, m.qDim)
-		s.k = alloc(tensor.F32, rows, m.kvDim)
-		s.v = alloc(tensor.F32, rows, m.kvDim)
-		s.gate = alloc(tensor.F32, rows, m.inter)
-		s.up = alloc(tensor.F32, rows, m.inter)
-		s.fused = alloc(tensor.F32, rows*max(2*m.inter, m.qDim+2*m.kvDim), 1)
-		s.pos = alloc(tensor.I32, rows, 1)
-		s.hostPos = make([]int32, rows)
-		s.lidx = make([]int32, 0, rows)
-		s.depth = make([]int32, 0, rows)
-		for i := range s.taps {
-			s.taps[i] = alloc(tensor.F32, rows, m.h)
-		}
-	}
-	for len(s.taps) < taps {
-		s.taps = append(s.taps, alloc(tensor.F32, s.rows, m.h))
-		s.hostTaps = append(s.hostTaps, nil)
-	}
-	if lrows > s.lrows {
-		s.lrows = lrows
-		s.lx = alloc(tensor.F32, lrows, m.h)
-		s.logits = alloc(tensor.F32, lrows, m.vocab)
-	}
+	m.growRows(&al, rows)
+	m.growTaps(&al, taps)
+	m.growLogitRows(&al, lrows)
 	if al.Err != nil {
 		s.rows, s.lrows = 0, 0 // allocate again next time
 		return al.Err
 	}
+	s.growLayout(maskLen, inputs)
+	return nil
+}
+
+// growRows reallocates every per-row activation (the tap buffers included)
+// and its host side when a pass has more rows than any before, bumping the
+// generation so that views taken of the old tensors are retaken.
+func (m *Model) growRows(al *tensor.Allocator, rows int) {
+	s := &m.s
+	if rows <= s.rows {
+		return
+	}
+	s.rows = rows
+	s.gen++
+	s.x = al.Alloc(tensor.F32, rows, m.h)
+	s.xn = al.Alloc(tensor.F32, rows, m.h)
+	s.q = al.Alloc(tensor.F32, rows, m.qDim)
+	s.att = al.Alloc(tensor.F32, rows, m.qDim)
+	s.k = al.Alloc(tensor.F32, rows, m.kvDim)
+	s.v = al.Alloc(tensor.F32, rows, m.kvDim)
+	s.gate = al.Alloc(tensor.F32, rows, m.inter)
+	s.up = al.Alloc(tensor.F32, rows, m.inter)
+	s.fused = al.Alloc(tensor.F32, rows*max(2*m.inter, m.qDim+2*m.kvDim), 1)
+	s.pos = al.Alloc(tensor.I32, rows, 1)
+	s.hostPos = make([]int32, rows)
+	s.lidx = make([]int32, 0, rows)
+	s.depth = make([]int32, 0, rows)
+	for i := range s.taps {
+		s.taps[i] = al.Alloc(tensor.F32, rows, m.h)
+	}
+}
+
+// growTaps adds tap buffers, of the scratch's row count, until there are
+// taps of them.
+func (m *Model) growTaps(al *tensor.Allocator, taps int) {
+	s := &m.s
+	for len(s.taps) < taps {
+		s.taps = append(s.taps, al.Alloc(tensor.F32, s.rows, m.h))
+		s.hostTaps = append(s.hostTaps, nil)
+	}
+}
+
+// growLogitRows reallocates the LM head's input and output when a pass
+// has more logits rows than any before.
+func (m *Model) growLogitRows(al *tensor.Allocator, lrows int) {
+	s := &m.s
+	if lrows <= s.lrows {
+		return
+	}
+	s.lrows = lrows
+	s.lx = al.Alloc(tensor.F32, lrows, m.h)
+	s.logits = al.Alloc(tensor.F32, lrows, m.vocab)
+}
+
+// growLayout grows the host memory of the row layout: the tree masks and
+// the per-input lists.
+func (s *scratch) growLayout(maskLen, inputs int) {
 	if len(s.mask) < maskLen {
 		s.mask = make([]bool, maskLen)
 	}
@@ -408,7 +567,6 @@ func (m *Model) ensure(rows, lrows, taps, maskLen, inputs int) error {
 		s.start = make([]int, 0, inputs+1)
 		s.lst = make([]int, 0, inputs+1)
 	}
-	return nil
 }
 
 // The model's weight products run on its device (m.dev) through its frozen
