@@ -8,6 +8,10 @@ need_apt=()
 ldconfig -p 2>/dev/null | grep -q 'libopenblas\.so' || need_apt+=(libopenblas-dev)
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
 command -v npm >/dev/null 2>&1 || need_apt+=(npm)
+# The CUDA device's toolchain (make cuda-check): clang-16 compiles the kernels
+# to PTX, g++ builds the CPU simulator and the stand-in driver.
+command -v clang-16 >/dev/null 2>&1 || need_apt+=(clang-16)
+command -v g++ >/dev/null 2>&1 || need_apt+=(g++)
 if [ ${#need_apt[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
@@ -16,7 +20,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need_apt[@]}" >/dev/null
   else
-    echo "setup: cannot install ${need_apt[*]} (not root, no sudo); OpenBLAS-less builds fall back to pure Go"
+    echo "setup: cannot install ${need_apt[*]} (not root, no sudo); OpenBLAS-less builds fall back to pure Go, make cuda-check needs clang-16 and g++"
   fi
 fi
 
@@ -42,6 +46,23 @@ if [ -f scripts/llamaserver/package.json ] && command -v npm >/dev/null 2>&1; th
   elif [ ! -d scripts/llamaserver/node_modules/node-llama-cpp ]; then
     echo "setup: installing the llama.cpp test server (node-llama-cpp)"
     (cd scripts/llamaserver && npm ci --silent --no-audit --no-fund --omit=optional --ignore-scripts)
+  fi
+fi
+
+# NVIDIA's ptxas for make ptx-check (registers, shared memory and spills of
+# the committed PTX), from PyPI's nvidia-cuda-nvcc-cu12 wheel: no CUDA toolkit
+# install. scripts/ptxas-check.sh unpacks it into build/ptxas.
+wheel_version=12.9.86
+if ! ls build/wheels/nvidia_cuda_nvcc_cu12-$wheel_version-*.whl >/dev/null 2>&1; then
+  pip=""
+  if command -v pip >/dev/null 2>&1; then pip="pip"
+  elif command -v python3 >/dev/null 2>&1 && python3 -m pip --version >/dev/null 2>&1; then pip="python3 -m pip"; fi
+  if [ -n "$pip" ]; then
+    echo "setup: downloading ptxas (nvidia-cuda-nvcc-cu12 $wheel_version wheel)"
+    $pip download --quiet --no-deps --only-binary=:all: --dest build/wheels "nvidia-cuda-nvcc-cu12==$wheel_version" ||
+      echo "setup: could not download the ptxas wheel; make ptx-check will skip its ptxas part"
+  else
+    echo "setup: no pip: make ptx-check will skip its ptxas part (install python3-pip to enable it)"
   fi
 fi
 

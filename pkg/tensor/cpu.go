@@ -49,6 +49,13 @@ func NewCPU(be Backend) *CPUDevice {
 // Name says "cpu/" and the backend's name.
 func (c *CPUDevice) Name() string { return "cpu/" + c.be.Name() }
 
+// Sibling returns a new CPU device on the same backend: the memory is the
+// host's, so siblings share everything but their scratch.
+func (c *CPUDevice) Sibling() Device { return NewCPU(c.be) }
+
+// Backend returns the backend the device's large products run on.
+func (c *CPUDevice) Backend() Backend { return c.be }
+
 // Products returns the device's weight products, for tests that check how
 // they are split.
 func (c *CPUDevice) Products() *Products { return c.mm }

@@ -18,6 +18,11 @@ import "fmt"
 type Device interface {
 	// Name says which device and kernels run, for example "cpu/openblas".
 	Name() string
+	// Sibling returns another device value on the same device (the same
+	// memory, context and stream), with scratch of its own: a device value
+	// serves one caller, and the callers of one run (a model, its drafts,
+	// a trainer) share its memory through siblings.
+	Sibling() Device
 
 	// Alloc returns a zeroed [rows, cols] tensor of dtype dt in the device's
 	// memory.
@@ -311,7 +316,23 @@ type Tensor struct {
 	f32 []float32
 	u16 []uint16
 	i32 []int32
+	// Another device's storage: the address of the first value in its
+	// memory (OnDevice), which the host never dereferences.
+	addr uint64
 }
+
+// OnDevice returns a [rows, cols] tensor of dtype dt whose values lie in a
+// device's own memory at address addr: the constructor a device other than
+// the CPU's (pkg/tensor/cuda) builds its tensors with. Only that device
+// reads or writes the values.
+func OnDevice(dt DType, rows, cols int, addr uint64) Tensor {
+	return Tensor{dt: dt, rows: rows, cols: cols, addr: addr}
+}
+
+// DeviceAddr returns the device address of t's first value for a tensor made
+// by OnDevice (0 for a tensor in host memory): what a device passes to its
+// kernels.
+func DeviceAddr(t Tensor) uint64 { return t.addr }
 
 // DType returns the tensor's element type.
 func (t Tensor) DType() DType { return t.dt }
@@ -336,6 +357,10 @@ func (t Tensor) RowRange(lo, hi int) Tensor {
 	v := t
 	v.rows = hi - lo
 	a, b := lo*t.cols, hi*t.cols
+	if t.addr != 0 {
+		v.addr = t.addr + uint64(a*t.dt.Size())
+		return v
+	}
 	switch t.dt {
 	case F32:
 		v.f32 = t.f32[a:b:b]
@@ -367,7 +392,20 @@ type KV struct {
 	// The CPU device's layout, per layer: K and V [cap, kvDim] row-major,
 	// and K transposed [kvDim, cap] for the few-row attention's scores.
 	k, v, kt [][]float32
+	// Another device's memory for the cache, in a value of its own.
+	storage any
 }
+
+// NewDeviceKV returns a cache of capacity positions of kvDim keys and values
+// per layer whose memory a device other than the CPU's keeps in storage (its
+// own value, which only it interprets).
+func NewDeviceKV(kvDim, capacity int, storage any) *KV {
+	return &KV{kvDim: kvDim, cap: capacity, storage: storage}
+}
+
+// Storage returns the value a device gave NewDeviceKV (nil for the CPU
+// device's caches).
+func (kv *KV) Storage() any { return kv.storage }
 
 // Cap returns the cache's capacity in positions.
 func (kv *KV) Cap() int { return kv.cap }
@@ -385,3 +423,13 @@ func (kv *KV) V(l int) []float32 { return kv.v[l] }
 
 // KT returns layer l's keys transposed; see K.
 func (kv *KV) KT(l int) []float32 { return kv.kt[l] }
+
+// SiblingOf returns a sibling of dev (Device.Sibling) for a caller that
+// computes on the run's device beside others, or a new CPU device when dev
+// is nil.
+func SiblingOf(dev Device) Device {
+	if dev == nil {
+		return NewCPU(nil)
+	}
+	return dev.Sibling()
+}

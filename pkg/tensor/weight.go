@@ -10,7 +10,20 @@ package tensor
 type Weight struct {
 	m Matrix
 	t *Transposed // W transposed for few-row products, or nil
+	// The weight in a device's memory, in m's dtype, where the device's
+	// memory is not the host's (SetResident); empty until then.
+	res Tensor
 }
+
+// Resident returns the copy of the weight that a device keeps in its own
+// memory (SetResident), and whether there is one.
+func (w *Weight) Resident() (Tensor, bool) { return w.res, !w.res.Empty() }
+
+// SetResident records t as the weight's copy in a device's memory, in the
+// matrix's dtype and shape: a device whose memory is not the host's uploads
+// the weight once (PrepareWeights, or its first product) and multiplies by
+// that copy afterwards.
+func (w *Weight) SetResident(t Tensor) { w.res = t }
 
 // WeightOf returns m as a Weight with no other layout: products read m where
 // it is until Products.Prepare adds one. The Weight shares m's values.

@@ -1,0 +1,217 @@
+package cuda
+
+import (
+	"fmt"
+
+	"github.com/drafter-ai/drafter/pkg/tensor"
+)
+
+// coreOps are the kernels of kernels/core.cu: the few-row product, the
+// input cast for 16-bit GEMMs and the KV cache's position move.
+type coreOps struct {
+	few    [3]*kernel // by the weight's dtype: F32, BF16, F16
+	cast   [3]*kernel // float32 to BF16, F16 (index by dtype)
+	kvMove *kernel
+}
+
+func (o *coreOps) init(d *Device) {
+	o.few[tensor.F32] = d.fn("drafter_core_mult_few_f32")
+	o.few[tensor.BF16] = d.fn("drafter_core_mult_few_bf16")
+	o.few[tensor.F16] = d.fn("drafter_core_mult_few_f16")
+	o.cast[tensor.BF16] = d.fn("drafter_core_round_bf16")
+	o.cast[tensor.F16] = d.fn("drafter_core_round_f16")
+	o.kvMove = d.fn("drafter_core_kv_move")
+}
+
+// The cuBLAS data types (cudaDataType_t).
+const (
+	cudaR32F  = 0
+	cudaR16F  = 2
+	cudaR16BF = 14
+)
+
+// blasType returns the cuBLAS data type of a float dtype.
+func blasType(dt tensor.DType) int {
+	switch dt {
+	case tensor.F32:
+		return cudaR32F
+	case tensor.BF16:
+		return cudaR16BF
+	case tensor.F16:
+		return cudaR16F
+	}
+	panic(fmt.Sprintf("cuda: no cuBLAS type for dtype %s", dt))
+}
+
+// The few-row kernel's tiling: a block of fewWarps warps computes fewWarps
+// output columns, each warp one column for fewTile rows (its weight row read
+// once for them). A row's value is the same dot product (the same lanes, the
+// same order of sums) whatever the tile around it.
+const (
+	fewWarps = 8
+	fewTile  = 8
+)
+
+// PrepareWeights uploads each weight's matrix once, in its dtype (bf16
+// weights stay bf16 on the GPU), and records it as the weight's resident
+// copy. Running out of GPU memory panics: the interface has no error, and a
+// model that does not fit cannot run.
+func (d *Device) PrepareWeights(ws ...*tensor.Weight) {
+	for _, w := range ws {
+		d.resident(w)
+	}
+}
+
+// resident returns the GPU's copy of w, uploading it on first use (a weight
+// that PrepareWeights has not seen). A copy another device recorded (a
+// device closed since, another GPU) is not this device's memory: the weight
+// is uploaded again.
+func (d *Device) resident(w *tensor.Weight) tensor.Tensor {
+	sh := d.sh
+	t, ok := w.Resident()
+	if ok {
+		sh.mu.Lock()
+		_, mine := sh.weights[w]
+		sh.mu.Unlock()
+		if mine {
+			return t
+		}
+	}
+	m := w.Matrix()
+	if m.Empty() {
+		return tensor.Tensor{}
+	}
+	t, err := d.Upload(m)
+	if err != nil {
+		panic(fmt.Sprintf("cuda: uploading a %dx%d %s weight: %v", m.Rows, m.Cols, m.DType, err))
+	}
+	sh.mu.Lock()
+	sh.weights[w] = struct{}{}
+	sh.mu.Unlock()
+	w.SetResident(t)
+	return t
+}
+
+// RoundsInputs reports whether MulT rounds x to the weight's dtype: 16-bit
+// weights above FewRows rows, whose cublasGemmEx takes both operands in
+// the weight's dtype (tensor cores, float32 accumulation). Up to FewRows rows
+// the few-row kernel widens the weights instead and keeps x in float32.
+func (d *Device) RoundsInputs(dt tensor.DType, rows int) bool {
+	return dt != tensor.F32 && rows > tensor.FewRows
+}
+
+// MulT computes out[rows, n] (+)= x[rows, k]·Wᵀ. Up to FewRows rows it runs
+// the few-row kernel (row-independent: each output one warp's dot product
+// in float32); above, cublasGemmEx with the weight in its dtype (x cast to
+// it first for 16-bit weights, see RoundsInputs).
+func (d *Device) MulT(out, x tensor.Tensor, w *tensor.Weight, acc bool) {
+	m := w.Matrix()
+	n, k := m.Rows, m.Cols
+	rows := x.Rows()
+	if x.Cols() != k || out.Cols() != n || out.Rows() < rows || x.DType() != tensor.F32 || out.DType() != tensor.F32 {
+		panic(fmt.Sprintf("cuda: MulT of %dx%d %s by a %dx%d %s weight into %dx%d %s",
+			x.Rows(), x.Cols(), x.DType(), n, k, m.DType, out.Rows(), out.Cols(), out.DType()))
+	}
+	if rows == 0 || n == 0 {
+		return
+	}
+	wt := d.resident(w)
+	if rows <= tensor.FewRows {
+		d.fewRows(out, x, wt, rows, acc)
+		return
+	}
+	if k == 0 {
+		if !acc {
+			d.Zero(out.RowRange(0, rows))
+		}
+		return
+	}
+	b, btype := tensor.DeviceAddr(x), cudaR32F
+	if dt := m.DType; dt != tensor.F32 {
+		b = d.castInput(dt, x)
+		btype = blasType(dt)
+	}
+	// Row-major out [rows, n] is column-major outᵀ [n, rows] = W·xᵀ: W
+	// row-major [n, k] is column-major [k, n], transposed; x row-major
+	// [rows, k] is column-major xᵀ [k, rows] as it is.
+	var beta float32
+	if acc {
+		beta = 1
+	}
+	d.check("MulT", d.sh.drv.gemm(true, false, n, rows, k, 1,
+		tensor.DeviceAddr(wt), blasType(m.DType), k, b, btype, k, beta, tensor.DeviceAddr(out), n))
+}
+
+// fewRows runs the few-row kernel: out[rows, n] (+)= x[rows, k]·wᵀ for the
+// resident weight w [n, k].
+func (d *Device) fewRows(out, x, w tensor.Tensor, rows int, acc bool) {
+	n, k := w.Rows(), w.Cols()
+	a := d.args()
+	a.ptr(out).ptr(x).ptr(w).i32(rows).i32(n).i32(k).i32(b2i(acc))
+	d.launch(d.core.few[w.DType()],
+		dim3{uint32((n + fewWarps - 1) / fewWarps), uint32((rows + fewTile - 1) / fewTile), 1},
+		dim3{32 * fewWarps, 1, 1}, 0)
+}
+
+// castInput rounds x to the 16-bit dtype dt (nearest, ties to even) into
+// the scratchCast buffer and returns its address.
+func (d *Device) castInput(dt tensor.DType, x tensor.Tensor) uint64 {
+	n := x.Len()
+	p := d.scratch(scratchCast, 2*n)
+	a := d.args()
+	a.addr(p).ptr(x).u64(uint64(n))
+	d.launch(d.core.cast[dt], dim3{uint32(min((n+255)/256, 4096)), 1, 1}, dim3{256, 1, 1}, 0)
+	return p
+}
+
+// b2i is 1 for true, 0 for false: a kernel's flag.
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// MatMul computes out[m, n] (+)= alpha·op(a)·op(b) through cublasGemmEx in
+// float32, except a·bᵀ with alpha 1 of at most FewRows rows, which runs
+// MulT's few-row kernel with b as the weight, so that it computes what MulT
+// does row for row.
+func (d *Device) MatMul(out, a, b tensor.Tensor, transA, transB bool, alpha float32, acc bool) {
+	m, k := a.Rows(), a.Cols()
+	if transA {
+		m, k = k, m
+	}
+	n, kb := b.Cols(), b.Rows()
+	if transB {
+		n, kb = b.Rows(), b.Cols()
+	}
+	if k != kb || out.Cols() != n || out.Rows() < m || out.DType() != tensor.F32 || a.DType() != b.DType() {
+		panic(fmt.Sprintf("cuda: MatMul of %dx%d %s (transposed %v) by %dx%d %s (transposed %v) into %dx%d %s",
+			a.Rows(), a.Cols(), a.DType(), transA, b.Rows(), b.Cols(), b.DType(), transB, out.Rows(), out.Cols(), out.DType()))
+	}
+	if m == 0 || n == 0 {
+		return
+	}
+	if !transA && transB && alpha == 1 && m <= tensor.FewRows && a.DType() == tensor.F32 {
+		d.fewRows(out, a, b, m, acc)
+		return
+	}
+	if k == 0 {
+		if !acc {
+			d.Zero(out.RowRange(0, m))
+		}
+		return
+	}
+	var beta float32
+	if acc {
+		beta = 1
+	}
+	// Row-major out = op(a)·op(b) is column-major outᵀ = op(b)ᵀ·op(a)ᵀ, and
+	// a row-major matrix is its transpose column-major: b and a go in
+	// swapped, each transposed as the caller asked, with their rows' length
+	// as leading dimension.
+	t := blasType(a.DType())
+	d.check("MatMul", d.sh.drv.gemm(transB, transA, n, m, k, alpha,
+		tensor.DeviceAddr(b), t, max(1, b.Cols()), tensor.DeviceAddr(a), t, max(1, a.Cols()),
+		beta, tensor.DeviceAddr(out), n))
+}
