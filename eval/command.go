@@ -45,8 +45,8 @@ type Options struct {
 	Gate                  Gate
 	BaselinePath          string
 	AllowBaselineMismatch bool
-	// Backend runs the target and the drafter (nil: tensor.CPU()).
-	Backend tensor.Backend
+	// Device runs the target and the drafter (nil: the CPU device).
+	Device tensor.Device
 	// Log receives warnings and notes (nil: discarded).
 	Log io.Writer
 	// Cache keeps the model's tensor digests between runs (nil: none).
@@ -94,7 +94,7 @@ func Evaluate(ctx context.Context, opt Options, out io.Writer) (*Report, error) 
 	if err != nil {
 		return nil, err
 	}
-	t, err := target.Load(opt.ModelDir, opt.Backend, opt.Cache)
+	t, err := target.Load(opt.ModelDir, opt.Device, opt.Cache)
 	if err != nil {
 		return nil, fmt.Errorf("eval: %w", err)
 	}

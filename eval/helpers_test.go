@@ -99,7 +99,7 @@ func eagleDraft(d *Drafter) *deagle3.Draft { return d.d.(*deagle3.Drafter).Draft
 func randomEagle(t testing.TB, m *model.Model, n int, seed uint64) *Drafter {
 	t.Helper()
 	g, p, voc := randomEagleParams(t, m, n, seed)
-	dr, err := deagle3.NewDraft(g, p, voc, m.Embed, m.Backend())
+	dr, err := deagle3.NewDraft(g, p, voc, m.Embed, m.Device())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +229,7 @@ func trainDrafters(t *testing.T) (tr trained) {
 		return
 	}
 	tr.dir = root
-	be := tensor.CPU()
+	be := tensor.NewCPU(nil)
 
 	t.Logf("captured %d samples in %v", len(ps), time.Since(start))
 	start = time.Now()

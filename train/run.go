@@ -61,8 +61,8 @@ type Options struct {
 	// Args are the command-line arguments as given (flag name to value), for
 	// drafter.json.
 	Args map[string]string
-	// Backend runs the matrix products; nil means tensor.CPU().
-	Backend tensor.Backend
+	// Device runs the trainer (nil: the CPU device).
+	Device tensor.Device
 }
 
 // Result is what Run did.
@@ -94,9 +94,9 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		return nil, fmt.Errorf("train: %w", err)
 	}
 	defer lock.Release()
-	be := opt.Backend
-	if be == nil {
-		be = tensor.CPU()
+	dev := opt.Device
+	if dev == nil {
+		dev = tensor.NewCPU(nil)
 	}
 	ckpt := filepath.Join(opt.Out, CheckpointFile)
 	if _, err := os.Stat(ckpt); err == nil && !opt.Resume {
@@ -147,7 +147,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	}
 	job := loop.Job{Out: opt.Out, Settings: set, Report: rep,
 		Provenance: loop.Provenance{BaseModel: tg.Name(), TargetFingerprint: tg.Fingerprint, DataManifests: manifests, Args: args}}
-	out, err := m.Train(ctx, &loop.Setup{Target: tg, Captures: captures, Data: data, Backend: be, Resume: opt.Resume, Job: job})
+	out, err := m.Train(ctx, &loop.Setup{Target: tg, Captures: captures, Data: data, Device: dev, Resume: opt.Resume, Job: job})
 	if err != nil {
 		return nil, err
 	}

@@ -98,6 +98,7 @@ type captureOptions struct {
 	Capture distill.CaptureOptions
 	JSON    bool
 	Out     io.Writer
+	Device  deviceChoice
 }
 
 func newCmdCapture(runF func(*captureOptions) error) *cobra.Command {
@@ -128,6 +129,7 @@ and an appended EOS. Rerunning the same command resumes an interrupted capture.`
 		},
 	}
 	fs := c.Flags()
+	o.Device.register(c)
 	fs.StringVar(&o.Model, "model", "", "Hugging Face checkpoint folder")
 	fs.StringVar(&o.Capture.Conversations, "conversations", "", "conversations file (.jsonl: messages, conversations or prompt+response)")
 	fs.BoolVar(&o.Capture.SkipInvalid, "skip-invalid", false, "skip (and count) malformed records and conversations longer than the context")
@@ -137,10 +139,11 @@ and an appended EOS. Rerunning the same command resumes an interrupted capture.`
 }
 
 func runCapture(ctx context.Context, o *captureOptions) error {
-	t, err := loadTarget(o.Model)
+	t, dev, err := loadTarget(o.Model, &o.Device)
 	if err != nil {
 		return err
 	}
+	defer dev.Close()
 	defer t.Close()
 	if err := checkLayers(t, o.Capture.Layers); err != nil {
 		return err

@@ -25,6 +25,7 @@ type distillOptions struct {
 	APIKeyEnv string
 	JSON      bool
 	Out       io.Writer
+	Device    deviceChoice
 }
 
 func newCmdDistill(runF func(*distillOptions) error) *cobra.Command {
@@ -84,6 +85,7 @@ Every answer is recorded in generated.jsonl as it arrives, so a rerun never asks
 		},
 	}
 	fs := c.Flags()
+	o.Device.register(c)
 	fs.StringVar(&o.Model, "model", "", "Hugging Face checkpoint folder")
 	fs.StringVar(&o.Distill.Prompts, "prompts", "", "prompt file (.jsonl or .txt)")
 	fs.BoolVar(&o.Distill.SkipInvalid, "skip-invalid", false, "skip (and count) malformed records and prompts that leave no room to generate")
@@ -111,10 +113,11 @@ func parseShard(s string) (i, n int, err error) {
 }
 
 func runDistill(ctx context.Context, o *distillOptions) error {
-	t, err := loadTarget(o.Model)
+	t, dev, err := loadTarget(o.Model, &o.Device)
 	if err != nil {
 		return err
 	}
+	defer dev.Close()
 	defer t.Close()
 	if err := checkLayers(t, o.Distill.Layers); err != nil {
 		return err

@@ -16,8 +16,9 @@ import (
 )
 
 type evalOptions struct {
-	Eval eval.Options
-	Out  io.Writer
+	Eval   eval.Options
+	Out    io.Writer
+	Device deviceChoice
 }
 
 func newCmdEval(runF func(*evalOptions) error) *cobra.Command {
@@ -135,6 +136,7 @@ leaves them for inspection.`,
 		},
 	}
 	fs := c.Flags()
+	o.Device.register(c)
 	fs.StringVar(&opt.ModelDir, "model", "", "Hugging Face checkpoint folder of the target")
 	fs.StringVar(&opt.DrafterDir, "drafter", "", "train output folder, or one export inside it (vllm/, medusa/, eagle3/)")
 	fs.StringVar(&opt.PromptsPath, "prompts", "", "held-out prompt file (.jsonl or .txt, as for distill)")
@@ -163,10 +165,12 @@ leaves them for inspection.`,
 
 func runEval(ctx context.Context, o *evalOptions) error {
 	o.Eval.Cache = fileCache()
-	var err error
-	if o.Eval.Backend, err = backend(); err != nil {
+	dev, err := o.Device.open()
+	if err != nil {
 		return err
 	}
+	defer dev.Close()
+	o.Eval.Device = dev
 	_, err = eval.Evaluate(ctx, o.Eval, o.Out)
 	var ge *eval.GateError
 	var se *drafters.SettingError

@@ -17,6 +17,7 @@ type generateOptions struct {
 	Sampling      generate.Overrides
 	Seed          uint64
 	Out, ErrOut   io.Writer
+	Device        deviceChoice
 }
 
 func newCmdGenerate(runF func(*generateOptions) error) *cobra.Command {
@@ -53,15 +54,17 @@ do_sample); flags override them.`,
 	fs.BoolVar(&o.Chat, "chat", false, "send the prompt as one user message through the chat template")
 	fs.BoolVar(&o.JSON, "json", false, "print one JSON object: prompt_ids, generated_ids, text, finish_reason, tokens_per_second")
 	sf.register(fs)
+	o.Device.register(c)
 	requireFlags(c, "model", "prompt")
 	return c
 }
 
 func runGenerate(ctx context.Context, o *generateOptions) error {
-	t, err := loadTarget(o.Model)
+	t, dev, err := loadTarget(o.Model, &o.Device)
 	if err != nil {
 		return err
 	}
+	defer dev.Close()
 	defer t.Close()
 	if o.Chat && t.Template == nil {
 		return usagef("--chat: %s has no chat template (tokenizer_config.json sets no chat_template); leave out --chat to send the prompt as raw text", o.Model)

@@ -19,6 +19,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/drafter-ai/drafter/pkg/devices"
 	"github.com/drafter-ai/drafter/pkg/target"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 	"github.com/spf13/cobra"
@@ -132,17 +133,57 @@ func setOpenBLASCoreType() {
 }
 
 // backend returns the compute backend DRAFTER_BLAS asks for, for the
-// commands that run the model.
+// commands that run the model on the CPU.
 func backend() (tensor.Backend, error) { return backendFor(os.Getenv(envBLAS)) }
 
-// loadTarget loads the checkpoint in dir with its model on the backend
-// DRAFTER_BLAS names and the fingerprints cached in the user's cache.
-func loadTarget(dir string) (*target.Target, error) {
+// deviceChoice is the --device flag of the commands that compute, and where
+// the one line saying which device runs (auto) goes.
+type deviceChoice struct {
+	Spec string
+	cmd  *cobra.Command // whose standard error gets the note
+}
+
+// register defines --device on c.
+func (d *deviceChoice) register(c *cobra.Command) {
+	d.cmd = c
+	c.Flags().StringVar(&d.Spec, "device", "auto", "where to compute: auto (a CUDA GPU when the driver, a GPU of compute capability 8.0 or later and cuBLAS are found, else the CPU, saying why), cpu, cuda or cuda:N")
+}
+
+// open opens the device the flag names (the CPU device's products on the
+// backend DRAFTER_BLAS names). A value it cannot parse is a usage error.
+func (d *deviceChoice) open() (*devices.Opened, error) {
+	spec, err := devices.Parse(d.Spec)
+	if err != nil {
+		return nil, &usageError{err}
+	}
 	be, err := backend()
 	if err != nil {
 		return nil, err
 	}
-	return target.Load(dir, be, fileCache())
+	o, err := devices.Open(spec, be)
+	if err != nil {
+		return nil, err
+	}
+	if o.Note != "" && d.cmd != nil {
+		fmt.Fprintln(d.cmd.ErrOrStderr(), o.Note)
+	}
+	return o, nil
+}
+
+// loadTarget opens the device d names and loads the checkpoint in dir with
+// its model on it, with the fingerprints cached in the user's cache. The
+// target's Close does not release the device: the caller closes it after.
+func loadTarget(dir string, d *deviceChoice) (*target.Target, *devices.Opened, error) {
+	dev, err := d.open()
+	if err != nil {
+		return nil, nil, err
+	}
+	t, err := target.Load(dir, dev, fileCache())
+	if err != nil {
+		dev.Close()
+		return nil, nil, err
+	}
+	return t, dev, nil
 }
 
 // backendFor returns the compute backend for a DRAFTER_BLAS value: unset or

@@ -43,6 +43,7 @@ each other or do not apply), whichever command; 3 drafter eval's gate failed.`,
 		newCmdCapture(stubbed[captureOptions](stub)),
 		newCmdTrain(stubbed[trainOptions](stub)),
 		newCmdEval(stubbed[evalOptions](stub)),
+		newCmdDevices(stubbed[devicesOptions](stub)),
 	)
 	return root
 }

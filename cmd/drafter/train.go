@@ -204,9 +204,10 @@ func medusaWarmup(c medusa.Config) string {
 
 // trainOptions are what a drafter train command line asks for.
 type trainOptions struct {
-	Run  train.Options
-	JSON bool
-	Out  io.Writer
+	Run    train.Options
+	JSON   bool
+	Out    io.Writer
+	Device deviceChoice
 }
 
 // options checks the flags of c (spelled sp) and maps them onto the chosen
@@ -218,7 +219,7 @@ func (f *trainFlags) options(c *cobra.Command, sp trainSpelling, progress io.Wri
 	fs := c.Flags()
 	set := fs.Changed
 	method := map[trainSpelling]string{medusaCmd: methodMedusa, eagle3Cmd: methodEAGLE3, byMethodFlag: f.method}[sp]
-	o := train.Options{Model: f.model, Data: f.data, Out: f.out, Resume: f.resume, VerifyData: f.verifyData, Args: given(fs, "json"),
+	o := train.Options{Model: f.model, Data: f.data, Out: f.out, Resume: f.resume, VerifyData: f.verifyData, Args: given(fs, "json", "device"),
 		Notes: progress}
 	if !f.quiet {
 		o.Progress = progress
@@ -553,6 +554,7 @@ func newTrainCmd(sp trainSpelling, runF func(*trainOptions) error, c *cobra.Comm
 		return runTrain(c.Context(), o)
 	}
 	f.register(c.Flags(), sp)
+	o.Device.register(c)
 	if hints := renamed(sp); hints != nil {
 		c.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 			for old, hint := range hints {
@@ -573,10 +575,12 @@ func newTrainCmd(sp trainSpelling, runF func(*trainOptions) error, c *cobra.Comm
 
 func runTrain(ctx context.Context, o *trainOptions) error {
 	o.Run.Cache = fileCache()
-	var err error
-	if o.Run.Backend, err = backend(); err != nil {
+	dev, err := o.Device.open()
+	if err != nil {
 		return err
 	}
+	defer dev.Close()
+	o.Run.Device = dev
 	res, err := train.Run(ctx, o.Run)
 	var le *eagle3.LayerError
 	if errors.As(err, &le) && le.FromOverride {

@@ -55,7 +55,7 @@ type layer struct {
 // docs/architecture.md); the rule test names a package that is in no layer.
 var layers = []layer{
 	{0, []string{"pkg/tensor"}},
-	{1, []string{"pkg/finite", "pkg/atomicfile", "pkg/filecache", "pkg/outlock", "pkg/safetensors",
+	{1, []string{"pkg/devices", "pkg/finite", "pkg/atomicfile", "pkg/filecache", "pkg/outlock", "pkg/safetensors",
 		"pkg/arch", "pkg/checkpoint", "pkg/tokenizer", "pkg/chat", "pkg/fingerprint", "pkg/completions"}},
 	{2, []string{"pkg/nn", "pkg/kvcache", "pkg/sample", "pkg/spec", "pkg/model"}},
 	{3, []string{"pkg/drafters", "pkg/target", "pkg/generate", "pkg/inspect", "capture", "data"}},

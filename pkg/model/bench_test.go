@@ -2,11 +2,13 @@ package model
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/drafter-ai/drafter/internal/testutil"
+	"github.com/drafter-ai/drafter/pkg/devices"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 )
@@ -31,7 +33,7 @@ import (
 // directly on the backend, and returns the best of a few seconds per pass and
 // the multiply-adds of one pass. logitRows rows go through the LM head.
 func rawMatmul(m *Model, rows, logitRows int) (sec, flops float64) {
-	be := m.be
+	be := m.dev.(*tensor.CPUDevice).Backend()
 	type mm struct {
 		w    tensor.Matrix
 		n, k int
@@ -94,6 +96,9 @@ func rawMatmul(m *Model, rows, logitRows int) (sec, flops float64) {
 
 // reportRaw adds the direct-call figures for passes of tokens tokens.
 func reportRaw(b *testing.B, m *Model, rows, logitRows, tokens int) {
+	if _, ok := m.dev.(*tensor.CPUDevice); !ok {
+		return // the direct calls are the CPU backend's
+	}
 	b.StopTimer()
 	sec, flops := rawMatmul(m, rows, logitRows)
 	b.ReportMetric(float64(tokens)/sec, "raw-tokens/s")
@@ -106,10 +111,31 @@ type benchModel struct {
 	m    *Model
 }
 
+// benchDevice returns the device the forward benchmarks run on:
+// DRAFTER_BENCH_DEVICE (auto, cpu, cuda, cuda:N; scripts/gpu-check.sh sets
+// it), the CPU device when unset.
+func benchDevice(b *testing.B) tensor.Device {
+	v := os.Getenv("DRAFTER_BENCH_DEVICE")
+	if v == "" {
+		return nil
+	}
+	spec, err := devices.Parse(v)
+	if err != nil {
+		b.Fatal(err)
+	}
+	d, err := devices.Open(spec, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { d.Close() })
+	return d
+}
+
 // benchModels returns stories260k and the 60M model, each in float32 and as
-// its bf16 and f16 checkpoints hold it.
+// its bf16 and f16 checkpoints hold it, on benchDevice.
 func benchModels(b *testing.B) []benchModel {
 	var out []benchModel
+	dev := benchDevice(b)
 	add := func(name string, m *Model, err error) {
 		if err != nil {
 			b.Fatal(err)
@@ -117,12 +143,13 @@ func benchModels(b *testing.B) []benchModel {
 		b.Cleanup(func() { m.Close() })
 		out = append(out, benchModel{name, m})
 	}
-	add("stories260k", loadModel(b, "stories260k"), nil)
+	m, err := Load(testutil.Stories260k(), dev)
+	add("stories260k", m, err)
 	// stories260k as bf16 and f16 safetensors checkpoints, loaded as a user's
 	// would be: products over the mapped 16-bit values.
 	for _, dt := range []safetensors.DType{safetensors.BF16, safetensors.F16} {
 		dir, _ := convertCheckpoint(b, testutil.Stories260k(), dt)
-		m, err := Load(dir, nil)
+		m, err := Load(dir, dev)
 		add("stories260k-"+strings.ToLower(string(dt)), m, err)
 	}
 	// The 60M model (random60M-bf16, random60M-f16: the same weights
@@ -132,7 +159,7 @@ func benchModels(b *testing.B) []benchModel {
 		if dt != tensor.F32 {
 			name += "-" + dt.String()
 		}
-		m, err := NewRandomAs(Bench60MConfig(), 1, dt, nil)
+		m, err := NewRandomAs(Bench60MConfig(), 1, dt, dev)
 		add(name, m, err)
 	}
 	return out

@@ -103,7 +103,7 @@ func TestForwardThroughTheDevice(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		onDevice(t, m, copyingDevice{tensor.NewCPU(m.Backend())})
+		onDevice(t, m, copyingDevice{m.Device().Sibling().(*tensor.CPUDevice)})
 		got := runAll(m)
 		for i := range want {
 			if len(got[i]) != len(want[i]) {

@@ -14,14 +14,14 @@ import (
 )
 
 // Load opens the Hugging Face checkpoint directory dir and loads its model
-// onto be (tensor.CPU() when nil): FromWeights over the checkpoint's files,
+// onto dev (the CPU device when nil): FromWeights over the checkpoint's files,
 // which the model keeps mapped while it reads 16-bit weights from them.
-func Load(dir string, be tensor.Backend) (*Model, error) {
+func Load(dir string, dev tensor.Device) (*Model, error) {
 	ck, err := checkpoint.Open(dir)
 	if err != nil {
 		return nil, err
 	}
-	return FromWeights(ck.Config, ck.Weights, be)
+	return FromWeights(ck.Config, ck.Weights, dev)
 }
 
 // WeightSource is what the loader needs from a tensor store; a
@@ -139,8 +139,8 @@ func halfDType(d safetensors.DType) (tensor.DType, bool) {
 // dtype) is converted into one float32 allocation. The model closes w when
 // it reads none of w's memory, at once, else in Model.Close; and on an
 // error.
-func FromWeights(cfg *checkpoint.Config, w WeightSource, be tensor.Backend) (*Model, error) {
-	m, err := newModel(cfg, be)
+func FromWeights(cfg *checkpoint.Config, w WeightSource, dev tensor.Device) (*Model, error) {
+	m, err := newModel(cfg, dev)
 	if err != nil {
 		w.Close()
 		return nil, err

@@ -100,8 +100,7 @@ type Model struct {
 	weights WeightSource // the store 16-bit matrices are read from in place, or nil
 	mapped  int64        // bytes of the matrices read in place from weights
 
-	fam    arch.Family // Config's architecture family
-	be     tensor.Backend
+	fam    arch.Family   // Config's architecture family
 	dev    tensor.Device // where the activations and caches live and every op runs
 	rope   *nn.RoPE
 	rot    *tensor.Rotary // rope's tables on dev
@@ -120,9 +119,6 @@ type Model struct {
 	p      pass // the views of the pass in flight
 	res    Result
 }
-
-// Backend returns the backend the model runs its matrix multiplies on.
-func (m *Model) Backend() tensor.Backend { return m.be }
 
 // Device returns the device the model computes on.
 func (m *Model) Device() tensor.Device { return m.dev }
@@ -229,12 +225,9 @@ func (m *Model) Memory() Memory {
 }
 
 // newModel validates cfg and sets up everything but the weights.
-func newModel(cfg *checkpoint.Config, be tensor.Backend) (*Model, error) {
+func newModel(cfg *checkpoint.Config, dev tensor.Device) (*Model, error) {
 	if cfg == nil {
 		return nil, fmt.Errorf("model: nil config")
-	}
-	if be == nil {
-		be = tensor.CPU()
 	}
 	fam, ok := cfg.Family()
 	if !ok {
@@ -296,13 +289,13 @@ func newModel(cfg *checkpoint.Config, be tensor.Backend) (*Model, error) {
 		return nil, fmt.Errorf("model: config.json rope settings: %w", err)
 	}
 	m := &Model{
-		Config: cfg, fam: fam, Layers: make([]Layer, cfg.NumLayers), be: be, rope: rope, eps: float32(cfg.RMSNormEps),
+		Config: cfg, fam: fam, Layers: make([]Layer, cfg.NumLayers), rope: rope, eps: float32(cfg.RMSNormEps),
 		h: cfg.HiddenSize, hd: cfg.HeadDim, nHeads: cfg.NumHeads, nKV: cfg.NumKVHeads,
 		qDim: cfg.NumHeads * cfg.HeadDim, kvDim: cfg.NumKVHeads * cfg.HeadDim,
 		inter: cfg.IntermediateSize, vocab: cfg.VocabSize, maxPos: maxPos,
 	}
 	m.scale = float32(1 / math.Sqrt(float64(m.hd)))
-	m.dev = tensor.NewCPU(be)
+	m.dev = tensor.SiblingOf(dev)
 	if m.rot, err = rope.On(m.dev); err != nil {
 		return nil, fmt.Errorf("model: %w", err)
 	}

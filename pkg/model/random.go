@@ -22,9 +22,9 @@ func Bench60MConfig() *checkpoint.Config {
 // NewRandom builds a model of geometry cfg with deterministic random weights
 // drawn from seed: linear weights and biases uniform with standard deviation
 // 0.02, norm weights around 1. It is meant for benchmarks and tests; the same
-// (cfg, seed) always gives the same weights. be may be nil for tensor.CPU().
-func NewRandom(cfg *checkpoint.Config, seed uint64, be tensor.Backend) (*Model, error) {
-	return NewRandomAs(cfg, seed, tensor.F32, be)
+// (cfg, seed) always gives the same weights. dev may be nil for the CPU device.
+func NewRandom(cfg *checkpoint.Config, seed uint64, dev tensor.Device) (*Model, error) {
+	return NewRandomAs(cfg, seed, tensor.F32, dev)
 }
 
 // NewRandomAs is NewRandom as a checkpoint of dtype dt holds it: every
@@ -35,8 +35,8 @@ func NewRandom(cfg *checkpoint.Config, seed uint64, be tensor.Backend) (*Model, 
 // equal those of the model Load builds from NewRandom's weights written as
 // dt (where the file's order fuses fewer matrices, row for row the same
 // products).
-func NewRandomAs(cfg *checkpoint.Config, seed uint64, dt tensor.DType, be tensor.Backend) (*Model, error) {
-	m, err := newModel(cfg, be)
+func NewRandomAs(cfg *checkpoint.Config, seed uint64, dt tensor.DType, dev tensor.Device) (*Model, error) {
+	m, err := newModel(cfg, dev)
 	if err != nil {
 		return nil, err
 	}

@@ -40,12 +40,12 @@ func TestSplitMatchesUnsplit(t *testing.T) {
 		prompt[i] = (i*37 + 5) % cfg.VocabSize
 	}
 	runAll := func(split bool) [][]float32 {
-		m, err := NewRandom(cfg, 7, splitBackend(split))
+		m, err := NewRandom(cfg, 7, tensor.NewCPU(splitBackend(split)))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if m.dev.(*tensor.CPUDevice).Products().ParallelCalls() != split {
-			t.Fatalf("products split %v on %T, want %v", !split, m.Backend(), split)
+			t.Fatalf("products split %v on %T, want %v", !split, m.dev.(*tensor.CPUDevice).Backend(), split)
 		}
 		a, b := mustSeq(t, m, 256), mustSeq(t, m, 256)
 		opt := Options{Taps: []int{1, 2}}
@@ -77,7 +77,7 @@ func TestSplitDecodeDoesNotAllocate(t *testing.T) {
 	cfg := Bench60MConfig()
 	cfg.HiddenSize, cfg.IntermediateSize, cfg.NumLayers, cfg.VocabSize = 128, 384, 2, 700
 	cfg.NumHeads, cfg.NumKVHeads, cfg.HeadDim = 4, 2, 32
-	m, err := NewRandom(cfg, 7, splitBackend(true))
+	m, err := NewRandom(cfg, 7, tensor.NewCPU(splitBackend(true)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,6 +40,21 @@ func NewLinear(dev tensor.Device, w tensor.Matrix, b []float32) (*Linear, error)
 	return l, nil
 }
 
+// NewLinearOf returns the trainable layer over the float32 tensors w [out,
+// in] and b [1, out] (empty: no bias) of a device: a trainer's master
+// weights, which it allocates and updates on the device. The layer
+// multiplies by w itself and has a backward pass; it has no host matrix, so
+// it cannot be frozen.
+func NewLinearOf(w, b tensor.Tensor) (*Linear, error) {
+	if w.DType() != tensor.F32 || (!b.Empty() && b.DType() != tensor.F32) {
+		return nil, fmt.Errorf("nn: a trainable linear layer of %s weights and %s bias, want float32", w.DType(), b.DType())
+	}
+	if !b.Empty() && b.Len() != w.Rows() {
+		return nil, fmt.Errorf("nn: linear bias of %d values for %d output features", b.Len(), w.Rows())
+	}
+	return &Linear{B: b, wt: w}, nil
+}
+
 // NewFrozen returns the inference-only layer of weight w [out, in] (in its
 // checkpoint's dtype) and bias b (nil: none) on dev, whose weight the caller
 // prepares with Freeze.
@@ -65,6 +80,9 @@ func NewFrozen(dev tensor.Device, w tensor.Matrix, b []float32) (*Linear, error)
 func Freeze(dev tensor.Device, others []*tensor.Weight, ls ...*Linear) {
 	ws := append([]*tensor.Weight(nil), others...)
 	for _, l := range ls {
+		if l.W.Empty() {
+			panic("nn: Freeze of a layer over a trainer's device tensors (NewLinearOf)")
+		}
 		ws, l.frozen = append(ws, &l.W), true
 	}
 	dev.PrepareWeights(ws...)

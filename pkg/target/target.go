@@ -79,15 +79,15 @@ func OpenWithTokenizer(dir string, cache *filecache.Cache) (*Target, error) {
 }
 
 // Load opens the checkpoint in dir for running it: OpenWithTokenizer (with
-// cache), the stop ids, and the model on be (tensor.CPU() when nil), its
+// cache), the stop ids, and the model on dev (the CPU device when nil), its
 // weights in the checkpoint's dtype. The model owns the checkpoint files
 // from then on (Close releases them).
-func Load(dir string, be tensor.Backend, cache *filecache.Cache) (*Target, error) {
+func Load(dir string, dev tensor.Device, cache *filecache.Cache) (*Target, error) {
 	t, err := open(dir, cache, true)
 	if err != nil {
 		return nil, err
 	}
-	if err := t.loadModel(be); err != nil {
+	if err := t.loadModel(dev); err != nil {
 		t.Close()
 		return nil, err
 	}
@@ -135,14 +135,14 @@ func (t *Target) loadTokenizer() error {
 // loadModel resolves the stop ids and builds the model from the mapped
 // weights, handing them to it: it keeps the files mapped while it reads
 // 16-bit weights from them, and closes them otherwise (also on an error).
-func (t *Target) loadModel(be tensor.Backend) error {
+func (t *Target) loadModel(dev tensor.Device) error {
 	stop, err := stopIDs(t.Config, t.Gen, t.Tok, t.Template)
 	if err != nil {
 		return err
 	}
 	w := t.Weights
 	t.Weights = nil
-	m, err := model.FromWeights(t.Config, w, be)
+	m, err := model.FromWeights(t.Config, w, dev)
 	if err != nil {
 		return err
 	}

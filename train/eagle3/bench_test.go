@@ -44,7 +44,7 @@ func BenchmarkTrainStep(b *testing.B) {
 	voc, _ := deagle3.BuildVocab(counts, g.DraftVocab)
 	p := deagle3.NewParams(g)
 	initParams(p, g, 1, head, voc)
-	n, err := newNet(g, steps, 0.8, be, p, embed, head, voc, seqs*seqLen, seqLen, true)
+	n, err := newNet(g, steps, 0.8, tensor.NewCPU(be), p, embed, head, voc, seqs*seqLen, seqLen, true)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -67,7 +67,9 @@ func BenchmarkTrainStep(b *testing.B) {
 	b.ResetTimer()
 	start := time.Now()
 	for i := 0; i < b.N; i++ {
-		clear(n.gr.All)
+		for _, gt := range n.grW.Named(g) {
+			n.dev.Zero(gt.Tensor)
+		}
 		n.forward(true)
 		n.backward()
 	}

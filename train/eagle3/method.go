@@ -64,7 +64,7 @@ func (o Options) Train(ctx context.Context, s *loop.Setup) (*loop.Outcome, error
 	if job.Settings != nil {
 		job.Settings.FeatureLayers = layers[:]
 	}
-	r, err := Train(ctx, cfg, deagle3.TargetGeometry(c, 0), embed, lmHead, s.Data, s.Backend, &job)
+	r, err := Train(ctx, cfg, deagle3.TargetGeometry(c, 0), embed, lmHead, s.Data, s.Device, &job)
 	if err != nil {
 		return nil, err
 	}

@@ -332,7 +332,7 @@ func buildTiny(t *testing.T, g deagle3.Geometry, tt *tinyTarget, samples []*data
 		rows += len(s.Tokens)
 		maxLen = max(maxLen, len(s.Tokens))
 	}
-	n, err := newNet(g, steps, 0.8, tensor.CPU(), p, tt.embed, tt.head, voc, rows, maxLen, withGrad)
+	n, err := newNet(g, steps, 0.8, tensor.NewCPU(nil), p, tt.embed, tt.head, voc, rows, maxLen, withGrad)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,6 +342,10 @@ func buildTiny(t *testing.T, g deagle3.Geometry, tt *tinyTarget, samples []*data
 	}
 	return n, voc
 }
+
+// writeParams writes the net's host parameters n.p (changed by a test) to
+// its master weights on the device.
+func (t *net) writeParams() { t.layer.Weights().Write(t.dev, t.p, t.g) }
 
 func f64(x []float32) []float64 {
 	y := make([]float64, len(x))
@@ -372,6 +376,7 @@ func gradientCheck(t *testing.T, tau float64) {
 	for i := range n.p.All {
 		n.p.All[i] += float32(0.3 * r.NormFloat64())
 	}
+	n.writeParams()
 	loss := n.forward(true)
 	n.backward()
 	P := toRef(n.p)
@@ -386,7 +391,8 @@ func gradientCheck(t *testing.T, tau float64) {
 		}
 	}
 	ss := n.p.Tensors(g)
-	an := n.gr
+	an := deagle3.NewParams(g)
+	n.grW.Read(n.dev, an, g)
 	analytic := [][]float32{an.FC, an.HiddenNorm, an.InputNorm, an.Q, an.K, an.V, an.O, an.PostNorm, an.Gate, an.Up, an.Down, an.Norm, an.LMHead}
 	worst := 0.0
 	for ti, w := range P.list() {

@@ -4,10 +4,11 @@
 // several steps ("training-time test", TTT, in ttt.go) with gradients
 // flowing through the unroll, and its held-out loss, and trains with the
 // shared loop (train/loop), which owns the schedule, checkpoints, resume,
-// evaluation cadence and early stopping. Parameters, gradients and
-// activations are carved once from contiguous buffers, so a training step
-// allocates nothing. The layer, its export layouts and its proposer live in
-// pkg/drafters/eagle3.
+// evaluation cadence and early stopping. The master weights, gradients,
+// moments and activations are allocated once on the run's device, so a
+// training step allocates nothing and the state leaves the device only for
+// checkpoints and exports. The layer, its export layouts and its proposer
+// live in pkg/drafters/eagle3.
 package eagle3
 
 import (
@@ -259,8 +260,8 @@ type provenance struct {
 // train_args.json. Cancelling ctx saves a checkpoint and returns an error
 // wrapping ctx's; a later run with Resume continues and ends bit-identical
 // to an uninterrupted run, metrics.jsonl included (timings aside).
-func Train(ctx context.Context, cfg Config, target deagle3.Geometry, embed, lmHead []float32, ds dataset.Dataset, be tensor.Backend, job *loop.Job) (*Result, error) {
-	t, err := newTrainer(cfg, target, embed, lmHead, ds, be)
+func Train(ctx context.Context, cfg Config, target deagle3.Geometry, embed, lmHead []float32, ds dataset.Dataset, dev tensor.Device, job *loop.Job) (*Result, error) {
+	t, err := newTrainer(cfg, target, embed, lmHead, ds, dev)
 	if err != nil {
 		return nil, err
 	}
@@ -303,7 +304,7 @@ type trainer struct {
 // vocabulary from the training samples' response tokens, initialises the
 // layer and packs every epoch's batches to plan the schedule: all from
 // tokens and masks, reading no state.
-func newTrainer(cfg Config, target deagle3.Geometry, embed, lmHead []float32, ds dataset.Dataset, be tensor.Backend) (*trainer, error) {
+func newTrainer(cfg Config, target deagle3.Geometry, embed, lmHead []float32, ds dataset.Dataset, dev tensor.Device) (*trainer, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -354,13 +355,13 @@ func newTrainer(cfg Config, target deagle3.Geometry, embed, lmHead []float32, ds
 
 	t.p = deagle3.NewParams(g)
 	initParams(t.p, g, cfg.Seed, lmHead, t.voc)
-	if t.n, err = newNet(g, cfg.Steps, cfg.StepDecay, be, t.p, embed, lmHead, t.voc, max(cfg.BatchTokens, cfg.MaxLength), cfg.MaxLength, true); err != nil {
+	if t.n, err = newNet(g, cfg.Steps, cfg.StepDecay, dev, t.p, embed, lmHead, t.voc, max(cfg.BatchTokens, cfg.MaxLength), cfg.MaxLength, true); err != nil {
 		return nil, err
 	}
 	t.n.invTau = 1 / cfg.targetTemp()
-	grads := t.n.gr.Tensors(g)
-	for i, p := range t.p.Tensors(g) {
-		t.params = append(t.params, optim.Param{Name: p.Name, Data: p.Data, Grad: grads[i].Data})
+	grads := t.n.grW.Named(g)
+	for i, w := range t.n.layer.Weights().Named(g) {
+		t.params = append(t.params, optim.Param{Name: w.Name, Data: w.Tensor, Grad: grads[i].Tensor})
 	}
 	total := 0
 	for e := 0; e < cfg.Epochs; e++ {
@@ -383,7 +384,11 @@ func (t *trainer) epochBatches(epoch int) [][]int {
 	return pack(order, t.lengths, t.cfg.MaxLength, t.cfg.BatchTokens)
 }
 
-// Params lists the layer's tensors under their native names.
+// Device is the device the layer trains on.
+func (t *trainer) Device() tensor.Device { return t.n.dev }
+
+// Params lists the layer's master weights and gradients on the device under
+// their native names.
 func (t *trainer) Params() []optim.Param { return t.params }
 
 // Plan: the packed batches of each epoch, a warm-up of WarmupFrac of them
@@ -450,9 +455,11 @@ func (t *trainer) TrainLine(s loop.StepStats) any {
 		"grad_norm": s.GradNorm, "accuracy": acc, "tokens": s.Tokens, "tokens_per_s": tps, "gflops": t.flops * tps / 1e9}
 }
 
-// Export writes the draft into job.Out's eagle3/ folder, and drafter.json.
+// Export reads the layer's weights back from the device and writes the
+// draft into job.Out's eagle3/ folder, and drafter.json.
 func (t *trainer) Export(job *loop.Job, r *loop.Result[*EvalMetrics]) error {
 	cfg, g, voc := t.cfg, t.g, t.voc
+	t.n.layer.ReadWeights(t.n.dev)
 	if err := deagle3.Export(filepath.Join(job.Out, ExportDir), g, t.p, voc, cfg.Export); err != nil {
 		return err
 	}

@@ -29,12 +29,11 @@ type net struct {
 	g      deagle3.Geometry
 	steps  int
 	decay  float64
-	be     tensor.Backend
 	dev    tensor.Device
-	layer  *deagle3.Layer
+	layer  *deagle3.Layer // its master weights on the device, p their host copy
 	attn   *deagle3.TTT
-	p, gr  *deagle3.Params
-	grW    *deagle3.Weights // gr on the device
+	p      *deagle3.Params
+	grW    *deagle3.Weights // the gradients, on the device
 	embed  tensor.Weight    // the target's input embedding [V, H]
 	ids32  tensor.Tensor    // I32 [1, N] the draft vocabulary's target ids
 	head   *nn.Linear       // the target's lm_head [V, H], frozen
@@ -74,16 +73,17 @@ type net struct {
 
 const prepRows = 64
 
-// newNet allocates every buffer once.
-func newNet(g deagle3.Geometry, steps int, decay float64, be tensor.Backend, p *deagle3.Params, embed, head []float32, vocab *deagle3.Vocab, maxRows, maxLen int, withGrad bool) (*net, error) {
+// newNet allocates every buffer once, and the layer's master weights on the
+// device, written from p.
+func newNet(g deagle3.Geometry, steps int, decay float64, dev tensor.Device, p *deagle3.Params, embed, head []float32, vocab *deagle3.Vocab, maxRows, maxLen int, withGrad bool) (*net, error) {
 	if err := g.Validate(); err != nil {
 		return nil, err
 	}
 	if steps < 1 {
 		return nil, fmt.Errorf("eagle3: the TTT unroll needs at least one step, got %d", steps)
 	}
-	dev := tensor.NewCPU(be)
-	layer, err := deagle3.NewLayer(dev, g, p, maxLen+steps)
+	dev = tensor.SiblingOf(dev)
+	layer, err := deagle3.NewTrainLayer(dev, g, p, maxLen+steps)
 	if err != nil {
 		return nil, err
 	}
@@ -96,15 +96,14 @@ func newNet(g deagle3.Geometry, steps int, decay float64, be tensor.Backend, p *
 	if err != nil {
 		return nil, err
 	}
-	t := &net{g: g, steps: steps, decay: decay, be: be, dev: dev, layer: layer, p: p,
+	t := &net{g: g, steps: steps, decay: decay, dev: dev, layer: layer, p: p,
 		embed: tensor.WeightOf(tensor.F32Matrix(embed, V, h)), vocab: vocab,
 		maxRow: maxRows, maxLen: maxLen, invTau: 1, attn: attn}
 	if t.head, err = nn.NewLinear(dev, tensor.F32Matrix(head, V, h), nil); err != nil {
 		return nil, fmt.Errorf("eagle3: the target's lm_head: %w", err)
 	}
 	if withGrad {
-		t.gr = deagle3.NewParams(g)
-		if t.grW, err = t.gr.On(dev, g); err != nil {
+		if t.grW, err = deagle3.NewWeights(dev, g); err != nil {
 			return nil, err
 		}
 		if t.grads, err = layer.NewGradScratch(dev, R); err != nil {
@@ -277,7 +276,8 @@ func (t *net) targetDist(final []float32, r0, n int) {
 // forward runs the unrolled draft over the loaded batch and returns the loss
 // (sum over steps of decay^k times the step's mean soft cross-entropy). With
 // grad it also back-propagates each step's loss through the draft lm_head
-// right away (into gr.LMHead and the step's dfn), so no [R, N] logits are kept.
+// right away (into grW.LMHead and the step's dfn), so no [R, N] logits are
+// kept.
 func (t *net) forward(grad bool) float64 {
 	R, dev := t.rows, t.dev
 	t.layer.FC(dev, t.fcOut, t.feat.RowRange(0, R))
@@ -326,7 +326,7 @@ func (t *net) score(k int) {
 }
 
 // backward back-propagates the loss of the last forward(true) through the
-// unroll, from the last step to the first, accumulating into t.gr.
+// unroll, from the last step to the first, accumulating into t.grW.
 func (t *net) backward() {
 	R, dev := t.rows, t.dev
 	dH, dOut := t.dH.RowRange(0, R), t.dOut.RowRange(0, R)

@@ -24,6 +24,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/drafter-ai/drafter/pkg/tensor"
 	"github.com/drafter-ai/drafter/train/optim"
 )
 
@@ -43,8 +44,11 @@ type Metric[M any] interface {
 // random number from its seed and the epoch (the held-out split, each
 // epoch's order), so that a resumed run repeats them.
 type Trainer[M Metric[M]] interface {
+	// Device is the device the trainer's parameters live on: the loop's
+	// optimiser and best weights live there too (on a sibling of it).
+	Device() tensor.Device
 	// Params are the trainable tensors with the gradient buffers Step
-	// accumulates into, in a fixed order (the checkpoint's).
+	// accumulates into, on Device, in a fixed order (the checkpoint's).
 	Params() []optim.Param
 	// Plan is the run's shape, fixed before the first step.
 	Plan() Plan
@@ -268,7 +272,8 @@ type run[M Metric[M]] struct {
 	epochEnd []int // steps taken at the end of each epoch
 	sched    optim.Schedule
 	opt      *optim.AdamW
-	best     []float32 // the best weights, the parameters' Data one after another
+	dev      tensor.Device   // the optimiser's: a sibling of the trainer's device
+	best     []tensor.Tensor // the best weights on dev, each a parameter's shape, views of one [n, 1] tensor
 	st       *optim.TrainState
 	s        state[M]
 	args     []byte // the settings record, as the checkpoints carry it
@@ -305,20 +310,33 @@ func (r *run[M]) record() error {
 	return writeSettings(r.job.Out, set)
 }
 
-// restore sets up the optimiser and the best weights and, on a resume,
-// loads the checkpoint into them.
+// restore sets up the optimiser and the best weights on the trainer's
+// device and, on a resume, loads the checkpoint into them.
 func (r *run[M]) restore() error {
+	r.dev = tensor.SiblingOf(r.t.Device())
 	var err error
-	if r.opt, err = optim.NewAdamW(r.params, r.plan.AdamW); err != nil {
+	if r.opt, err = optim.NewAdamW(r.dev, r.params, r.plan.AdamW); err != nil {
 		return err
 	}
 	n := 0
 	for _, p := range r.params {
-		n += len(p.Data)
+		n += p.Data.Len()
 	}
-	r.best = make([]float32, n)
+	// One tensor of the parameters' values one after another (the
+	// checkpoint's "best" buffer), as a column so that each parameter's
+	// share is a row range.
+	all, err := r.dev.Alloc(tensor.F32, n, 1)
+	if err != nil {
+		return fmt.Errorf("train: the best weights: %w", err)
+	}
+	r.best = make([]tensor.Tensor, len(r.params))
+	off := 0
+	for i, p := range r.params {
+		r.best[i] = all.RowRange(off, off+p.Data.Len()).Reshape(p.Data.Rows(), p.Data.Cols())
+		off += p.Data.Len()
+	}
 	r.keepBest()
-	r.st = &optim.TrainState{Buffers: []optim.Param{{Name: "best", Data: r.best}}}
+	r.st = &optim.TrainState{Buffers: []optim.Param{{Name: "best", Data: all}}}
 	r.ckpt = filepath.Join(r.job.Out, CheckpointFile)
 	if !r.cfg.Resume {
 		return nil
@@ -481,9 +499,8 @@ func (r *run[M]) finish(reason string) (*Result[M], error) {
 	}
 	res := &Result[M]{Steps: int(r.opt.StepCount), Epochs: r.st.Epoch + 1, Stopped: reason}
 	if r.s.HaveBest {
-		off := 0
-		for _, p := range r.params {
-			off += copy(p.Data, r.best[off:])
+		for i, p := range r.params {
+			r.dev.Copy(p.Data, r.best[i])
 		}
 		res.Best = r.s.BestEval
 	}
@@ -501,11 +518,10 @@ func (r *run[M]) interrupted(step int, err error) error {
 	return fmt.Errorf("train: interrupted at step %d; the checkpoint in %s keeps the progress: run the same command with --resume to continue (%w)", step, r.job.Out, err)
 }
 
-// keepBest copies the parameters into the best weights.
+// keepBest copies the parameters into the best weights, on the device.
 func (r *run[M]) keepBest() {
-	off := 0
-	for _, p := range r.params {
-		off += copy(r.best[off:], p.Data)
+	for i, p := range r.params {
+		r.dev.Copy(r.best[i], p.Data)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/drafter-ai/drafter/pkg/tensor"
 	"github.com/drafter-ai/drafter/train/optim"
 )
 
@@ -25,6 +26,7 @@ import (
 // packed ones do; every number comes from the seed, the epoch and the batch.
 type quad struct {
 	w, g     []float32
+	dev      *tensor.CPUDevice // its tensors view w and g
 	epochs   []int
 	epoch    int
 	cursor   int
@@ -35,7 +37,7 @@ type quad struct {
 const quadSize = 5
 
 func newQuad() *quad {
-	return &quad{w: make([]float32, quadSize), g: make([]float32, quadSize), epochs: []int{7, 5, 6, 7}, target: make([]float32, quadSize)}
+	return &quad{w: make([]float32, quadSize), g: make([]float32, quadSize), dev: tensor.NewCPU(nil), epochs: []int{7, 5, 6, 7}, target: make([]float32, quadSize)}
 }
 
 // quadMetric is quad's held-out evaluation.
@@ -54,7 +56,16 @@ func (m *quadMetric) Record(best bool) any {
 
 func (m *quadMetric) Summary() string { return fmt.Sprintf("eval step %d: loss %.4f", m.Step, m.Loss) }
 
-func (q *quad) Params() []optim.Param { return []optim.Param{{Name: "w", Data: q.w, Grad: q.g}} }
+func (q *quad) Device() tensor.Device { return q.dev }
+
+func (q *quad) Params() []optim.Param {
+	return []optim.Param{{Name: "w", Data: q.view(q.w), Grad: q.view(q.g)}}
+}
+
+// view returns v as a tensor of q's device, viewing v.
+func (q *quad) view(v []float32) tensor.Tensor {
+	return must(q.dev.Upload(tensor.F32Matrix(v, 1, len(v))))
+}
 
 func (q *quad) Plan() Plan {
 	return Plan{EpochSteps: q.epochs, Warmup: 2, HeldOut: true, AdamW: optim.DefaultAdamW()}
@@ -305,11 +316,11 @@ func TestLegacyCheckpoint(t *testing.T) {
 func rewriteExtra(t *testing.T, path string, legacy func(s state[*quadMetric]) any) state[*quadMetric] {
 	t.Helper()
 	q := newQuad()
-	opt, err := optim.NewAdamW(q.Params(), optim.DefaultAdamW())
+	opt, err := optim.NewAdamW(q.dev, q.Params(), optim.DefaultAdamW())
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := &optim.TrainState{Buffers: []optim.Param{{Name: "best", Data: make([]float32, quadSize)}}}
+	st := &optim.TrainState{Buffers: []optim.Param{{Name: "best", Data: q.view(make([]float32, quadSize))}}}
 	if err := optim.LoadCheckpoint(path, opt, st); err != nil {
 		t.Fatal(err)
 	}

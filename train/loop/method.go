@@ -44,8 +44,8 @@ type Setup struct {
 	// with the columns the method asked for.
 	Captures []Capture
 	Data     dataset.Dataset
-	// Backend runs the matrix products.
-	Backend tensor.Backend
+	// Device runs the trainer: the method computes on a sibling of it.
+	Device tensor.Device
 	// Resume continues the run in Job.Out.
 	Resume bool
 	// Job is where to write, with the settings record and the provenance

@@ -43,7 +43,7 @@ func BenchmarkTrainStep(b *testing.B) {
 	mul()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		m.ZeroGrad()
+		ws.n.ZeroGrad()
 		ws.TrainStep(batch, w)
 	}
 	b.StopTimer()

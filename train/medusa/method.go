@@ -35,7 +35,7 @@ func (o Options) Train(ctx context.Context, s *loop.Setup) (*loop.Outcome, error
 	cfg := o.Config
 	cfg.Resume = s.Resume
 	job := s.Job
-	r, err := Train(ctx, cfg, lmHead, s.Data, s.Backend, &job)
+	r, err := Train(ctx, cfg, lmHead, s.Data, s.Device, &job)
 	if err != nil {
 		return nil, err
 	}

@@ -38,7 +38,9 @@ type Workspace struct {
 }
 
 // NewWorkspace allocates activations of heads m for up to maxRows positions
-// on dev, which the workspace then owns (a device serves one caller). chunk
+// on dev, which the workspace then owns (a device serves one caller), and
+// puts the heads on it (dmedusa.Heads.On: for heads built for training, their
+// master weights and gradients). chunk
 // bounds the rows of the [chunk, V] logits buffer (0 means min(maxRows,
 // 512)): the output layer runs as GEMMs of chunk rows, large enough to be
 // efficient.
@@ -93,11 +95,11 @@ type Batch struct {
 	Targets [][]int32 // [Heads][Rows]
 }
 
-// params lists the heads' trainable tensors for the optimiser, under their
-// vLLM names (dmedusa.Heads.Params).
-func params(m *dmedusa.Heads) []optim.Param {
+// params lists the heads' trainable tensors on the workspace's device for
+// the optimiser, under their vLLM names (dmedusa.Layers.Params).
+func (ws *Workspace) params() []optim.Param {
 	var ps []optim.Param
-	for _, p := range m.Params() {
+	for _, p := range ws.n.Params() {
 		ps = append(ps, optim.Param{Name: p.Name, Data: p.Data, Grad: p.Grad})
 	}
 	return ps

@@ -122,7 +122,7 @@ func TestTrainLearnsSyntheticTarget(t *testing.T) {
 		}
 	}
 	dir := t.TempDir()
-	res, err := Train(context.Background(), cfg, st.LM, data, tensor.CPU(), &loop.Job{Out: dir})
+	res, err := Train(context.Background(), cfg, st.LM, data, tensor.NewCPU(nil), &loop.Job{Out: dir})
 	if err != nil {
 		t.Fatal(err)
 	}

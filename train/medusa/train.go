@@ -187,7 +187,8 @@ type Metrics struct {
 type Result struct {
 	loop.Result[*Metrics]
 	// Heads are the best heads (highest held-out chain acceptance, then
-	// lowest loss), or the last when nothing is held out.
+	// lowest loss), or the last when nothing is held out, read back from
+	// the device.
 	Heads *dmedusa.Heads
 	// BatchTokens and MaxEpochs are the batch and epoch cap the run used
 	// (Config's, or chosen from the data where Config has 0).
@@ -234,8 +235,8 @@ func Acceptance(top1 []float64) float64 {
 // with cfg.SharedLMHead share it frozen. When ctx is cancelled it writes a
 // checkpoint and returns an error wrapping ctx.Err(); a later call with
 // cfg.Resume continues and ends bit-identical to an uninterrupted run.
-func Train(ctx context.Context, cfg Config, lmHead []float32, data dataset.Dataset, be tensor.Backend, job *loop.Job) (*Result, error) {
-	t, err := newTrainer(cfg, lmHead, data, be)
+func Train(ctx context.Context, cfg Config, lmHead []float32, data dataset.Dataset, dev tensor.Device, job *loop.Job) (*Result, error) {
+	t, err := newTrainer(cfg, lmHead, data, dev)
 	if err != nil {
 		return nil, err
 	}
@@ -270,7 +271,7 @@ type trainer struct {
 // newTrainer builds the heads and splits the samples: a seeded held-out
 // share, the rest trained on, their positions counted to choose the batch
 // and the epoch cap where cfg leaves them to the data.
-func newTrainer(cfg Config, lmHead []float32, data dataset.Dataset, be tensor.Backend) (*trainer, error) {
+func newTrainer(cfg Config, lmHead []float32, data dataset.Dataset, dev tensor.Device) (*trainer, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -315,7 +316,7 @@ func newTrainer(cfg Config, lmHead []float32, data dataset.Dataset, be tensor.Ba
 	}
 	t.stepsPerEpoch = (trainPos + t.batchTokens - 1) / t.batchTokens
 	t.weights = Weights(cfg.Heads, cfg.Decay)
-	if t.ws, err = NewWorkspace(tensor.NewCPU(be), t.heads, t.batchTokens, 0); err != nil {
+	if t.ws, err = NewWorkspace(tensor.SiblingOf(dev), t.heads, t.batchTokens, 0); err != nil {
 		return nil, err
 	}
 	t.batch = &Batch{X: make([]float32, t.batchTokens*H), Targets: make([][]int32, cfg.Heads)}
@@ -327,8 +328,12 @@ func newTrainer(cfg Config, lmHead []float32, data dataset.Dataset, be tensor.Ba
 	return t, nil
 }
 
-// Params lists the heads' trainable tensors under their vLLM names.
-func (t *trainer) Params() []optim.Param { return params(t.heads) }
+// Device is the device the heads train on (the workspace's).
+func (t *trainer) Device() tensor.Device { return t.ws.dev }
+
+// Params lists the heads' trainable tensors on the device under their vLLM
+// names.
+func (t *trainer) Params() []optim.Param { return t.ws.params() }
 
 // Plan: every epoch packs the same training positions, so it has the same
 // number of batches; the warm-up is cfg's, or 2% of the scheduled steps.
@@ -380,8 +385,10 @@ func (t *trainer) TrainLine(s loop.StepStats) any {
 	return map[string]any{"step": s.Step, "epoch": s.Epoch, "loss": s.Loss, "lr": s.LR, "grad_norm": s.GradNorm, "tokens_per_sec": s.TokensPerSec}
 }
 
-// Export writes the heads in both layouts, with drafter.json.
+// Export reads the heads' weights back from the device and writes them in
+// both layouts, with drafter.json.
 func (t *trainer) Export(job *loop.Job, r *loop.Result[*Metrics]) error {
+	t.ws.n.ReadWeights()
 	p := job.Provenance
 	return dmedusa.Export(job.Out, t.heads, dmedusa.ExportInfo{BaseModel: p.BaseModel, TargetFingerprint: p.TargetFingerprint,
 		DataManifests: p.DataManifests, Args: p.Args, Metrics: r.Best, DType: t.cfg.DType})

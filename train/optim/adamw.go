@@ -11,12 +11,13 @@ import (
 	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
-// Param is one named trainable tensor: its float32 master weights and the
-// gradient buffer the backward pass accumulates into (same length).
+// Param is one named trainable tensor on the optimiser's device: its float32
+// master weights and the gradient the backward pass accumulates into (the
+// same number of values). The optimiser reaches their values only through
+// the device's ops, and the checkpoint through its Read and Write.
 type Param struct {
-	Name string
-	Data []float32
-	Grad []float32
+	Name       string
+	Data, Grad tensor.Tensor
 }
 
 // AdamWConfig holds the optimiser's hyper-parameters (the learning rate is passed
@@ -38,22 +39,27 @@ func DefaultAdamW() AdamWConfig { return AdamWConfig{Beta1: 0.9, Beta2: 0.999, E
 //	v  = b2*v + (1-b2)*g^2
 //	p -= (lr/(1-b1^t)) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
 //
-// Moments are float32 and allocated once by NewAdamW. The updates, the
-// gradients' zeroing, norm and clipping run as the ops of a CPU device over
-// the parameters' host memory.
+// The parameters, their gradients and the float32 moments (allocated once by
+// NewAdamW) live on one device, whose ops run the updates, the gradients'
+// zeroing, norm and clipping: the state never leaves the device during
+// training (the checkpoint reads it back, SaveCheckpoint).
 type AdamW struct {
 	Config AdamWConfig
 	Params []Param
-	M, V   [][]float32 // first and second moments, one slice per parameter
+	// M and V are the first and second moments, one tensor per parameter
+	// on the device, of its parameter's shape.
+	M, V []tensor.Tensor
 	// StepCount is the number of updates applied so far.
 	StepCount int64
 
 	dev tensor.Device
 }
 
-// NewAdamW validates the parameters (unique names, len(Data) == len(Grad)) and
-// allocates the zeroed moments.
-func NewAdamW(params []Param, cfg AdamWConfig) (*AdamW, error) {
+// NewAdamW validates the parameters (unique names, float32 Data and Grad of
+// the same number of values) and allocates the zeroed moments on dev, the
+// device the parameters live on, whose ops the optimiser then runs (dev
+// serves the optimiser alone: pass a sibling of the trainer's device).
+func NewAdamW(dev tensor.Device, params []Param, cfg AdamWConfig) (*AdamW, error) {
 	if cfg.Beta1 == 0 && cfg.Beta2 == 0 {
 		cfg.Beta1, cfg.Beta2 = 0.9, 0.999
 	}
@@ -65,31 +71,41 @@ func NewAdamW(params []Param, cfg AdamWConfig) (*AdamW, error) {
 			cfg.Beta1, cfg.Beta2, cfg.Eps, cfg.WeightDecay)
 	}
 	seen := make(map[string]bool, len(params))
-	o := &AdamW{Config: cfg, Params: params, M: make([][]float32, len(params)), V: make([][]float32, len(params)),
-		dev: tensor.NewCPU(tensor.PureGo())} // element-wise ops only: the backend is never called
+	if dev == nil {
+		return nil, fmt.Errorf("optim: AdamW needs the parameters' device")
+	}
+	o := &AdamW{Config: cfg, Params: params, M: make([]tensor.Tensor, len(params)), V: make([]tensor.Tensor, len(params)), dev: dev}
 	for i, p := range params {
 		if p.Name == "" || seen[p.Name] {
 			return nil, fmt.Errorf("optim: parameter %d has an empty or duplicate name %q", i, p.Name)
 		}
 		seen[p.Name] = true
-		if len(p.Data) != len(p.Grad) {
-			return nil, fmt.Errorf("optim: parameter %q has %d values but %d gradients", p.Name, len(p.Data), len(p.Grad))
+		if p.Data.Len() != p.Grad.Len() {
+			return nil, fmt.Errorf("optim: parameter %q has %d values but %d gradients", p.Name, p.Data.Len(), p.Grad.Len())
 		}
-		o.M[i] = make([]float32, len(p.Data))
-		o.V[i] = make([]float32, len(p.Data))
+		if p.Data.DType() != tensor.F32 || p.Grad.DType() != tensor.F32 {
+			return nil, fmt.Errorf("optim: parameter %q is %s with %s gradients, want float32 for both", p.Name, p.Data.DType(), p.Grad.DType())
+		}
+		var err error
+		if o.M[i], err = dev.Alloc(tensor.F32, p.Data.Rows(), p.Data.Cols()); err != nil {
+			return nil, fmt.Errorf("optim: moments of %q: %w", p.Name, err)
+		}
+		if o.V[i], err = dev.Alloc(tensor.F32, p.Data.Rows(), p.Data.Cols()); err != nil {
+			return nil, fmt.Errorf("optim: moments of %q: %w", p.Name, err)
+		}
 	}
 	return o, nil
 }
 
+// Device returns the device the optimiser's parameters and moments live on.
+func (o *AdamW) Device() tensor.Device { return o.dev }
+
 // ZeroGrad sets every gradient to zero (the backward passes accumulate).
 func (o *AdamW) ZeroGrad() {
 	for _, p := range o.Params {
-		o.dev.Zero(host(p.Grad))
+		o.dev.Zero(p.Grad)
 	}
 }
-
-// host returns v as a tensor of the CPU device.
-func host(v []float32) tensor.Tensor { return tensor.HostTensor(v, 1, len(v)) }
 
 // Step applies one AdamW update with learning rate lr to every parameter using
 // the gradients currently in Grad, and increments StepCount.
@@ -110,7 +126,7 @@ func (o *AdamW) Step(lr float64) {
 		Eps:           float32(c.Eps),
 	}
 	for i, p := range o.Params {
-		o.dev.AdamW(host(p.Data), host(p.Grad), host(o.M[i]), host(o.V[i]), s)
+		o.dev.AdamW(p.Data, p.Grad, o.M[i], o.V[i], s)
 	}
 }
 
@@ -143,7 +159,7 @@ func (s Schedule) LR(step int) float64 {
 func (o *AdamW) GradNorm() float64 {
 	var sum float64
 	for _, p := range o.Params {
-		sum += o.dev.SumSquares(host(p.Grad))
+		sum += o.dev.SumSquares(p.Grad)
 	}
 	return math.Sqrt(sum)
 }
@@ -158,7 +174,7 @@ func (o *AdamW) ClipGradNorm(maxNorm float64) float64 {
 	}
 	scale := float32(maxNorm / (norm + 1e-6))
 	for _, p := range o.Params {
-		o.dev.Scale(host(p.Grad), scale)
+		o.dev.Scale(p.Grad, scale)
 	}
 	return norm
 }

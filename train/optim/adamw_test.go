@@ -4,7 +4,34 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/drafter-ai/drafter/pkg/tensor"
 )
+
+// testDev is the CPU device the tests' parameters live on: its tensors view
+// the host slices the tests fill and read.
+var testDev = tensor.NewCPU(nil)
+
+// vec returns v as a one-row tensor of testDev, viewing v.
+func vec(v []float32) tensor.Tensor {
+	t, err := testDev.Upload(tensor.F32Matrix(v, 1, len(v)))
+	if err != nil {
+		panic(err)
+	}
+	return t
+}
+
+// host returns the values of a tensor of testDev.
+func host(t tensor.Tensor) []float32 {
+	v, _ := testDev.HostF32(t)
+	return v
+}
+
+// param returns the parameter name of values data and gradient grad on
+// testDev, viewing them.
+func param(name string, data, grad []float32) Param {
+	return Param{Name: name, Data: vec(data), Grad: vec(grad)}
+}
 
 // refAdamW is an independent float64 transcription of the AdamW algorithm as
 // documented for torch.optim.AdamW (decoupled decay, bias-corrected moments).
@@ -39,7 +66,7 @@ func TestAdamWMatchesFloat64Reference(t *testing.T) {
 		}
 		cfg := DefaultAdamW()
 		cfg.WeightDecay = wd
-		o, err := NewAdamW([]Param{{Name: "w", Data: data, Grad: grad}}, cfg)
+		o, err := NewAdamW(testDev, []Param{param("w", data, grad)}, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -70,7 +97,7 @@ func TestAdamWMatchesFloat64Reference(t *testing.T) {
 func TestAdamWFirstStepHandValue(t *testing.T) {
 	d := []float32{1, -2, 0.5}
 	g := []float32{0.3, -4, 0}
-	o, err := NewAdamW([]Param{{Name: "x", Data: d, Grad: g}}, AdamWConfig{WeightDecay: 0.5})
+	o, err := NewAdamW(testDev, []Param{param("x", d, g)}, AdamWConfig{WeightDecay: 0.5})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,11 +112,11 @@ func TestAdamWFirstStepHandValue(t *testing.T) {
 }
 
 func TestNewAdamWRejectsBadParams(t *testing.T) {
-	if _, err := NewAdamW([]Param{{Name: "a", Data: make([]float32, 2), Grad: make([]float32, 3)}}, DefaultAdamW()); err == nil {
+	if _, err := NewAdamW(testDev, []Param{param("a", make([]float32, 2), make([]float32, 3))}, DefaultAdamW()); err == nil {
 		t.Fatal("length mismatch accepted")
 	}
-	p := Param{Name: "a", Data: make([]float32, 2), Grad: make([]float32, 2)}
-	if _, err := NewAdamW([]Param{p, p}, DefaultAdamW()); err == nil {
+	p := param("a", make([]float32, 2), make([]float32, 2))
+	if _, err := NewAdamW(testDev, []Param{p, p}, DefaultAdamW()); err == nil {
 		t.Fatal("duplicate name accepted")
 	}
 }
@@ -126,16 +153,17 @@ func TestScheduleKnownPoints(t *testing.T) {
 }
 
 func TestClipGradNorm(t *testing.T) {
-	a := Param{Name: "a", Data: make([]float32, 2), Grad: []float32{3, 0}}
-	b := Param{Name: "b", Data: make([]float32, 1), Grad: []float32{4}}
-	o, err := NewAdamW([]Param{a, b}, DefaultAdamW())
+	ag, bg := []float32{3, 0}, []float32{4}
+	a := param("a", make([]float32, 2), ag)
+	b := param("b", make([]float32, 1), bg)
+	o, err := NewAdamW(testDev, []Param{a, b}, DefaultAdamW())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if n := o.ClipGradNorm(10); n != 5 {
 		t.Fatalf("norm %g want 5", n)
 	}
-	if a.Grad[0] != 3 || b.Grad[0] != 4 {
+	if ag[0] != 3 || bg[0] != 4 {
 		t.Fatal("gradients changed below the threshold")
 	}
 	if n := o.ClipGradNorm(1); n != 5 {
@@ -144,15 +172,15 @@ func TestClipGradNorm(t *testing.T) {
 	if post := o.GradNorm(); math.Abs(post-1) > 1e-6 {
 		t.Fatalf("post-clip norm %g want 1", post)
 	}
-	if math.Abs(float64(a.Grad[0])-0.6) > 1e-6 || math.Abs(float64(b.Grad[0])-0.8) > 1e-6 {
-		t.Fatalf("direction changed: %v %v", a.Grad, b.Grad)
+	if math.Abs(float64(ag[0])-0.6) > 1e-6 || math.Abs(float64(bg[0])-0.8) > 1e-6 {
+		t.Fatalf("direction changed: %v %v", ag, bg)
 	}
 	// float64 accumulation: 1e6 values of 1e-3 sum of squares exactly 1.
 	big := make([]float32, 1_000_000)
 	for i := range big {
 		big[i] = 1e-3
 	}
-	oz, err := NewAdamW([]Param{{Name: "z", Data: big, Grad: big}}, DefaultAdamW())
+	oz, err := NewAdamW(testDev, []Param{param("z", big, big)}, DefaultAdamW())
 	if err != nil {
 		t.Fatal(err)
 	}

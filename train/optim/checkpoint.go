@@ -15,6 +15,7 @@ import (
 
 	"github.com/drafter-ai/drafter/pkg/finite"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
+	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
 // checkpointFormat names the file layout in the safetensors metadata.
@@ -38,9 +39,10 @@ type TrainState struct {
 	// JSON (the best evaluation so far, the patience counter, ...).
 	Args  json.RawMessage `json:"args,omitempty"`
 	Extra json.RawMessage `json:"extra,omitempty"`
-	// Buffers are additional float32 tensors saved by name (Grad is ignored),
-	// such as the best weights kept for early stopping. LoadCheckpoint restores
-	// them in place: the caller preallocates them with the saved names and sizes.
+	// Buffers are additional float32 tensors on the optimiser's device saved
+	// by name (Grad is ignored), such as the best weights kept for early
+	// stopping. LoadCheckpoint restores them in place: the caller
+	// preallocates them with the saved names and sizes.
 	Buffers []Param `json:"-"`
 }
 
@@ -55,18 +57,25 @@ type checkpointMeta struct {
 // crash leaves either the previous checkpoint or the new one. Tensors are named
 // param/<name>, adam_m/<name>, adam_v/<name> and buffer/<name>; the scalar state
 // is JSON under the metadata key "drafter_state", and the metadata key "sha256"
-// holds the checksum LoadCheckpoint verifies (checkpointSum).
+// holds the checksum LoadCheckpoint verifies (checkpointSum). The tensors are
+// read from the optimiser's device (Read) into host buffers, each saved as a
+// vector of its values.
 func SaveCheckpoint(path string, opt *AdamW, st *TrainState) error {
 	ts := make([]safetensors.Tensor, 0, 3*len(opt.Params)+len(st.Buffers))
+	var buf []float32 // one host buffer for every read: F32Tensor copies it
+	read := func(name string, t tensor.Tensor) safetensors.Tensor {
+		if cap(buf) < t.Len() {
+			buf = make([]float32, t.Len())
+		}
+		v := buf[:t.Len()]
+		opt.dev.Read(v, t)
+		return safetensors.F32Tensor(name, []int{len(v)}, v)
+	}
 	for i, p := range opt.Params {
-		shape := []int{len(p.Data)}
-		ts = append(ts,
-			safetensors.F32Tensor("param/"+p.Name, shape, p.Data),
-			safetensors.F32Tensor("adam_m/"+p.Name, shape, opt.M[i]),
-			safetensors.F32Tensor("adam_v/"+p.Name, shape, opt.V[i]))
+		ts = append(ts, read("param/"+p.Name, p.Data), read("adam_m/"+p.Name, opt.M[i]), read("adam_v/"+p.Name, opt.V[i]))
 	}
 	for _, b := range st.Buffers {
-		ts = append(ts, safetensors.F32Tensor("buffer/"+b.Name, []int{len(b.Data)}, b.Data))
+		ts = append(ts, read("buffer/"+b.Name, b.Data))
 	}
 	meta, err := json.Marshal(checkpointMeta{Step: opt.StepCount, Adam: opt.Config, State: st})
 	if err != nil {
@@ -87,7 +96,8 @@ func SaveCheckpoint(path string, opt *AdamW, st *TrainState) error {
 
 // LoadCheckpoint restores a checkpoint written by SaveCheckpoint into opt (its
 // parameters' Data, moments and StepCount) and st (scalars, Args, Extra and the
-// preallocated Buffers). The file must match the SHA-256 it was saved with
+// preallocated Buffers), writing the tensors to the optimiser's device
+// (Write) from host buffers. The file must match the SHA-256 it was saved with
 // (one written before checksums existed has none and is accepted) and every
 // value must be finite; every parameter and buffer must be present with the
 // same size, and the file must hold no parameter opt does not have; otherwise
@@ -114,24 +124,32 @@ func LoadCheckpoint(path string, opt *AdamW, st *TrainState) error {
 	}
 	st.Buffers = bufs
 	want := make(map[string]bool, 3*len(opt.Params)+len(bufs))
-	load := func(name string, dst []float32) error {
+	var buf []float32
+	load := func(name string, dst tensor.Tensor) error {
 		want[name] = true
 		info, ok := set.Info(name)
 		if !ok {
 			return fmt.Errorf("optim: checkpoint %s has no tensor %q (was it written by a run with other arguments?)", path, name)
 		}
-		if info.NumElements() != len(dst) {
-			return fmt.Errorf("optim: checkpoint %s: tensor %q has %d values, this run expects %d", path, name, info.NumElements(), len(dst))
+		if info.NumElements() != dst.Len() {
+			return fmt.Errorf("optim: checkpoint %s: tensor %q has %d values, this run expects %d", path, name, info.NumElements(), dst.Len())
 		}
 		if info.DType != safetensors.F32 {
 			return fmt.Errorf("optim: checkpoint %s: tensor %q is %s, want F32", path, name, info.DType)
 		}
-		return set.Float32Into(name, dst)
+		if cap(buf) < dst.Len() {
+			buf = make([]float32, dst.Len())
+		}
+		if err := set.Float32Into(name, buf[:dst.Len()]); err != nil {
+			return err
+		}
+		opt.dev.Write(dst, buf[:dst.Len()])
+		return nil
 	}
 	for i, p := range opt.Params {
 		for _, e := range []struct {
 			prefix string
-			dst    []float32
+			dst    tensor.Tensor
 		}{{"param/", p.Data}, {"adam_m/", opt.M[i]}, {"adam_v/", opt.V[i]}} {
 			if err := load(e.prefix+p.Name, e.dst); err != nil {
 				return err

@@ -12,13 +12,13 @@ import (
 func newTestOpt(t *testing.T, seed uint64) (*AdamW, *rand.Rand) {
 	r := rand.New(rand.NewPCG(seed, 1))
 	mk := func(name string, n int) Param {
-		p := Param{Name: name, Data: make([]float32, n), Grad: make([]float32, n)}
-		for i := range p.Data {
-			p.Data[i] = float32(r.NormFloat64())
+		data := make([]float32, n)
+		for i := range data {
+			data[i] = float32(r.NormFloat64())
 		}
-		return p
+		return param(name, data, make([]float32, n))
 	}
-	o, err := NewAdamW([]Param{mk("a", 5), mk("b.weight", 12)}, DefaultAdamW())
+	o, err := NewAdamW(testDev, []Param{mk("a", 5), mk("b.weight", 12)}, DefaultAdamW())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,8 +27,9 @@ func newTestOpt(t *testing.T, seed uint64) (*AdamW, *rand.Rand) {
 
 func stepRandom(o *AdamW, r *rand.Rand) {
 	for _, p := range o.Params {
-		for i := range p.Grad {
-			p.Grad[i] = float32(r.NormFloat64())
+		g := host(p.Grad)
+		for i := range g {
+			g[i] = float32(r.NormFloat64())
 		}
 	}
 	o.Step(1e-2)
@@ -48,7 +49,7 @@ func TestCheckpointResumeBitIdentical(t *testing.T) {
 	for i := 0; i < 4; i++ {
 		stepRandom(part, pcg)
 	}
-	best := Param{Name: "best", Data: []float32{1, 2, 3}}
+	best := Param{Name: "best", Data: vec([]float32{1, 2, 3})}
 	st := &TrainState{Epoch: 2, Cursor: 7, Offset: 11, Args: json.RawMessage(`{"lr":0.01}`), Extra: json.RawMessage(`{"best":1.5}`), RNG: []byte{1, 2, 3}, Buffers: []Param{best}}
 	if err := SaveCheckpoint(path, part, st); err != nil {
 		t.Fatal(err)
@@ -58,12 +59,12 @@ func TestCheckpointResumeBitIdentical(t *testing.T) {
 	}
 
 	resumed, _ := newTestOpt(t, 99) // different initial weights: all must come from the file
-	got := &TrainState{Buffers: []Param{{Name: "best", Data: make([]float32, 3)}}}
+	got := &TrainState{Buffers: []Param{{Name: "best", Data: vec(make([]float32, 3))}}}
 	if err := LoadCheckpoint(path, resumed, got); err != nil {
 		t.Fatal(err)
 	}
 	if resumed.StepCount != 4 || got.Epoch != 2 || got.Cursor != 7 || got.Offset != 11 || string(got.Args) != `{"lr":0.01}` ||
-		string(got.Extra) != `{"best":1.5}` || string(got.RNG) != "\x01\x02\x03" || got.Buffers[0].Data[2] != 3 {
+		string(got.Extra) != `{"best":1.5}` || string(got.RNG) != "\x01\x02\x03" || host(got.Buffers[0].Data)[2] != 3 {
 		t.Fatalf("state not restored: step %d %+v", resumed.StepCount, got)
 	}
 	// Continue with the same gradient stream as the uninterrupted run.
@@ -71,9 +72,10 @@ func TestCheckpointResumeBitIdentical(t *testing.T) {
 		stepRandom(resumed, pcg)
 	}
 	for i, p := range full.Params {
-		for j := range p.Data {
-			if p.Data[j] != resumed.Params[i].Data[j] {
-				t.Fatalf("%s[%d]: uninterrupted %v resumed %v", p.Name, j, p.Data[j], resumed.Params[i].Data[j])
+		a, b := host(p.Data), host(resumed.Params[i].Data)
+		for j := range a {
+			if a[j] != b[j] {
+				t.Fatalf("%s[%d]: uninterrupted %v resumed %v", p.Name, j, a[j], b[j])
 			}
 		}
 	}
@@ -85,7 +87,7 @@ func TestLoadCheckpointRejectsMismatch(t *testing.T) {
 	if err := SaveCheckpoint(path, o, &TrainState{}); err != nil {
 		t.Fatal(err)
 	}
-	other, err := NewAdamW([]Param{{Name: "a", Data: make([]float32, 6), Grad: make([]float32, 6)}}, DefaultAdamW())
+	other, err := NewAdamW(testDev, []Param{param("a", make([]float32, 6), make([]float32, 6))}, DefaultAdamW())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +95,7 @@ func TestLoadCheckpointRejectsMismatch(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `"param/a"`) {
 		t.Fatalf("size mismatch not reported: %v", err)
 	}
-	fewer, _ := NewAdamW([]Param{{Name: "a", Data: make([]float32, 5), Grad: make([]float32, 5)}}, DefaultAdamW())
+	fewer, _ := NewAdamW(testDev, []Param{param("a", make([]float32, 5), make([]float32, 5))}, DefaultAdamW())
 	err = LoadCheckpoint(path, fewer, &TrainState{})
 	if err == nil || !strings.Contains(err.Error(), "b.weight") {
 		t.Fatalf("extra tensor not reported: %v", err)

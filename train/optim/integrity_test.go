@@ -21,7 +21,7 @@ func savedCheckpoint(t *testing.T) (string, *AdamW) {
 	for i := 0; i < 4; i++ {
 		stepRandom(o, r)
 	}
-	st := &TrainState{Epoch: 2, Cursor: 7, Args: json.RawMessage(`{"lr":0.01}`), Buffers: []Param{{Name: "best", Data: []float32{1, 2, 3}}}}
+	st := &TrainState{Epoch: 2, Cursor: 7, Args: json.RawMessage(`{"lr":0.01}`), Buffers: []Param{{Name: "best", Data: vec([]float32{1, 2, 3})}}}
 	if err := SaveCheckpoint(path, o, st); err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +30,7 @@ func savedCheckpoint(t *testing.T) (string, *AdamW) {
 
 func load(t *testing.T, path string) error {
 	o, _ := newTestOpt(t, 99)
-	return LoadCheckpoint(path, o, &TrainState{Buffers: []Param{{Name: "best", Data: make([]float32, 3)}}})
+	return LoadCheckpoint(path, o, &TrainState{Buffers: []Param{{Name: "best", Data: vec(make([]float32, 3))}}})
 }
 
 func dataStart(b []byte) int {
@@ -135,13 +135,14 @@ func TestLegacyCheckpoint(t *testing.T) {
 		t.Fatalf("note for a checkpoint without checksum: %q", note)
 	}
 	o, _ := newTestOpt(t, 99)
-	if err := LoadCheckpoint(path, o, &TrainState{Buffers: []Param{{Name: "best", Data: make([]float32, 3)}}}); err != nil {
+	if err := LoadCheckpoint(path, o, &TrainState{Buffers: []Param{{Name: "best", Data: vec(make([]float32, 3))}}}); err != nil {
 		t.Fatalf("checkpoint without checksum: %v", err)
 	}
 	for i, p := range saved.Params {
-		for j, v := range p.Data {
-			if math.Float32bits(o.Params[i].Data[j]) != math.Float32bits(v) {
-				t.Fatalf("%s[%d] = %v, saved %v", p.Name, j, o.Params[i].Data[j], v)
+		got := host(o.Params[i].Data)
+		for j, v := range host(p.Data) {
+			if math.Float32bits(got[j]) != math.Float32bits(v) {
+				t.Fatalf("%s[%d] = %v, saved %v", p.Name, j, got[j], v)
 			}
 		}
 	}
@@ -160,7 +161,7 @@ func TestLegacyCheckpoint(t *testing.T) {
 func TestCheckpointNaNRefused(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "c.safetensors")
 	o, _ := newTestOpt(t, 1)
-	o.Params[1].Data[4] = float32(math.NaN())
+	host(o.Params[1].Data)[4] = float32(math.NaN())
 	if err := SaveCheckpoint(path, o, &TrainState{}); err != nil {
 		t.Fatal(err)
 	}

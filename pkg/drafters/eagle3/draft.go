@@ -20,10 +20,9 @@ type Draft struct {
 	// when the export used the defaults (2, L/2, L-3).
 	LayerIDs []int
 	layer    *Layer
-	be       tensor.Backend
 	// dev is the device the layer's weights were uploaded to and prepared
-	// on; each session computes on a device of its own with the same
-	// backend (a device serves one caller).
+	// on; each session computes on a sibling of it (a device serves one
+	// caller).
 	dev   tensor.Device
 	embed tensor.Weight // the target's input embedding [V, H], in its dtype
 }
@@ -35,20 +34,24 @@ type Draft struct {
 // parameters must not be frozen. LoadDraft freezes what it loads.
 func (d *Draft) Freeze() { d.layer.Freeze(d.dev) }
 
-// NewDraft wraps parameters (for example a trainer's) as a drafter. embed
+// NewDraft wraps parameters (for example a trainer's, read back from its
+// device by Layer.ReadWeights) as a drafter, uploading them to dev. embed
 // is the target's input embedding [V, H] (model.Model.Embed, kept in the
 // target's dtype: the draft widens the rows it reads).
-func NewDraft(g Geometry, p *Params, voc *Vocab, embed tensor.Matrix, be tensor.Backend) (*Draft, error) {
+//
+// dev is the run's device (the CPU device when nil); the draft computes on a
+// sibling of it.
+func NewDraft(g Geometry, p *Params, voc *Vocab, embed tensor.Matrix, dev tensor.Device) (*Draft, error) {
 	if embed.Rows != g.Vocab || embed.Cols != g.Hidden {
 		return nil, fmt.Errorf("eagle3: a draft for a target of hidden_size %d and vocab_size %d, but the target's embedding is [%d, %d]: the draft was made for another model",
 			g.Hidden, g.Vocab, embed.Rows, embed.Cols)
 	}
-	dev := tensor.NewCPU(be)
+	dev = tensor.SiblingOf(dev)
 	l, err := NewLayer(dev, g, p, 1)
 	if err != nil {
 		return nil, err
 	}
-	return &Draft{Geometry: g, Vocab: voc, layer: l, be: be, dev: dev, embed: tensor.WeightOf(embed)}, nil
+	return &Draft{Geometry: g, Vocab: voc, layer: l, dev: dev, embed: tensor.WeightOf(embed)}, nil
 }
 
 // Session is one sequence's drafting state: the draft layer's KV cache over
@@ -108,7 +111,7 @@ func (d *Draft) newSession(capacity, maxNodes int) (*Session, error) {
 	g := d.Geometry
 	h, kw, N := g.Hidden, g.KVDim(), g.DraftVocab
 	R := max(maxNodes, extendChunk)
-	dev := tensor.NewCPU(d.be)
+	dev := d.dev.Sibling()
 	kv, err := kvcache.New(dev, 1, kw, capacity+maxNodes)
 	if err != nil {
 		return nil, err

@@ -279,13 +279,13 @@ func unusedTensor(name, prefix string) string {
 // one of them, and every weight is finite. The feature layers the config
 // names must be strictly increasing (see CheckLayerIDs); the native layout's
 // two keys for them must agree.
-func LoadDraft(dir string, embed tensor.Matrix, be tensor.Backend) (*Draft, error) {
-	return loadDraft(dir, nil, embed, be)
+func LoadDraft(dir string, embed tensor.Matrix, dev tensor.Device) (*Draft, error) {
+	return loadDraft(dir, nil, embed, dev)
 }
 
 // loadDraft is LoadDraft of the layout f, or of the layout the config names
 // when f is nil.
-func loadDraft(dir string, f format, embed tensor.Matrix, be tensor.Backend) (*Draft, error) {
+func loadDraft(dir string, f format, embed tensor.Matrix, dev tensor.Device) (*Draft, error) {
 	cfgPath := filepath.Join(dir, drafters.ConfigFile)
 	b, err := os.ReadFile(cfgPath)
 	if err != nil {
@@ -394,7 +394,7 @@ func loadDraft(dir string, f format, embed tensor.Matrix, be tensor.Backend) (*D
 			return nil, fmt.Errorf("eagle3: %s: t2d[%d] = %v disagrees with d2t", file, j, in)
 		}
 	}
-	d, err := NewDraft(g, p, voc, embed, be)
+	d, err := NewDraft(g, p, voc, embed, dev)
 	if err != nil {
 		return nil, err
 	}

@@ -22,20 +22,38 @@ import (
 // value of its own that shares the memory of the device the layer's weights
 // were uploaded to (on the CPU, every device: the host's memory).
 type Layer struct {
-	// G is the layer's geometry and P its parameters (a trainer's are
-	// updated in place between passes).
+	// G is the layer's geometry and P its parameters in host memory: the
+	// values the layer was built from, and for a trainer's layer
+	// (NewTrainLayer), whose master weights live on the device, the values
+	// ReadWeights last copied back.
 	G Geometry
 	P *Params
 	w *Weights
-	// The blocks and products, viewing P's matrices.
+	// master says that w is a trainer's master weights, allocated on the
+	// device.
+	master bool
+	// The blocks and products: an uploaded layer's over P's matrices, a
+	// trainer's over its master weights w.
 	attn   *nn.Attention
 	mlp    *nn.MLP
 	fc, lm *nn.Linear
 }
 
-// NewLayer wraps parameters p of geometry g as a layer on dev, with RoPE
-// tables for positions up to maxPos (the geometry's maximum when larger).
+// NewLayer wraps parameters p of geometry g as a layer on dev (uploaded:
+// viewed where the device's memory is the host's), with RoPE tables for
+// positions up to maxPos (the geometry's maximum when larger).
 func NewLayer(dev tensor.Device, g Geometry, p *Params, maxPos int) (*Layer, error) {
+	return newLayer(dev, g, p, maxPos, false)
+}
+
+// NewTrainLayer is NewLayer for a trainer: the layer's master weights are
+// allocated on dev and written from p (Weights), the optimiser updates them
+// there, and ReadWeights copies them back into p.
+func NewTrainLayer(dev tensor.Device, g Geometry, p *Params, maxPos int) (*Layer, error) {
+	return newLayer(dev, g, p, maxPos, true)
+}
+
+func newLayer(dev tensor.Device, g Geometry, p *Params, maxPos int, master bool) (*Layer, error) {
 	if err := g.Validate(); err != nil {
 		return nil, err
 	}
@@ -43,30 +61,61 @@ func NewLayer(dev tensor.Device, g Geometry, p *Params, maxPos int) (*Layer, err
 	if err != nil {
 		return nil, fmt.Errorf("eagle3: draft RoPE: %w", err)
 	}
-	l := &Layer{G: g, P: p, mlp: &nn.MLP{},
+	l := &Layer{G: g, P: p, master: master, mlp: &nn.MLP{},
 		attn: &nn.Attention{Shape: tensor.AttnShape{Heads: g.Heads, KVHeads: g.KVHeads, HeadDim: g.HeadDim}}}
 	if l.attn.Rot, err = rope.On(dev); err != nil {
 		return nil, fmt.Errorf("eagle3: draft RoPE: %w", err)
 	}
-	if l.w, err = p.On(dev, g); err != nil {
+	if master {
+		if l.w, err = NewWeights(dev, g); err != nil {
+			return nil, err
+		}
+		for _, s := range specs(g) { // the sizes Write needs
+			if rows, cols := s.shape2(); len(*s.field(p)) != rows*cols {
+				return nil, fmt.Errorf("eagle3: %s has %d values, want %v", s.name, len(*s.field(p)), s.shape)
+			}
+		}
+		l.w.Write(dev, p, g)
+	} else if l.w, err = p.On(dev, g); err != nil {
 		return nil, err
 	}
 	h, qw, kw, I := g.Hidden, g.QDim(), g.KVDim(), g.Intermediate
+	w := l.w
 	for _, m := range []struct {
 		dst     **nn.Linear
 		v       []float32
+		t       tensor.Tensor
 		out, in int
 		name    string
 	}{
-		{&l.fc, p.FC, h, 3 * h, "fc"}, {&l.attn.Q, p.Q, qw, 2 * h, "q_proj"}, {&l.attn.K, p.K, kw, 2 * h, "k_proj"},
-		{&l.attn.V, p.V, kw, 2 * h, "v_proj"}, {&l.attn.O, p.O, h, qw, "o_proj"}, {&l.mlp.Gate, p.Gate, I, h, "gate_proj"},
-		{&l.mlp.Up, p.Up, I, h, "up_proj"}, {&l.mlp.Down, p.Down, h, I, "down_proj"}, {&l.lm, p.LMHead, g.DraftVocab, h, "lm_head"},
+		{&l.fc, p.FC, w.FC, h, 3 * h, "fc"}, {&l.attn.Q, p.Q, w.Q, qw, 2 * h, "q_proj"}, {&l.attn.K, p.K, w.K, kw, 2 * h, "k_proj"},
+		{&l.attn.V, p.V, w.V, kw, 2 * h, "v_proj"}, {&l.attn.O, p.O, w.O, h, qw, "o_proj"}, {&l.mlp.Gate, p.Gate, w.Gate, I, h, "gate_proj"},
+		{&l.mlp.Up, p.Up, w.Up, I, h, "up_proj"}, {&l.mlp.Down, p.Down, w.Down, h, I, "down_proj"}, {&l.lm, p.LMHead, w.LMHead, g.DraftVocab, h, "lm_head"},
 	} {
-		if *m.dst, err = nn.NewLinear(dev, tensor.F32Matrix(m.v, m.out, m.in), nil); err != nil {
+		if master {
+			*m.dst, err = nn.NewLinearOf(m.t, tensor.Tensor{})
+		} else {
+			*m.dst, err = nn.NewLinear(dev, tensor.F32Matrix(m.v, m.out, m.in), nil)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("eagle3: %s: %w", m.name, err)
 		}
 	}
 	return l, nil
+}
+
+// Weights returns the layer's weights on its device: for a trainer's layer
+// (NewTrainLayer), the master weights the optimiser updates.
+func (l *Layer) Weights() *Weights { return l.w }
+
+// ReadWeights copies a trainer's layer's master weights from the device
+// into P through dev (a device value sharing the layer's memory), for an
+// export or a draft built from them; a no-op for an uploaded layer, whose
+// P is already what it computes with.
+func (l *Layer) ReadWeights(dev tensor.Device) {
+	if l.master {
+		l.w.Read(dev, l.P, l.G)
+	}
 }
 
 // Freeze prepares the layer for inference with parameters that no longer

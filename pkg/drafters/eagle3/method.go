@@ -65,7 +65,7 @@ func (Method) Load(dir, layout string, m *model.Model, prov *drafters.Provenance
 	if f == nil {
 		return nil, fmt.Errorf("eagle3: unknown export layout %q", layout)
 	}
-	dr, err := loadDraft(dir, f, m.Embed, m.Backend())
+	dr, err := loadDraft(dir, f, m.Embed, m.Device())
 	if err != nil {
 		return nil, fmt.Errorf("loading the EAGLE-3 draft: %w", err)
 	}

@@ -12,8 +12,9 @@
 // three-layer target feature and afterwards by its own previous pre-norm output;
 // it scores a reduced draft vocabulary with its own lm_head. Forward and
 // backward sit side by side in the style of llm.c, as ops of a tensor.Device;
-// parameters and gradients are carved once from contiguous buffers, which the
-// device views (Weights), and activations are allocated once on the device.
+// host parameters are carved once from a contiguous buffer (Params), a
+// trainer's master weights and gradients are allocated on the device
+// (Weights), and activations are allocated once on the device.
 package eagle3
 
 import (
@@ -115,21 +116,28 @@ func specs(g Geometry) []paramSpec {
 	}
 }
 
-// Weights are a Params' tensors on a device ([1, n] for the norms' vectors),
-// viewing the Params' values where the device's memory is the host's: a
-// layer's weights, or its gradients.
+// Weights are a Params' tensors on a device ([1, n] for the norms'
+// vectors): a layer's weights, or its gradients. Uploaded (Params.On), they
+// view the Params' values where the device's memory is the host's; a
+// trainer's (NewWeights) are the device's own memory, which Write fills from
+// a Params and Read copies back.
 type Weights struct {
 	FC, HiddenNorm, InputNorm, Q, K, V, O, PostNorm, Gate, Up, Down, Norm, LMHead tensor.Tensor
+}
+
+// shape2 returns a spec's shape as [rows, cols] ([1, n] for a vector).
+func (s paramSpec) shape2() (rows, cols int) {
+	if len(s.shape) == 2 {
+		return s.shape[0], s.shape[1]
+	}
+	return 1, s.shape[0]
 }
 
 // On returns p's tensors of geometry g on dev.
 func (p *Params) On(dev tensor.Device, g Geometry) (*Weights, error) {
 	w := &Weights{}
 	for _, s := range specs(g) {
-		rows, cols := 1, s.shape[0]
-		if len(s.shape) == 2 {
-			rows, cols = s.shape[0], s.shape[1]
-		}
+		rows, cols := s.shape2()
 		v := *s.field(p)
 		if len(v) != rows*cols {
 			return nil, fmt.Errorf("eagle3: %s has %d values, want %v", s.name, len(v), s.shape)
@@ -141,6 +149,48 @@ func (p *Params) On(dev tensor.Device, g Geometry) (*Weights, error) {
 		*s.on(w) = t
 	}
 	return w, nil
+}
+
+// NewWeights allocates zeroed tensors of geometry g in dev's memory: a
+// trainer's master weights (filled by Write) or gradients.
+func NewWeights(dev tensor.Device, g Geometry) (*Weights, error) {
+	w := &Weights{}
+	al := tensor.Allocator{Dev: dev}
+	for _, s := range specs(g) {
+		*s.on(w) = al.F32(s.shape2())
+	}
+	return w, wrapAlloc(al.Err)
+}
+
+// Write copies p's values (of geometry g) into w's tensors on dev.
+func (w *Weights) Write(dev tensor.Device, p *Params, g Geometry) {
+	for _, s := range specs(g) {
+		dev.Write(*s.on(w), *s.field(p))
+	}
+}
+
+// Read copies w's tensors on dev into p's values (of geometry g).
+func (w *Weights) Read(dev tensor.Device, p *Params, g Geometry) {
+	for _, s := range specs(g) {
+		dev.Read(*s.field(p), *s.on(w))
+	}
+}
+
+// NamedTensor is one of a Weights' tensors under its native export key.
+type NamedTensor struct {
+	Name   string
+	Tensor tensor.Tensor
+}
+
+// Named lists w's tensors for geometry g in the order of Params.Tensors,
+// under their native-layout keys.
+func (w *Weights) Named(g Geometry) []NamedTensor {
+	ss := specs(g)
+	ts := make([]NamedTensor, len(ss))
+	for i, s := range ss {
+		ts[i] = NamedTensor{Name: s.name, Tensor: *s.on(w)}
+	}
+	return ts
 }
 
 // Tensor is one parameter tensor: its native export key, its shape and its

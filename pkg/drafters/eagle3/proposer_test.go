@@ -62,7 +62,7 @@ func randomDraft(t testing.TB, m *model.Model, n int, seed uint64) *Draft {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := NewDraft(g, p, voc, m.Embed, m.Backend())
+	d, err := NewDraft(g, p, voc, m.Embed, m.Device())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,9 +41,12 @@ func (g Geometry) validate() error {
 	return nil
 }
 
-// Heads holds the parameters of all heads and, when built for training, their
-// gradients. Parameters and gradients are each one contiguous allocation carved
-// into per-tensor views.
+// Heads holds the parameters of all heads in host memory: what an export
+// writes and a loader reads, and a trainer's initialisation. The parameters
+// are one contiguous allocation carved into per-tensor views. Heads built for
+// training (NewHeads with withGrads) keep their master weights on a device
+// while they train (On): the host values are then the initial ones until
+// Layers.ReadWeights copies the trained ones back.
 type Heads struct {
 	Geometry
 	// W[h][l] is block l of head h's weight [H,H] (out, in); B[h][l] its bias [H].
@@ -51,18 +54,17 @@ type Heads struct {
 	// LMHead[h] is head h's output matrix [V,H]. With SharedLMHead every entry is
 	// the same slice: the target's lm_head, which is never written.
 	LMHead [][]float32
-	// Gradients with the same layout (nil when built without gradients); GLMHead
-	// is nil with SharedLMHead.
-	GW, GB  [][][]float32
-	GLMHead [][]float32
 
-	params, grads []float32
+	params    []float32
+	trainable bool
 }
 
 // NewHeads allocates heads of geometry g: blocks zero-initialised, and each
 // head's lm_head a copy of targetLMHead [V,H] (the target's lm_head, or its
 // embedding when tied), or with SharedLMHead a reference to it. withGrads
-// allocates the gradient buffers for training.
+// builds them for training: their layers on a device (On) hold the master
+// weights, allocated on the device from these values, with gradients beside
+// them.
 func NewHeads(g Geometry, targetLMHead []float32, withGrads bool) (*Heads, error) {
 	if err := g.validate(); err != nil {
 		return nil, err
@@ -80,18 +82,14 @@ func NewHeads(g Geometry, targetLMHead []float32, withGrads bool) (*Heads, error
 }
 
 // newHeads allocates zeroed heads; shared is the lm_head used with SharedLMHead.
-func newHeads(g Geometry, withGrads bool, shared []float32) *Heads {
+func newHeads(g Geometry, trainable bool, shared []float32) *Heads {
 	hh, v := g.Hidden*g.Hidden, g.Vocab*g.Hidden
 	perHead := g.Layers * (hh + g.Hidden)
 	if !g.SharedLMHead {
 		perHead += v
 	}
-	m := &Heads{Geometry: g, params: make([]float32, g.Heads*perHead)}
+	m := &Heads{Geometry: g, params: make([]float32, g.Heads*perHead), trainable: trainable}
 	m.W, m.B, m.LMHead = carve(g, m.params, shared)
-	if withGrads {
-		m.grads = make([]float32, len(m.params))
-		m.GW, m.GB, m.GLMHead = carve(g, m.grads, nil)
-	}
 	return m
 }
 
@@ -120,62 +118,102 @@ func carve(g Geometry, buf, shared []float32) (w, b [][][]float32, lm [][]float3
 	return w, b, lm
 }
 
-// Param is one trainable tensor under its vLLM name, with its gradient.
-type Param struct {
-	Name       string
-	Data, Grad []float32
+// Tensor is one trainable tensor's host values under its vLLM name.
+type Tensor struct {
+	Name string
+	Data []float32
 }
 
-// Params lists the trainable tensors with their gradients under their vLLM
-// names (blocks.{h}.layers.{l}.weight|bias, lm_heads.{h}.weight), in a fixed
-// order. The heads must have been built with gradients.
-func (m *Heads) Params() []Param {
-	var ps []Param
+// Tensors lists the trainable tensors' host values under their vLLM names
+// (blocks.{h}.layers.{l}.weight|bias, lm_heads.{h}.weight), in the order of
+// Layers.Params.
+func (m *Heads) Tensors() []Tensor {
+	var ts []Tensor
 	for h := 0; h < m.Heads; h++ {
 		for l := 0; l < m.Layers; l++ {
-			ps = append(ps,
-				Param{Name: fmt.Sprintf("blocks.%d.layers.%d.weight", h, l), Data: m.W[h][l], Grad: m.GW[h][l]},
-				Param{Name: fmt.Sprintf("blocks.%d.layers.%d.bias", h, l), Data: m.B[h][l], Grad: m.GB[h][l]})
+			ts = append(ts,
+				Tensor{Name: blockName(h, l, "weight"), Data: m.W[h][l]},
+				Tensor{Name: blockName(h, l, "bias"), Data: m.B[h][l]})
 		}
 		if !m.SharedLMHead {
-			ps = append(ps, Param{Name: fmt.Sprintf("lm_heads.%d.weight", h), Data: m.LMHead[h], Grad: m.GLMHead[h]})
+			ts = append(ts, Tensor{Name: lmHeadName(h), Data: m.LMHead[h]})
 		}
 	}
-	return ps
+	return ts
 }
+
+func blockName(h, l int, what string) string {
+	return fmt.Sprintf("blocks.%d.layers.%d.%s", h, l, what)
+}
+
+func lmHeadName(h int) string { return fmt.Sprintf("lm_heads.%d.weight", h) }
 
 // ParamData returns the single allocation holding every trainable value, in
-// Params order (used to snapshot and restore the best weights).
+// Tensors order.
 func (m *Heads) ParamData() []float32 { return m.params }
 
-// ZeroGrad clears every gradient.
-func (m *Heads) ZeroGrad() {
-	g := m.grads
-	tensor.Parallel(len(g), 1<<16, func(lo, hi int) { clear(g[lo:hi]) })
-}
-
-// Layers are heads' blocks and output layers on a device (nn.Linear, viewing
-// the heads' values where the device's memory is the host's), with their
-// gradients when the heads have them: what the trainer and the scorer
-// compute with. One Layers serves one caller, as its device does.
+// Layers are heads' blocks and output layers on a device (nn.Linear), what
+// the trainer and the scorer compute with. Heads built for inference are
+// uploaded (viewed where the device's memory is the host's); heads built for
+// training have their master weights and gradients allocated on the device,
+// where the optimiser updates them (Params), and ReadWeights copies the
+// weights back into the heads' host values. One Layers serves one caller,
+// as its device does.
 type Layers struct {
 	m      *Heads
 	dev    tensor.Device
+	train  bool           // built for training: the master weights are w, b and lmw
 	blocks [][]*nn.Linear // [head][block]
 	lm     []*nn.Linear   // [head]; one layer for all with SharedLMHead
-	gw, gb [][]tensor.Tensor
-	glm    []tensor.Tensor // empty with SharedLMHead
+	// Training only: the master weights' tensors on the device (w, b per
+	// head and block, and each head's own lm_head: none with SharedLMHead)
+	// and their gradients.
+	w, b, gw, gb [][]tensor.Tensor
+	lmw, glm     []tensor.Tensor
 }
 
-// On returns m's layers on dev.
-func (m *Heads) On(dev tensor.Device) (*Layers, error) {
+// Param is one trainable tensor on a device under its vLLM name: its
+// master weights and the gradient a backward pass accumulates into.
+type Param struct {
+	Name       string
+	Data, Grad tensor.Tensor
+}
+
+// On returns m's layers on dev: for heads built for training, the master
+// weights allocated on dev and written from m's values, with zeroed
+// gradients.
+func (m *Heads) On(dev tensor.Device) (*Layers, error) { return m.on(dev, m.trainable) }
+
+// on returns m's layers on dev, for training (master weights and
+// gradients on dev) or for inference (uploaded).
+func (m *Heads) on(dev tensor.Device, train bool) (*Layers, error) {
 	H, V := m.Hidden, m.Vocab
-	n := &Layers{m: m, dev: dev, blocks: make([][]*nn.Linear, m.Heads), lm: make([]*nn.Linear, m.Heads)}
-	up := func(v []float32, rows, cols int) (tensor.Tensor, error) {
-		if v == nil {
-			return tensor.Tensor{}, nil
+	n := &Layers{m: m, dev: dev, train: train, blocks: make([][]*nn.Linear, m.Heads), lm: make([]*nn.Linear, m.Heads)}
+	var al *tensor.Allocator
+	// master returns a trainable layer over v [rows, cols] and bias b
+	// (nil: none) copied to the device, with their tensors.
+	master := func(v []float32, rows, cols int, b []float32) (*nn.Linear, tensor.Tensor, tensor.Tensor, error) {
+		wt := al.F32(rows, cols)
+		var bt tensor.Tensor
+		if b != nil {
+			bt = al.F32(1, rows)
 		}
-		return dev.Upload(tensor.F32Matrix(v, rows, cols))
+		if al.Err != nil {
+			return nil, wt, bt, al.Err
+		}
+		dev.Write(wt, v)
+		if b != nil {
+			dev.Write(bt, b)
+		}
+		l, err := nn.NewLinearOf(wt, bt)
+		return l, wt, bt, err
+	}
+	if train {
+		al = &tensor.Allocator{Dev: dev}
+		n.w, n.b, n.gw, n.gb = make([][]tensor.Tensor, m.Heads), make([][]tensor.Tensor, m.Heads), make([][]tensor.Tensor, m.Heads), make([][]tensor.Tensor, m.Heads)
+		if !m.SharedLMHead {
+			n.lmw, n.glm = make([]tensor.Tensor, m.Heads), make([]tensor.Tensor, m.Heads)
+		}
 	}
 	var err error
 	for h := range m.Heads {
@@ -183,42 +221,80 @@ func (m *Heads) On(dev tensor.Device) (*Layers, error) {
 			return nil, fmt.Errorf("medusa: head %d has %d weight and %d bias blocks, want %d", h, len(m.W[h]), len(m.B[h]), m.Layers)
 		}
 		n.blocks[h] = make([]*nn.Linear, m.Layers)
+		if train {
+			n.w[h], n.b[h], n.gw[h], n.gb[h] = make([]tensor.Tensor, m.Layers), make([]tensor.Tensor, m.Layers), make([]tensor.Tensor, m.Layers), make([]tensor.Tensor, m.Layers)
+		}
 		for l := range m.Layers {
-			if n.blocks[h][l], err = nn.NewLinear(dev, tensor.F32Matrix(m.W[h][l], H, H), m.B[h][l]); err != nil {
+			if train {
+				n.blocks[h][l], n.w[h][l], n.b[h][l], err = master(m.W[h][l], H, H, m.B[h][l])
+				n.gw[h][l], n.gb[h][l] = al.F32(H, H), al.F32(1, H)
+			} else {
+				n.blocks[h][l], err = nn.NewLinear(dev, tensor.F32Matrix(m.W[h][l], H, H), m.B[h][l])
+			}
+			if err != nil {
 				return nil, fmt.Errorf("medusa: head %d block %d: %w", h, l, err)
 			}
 		}
 		if len(m.LMHead[h]) != V*H {
 			return nil, fmt.Errorf("medusa: head %d's lm_head has %d values, want vocab %d x hidden %d", h, len(m.LMHead[h]), V, H)
 		}
-		if h > 0 && &m.LMHead[h][0] == &m.LMHead[0][0] {
+		switch {
+		case h > 0 && &m.LMHead[h][0] == &m.LMHead[0][0]:
 			n.lm[h] = n.lm[0]
-		} else if n.lm[h], err = nn.NewLinear(dev, tensor.F32Matrix(m.LMHead[h], V, H), nil); err != nil {
+		case train && !m.SharedLMHead:
+			n.lm[h], n.lmw[h], _, err = master(m.LMHead[h], V, H, nil)
+			n.glm[h] = al.F32(V, H)
+		default:
+			// Inference, or the target's lm_head shared and frozen.
+			n.lm[h], err = nn.NewLinear(dev, tensor.F32Matrix(m.LMHead[h], V, H), nil)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("medusa: head %d's lm_head: %w", h, err)
 		}
 	}
-	if m.GW == nil {
-		return n, nil
-	}
-	n.gw, n.gb = make([][]tensor.Tensor, m.Heads), make([][]tensor.Tensor, m.Heads)
-	n.glm = make([]tensor.Tensor, m.Heads)
-	for h := range m.Heads {
-		n.gw[h], n.gb[h] = make([]tensor.Tensor, m.Layers), make([]tensor.Tensor, m.Layers)
-		for l := range m.Layers {
-			if n.gw[h][l], err = up(m.GW[h][l], H, H); err != nil {
-				return nil, fmt.Errorf("medusa: gradients: %w", err)
-			}
-			if n.gb[h][l], err = up(m.GB[h][l], 1, H); err != nil {
-				return nil, fmt.Errorf("medusa: gradients: %w", err)
-			}
-		}
-		if m.GLMHead != nil {
-			if n.glm[h], err = up(m.GLMHead[h], V, H); err != nil {
-				return nil, fmt.Errorf("medusa: gradients: %w", err)
-			}
-		}
+	if al != nil && al.Err != nil {
+		return nil, fmt.Errorf("medusa: the heads' training weights and gradients: %w", al.Err)
 	}
 	return n, nil
+}
+
+// Params lists the trainable tensors on the device with their gradients,
+// under their vLLM names, in the order of Heads.Tensors: none for layers
+// built for inference.
+func (n *Layers) Params() []Param {
+	m := n.m
+	if !n.train {
+		return nil
+	}
+	var ps []Param
+	for h := range m.Heads {
+		for l := range m.Layers {
+			ps = append(ps,
+				Param{Name: blockName(h, l, "weight"), Data: n.w[h][l], Grad: n.gw[h][l]},
+				Param{Name: blockName(h, l, "bias"), Data: n.b[h][l], Grad: n.gb[h][l]})
+		}
+		if n.lmw != nil {
+			ps = append(ps, Param{Name: lmHeadName(h), Data: n.lmw[h], Grad: n.glm[h]})
+		}
+	}
+	return ps
+}
+
+// ZeroGrad clears every gradient (layers built for training).
+func (n *Layers) ZeroGrad() {
+	for _, p := range n.Params() {
+		n.dev.Zero(p.Grad)
+	}
+}
+
+// ReadWeights copies the master weights from the device into the heads'
+// host values (layers built for training; a no-op otherwise), for an export
+// or a caller that reads them.
+func (n *Layers) ReadWeights() {
+	ts := n.m.Tensors()
+	for i, p := range n.Params() {
+		n.dev.Read(ts[i].Data, p.Data)
+	}
 }
 
 // Forward runs head h's residual blocks on the rows of xs[0]: block l
@@ -281,12 +357,14 @@ type Scorer struct {
 	shared bool              // every head uses the same lm_head
 }
 
-// NewScorer allocates a scorer of the first heads heads on dev.
+// NewScorer allocates a scorer of the first heads heads on dev, over the
+// heads' host values (uploaded; for a trainer's heads, the values
+// Layers.ReadWeights last read back from its device).
 func (m *Heads) NewScorer(dev tensor.Device, heads int) (*Scorer, error) {
 	if heads < 1 || heads > m.Heads {
 		return nil, fmt.Errorf("medusa: scoring %d of %d heads", heads, m.Heads)
 	}
-	n, err := m.On(dev)
+	n, err := m.on(dev, false) // inference: the heads' host values, uploaded
 	if err != nil {
 		return nil, err
 	}

@@ -6,7 +6,6 @@ import (
 	"github.com/drafter-ai/drafter/pkg/drafters"
 	"github.com/drafter-ai/drafter/pkg/model"
 	"github.com/drafter-ai/drafter/pkg/spec"
-	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
 // proposer drafts with Medusa heads on the target's final post-norm state of
@@ -41,9 +40,9 @@ func newProposer(m *model.Model, h *Heads, d drafters.Decoding) (*proposer, erro
 	if err != nil {
 		return nil, fmt.Errorf("tree: %w", err)
 	}
-	// The heads compute on a device of their own beside the target's (a
-	// device serves one caller), with the target's backend.
-	sc, err := h.NewScorer(tensor.NewCPU(m.Backend()), h.Heads)
+	// The heads compute on a sibling of the target's device (a device
+	// serves one caller).
+	sc, err := h.NewScorer(m.Device().Sibling(), h.Heads)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,117 @@
+package eagle3
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/drafter-ai/drafter/pkg/safetensors"
+	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/train/loop"
+)
+
+// copyingDevice is the CPU device as a device whose memory is not the
+// host's presents it: Upload copies, HostF32 declines and its siblings are
+// copying devices too, so that a trainer reaches its weights, gradients and
+// moments only through the device's Alloc, Write and Read (a trainer that
+// updated host slices the device had copied would train nothing here).
+type copyingDevice struct{ *tensor.CPUDevice }
+
+func (d copyingDevice) Sibling() tensor.Device {
+	return copyingDevice{d.CPUDevice.Sibling().(*tensor.CPUDevice)}
+}
+
+func (d copyingDevice) Upload(m tensor.Matrix) (tensor.Tensor, error) {
+	c := m
+	if m.DType == tensor.F32 {
+		c.F32 = append([]float32(nil), m.F32...)
+	} else {
+		c.U16 = append([]uint16(nil), m.U16...)
+	}
+	return d.CPUDevice.Upload(c)
+}
+
+func (d copyingDevice) HostF32(tensor.Tensor) ([]float32, bool) { return nil, false }
+
+// TestTrainOnADeviceOfItsOwn trains the draft on a device whose memory is
+// not the host's, uninterrupted and interrupted then resumed (the
+// checkpoint read from and written back to the device), and checks that
+// the exports, the losses and evaluations of metrics.jsonl and the
+// checkpoint's state are those of the same runs on the CPU device, bit for
+// bit.
+func TestTrainOnADeviceOfItsOwn(t *testing.T) {
+	g := tinyGeometry()
+	tt := newTinyTarget(45, g)
+	ds := memory(g.Hidden, tt.samples(46, 30, 8, 20))
+	cfg := trainConfig()
+	cfg.Epochs, cfg.Patience = 3, 2
+	run := func(dev tensor.Device, cut bool) string {
+		out := t.TempDir()
+		if cut {
+			ctx, cancel := context.WithCancel(context.Background())
+			c := cfg
+			c.Progress = func(p Progress) {
+				if p.Step == 7 && p.Eval == nil {
+					cancel()
+				}
+			}
+			if _, err := Train(ctx, c, tt.g, tt.embed, tt.head, ds, dev, &loop.Job{Out: out}); !errors.Is(err, context.Canceled) {
+				t.Fatalf("interrupted run returned %v", err)
+			}
+			c = cfg
+			c.Resume = true
+			if _, err := Train(context.Background(), c, tt.g, tt.embed, tt.head, ds, dev, &loop.Job{Out: out}); err != nil {
+				t.Fatal(err)
+			}
+			return out
+		}
+		if _, err := Train(context.Background(), cfg, tt.g, tt.embed, tt.head, ds, dev, &loop.Job{Out: out}); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	cpu := run(tensor.NewCPU(nil), false)
+	if ms := metricsWithoutTimings(t, filepath.Join(cpu, loop.MetricsFile)); len(ms) < 10 {
+		t.Fatalf("the run logged %d lines: too short to compare", len(ms))
+	}
+	for _, cut := range []bool{false, true} {
+		got := run(copyingDevice{tensor.NewCPU(nil)}, cut)
+		sameRun(t, cpu, got)
+		sameCheckpoint(t, cpu, got)
+	}
+}
+
+// sameCheckpoint checks that two output folders' checkpoints hold the same
+// tensors (weights, moments, best weights), byte for byte.
+func sameCheckpoint(t *testing.T, a, b string) {
+	t.Helper()
+	open := func(dir string) *safetensors.Set {
+		s, err := safetensors.Open(filepath.Join(dir, loop.CheckpointFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	sa, sb := open(a), open(b)
+	na, nb := slices.Sorted(slices.Values(sa.Names())), slices.Sorted(slices.Values(sb.Names()))
+	if !slices.Equal(na, nb) || len(na) == 0 {
+		t.Fatalf("checkpoint tensors %v, want %v", nb, na)
+	}
+	for _, n := range na {
+		ra, _, err := sa.Raw(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rb, _, err := sb.Raw(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(ra, rb) {
+			t.Fatalf("checkpoint tensor %s differs", n)
+		}
+	}
+}
