@@ -15,7 +15,7 @@ import (
 	"github.com/drafter-ai/drafter/pkg/filecache"
 	"github.com/drafter-ai/drafter/pkg/generate"
 	"github.com/drafter-ai/drafter/pkg/target"
-	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 )
 
 // Options is everything `drafter eval` takes.
@@ -45,8 +45,8 @@ type Options struct {
 	Gate                  Gate
 	BaselinePath          string
 	AllowBaselineMismatch bool
-	// Backend runs the target and the drafter (nil: tensor.CPU()).
-	Backend tensor.Backend
+	// Backend runs the target and the drafter (nil: cpu.DefaultBackend()).
+	Backend cpu.Backend
 	// Log receives warnings and notes (nil: discarded).
 	Log io.Writer
 	// Cache keeps the model's tensor digests between runs (nil: none).

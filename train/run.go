@@ -16,7 +16,7 @@ import (
 	"github.com/drafter-ai/drafter/pkg/filecache"
 	"github.com/drafter-ai/drafter/pkg/outlock"
 	"github.com/drafter-ai/drafter/pkg/target"
-	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 	"github.com/drafter-ai/drafter/train/loop"
 	"github.com/drafter-ai/drafter/train/optim"
 )
@@ -61,8 +61,8 @@ type Options struct {
 	// Args are the command-line arguments as given (flag name to value), for
 	// drafter.json.
 	Args map[string]string
-	// Backend runs the matrix products; nil means tensor.CPU().
-	Backend tensor.Backend
+	// Backend runs the matrix products; nil means cpu.DefaultBackend().
+	Backend cpu.Backend
 }
 
 // Result is what Run did.
@@ -96,7 +96,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	defer lock.Release()
 	be := opt.Backend
 	if be == nil {
-		be = tensor.CPU()
+		be = cpu.DefaultBackend()
 	}
 	ckpt := filepath.Join(opt.Out, CheckpointFile)
 	if _, err := os.Stat(ckpt); err == nil && !opt.Resume {

@@ -11,12 +11,13 @@ import (
 	"github.com/drafter-ai/drafter/pkg/nn"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
 	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 )
 
 // Load opens the Hugging Face checkpoint directory dir and loads its model
-// onto be (tensor.CPU() when nil): FromWeights over the checkpoint's files,
+// onto be (cpu.DefaultBackend() when nil): FromWeights over the checkpoint's files,
 // which the model keeps mapped while it reads 16-bit weights from them.
-func Load(dir string, be tensor.Backend) (*Model, error) {
+func Load(dir string, be cpu.Backend) (*Model, error) {
 	ck, err := checkpoint.Open(dir)
 	if err != nil {
 		return nil, err
@@ -139,7 +140,7 @@ func halfDType(d safetensors.DType) (tensor.DType, bool) {
 // dtype) is converted into one float32 allocation. The model closes w when
 // it reads none of w's memory, at once, else in Model.Close; and on an
 // error.
-func FromWeights(cfg *checkpoint.Config, w WeightSource, be tensor.Backend) (*Model, error) {
+func FromWeights(cfg *checkpoint.Config, w WeightSource, be cpu.Backend) (*Model, error) {
 	m, err := newModel(cfg, be)
 	if err != nil {
 		w.Close()

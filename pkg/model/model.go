@@ -17,7 +17,7 @@
 //	    h += (silu(m·Wg^T) * (m·Wu^T)) · Wd^T
 //	logits = RMSNorm(h) · norm · lm_head^T
 //
-// Weight products run through tensor.Products, which chooses the kernels
+// Weight products run through cpu.Products, which chooses the kernels
 // (few-row kernels, the backend's GEMM for large float32 products, pkg/tensor's
 // 16-bit kernels for bf16 and f16 weights), the weights' layouts and the
 // split over the CPU workers; see matmul.go. A Model holds the weights and
@@ -34,6 +34,7 @@ import (
 	"github.com/drafter-ai/drafter/pkg/nn"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
 	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 )
 
 // Linear is a Hugging Face Linear layer: W is [Out, In] row-major in the
@@ -83,7 +84,7 @@ type Layer struct {
 // tensors of its architecture family (arch.Family.Tensors) in one place,
 // bindings (load.go). They are read-only once the
 // model is built: the products may keep other layouts of its matrices
-// (tensor.Products.Prepare: transposed copies of a small model's), which
+// (cpu.Products.Prepare: transposed copies of a small model's), which
 // would not see a change.
 type Model struct {
 	Config *checkpoint.Config
@@ -101,7 +102,7 @@ type Model struct {
 	mapped  int64        // bytes of the matrices read in place from weights
 
 	fam    arch.Family // Config's architecture family
-	be     tensor.Backend
+	be     cpu.Backend
 	dev    tensor.Device // where the activations and caches live and every op runs
 	rope   *nn.RoPE
 	rot    *tensor.Rotary // rope's tables on dev
@@ -122,7 +123,7 @@ type Model struct {
 }
 
 // Backend returns the backend the model runs its matrix multiplies on.
-func (m *Model) Backend() tensor.Backend { return m.be }
+func (m *Model) Backend() cpu.Backend { return m.be }
 
 // Device returns the device the model computes on.
 func (m *Model) Device() tensor.Device { return m.dev }
@@ -229,12 +230,12 @@ func (m *Model) Memory() Memory {
 }
 
 // newModel validates cfg and sets up everything but the weights.
-func newModel(cfg *checkpoint.Config, be tensor.Backend) (*Model, error) {
+func newModel(cfg *checkpoint.Config, be cpu.Backend) (*Model, error) {
 	if cfg == nil {
 		return nil, fmt.Errorf("model: nil config")
 	}
 	if be == nil {
-		be = tensor.CPU()
+		be = cpu.DefaultBackend()
 	}
 	fam, ok := cfg.Family()
 	if !ok {
@@ -302,7 +303,7 @@ func newModel(cfg *checkpoint.Config, be tensor.Backend) (*Model, error) {
 		inter: cfg.IntermediateSize, vocab: cfg.VocabSize, maxPos: maxPos,
 	}
 	m.scale = float32(1 / math.Sqrt(float64(m.hd)))
-	m.dev = tensor.NewCPU(be)
+	m.dev = cpu.New(be)
 	if m.rot, err = rope.On(m.dev); err != nil {
 		return nil, fmt.Errorf("model: %w", err)
 	}

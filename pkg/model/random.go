@@ -6,6 +6,7 @@ import (
 
 	"github.com/drafter-ai/drafter/pkg/checkpoint"
 	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 )
 
 // Bench60MConfig returns the geometry of the benchmark model: a Llama with
@@ -22,8 +23,8 @@ func Bench60MConfig() *checkpoint.Config {
 // NewRandom builds a model of geometry cfg with deterministic random weights
 // drawn from seed: linear weights and biases uniform with standard deviation
 // 0.02, norm weights around 1. It is meant for benchmarks and tests; the same
-// (cfg, seed) always gives the same weights. be may be nil for tensor.CPU().
-func NewRandom(cfg *checkpoint.Config, seed uint64, be tensor.Backend) (*Model, error) {
+// (cfg, seed) always gives the same weights. be may be nil for cpu.DefaultBackend().
+func NewRandom(cfg *checkpoint.Config, seed uint64, be cpu.Backend) (*Model, error) {
 	return NewRandomAs(cfg, seed, tensor.F32, be)
 }
 
@@ -35,7 +36,7 @@ func NewRandom(cfg *checkpoint.Config, seed uint64, be tensor.Backend) (*Model, 
 // equal those of the model Load builds from NewRandom's weights written as
 // dt (where the file's order fuses fewer matrices, row for row the same
 // products).
-func NewRandomAs(cfg *checkpoint.Config, seed uint64, dt tensor.DType, be tensor.Backend) (*Model, error) {
+func NewRandomAs(cfg *checkpoint.Config, seed uint64, dt tensor.DType, be cpu.Backend) (*Model, error) {
 	m, err := newModel(cfg, be)
 	if err != nil {
 		return nil, err

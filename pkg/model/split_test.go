@@ -4,27 +4,27 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 )
 
-// oneThread is tensor.CPU() saying that each of its calls runs on one
-// thread, so that tensor.Products splits large products and the model
+// oneThread is cpu.DefaultBackend() saying that each of its calls runs on one
+// thread, so that cpu.Products splits large products and the model
 // splits attention heads over the workers.
-type oneThread struct{ tensor.Backend }
+type oneThread struct{ cpu.Backend }
 
 func (oneThread) Threads() int { return 1 }
 
-// unsplit is tensor.CPU() saying nothing of its threads, so that neither
+// unsplit is cpu.DefaultBackend() saying nothing of its threads, so that neither
 // the products nor the attention heads are split over the workers.
-type unsplit struct{ tensor.Backend }
+type unsplit struct{ cpu.Backend }
 
-// splitBackend returns tensor.CPU() with its products and attention split
+// splitBackend returns cpu.DefaultBackend() with its products and attention split
 // over the workers, or not.
-func splitBackend(split bool) tensor.Backend {
+func splitBackend(split bool) cpu.Backend {
 	if split {
-		return oneThread{tensor.CPU()}
+		return oneThread{cpu.DefaultBackend()}
 	}
-	return unsplit{tensor.CPU()}
+	return unsplit{cpu.DefaultBackend()}
 }
 
 // TestSplitMatchesUnsplit checks that splitting the products and attention
@@ -44,7 +44,7 @@ func TestSplitMatchesUnsplit(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if m.dev.(*tensor.CPUDevice).Products().ParallelCalls() != split {
+		if m.dev.(*cpu.Device).Products().ParallelCalls() != split {
 			t.Fatalf("products split %v on %T, want %v", !split, m.Backend(), split)
 		}
 		a, b := mustSeq(t, m, 256), mustSeq(t, m, 256)

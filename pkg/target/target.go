@@ -26,7 +26,7 @@ import (
 	"github.com/drafter-ai/drafter/pkg/fingerprint"
 	"github.com/drafter-ai/drafter/pkg/model"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
-	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 	"github.com/drafter-ai/drafter/pkg/tokenizer"
 )
 
@@ -79,10 +79,10 @@ func OpenWithTokenizer(dir string, cache *filecache.Cache) (*Target, error) {
 }
 
 // Load opens the checkpoint in dir for running it: OpenWithTokenizer (with
-// cache), the stop ids, and the model on be (tensor.CPU() when nil), its
+// cache), the stop ids, and the model on be (cpu.DefaultBackend() when nil), its
 // weights in the checkpoint's dtype. The model owns the checkpoint files
 // from then on (Close releases them).
-func Load(dir string, be tensor.Backend, cache *filecache.Cache) (*Target, error) {
+func Load(dir string, be cpu.Backend, cache *filecache.Cache) (*Target, error) {
 	t, err := open(dir, cache, true)
 	if err != nil {
 		return nil, err
@@ -135,7 +135,7 @@ func (t *Target) loadTokenizer() error {
 // loadModel resolves the stop ids and builds the model from the mapped
 // weights, handing them to it: it keeps the files mapped while it reads
 // 16-bit weights from them, and closes them otherwise (also on an error).
-func (t *Target) loadModel(be tensor.Backend) error {
+func (t *Target) loadModel(be cpu.Backend) error {
 	stop, err := stopIDs(t.Config, t.Gen, t.Tok, t.Template)
 	if err != nil {
 		return err

@@ -6,7 +6,7 @@ import "fmt"
 // memory of the tensors it allocates (Alloc, Upload, NewKV) and every
 // decision about how an op runs (kernels, threading, weight layouts), so
 // that a caller writes a layer once as a list of ops and runs it on any
-// device: the CPU device (NewCPU) today, a GPU device beside it later.
+// device: the CPU device (pkg/tensor/cpu) today, a GPU device beside it later.
 // Values cross between the host and a device only through Upload, Write,
 // WriteI32 and Read (HostF32 lets a caller skip the copy where the device's
 // memory is the host's).

@@ -22,7 +22,7 @@ import (
 	"github.com/drafter-ai/drafter/pkg/atomicfile"
 	"github.com/drafter-ai/drafter/pkg/drafters"
 	deagle3 "github.com/drafter-ai/drafter/pkg/drafters/eagle3"
-	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 	"github.com/drafter-ai/drafter/train/dataset"
 	"github.com/drafter-ai/drafter/train/loop"
 	"github.com/drafter-ai/drafter/train/optim"
@@ -259,7 +259,7 @@ type provenance struct {
 // train_args.json. Cancelling ctx saves a checkpoint and returns an error
 // wrapping ctx's; a later run with Resume continues and ends bit-identical
 // to an uninterrupted run, metrics.jsonl included (timings aside).
-func Train(ctx context.Context, cfg Config, target deagle3.Geometry, embed, lmHead []float32, ds dataset.Dataset, be tensor.Backend, job *loop.Job) (*Result, error) {
+func Train(ctx context.Context, cfg Config, target deagle3.Geometry, embed, lmHead []float32, ds dataset.Dataset, be cpu.Backend, job *loop.Job) (*Result, error) {
 	t, err := newTrainer(cfg, target, embed, lmHead, ds, be)
 	if err != nil {
 		return nil, err
@@ -303,7 +303,7 @@ type trainer struct {
 // vocabulary from the training samples' response tokens, initialises the
 // layer and packs every epoch's batches to plan the schedule: all from
 // tokens and masks, reading no state.
-func newTrainer(cfg Config, target deagle3.Geometry, embed, lmHead []float32, ds dataset.Dataset, be tensor.Backend) (*trainer, error) {
+func newTrainer(cfg Config, target deagle3.Geometry, embed, lmHead []float32, ds dataset.Dataset, be cpu.Backend) (*trainer, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	deagle3 "github.com/drafter-ai/drafter/pkg/drafters/eagle3"
 	"github.com/drafter-ai/drafter/pkg/nn"
 	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 	"github.com/drafter-ai/drafter/train/dataset"
 )
 
@@ -29,7 +30,7 @@ type net struct {
 	g      deagle3.Geometry
 	steps  int
 	decay  float64
-	be     tensor.Backend
+	be     cpu.Backend
 	dev    tensor.Device
 	layer  *deagle3.Layer
 	attn   *deagle3.TTT
@@ -75,14 +76,14 @@ type net struct {
 const prepRows = 64
 
 // newNet allocates every buffer once.
-func newNet(g deagle3.Geometry, steps int, decay float64, be tensor.Backend, p *deagle3.Params, embed, head []float32, vocab *deagle3.Vocab, maxRows, maxLen int, withGrad bool) (*net, error) {
+func newNet(g deagle3.Geometry, steps int, decay float64, be cpu.Backend, p *deagle3.Params, embed, head []float32, vocab *deagle3.Vocab, maxRows, maxLen int, withGrad bool) (*net, error) {
 	if err := g.Validate(); err != nil {
 		return nil, err
 	}
 	if steps < 1 {
 		return nil, fmt.Errorf("eagle3: the TTT unroll needs at least one step, got %d", steps)
 	}
-	dev := tensor.NewCPU(be)
+	dev := cpu.New(be)
 	layer, err := deagle3.NewLayer(dev, g, p, maxLen+steps)
 	if err != nil {
 		return nil, err

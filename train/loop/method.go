@@ -8,7 +8,7 @@ import (
 	"github.com/drafter-ai/drafter/pkg/checkpoint"
 	"github.com/drafter-ai/drafter/pkg/drafters"
 	"github.com/drafter-ai/drafter/pkg/target"
-	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 	"github.com/drafter-ai/drafter/train/dataset"
 )
 
@@ -45,7 +45,7 @@ type Setup struct {
 	Captures []Capture
 	Data     dataset.Dataset
 	// Backend runs the matrix products.
-	Backend tensor.Backend
+	Backend cpu.Backend
 	// Resume continues the run in Job.Out.
 	Resume bool
 	// Job is where to write, with the settings record and the provenance

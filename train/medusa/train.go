@@ -15,7 +15,7 @@ import (
 
 	dmedusa "github.com/drafter-ai/drafter/pkg/drafters/medusa"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
-	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 	"github.com/drafter-ai/drafter/train/dataset"
 	"github.com/drafter-ai/drafter/train/loop"
 	"github.com/drafter-ai/drafter/train/optim"
@@ -234,7 +234,7 @@ func Acceptance(top1 []float64) float64 {
 // with cfg.SharedLMHead share it frozen. When ctx is cancelled it writes a
 // checkpoint and returns an error wrapping ctx.Err(); a later call with
 // cfg.Resume continues and ends bit-identical to an uninterrupted run.
-func Train(ctx context.Context, cfg Config, lmHead []float32, data dataset.Dataset, be tensor.Backend, job *loop.Job) (*Result, error) {
+func Train(ctx context.Context, cfg Config, lmHead []float32, data dataset.Dataset, be cpu.Backend, job *loop.Job) (*Result, error) {
 	t, err := newTrainer(cfg, lmHead, data, be)
 	if err != nil {
 		return nil, err
@@ -270,7 +270,7 @@ type trainer struct {
 // newTrainer builds the heads and splits the samples: a seeded held-out
 // share, the rest trained on, their positions counted to choose the batch
 // and the epoch cap where cfg leaves them to the data.
-func newTrainer(cfg Config, lmHead []float32, data dataset.Dataset, be tensor.Backend) (*trainer, error) {
+func newTrainer(cfg Config, lmHead []float32, data dataset.Dataset, be cpu.Backend) (*trainer, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -315,7 +315,7 @@ func newTrainer(cfg Config, lmHead []float32, data dataset.Dataset, be tensor.Ba
 	}
 	t.stepsPerEpoch = (trainPos + t.batchTokens - 1) / t.batchTokens
 	t.weights = Weights(cfg.Heads, cfg.Decay)
-	if t.ws, err = NewWorkspace(tensor.NewCPU(be), t.heads, t.batchTokens, 0); err != nil {
+	if t.ws, err = NewWorkspace(cpu.New(be), t.heads, t.batchTokens, 0); err != nil {
 		return nil, err
 	}
 	t.batch = &Batch{X: make([]float32, t.batchTokens*H), Targets: make([][]int32, cfg.Heads)}

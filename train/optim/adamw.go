@@ -9,6 +9,7 @@ import (
 	"math"
 
 	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 )
 
 // Param is one named trainable tensor: its float32 master weights and the
@@ -66,7 +67,7 @@ func NewAdamW(params []Param, cfg AdamWConfig) (*AdamW, error) {
 	}
 	seen := make(map[string]bool, len(params))
 	o := &AdamW{Config: cfg, Params: params, M: make([][]float32, len(params)), V: make([][]float32, len(params)),
-		dev: tensor.NewCPU(tensor.PureGo())} // element-wise ops only: the backend is never called
+		dev: cpu.New(cpu.PureGo())} // element-wise ops only: the backend is never called
 	for i, p := range params {
 		if p.Name == "" || seen[p.Name] {
 			return nil, fmt.Errorf("optim: parameter %d has an empty or duplicate name %q", i, p.Name)
@@ -89,7 +90,7 @@ func (o *AdamW) ZeroGrad() {
 }
 
 // host returns v as a tensor of the CPU device.
-func host(v []float32) tensor.Tensor { return tensor.HostTensor(v, 1, len(v)) }
+func host(v []float32) tensor.Tensor { return cpu.HostTensor(v, 1, len(v)) }
 
 // Step applies one AdamW update with learning rate lr to every parameter using
 // the gradients currently in Grad, and increments StepCount.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/drafter-ai/drafter/pkg/kvcache"
 	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 )
 
 // Draft is an inference-only EAGLE-3 drafter, computed the way the engines run
@@ -20,7 +21,7 @@ type Draft struct {
 	// when the export used the defaults (2, L/2, L-3).
 	LayerIDs []int
 	layer    *Layer
-	be       tensor.Backend
+	be       cpu.Backend
 	// dev is the device the layer's weights were uploaded to and prepared
 	// on; each session computes on a device of its own with the same
 	// backend (a device serves one caller).
@@ -38,12 +39,12 @@ func (d *Draft) Freeze() { d.layer.Freeze(d.dev) }
 // NewDraft wraps parameters (for example a trainer's) as a drafter. embed
 // is the target's input embedding [V, H] (model.Model.Embed, kept in the
 // target's dtype: the draft widens the rows it reads).
-func NewDraft(g Geometry, p *Params, voc *Vocab, embed tensor.Matrix, be tensor.Backend) (*Draft, error) {
+func NewDraft(g Geometry, p *Params, voc *Vocab, embed tensor.Matrix, be cpu.Backend) (*Draft, error) {
 	if embed.Rows != g.Vocab || embed.Cols != g.Hidden {
 		return nil, fmt.Errorf("eagle3: a draft for a target of hidden_size %d and vocab_size %d, but the target's embedding is [%d, %d]: the draft was made for another model",
 			g.Hidden, g.Vocab, embed.Rows, embed.Cols)
 	}
-	dev := tensor.NewCPU(be)
+	dev := cpu.New(be)
 	l, err := NewLayer(dev, g, p, 1)
 	if err != nil {
 		return nil, err
@@ -108,7 +109,7 @@ func (d *Draft) newSession(capacity, maxNodes int) (*Session, error) {
 	g := d.Geometry
 	h, kw, N := g.Hidden, g.KVDim(), g.DraftVocab
 	R := max(maxNodes, extendChunk)
-	dev := tensor.NewCPU(d.be)
+	dev := cpu.New(d.be)
 	kv, err := kvcache.New(dev, 1, kw, capacity+maxNodes)
 	if err != nil {
 		return nil, err

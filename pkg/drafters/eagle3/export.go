@@ -14,6 +14,7 @@ import (
 	"github.com/drafter-ai/drafter/pkg/nn"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
 	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 )
 
 // ExportOptions says how to write a trained draft.
@@ -279,13 +280,13 @@ func unusedTensor(name, prefix string) string {
 // one of them, and every weight is finite. The feature layers the config
 // names must be strictly increasing (see CheckLayerIDs); the native layout's
 // two keys for them must agree.
-func LoadDraft(dir string, embed tensor.Matrix, be tensor.Backend) (*Draft, error) {
+func LoadDraft(dir string, embed tensor.Matrix, be cpu.Backend) (*Draft, error) {
 	return loadDraft(dir, nil, embed, be)
 }
 
 // loadDraft is LoadDraft of the layout f, or of the layout the config names
 // when f is nil.
-func loadDraft(dir string, f format, embed tensor.Matrix, be tensor.Backend) (*Draft, error) {
+func loadDraft(dir string, f format, embed tensor.Matrix, be cpu.Backend) (*Draft, error) {
 	cfgPath := filepath.Join(dir, drafters.ConfigFile)
 	b, err := os.ReadFile(cfgPath)
 	if err != nil {

@@ -6,7 +6,7 @@ import (
 	"github.com/drafter-ai/drafter/pkg/drafters"
 	"github.com/drafter-ai/drafter/pkg/model"
 	"github.com/drafter-ai/drafter/pkg/spec"
-	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 )
 
 // proposer drafts with Medusa heads on the target's final post-norm state of
@@ -43,7 +43,7 @@ func newProposer(m *model.Model, h *Heads, d drafters.Decoding) (*proposer, erro
 	}
 	// The heads compute on a device of their own beside the target's (a
 	// device serves one caller), with the target's backend.
-	sc, err := h.NewScorer(tensor.NewCPU(m.Backend()), h.Heads)
+	sc, err := h.NewScorer(cpu.New(m.Backend()), h.Heads)
 	if err != nil {
 		return nil, err
 	}
