@@ -16,7 +16,7 @@ import (
 	dmedusa "github.com/drafter-ai/drafter/pkg/drafters/medusa"
 	"github.com/drafter-ai/drafter/pkg/model"
 	"github.com/drafter-ai/drafter/pkg/target"
-	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 	"github.com/drafter-ai/drafter/train/dataset"
 	"github.com/drafter-ai/drafter/train/eagle3"
 	"github.com/drafter-ai/drafter/train/loop"
@@ -229,7 +229,7 @@ func trainDrafters(t *testing.T) (tr trained) {
 		return
 	}
 	tr.dir = root
-	be := tensor.NewCPU(nil)
+	be := cpu.New(nil)
 
 	t.Logf("captured %d samples in %v", len(ps), time.Since(start))
 	start = time.Now()

@@ -17,6 +17,7 @@ import (
 	"github.com/drafter-ai/drafter/pkg/outlock"
 	"github.com/drafter-ai/drafter/pkg/target"
 	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 	"github.com/drafter-ai/drafter/train/loop"
 	"github.com/drafter-ai/drafter/train/optim"
 )
@@ -96,7 +97,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	defer lock.Release()
 	dev := opt.Device
 	if dev == nil {
-		dev = tensor.NewCPU(nil)
+		dev = cpu.New(nil)
 	}
 	ckpt := filepath.Join(opt.Out, CheckpointFile)
 	if _, err := os.Stat(ckpt); err == nil && !opt.Resume {

@@ -21,7 +21,7 @@ import (
 
 	"github.com/drafter-ai/drafter/pkg/devices"
 	"github.com/drafter-ai/drafter/pkg/target"
-	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 	"github.com/spf13/cobra"
 )
 
@@ -119,7 +119,7 @@ const (
 )
 
 // setOpenBLASCoreType sets OPENBLAS_CORETYPE, when the user has not, to the
-// kernel family the CPU's features support (tensor.OpenBLASCoreType). It runs
+// kernel family the CPU's features support (cpu.OpenBLASCoreType). It runs
 // first in main, before anything loads OpenBLAS, which reads the variable
 // once as it loads: on virtual machines that hide the CPU model OpenBLAS may
 // otherwise fall back to its generic kernels.
@@ -127,14 +127,14 @@ func setOpenBLASCoreType() {
 	if os.Getenv(envCoreType) != "" {
 		return
 	}
-	if ct := tensor.OpenBLASCoreType(); ct != "" {
+	if ct := cpu.OpenBLASCoreType(); ct != "" {
 		os.Setenv(envCoreType, ct)
 	}
 }
 
 // backend returns the compute backend DRAFTER_BLAS asks for, for the
 // commands that run the model on the CPU.
-func backend() (tensor.Backend, error) { return backendFor(os.Getenv(envBLAS)) }
+func backend() (cpu.Backend, error) { return backendFor(os.Getenv(envBLAS)) }
 
 // deviceChoice is the --device flag of the commands that compute, and where
 // the one line saying which device runs (auto) goes.
@@ -190,14 +190,14 @@ func loadTarget(dir string, d *deviceChoice) (*target.Target, *devices.Opened, e
 // empty, OpenBLAS when it is installed and pure Go otherwise; "go", pure Go;
 // "openblas", OpenBLAS or an error saying why it cannot be loaded. Any other
 // value is a *usageError, not a silent default.
-func backendFor(v string) (tensor.Backend, error) {
+func backendFor(v string) (cpu.Backend, error) {
 	switch v {
 	case "":
-		return tensor.CPU(), nil
+		return cpu.DefaultBackend(), nil
 	case "go":
-		return tensor.PureGo(), nil
+		return cpu.PureGo(), nil
 	case "openblas":
-		be, err := tensor.OpenBLAS()
+		be, err := cpu.OpenBLAS()
 		if err != nil {
 			return nil, fmt.Errorf("%s=openblas: %w", envBLAS, err)
 		}

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/drafter-ai/drafter/pkg/filecache"
-	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 )
 
 // cliResult is what one drafter command line did.
@@ -54,11 +54,11 @@ func TestMain(m *testing.M) {
 // passes down, and a value it does not know is a command-line mistake (exit
 // 2) naming the variable, found before any model is read.
 func TestBackendFromEnvironment(t *testing.T) {
-	wantOpenBLAS, openErr := tensor.OpenBLAS()
+	wantOpenBLAS, openErr := cpu.OpenBLAS()
 	for _, c := range []struct {
 		v, want, err string
 	}{
-		{"", tensor.CPU().Name(), ""},
+		{"", cpu.DefaultBackend().Name(), ""},
 		{"go", "go", ""},
 		{"openblas", "openblas", ""},
 		{"OpenBLAS", "", `DRAFTER_BLAS="OpenBLAS": want go (pure Go), openblas (OpenBLAS, which must be installed), or unset`},
@@ -76,7 +76,7 @@ func TestBackendFromEnvironment(t *testing.T) {
 		}
 	}
 	if openErr == nil && wantOpenBLAS.Name() != "openblas" {
-		t.Errorf("tensor.OpenBLAS() is %q", wantOpenBLAS.Name())
+		t.Errorf("cpu.OpenBLAS() is %q", wantOpenBLAS.Name())
 	}
 
 	t.Setenv(envBLAS, "gpu")
@@ -97,7 +97,7 @@ func TestBackendFromEnvironment(t *testing.T) {
 func TestSetOpenBLASCoreType(t *testing.T) {
 	t.Setenv(envCoreType, "")
 	setOpenBLASCoreType()
-	if got, want := os.Getenv(envCoreType), tensor.OpenBLASCoreType(); got != want {
+	if got, want := os.Getenv(envCoreType), cpu.OpenBLASCoreType(); got != want {
 		t.Errorf("unset: OPENBLAS_CORETYPE=%q, want %q", got, want)
 	}
 	t.Setenv(envCoreType, "Zen")

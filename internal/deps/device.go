@@ -2,6 +2,7 @@ package deps
 
 import (
 	"fmt"
+	"go/ast"
 	"go/parser"
 	"go/token"
 	"path/filepath"
@@ -9,16 +10,30 @@ import (
 	"strconv"
 )
 
-// The device rule: the CPU device, pkg/tensor and the packages under it, is
-// the only code that reaches below Go for compute. No other package imports
-// its kernels (pkg/tensor/internal/kernel), uses cgo, holds C, C++,
-// assembly or prebuilt object files, or imports a way to load native code at
-// run time (as the device loads OpenBLAS with dlopen), so that threading,
-// kernel and layout choices stay the device's, and a GPU device can be added
-// beside it without another package knowing.
+// The device rule: the devices, pkg/tensor and the packages under it (the
+// CPU device in pkg/tensor/cpu, a GPU device beside it), are the only code
+// that reaches below Go for compute. No other package imports their kernels
+// (pkg/tensor/internal/kernel), uses cgo, holds C, C++, assembly or prebuilt
+// object files, or imports a way to load native code at run time (as the CPU
+// device loads OpenBLAS with dlopen), so that threading, kernel and layout
+// choices stay the devices', and a device can be added beside the others
+// without another package knowing. Nor does another package call the
+// functions pkg/tensor exports for a device's implementation (a tensor's
+// host storage: hostOnly), so that the layers above reach values only
+// through a Device and run on any device.
 
-// device is the module-relative folder of the CPU device.
+// device is the module-relative folder of the devices.
 const device = "pkg/tensor"
+
+// hostOnly are the functions of pkg/tensor for a device's implementation
+// only (pkg/tensor/host.go); TestDeviceRule checks that the list is that
+// file's.
+var hostOnly = map[string]bool{
+	"HostTensorF32": true, "HostTensorU16": true, "HostTensorI32": true,
+	"HostValuesF32": true, "HostValuesU16": true, "HostValuesI32": true,
+	"HostKV": true, "HostKVLayers": true,
+	"OnDevice": true, "DeviceAddr": true, "NewDeviceKV": true,
+}
 
 // kernels is the module-relative path of the device's kernel package.
 const kernels = "pkg/tensor/internal/kernel"
@@ -68,7 +83,7 @@ func deviceViolations(pkgs []devicePkg) ([]string, error) {
 		found := map[string]bool{}
 		for _, fs := range [][]string{p.GoFiles, p.CgoFiles, p.IgnoredGoFiles, p.TestGoFiles, p.XTestGoFiles} {
 			for _, f := range fs {
-				imps, err := fileImports(filepath.Join(p.Dir, f))
+				imps, calls, err := fileUses(filepath.Join(p.Dir, f))
 				if err != nil {
 					return nil, err
 				}
@@ -78,6 +93,9 @@ func deviceViolations(pkgs []devicePkg) ([]string, error) {
 						out = append(out, fmt.Sprintf("%s %s (%s imports %q): only the CPU device (%s) does", from, why, f, imp, device))
 					}
 				}
+				for _, c := range calls {
+					out = append(out, fmt.Sprintf("%s calls tensor.%s (%s): only a device's implementation (%s/...) uses its host storage", from, c, f, device))
+				}
 			}
 		}
 	}
@@ -85,20 +103,39 @@ func deviceViolations(pkgs []devicePkg) ([]string, error) {
 	return out, nil
 }
 
-// fileImports returns the import paths of a Go file, whatever its build
-// constraints.
-func fileImports(path string) ([]string, error) {
-	f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+// fileUses returns the import paths of a Go file, whatever its build
+// constraints, and the hostOnly functions of pkg/tensor it names (called or
+// not), in order.
+func fileUses(path string) (imps, calls []string, err error) {
+	f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.SkipObjectResolution)
 	if err != nil {
-		return nil, fmt.Errorf("reading the imports of %s: %w", path, err)
+		return nil, nil, fmt.Errorf("reading %s: %w", path, err)
 	}
-	var imps []string
+	names := map[string]bool{} // the names pkg/tensor is imported as
 	for _, s := range f.Imports {
 		p, err := strconv.Unquote(s.Path.Value)
 		if err != nil {
-			return nil, fmt.Errorf("%s: import %s: %w", path, s.Path.Value, err)
+			return nil, nil, fmt.Errorf("%s: import %s: %w", path, s.Path.Value, err)
 		}
 		imps = append(imps, p)
+		if p == module+"/"+device {
+			name := "tensor"
+			if s.Name != nil {
+				name = s.Name.Name
+			}
+			names[name] = true
+		}
 	}
-	return imps, nil
+	if len(names) == 0 {
+		return imps, nil, nil
+	}
+	ast.Inspect(f, func(n ast.Node) bool {
+		if s, ok := n.(*ast.SelectorExpr); ok {
+			if x, ok := s.X.(*ast.Ident); ok && names[x.Name] && hostOnly[s.Sel.Name] {
+				calls = append(calls, s.Sel.Name)
+			}
+		}
+		return true
+	})
+	return imps, calls, nil
 }

@@ -1,6 +1,9 @@
 package deps
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
 	"path/filepath"
 	"strings"
@@ -33,6 +36,25 @@ func TestDeviceRule(t *testing.T) {
 	if users == 0 {
 		t.Fatalf("go list shows no importer of %s: the rule checks nothing", kernels)
 	}
+	// hostOnly lists the functions of pkg/tensor/host.go, every one.
+	f, err := parser.ParseFile(token.NewFileSet(), filepath.Join("..", "..", device, "host.go"), nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var funcs []string
+	for _, d := range f.Decls {
+		if fd, ok := d.(*ast.FuncDecl); ok && fd.Recv == nil && fd.Name.IsExported() {
+			funcs = append(funcs, fd.Name.Name)
+		}
+	}
+	if len(funcs) != len(hostOnly) {
+		t.Errorf("pkg/tensor/host.go exports %q, hostOnly lists %d functions", funcs, len(hostOnly))
+	}
+	for _, fn := range funcs {
+		if !hostOnly[fn] {
+			t.Errorf("pkg/tensor/host.go exports %s, which hostOnly does not list", fn)
+		}
+	}
 }
 
 // The checker finds each kind of break, in code and in tests and in files a
@@ -50,6 +72,8 @@ func TestDeviceViolationsFound(t *testing.T) {
 	plugin := write("load_test.go", "package nn\n\nimport (\n\t\"plugin\"\n\t\"testing\"\n)\n")
 	purego := write("dl.go", "package nn\n\nimport \"github.com/ebitengine/purego\"\n")
 	clean := write("nn.go", "package nn\n\nimport \"fmt\"\n")
+	host := write("host.go", "package nn\n\nimport \"github.com/drafter-ai/drafter/pkg/tensor\"\n\nvar x = tensor.HostValuesF32(tensor.HostTensorF32(nil, 0, 0))\n")
+	aliased := write("alias_test.go", "package nn\n\nimport t \"github.com/drafter-ai/drafter/pkg/tensor\"\n\nvar kv = t.HostKV\nvar tensor = struct{ HostKV int }{}\nvar y = tensor.HostKV\n")
 	p := func(path string) devicePkg {
 		return devicePkg{pkg: pkg{ImportPath: module + "/" + path, Imports: []string{"fmt"}}, Dir: dir, GoFiles: []string{clean}}
 	}
@@ -75,6 +99,9 @@ func TestDeviceViolationsFound(t *testing.T) {
 		{with("eval", func(x *devicePkg) { x.CFiles, x.SFiles = []string{"a.c"}, []string{"dot_amd64.s"} }),
 			[]string{"eval holds a.c", "eval holds dot_amd64.s"}},
 		{with("pkg/nn", func(x *devicePkg) { x.SysoFiles = []string{"blas.syso"} }), []string{"pkg/nn holds blas.syso"}},
+		{with("pkg/nn", func(x *devicePkg) { x.GoFiles = append(x.GoFiles, host) }),
+			[]string{"pkg/nn calls tensor.HostTensorF32 (host.go): only a device's implementation", "pkg/nn calls tensor.HostValuesF32 (host.go)"}},
+		{with("train/optim", func(x *devicePkg) { x.TestGoFiles = []string{aliased} }), []string{"train/optim calls tensor.HostKV (alias_test.go)"}},
 	}
 	for _, c := range cases {
 		v, err := deviceViolations([]devicePkg{c.p})
@@ -96,6 +123,7 @@ func TestDeviceViolationsFound(t *testing.T) {
 		}),
 		with("pkg/tensor/internal/kernel", func(x *devicePkg) { x.SFiles, x.HFiles = []string{"dot_amd64.s"}, []string{"zero_amd64.h"} }),
 		with("pkg/tensor/cuda", func(x *devicePkg) { x.CgoFiles, x.Imports = []string{cgo}, []string{kernel} }),
+		with("pkg/tensor/cpu", func(x *devicePkg) { x.GoFiles, x.XTestGoFiles = []string{host}, []string{aliased} }),
 		{pkg: pkg{ImportPath: "github.com/other/module", Imports: []string{kernel}}, CgoFiles: []string{cgo}},
 	}
 	if v, err := deviceViolations(allowed); err != nil || len(v) > 0 {

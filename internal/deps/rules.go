@@ -8,17 +8,19 @@
 //	2  pkg/model, pkg/nn, pkg/kvcache, pkg/spec, pkg/sample
 //	1  the file formats and configurations under pkg/ (safetensors,
 //	   checkpoint, arch, tokenizer, chat, fingerprint, ...)
-//	0  pkg/tensor
+//	0  pkg/tensor (the device interface), pkg/tensor/cpu (the CPU device)
 //
-// and, besides: the stages never import each other (train reads shards through
-// capture's reader, never capture/distill); nothing under pkg/ imports a stage,
-// capture, data or a command; data and capture import only pkg/; nothing
-// imports a command or a script; internal/ holds test helpers, imported only by
-// tests.
+// and, besides: pkg/tensor (the device interface) and its conformance suite
+// import no device (pkg/tensor/cpu, pkg/tensor/cuda); the stages never import
+// each other (train reads shards through capture's reader, never
+// capture/distill); nothing under pkg/ imports a stage, capture, data or a
+// command; data and capture import only pkg/; nothing imports a command or a
+// script; internal/ holds test helpers, imported only by tests.
 //
-// Besides the layering, the device rule (device.go): only the CPU device,
-// pkg/tensor and the packages under it, imports the kernel package, uses cgo,
-// holds native sources or loads native code.
+// Besides the layering, the device rule (device.go): only the devices,
+// pkg/tensor and the packages under it, import the kernel package, use cgo,
+// hold native sources, load native code or call pkg/tensor's functions for
+// a device's implementation (its host storage).
 //
 // Tests follow the same rules with two exceptions: any test may import the
 // helpers under internal/, and a stage's tests may import another stage to
@@ -54,7 +56,7 @@ type layer struct {
 // package directly under pkg/ must be placed here (and in
 // docs/architecture.md); the rule test names a package that is in no layer.
 var layers = []layer{
-	{0, []string{"pkg/tensor"}},
+	{0, []string{"pkg/tensor", "pkg/tensor/cpu"}},
 	{1, []string{"pkg/devices", "pkg/finite", "pkg/atomicfile", "pkg/filecache", "pkg/outlock", "pkg/safetensors",
 		"pkg/arch", "pkg/checkpoint", "pkg/tokenizer", "pkg/chat", "pkg/fingerprint", "pkg/completions"}},
 	{2, []string{"pkg/nn", "pkg/kvcache", "pkg/sample", "pkg/spec", "pkg/model"}},
@@ -62,6 +64,20 @@ var layers = []layer{
 	{4, stages},
 	{5, []string{"cmd", "scripts"}},
 	{6, []string{"internal"}},
+}
+
+// devices are the compute devices beside the device interface (pkg/tensor),
+// which imports none of them: each device imports it.
+var devices = []string{"pkg/tensor/cpu", "pkg/tensor/cuda"}
+
+// isDevice reports whether p is a device or lies in one.
+func isDevice(p string) bool {
+	for _, d := range devices {
+		if under(p, d) {
+			return true
+		}
+	}
+	return false
 }
 
 // stages are the three pipeline stages.
@@ -144,6 +160,8 @@ func rule(from, to string, test bool) string {
 	fromRoot, fromRank, fromKnown := place(from)
 	toRoot, toRank, toKnown := place(to)
 	switch {
+	case !test && isDevice(to) && fromRoot == "pkg/tensor" && !isDevice(from):
+		return "the device interface and its conformance suite (pkg/tensor, pkg/tensor/tensortest) import no device: the devices import them"
 	case fromKnown && fromRoot == toRoot:
 		return "" // within one package's own folder
 	case under(to, "cmd") || under(to, "scripts"):

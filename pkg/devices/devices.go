@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 	"github.com/drafter-ai/drafter/pkg/tensor/cuda"
 )
 
@@ -81,13 +82,13 @@ func (o *Opened) Close() error {
 }
 
 // Open opens the device spec names; the CPU device computes its products
-// on be (tensor.CPU() when nil). Auto falls back to the CPU when CUDA cannot
+// on be (cpu.DefaultBackend() when nil). Auto falls back to the CPU when CUDA cannot
 // be used, with the reason in Note; cuda fails with that reason instead.
-func Open(spec Spec, be tensor.Backend) (*Opened, error) {
+func Open(spec Spec, be cpu.Backend) (*Opened, error) {
 	if be == nil {
-		be = tensor.CPU()
+		be = cpu.DefaultBackend()
 	}
-	cpu := func(note string) *Opened { return &Opened{Device: tensor.NewCPU(be), Note: note} }
+	cpu := func(note string) *Opened { return &Opened{Device: cpu.New(be), Note: note} }
 	switch spec.Kind {
 	case CPU:
 		return cpu(""), nil
@@ -120,9 +121,9 @@ type Found struct {
 
 // List reports the CPU device and every CUDA device the driver shows, or
 // the reason none can be used.
-func List(be tensor.Backend) []Found {
+func List(be cpu.Backend) []Found {
 	if be == nil {
-		be = tensor.CPU()
+		be = cpu.DefaultBackend()
 	}
 	out := []Found{{Spec: Spec{Kind: CPU}, Name: "cpu/" + be.Name(), Usable: true}}
 	infos, err := cuda.ProbeAll()

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 )
 
 func TestParse(t *testing.T) {
@@ -31,12 +31,12 @@ func TestParse(t *testing.T) {
 // in one line; cuda fails with the same reason; cpu opens the CPU silently.
 func TestOpenFallsBack(t *testing.T) {
 	t.Setenv("DRAFTER_LIBCUDA", t.TempDir()+"/libcuda.so.1")
-	be := tensor.PureGo()
+	be := cpu.PureGo()
 	o, err := Open(Spec{Kind: Auto}, be)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := o.Device.(*tensor.CPUDevice); !ok || !strings.HasSuffix(o.Note, ": using the CPU (go)") || strings.Contains(o.Note, "\n") {
+	if _, ok := o.Device.(*cpu.Device); !ok || !strings.HasSuffix(o.Note, ": using the CPU (go)") || strings.Contains(o.Note, "\n") {
 		t.Errorf("auto without a driver: %T, note %q", o.Device, o.Note)
 	}
 	if err := o.Close(); err != nil {

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 )
 
 // row returns a key or value row whose values name the layer, the row and
@@ -37,13 +37,13 @@ func check(t *testing.T, c *Cache, l, r, w int) {
 // prefix and the path's rows in order.
 func TestCommitTree(t *testing.T) {
 	const L, kv = 2, 3
-	c, err := New(tensor.NewCPU(nil), L, kv, 10)
+	c, err := New(cpu.New(nil), L, kv, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
 	write := func(off, tag int) {
 		for l := 0; l < L; l++ {
-			c.Write(l, off, tensor.HostTensor(row(kv, l, tag, false), 1, kv), tensor.HostTensor(row(kv, l, tag, true), 1, kv))
+			c.Write(l, off, cpu.HostTensor(row(kv, l, tag, false), 1, kv), cpu.HostTensor(row(kv, l, tag, true), 1, kv))
 		}
 	}
 	for i := 0; i < 3; i++ {
@@ -87,13 +87,13 @@ func TestCommitTree(t *testing.T) {
 // TestCapacity checks the capacity and parent errors, and that a refused
 // AddPending changes nothing.
 func TestCapacity(t *testing.T) {
-	if _, err := New(tensor.NewCPU(nil), 0, 4, 4); err == nil {
+	if _, err := New(cpu.New(nil), 0, 4, 4); err == nil {
 		t.Fatal("a cache of no layers")
 	}
-	if _, err := New(tensor.NewCPU(nil), 1, 4, -1); err == nil {
+	if _, err := New(cpu.New(nil), 1, 4, -1); err == nil {
 		t.Fatal("a negative capacity")
 	}
-	c, err := New(tensor.NewCPU(nil), 1, 2, 4)
+	c, err := New(cpu.New(nil), 1, 2, 4)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/drafter-ai/drafter/pkg/devices"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
 	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 )
 
 // The benchmarks report tokens/s and, measured in the same run so that the
@@ -33,7 +34,7 @@ import (
 // directly on the backend, and returns the best of a few seconds per pass and
 // the multiply-adds of one pass. logitRows rows go through the LM head.
 func rawMatmul(m *Model, rows, logitRows int) (sec, flops float64) {
-	be := m.dev.(*tensor.CPUDevice).Backend()
+	be := m.dev.(*cpu.Device).Backend()
 	type mm struct {
 		w    tensor.Matrix
 		n, k int
@@ -55,10 +56,10 @@ func rawMatmul(m *Model, rows, logitRows int) (sec, flops float64) {
 	}
 	out := make([]float32, rows*maxN)
 	// Float32 weights go through the few-row kernels split over the workers
-	// up to tensor.FewRows rows (an unprepared weight's tensor.Products
+	// up to tensor.FewRows rows (an unprepared weight's cpu.Products
 	// product), else the backend's GEMM; 16-bit ones through their few-row
 	// kernel, else their GEMM.
-	pr := tensor.NewProducts(be)
+	pr := cpu.NewProducts(be)
 	mul := func(w tensor.Matrix, rows int) {
 		switch {
 		case w.DType == tensor.F32 && rows <= tensor.FewRows:
@@ -67,9 +68,9 @@ func rawMatmul(m *Model, rows, logitRows int) (sec, flops float64) {
 		case w.DType == tensor.F32:
 			be.Sgemm(false, true, rows, w.Rows, w.Cols, 1, x, w.Cols, w.F32, w.Cols, 0, out, w.Rows)
 		case rows <= tensor.FewRows:
-			w.DotRows(out, w.Rows, x, w.Cols, rows, false)
+			cpu.MatrixDotRows(w, out, w.Rows, x, w.Cols, rows, false)
 		default:
-			w.MulT(be, out, w.Rows, x, w.Cols, rows, 0)
+			cpu.MatrixMulT(w, be, out, w.Rows, x, w.Cols, rows, 0)
 		}
 	}
 	pass := func() {
@@ -96,7 +97,7 @@ func rawMatmul(m *Model, rows, logitRows int) (sec, flops float64) {
 
 // reportRaw adds the direct-call figures for passes of tokens tokens.
 func reportRaw(b *testing.B, m *Model, rows, logitRows, tokens int) {
-	if _, ok := m.dev.(*tensor.CPUDevice); !ok {
+	if _, ok := m.dev.(*cpu.Device); !ok {
 		return // the direct calls are the CPU backend's
 	}
 	b.StopTimer()

@@ -5,12 +5,13 @@ import (
 	"testing"
 
 	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 )
 
 // copyingDevice is the CPU device as a device whose memory is not the
 // host's would present it: Upload copies, and HostF32 declines, so that
 // every value the model reads back goes through Read.
-type copyingDevice struct{ *tensor.CPUDevice }
+type copyingDevice struct{ *cpu.Device }
 
 func (d copyingDevice) Upload(m tensor.Matrix) (tensor.Tensor, error) {
 	c := m
@@ -19,7 +20,7 @@ func (d copyingDevice) Upload(m tensor.Matrix) (tensor.Tensor, error) {
 	} else {
 		c.U16 = append([]uint16(nil), m.U16...)
 	}
-	return d.CPUDevice.Upload(c)
+	return d.Device.Upload(c)
 }
 
 func (d copyingDevice) HostF32(tensor.Tensor) ([]float32, bool) { return nil, false }
@@ -103,7 +104,7 @@ func TestForwardThroughTheDevice(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		onDevice(t, m, copyingDevice{m.Device().Sibling().(*tensor.CPUDevice)})
+		onDevice(t, m, copyingDevice{m.Device().Sibling().(*cpu.Device)})
 		got := runAll(m)
 		for i := range want {
 			if len(got[i]) != len(want[i]) {

@@ -571,7 +571,7 @@ func (s *scratch) growLayout(maskLen, inputs int) {
 
 // The model's weight products run on its device (m.dev) through its frozen
 // nn.Linear layers, and the device decides how: on the CPU device,
-// tensor.Products chooses the few-row kernels for decode steps and draft
+// cpu.Products chooses the few-row kernels for decode steps and draft
 // verification (each row computed as a one-token step computes it), the
 // backend's GEMM or the 16-bit kernels, the split over the workers, and the
 // weights' layouts. The model chooses only what the products are: q/k/v and

@@ -14,6 +14,7 @@ import (
 	"github.com/drafter-ai/drafter/pkg/checkpoint"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
 	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 )
 
 // Checkpoints in bf16 and f16 against the float64 reference (naive_test.go)
@@ -22,7 +23,7 @@ import (
 // reference by float32 rounding only, as a float32 checkpoint does: the
 // tolerances are TestAgainstNaive's.
 //
-// One exception: where tensor.RoundsBF16Activations (AVX512_BF16), a bf16
+// One exception: where cpu.RoundsBF16Activations (AVX512_BF16), a bf16
 // model's products of more than tensor.FewRows rows (a prefill of more
 // than 48 tokens) round their inputs to bfloat16, which moves the logits by
 // far more than halfTol (stories260k: 0.072 of a largest logit of 18.9; the
@@ -109,7 +110,7 @@ func checkHalfModel(t *testing.T, m *Model, c naiveCfg, w map[string][]float32, 
 	// roundRows returns naiveCfg.bf16Rows for a forward that starts with a
 	// prefill of rows tokens: all of them where its products round their
 	// inputs, none where they do not.
-	rounds := m.Layers[0].MLP.Down.W.DType == tensor.BF16 && tensor.RoundsBF16Activations()
+	rounds := m.Layers[0].MLP.Down.W.DType == tensor.BF16 && cpu.RoundsBF16Activations()
 	roundRows := func(rows int) int {
 		if rounds && rows > tensor.FewRows {
 			return rows

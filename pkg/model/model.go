@@ -17,7 +17,7 @@
 //	    h += (silu(m·Wg^T) * (m·Wu^T)) · Wd^T
 //	logits = RMSNorm(h) · norm · lm_head^T
 //
-// Weight products run through tensor.Products, which chooses the kernels
+// Weight products run through cpu.Products, which chooses the kernels
 // (few-row kernels, the backend's GEMM for large float32 products, pkg/tensor's
 // 16-bit kernels for bf16 and f16 weights), the weights' layouts and the
 // split over the CPU workers; see matmul.go. A Model holds the weights and
@@ -34,6 +34,7 @@ import (
 	"github.com/drafter-ai/drafter/pkg/nn"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
 	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 )
 
 // Linear is a Hugging Face Linear layer: W is [Out, In] row-major in the
@@ -83,7 +84,7 @@ type Layer struct {
 // tensors of its architecture family (arch.Family.Tensors) in one place,
 // bindings (load.go). They are read-only once the
 // model is built: the products may keep other layouts of its matrices
-// (tensor.Products.Prepare: transposed copies of a small model's), which
+// (cpu.Products.Prepare: transposed copies of a small model's), which
 // would not see a change.
 type Model struct {
 	Config *checkpoint.Config
@@ -295,7 +296,7 @@ func newModel(cfg *checkpoint.Config, dev tensor.Device) (*Model, error) {
 		inter: cfg.IntermediateSize, vocab: cfg.VocabSize, maxPos: maxPos,
 	}
 	m.scale = float32(1 / math.Sqrt(float64(m.hd)))
-	m.dev = tensor.SiblingOf(dev)
+	m.dev = cpu.SiblingOf(dev)
 	if m.rot, err = rope.On(m.dev); err != nil {
 		return nil, fmt.Errorf("model: %w", err)
 	}

@@ -26,9 +26,9 @@ type naiveCfg struct {
 	qkvBias, oBias, mlpBias, qkNorm, tied       bool
 	// bf16Rows: the positions t < bf16Rows round the input of every
 	// weight product (q/k/v, o, gate/up, down, lm_head) to bfloat16 before
-	// multiplying, as tensor.GemmBF16 does to a bf16 model's products of
+	// multiplying, as cpu.GemmBF16 does to a bf16 model's products of
 	// more than tensor.FewRows rows (a prefill of that many tokens) where
-	// tensor.RoundsBF16Activations; the later positions, decode steps of
+	// cpu.RoundsBF16Activations; the later positions, decode steps of
 	// the model, do not.
 	bf16Rows int
 }

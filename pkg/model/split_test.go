@@ -4,27 +4,27 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 )
 
-// oneThread is tensor.CPU() saying that each of its calls runs on one
-// thread, so that tensor.Products splits large products and the model
+// oneThread is cpu.DefaultBackend() saying that each of its calls runs on one
+// thread, so that cpu.Products splits large products and the model
 // splits attention heads over the workers.
-type oneThread struct{ tensor.Backend }
+type oneThread struct{ cpu.Backend }
 
 func (oneThread) Threads() int { return 1 }
 
-// unsplit is tensor.CPU() saying nothing of its threads, so that neither
+// unsplit is cpu.DefaultBackend() saying nothing of its threads, so that neither
 // the products nor the attention heads are split over the workers.
-type unsplit struct{ tensor.Backend }
+type unsplit struct{ cpu.Backend }
 
-// splitBackend returns tensor.CPU() with its products and attention split
+// splitBackend returns cpu.DefaultBackend() with its products and attention split
 // over the workers, or not.
-func splitBackend(split bool) tensor.Backend {
+func splitBackend(split bool) cpu.Backend {
 	if split {
-		return oneThread{tensor.CPU()}
+		return oneThread{cpu.DefaultBackend()}
 	}
-	return unsplit{tensor.CPU()}
+	return unsplit{cpu.DefaultBackend()}
 }
 
 // TestSplitMatchesUnsplit checks that splitting the products and attention
@@ -40,12 +40,12 @@ func TestSplitMatchesUnsplit(t *testing.T) {
 		prompt[i] = (i*37 + 5) % cfg.VocabSize
 	}
 	runAll := func(split bool) [][]float32 {
-		m, err := NewRandom(cfg, 7, tensor.NewCPU(splitBackend(split)))
+		m, err := NewRandom(cfg, 7, cpu.New(splitBackend(split)))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if m.dev.(*tensor.CPUDevice).Products().ParallelCalls() != split {
-			t.Fatalf("products split %v on %T, want %v", !split, m.dev.(*tensor.CPUDevice).Backend(), split)
+		if m.dev.(*cpu.Device).Products().ParallelCalls() != split {
+			t.Fatalf("products split %v on %T, want %v", !split, m.dev.(*cpu.Device).Backend(), split)
 		}
 		a, b := mustSeq(t, m, 256), mustSeq(t, m, 256)
 		opt := Options{Taps: []int{1, 2}}
@@ -77,7 +77,7 @@ func TestSplitDecodeDoesNotAllocate(t *testing.T) {
 	cfg := Bench60MConfig()
 	cfg.HiddenSize, cfg.IntermediateSize, cfg.NumLayers, cfg.VocabSize = 128, 384, 2, 700
 	cfg.NumHeads, cfg.NumKVHeads, cfg.HeadDim = 4, 2, 32
-	m, err := NewRandom(cfg, 7, tensor.NewCPU(splitBackend(true)))
+	m, err := NewRandom(cfg, 7, cpu.New(splitBackend(true)))
 	if err != nil {
 		t.Fatal(err)
 	}

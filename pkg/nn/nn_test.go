@@ -7,6 +7,7 @@ import (
 
 	"github.com/drafter-ai/drafter/internal/testutil"
 	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 	"github.com/drafter-ai/drafter/pkg/tensor/tensortest"
 )
 
@@ -65,13 +66,13 @@ func TestRMSNormForwardBackward(t *testing.T) {
 	rows, n, eps := 3, 7, float32(1e-5)
 	x, w, g := testutil.RandNormal(r, rows*n, 1), testutil.RandNormal(r, n, 1), testutil.RandNormal(r, rows*n, 1)
 	out := make([]float32, rows*n)
-	tensor.RMSNorm(out, x, w, rows, n, eps)
+	cpu.RMSNorm(out, x, w, rows, n, eps)
 	x64, w64, g64 := to64(x), to64(w), to64(g)
 	assertClose(t, "rmsnorm", out, rmsnorm64(x64, w64, rows, n, float64(eps)), 1e-5)
 
 	dx, dw := make([]float32, rows*n), make([]float32, n)
 	dx[0] = 0.5 // backward accumulates: start from a non-zero value
-	tensor.RMSNormBackward(dx, dw, g, x, w, rows, n, eps)
+	cpu.RMSNormBackward(dx, dw, g, x, w, rows, n, eps)
 	dx[0] -= 0.5
 	wantDx := numGrad(x64, func(v []float64) float64 { return dot(g64, rmsnorm64(v, w64, rows, n, float64(eps))) })
 	wantDw := numGrad(w64, func(v []float64) float64 { return dot(g64, rmsnorm64(x64, v, rows, n, float64(eps))) })
@@ -88,17 +89,17 @@ func TestRMSNormRowsAlike(t *testing.T) {
 	rows, n, eps := 4096, 64, float32(1e-6)
 	x, w := testutil.RandNormal(r, rows*n, 3), testutil.RandNormal(r, n, 1)
 	all := make([]float32, rows*n)
-	tensor.RMSNorm(all, x, w, rows, n, eps)
+	cpu.RMSNorm(all, x, w, rows, n, eps)
 	one := make([]float32, n)
 	for row := 0; row < rows; row++ {
-		tensor.RMSNorm(one, x[row*n:(row+1)*n], w, 1, n, eps)
+		cpu.RMSNorm(one, x[row*n:(row+1)*n], w, 1, n, eps)
 		for i, v := range one {
 			if math.Float32bits(v) != math.Float32bits(all[row*n+i]) {
 				t.Fatalf("row %d element %d: %v alone, %v among %d rows", row, i, v, all[row*n+i], rows)
 			}
 		}
 	}
-	if a := testing.AllocsPerRun(20, func() { tensor.RMSNorm(one, x[:n], w, 1, n, eps) }); a != 0 {
+	if a := testing.AllocsPerRun(20, func() { cpu.RMSNorm(one, x[:n], w, 1, n, eps) }); a != 0 {
 		t.Fatalf("RMSNorm of one row allocates %v times", a)
 	}
 }
@@ -109,7 +110,7 @@ func TestLinearForwardBackward(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 5))
 	for _, rows := range []int{1, 6, tensor.FewRows + 3} {
 		for _, frozen := range []bool{false, true} {
-			dev := tensor.NewCPU(tensor.PureGo())
+			dev := cpu.New(cpu.PureGo())
 			in, outF := 5, 4
 			x, w, b, g := testutil.RandNormal(r, rows*in, 1), testutil.RandNormal(r, outF*in, 1), testutil.RandNormal(r, outF, 1), testutil.RandNormal(r, rows*outF, 1)
 			x64, w64, b64, g64 := to64(x), to64(w), to64(b), to64(g)
@@ -135,7 +136,7 @@ func TestLinearForwardBackward(t *testing.T) {
 			}
 			// One row more than the input: Forward writes x's rows only.
 			out := make([]float32, (rows+1)*outF)
-			l.Forward(dev, tensor.HostTensor(out, rows+1, outF), tensor.HostTensor(x, rows, in))
+			l.Forward(dev, cpu.HostTensor(out, rows+1, outF), cpu.HostTensor(x, rows, in))
 			assertClose(t, "linear", out[:rows*outF], lin(x64, w64, b64), 1e-5)
 			for _, v := range out[rows*outF:] {
 				if v != 0 {
@@ -143,8 +144,8 @@ func TestLinearForwardBackward(t *testing.T) {
 				}
 			}
 			dx, dw, db := make([]float32, rows*in), make([]float32, outF*in), make([]float32, outF)
-			l.Backward(dev, tensor.HostTensor(dx, rows, in), tensor.HostTensor(dw, outF, in), tensor.HostTensor(db, 1, outF),
-				tensor.HostTensor(g, rows, outF), tensor.HostTensor(x, rows, in))
+			l.Backward(dev, cpu.HostTensor(dx, rows, in), cpu.HostTensor(dw, outF, in), cpu.HostTensor(db, 1, outF),
+				cpu.HostTensor(g, rows, outF), cpu.HostTensor(x, rows, in))
 			assertClose(t, "linear dx", dx, numGrad(x64, func(v []float64) float64 { return dot(g64, lin(v, w64, b64)) }), 1e-4)
 			assertClose(t, "linear dw", dw, numGrad(w64, func(v []float64) float64 { return dot(g64, lin(x64, v, b64)) }), 1e-4)
 			assertClose(t, "linear db", db, numGrad(b64, func(v []float64) float64 { return dot(g64, lin(x64, w64, v)) }), 1e-4)
@@ -190,7 +191,7 @@ func TestRoPEForwardBackward(t *testing.T) {
 	}
 	x, g := testutil.RandNormal(r, rows*heads*d, 1), testutil.RandNormal(r, rows*heads*d, 1)
 	x64, g64 := to64(x), to64(g)
-	dev := tensor.NewCPU(tensor.PureGo())
+	dev := cpu.New(cpu.PureGo())
 	rot, err := rp.On(dev)
 	if err != nil {
 		t.Fatal(err)
@@ -198,10 +199,10 @@ func TestRoPEForwardBackward(t *testing.T) {
 	pt, _ := dev.Alloc(tensor.I32, rows, 1)
 	dev.WriteI32(pt, pos)
 	y := append([]float32(nil), x...)
-	dev.RoPE(tensor.HostTensor(y, rows, heads*d), heads, pt, rot)
+	dev.RoPE(cpu.HostTensor(y, rows, heads*d), heads, pt, rot)
 	assertClose(t, "rope", y, rope64(x64, rows, heads, d, pos, inv), 1e-5)
 	dx := append([]float32(nil), g...)
-	dev.RoPEBackward(tensor.HostTensor(dx, rows, heads*d), heads, pt, rot)
+	dev.RoPEBackward(cpu.HostTensor(dx, rows, heads*d), heads, pt, rot)
 	assertClose(t, "rope dx", dx, numGrad(x64, func(v []float64) float64 { return dot(g64, rope64(v, rows, heads, d, pos, inv)) }), 1e-5)
 }
 
@@ -260,7 +261,7 @@ func TestRoPEScaling(t *testing.T) {
 func TestMLPForwardBackward(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 7))
 	const rows, h, in = 5, 6, 4 // in: the intermediate width
-	dev := tensor.NewCPU(tensor.PureGo())
+	dev := cpu.New(cpu.PureGo())
 	x, wg, wu, wd, g := testutil.RandNormal(r, rows*h, 1), testutil.RandNormal(r, in*h, 1), testutil.RandNormal(r, in*h, 1),
 		testutil.RandNormal(r, h*in, 1), testutil.RandNormal(r, rows*h, 1)
 	x64, wg64, wu64, wd64, g64 := to64(x), to64(wg), to64(wu), to64(wd), to64(g)
@@ -292,7 +293,7 @@ func TestMLPForwardBackward(t *testing.T) {
 		return l
 	}
 	f := &MLP{Gate: lin(wg, in, h), Up: lin(wu, in, h), Down: lin(wd, h, in)}
-	ten := func(v []float32, r, c int) tensor.Tensor { return tensor.HostTensor(v, r, c) }
+	ten := func(v []float32, r, c int) tensor.Tensor { return cpu.HostTensor(v, r, c) }
 	zeros := func(n int) []float32 { return make([]float32, n) }
 	acts := &MLPActs{Gate: ten(zeros(rows*in), rows, in), Up: ten(zeros(rows*in), rows, in), Act: ten(zeros(rows*in), rows, in)}
 	// Accumulating onto a residual: out = res + MLP(x).
@@ -352,7 +353,7 @@ func TestAttentionForwardBackward(t *testing.T) {
 	r := rand.New(rand.NewPCG(8, 8))
 	const rows, h, heads, kvHeads, hd = 5, 6, 2, 1, 4
 	qw, kw := heads*hd, kvHeads*hd
-	dev := tensor.NewCPU(tensor.PureGo())
+	dev := cpu.New(cpu.PureGo())
 	rp, err := NewRoPE(hd, 10000, nil, 16)
 	if err != nil {
 		t.Fatal(err)
@@ -421,20 +422,20 @@ func TestAttentionForwardBackward(t *testing.T) {
 	}
 	shape := tensor.AttnShape{Heads: heads, KVHeads: kvHeads, HeadDim: hd}
 	a := &Attention{Q: lin(wq, qw, h), K: lin(wk, kw, h), V: lin(wv, kw, h), O: lin(wo, h, qw), Rot: rot, Shape: shape}
-	ten := func(n, cols int) tensor.Tensor { return tensor.HostTensor(make([]float32, n*cols), n, cols) }
+	ten := func(n, cols int) tensor.Tensor { return cpu.HostTensor(make([]float32, n*cols), n, cols) }
 	acts := &AttnActs{Q: ten(rows, qw), K: ten(rows, kw), V: ten(rows, kw), O: ten(rows, qw)}
 	pt, _ := dev.Alloc(tensor.I32, rows, 1)
 	dev.WriteI32(pt, pos)
 	attn := &causalTTT{lse: ten(rows, heads), dk: ten(rows, kw), dv: ten(rows, kw), shape: shape, seqs: []tensor.Span{{Start: 0, N: rows}}}
 	out := make([]float32, rows*h)
-	xt := tensor.HostTensor(x, rows, h)
-	a.Forward(dev, tensor.HostTensor(out, rows, h), xt, pt, acts, attn, false)
+	xt := cpu.HostTensor(x, rows, h)
+	a.Forward(dev, cpu.HostTensor(out, rows, h), xt, pt, acts, attn, false)
 	wq64, wk64, wv64, wo64 := to64(wq), to64(wk), to64(wv), to64(wo)
 	assertClose(t, "attention", out, block(x64, wq64, wk64, wv64, wo64), 1e-5)
 
 	dx, dq, dk, dv, do := make([]float32, rows*h), make([]float32, qw*h), make([]float32, kw*h), make([]float32, kw*h), make([]float32, h*qw)
-	a.Backward(dev, tensor.HostTensor(dx, rows, h), tensor.HostTensor(g, rows, h), xt, pt, acts, attn,
-		AttnGrads{Q: tensor.HostTensor(dq, qw, h), K: tensor.HostTensor(dk, kw, h), V: tensor.HostTensor(dv, kw, h), O: tensor.HostTensor(do, h, qw)},
+	a.Backward(dev, cpu.HostTensor(dx, rows, h), cpu.HostTensor(g, rows, h), xt, pt, acts, attn,
+		AttnGrads{Q: cpu.HostTensor(dq, qw, h), K: cpu.HostTensor(dk, kw, h), V: cpu.HostTensor(dv, kw, h), O: cpu.HostTensor(do, h, qw)},
 		&AttnScratch{DO: ten(rows, qw), DQ: ten(rows, qw)})
 	loss := func(x, wq, wk, wv, wo []float64) float64 { return dot(g64, block(x, wq, wk, wv, wo)) }
 	assertClose(t, "attention dx", dx, numGrad(x64, func(v []float64) float64 { return loss(v, wq64, wk64, wv64, wo64) }), 1e-4)

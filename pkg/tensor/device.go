@@ -6,7 +6,7 @@ import "fmt"
 // memory of the tensors it allocates (Alloc, Upload, NewKV) and every
 // decision about how an op runs (kernels, threading, weight layouts), so
 // that a caller writes a layer once as a list of ops and runs it on any
-// device: the CPU device (NewCPU) today, a GPU device beside it later.
+// device: the CPU device (pkg/tensor/cpu) today, a GPU device beside it later.
 // Values cross between the host and a device only through Upload, Write,
 // WriteI32 and Read (HostF32 lets a caller skip the copy where the device's
 // memory is the host's).
@@ -321,19 +321,6 @@ type Tensor struct {
 	addr uint64
 }
 
-// OnDevice returns a [rows, cols] tensor of dtype dt whose values lie in a
-// device's own memory at address addr: the constructor a device other than
-// the CPU's (pkg/tensor/cuda) builds its tensors with. Only that device
-// reads or writes the values.
-func OnDevice(dt DType, rows, cols int, addr uint64) Tensor {
-	return Tensor{dt: dt, rows: rows, cols: cols, addr: addr}
-}
-
-// DeviceAddr returns the device address of t's first value for a tensor made
-// by OnDevice (0 for a tensor in host memory): what a device passes to its
-// kernels.
-func DeviceAddr(t Tensor) uint64 { return t.addr }
-
 // DType returns the tensor's element type.
 func (t Tensor) DType() DType { return t.dt }
 
@@ -396,13 +383,6 @@ type KV struct {
 	storage any
 }
 
-// NewDeviceKV returns a cache of capacity positions of kvDim keys and values
-// per layer whose memory a device other than the CPU's keeps in storage (its
-// own value, which only it interprets).
-func NewDeviceKV(kvDim, capacity int, storage any) *KV {
-	return &KV{kvDim: kvDim, cap: capacity, storage: storage}
-}
-
 // Storage returns the value a device gave NewDeviceKV (nil for the CPU
 // device's caches).
 func (kv *KV) Storage() any { return kv.storage }
@@ -423,13 +403,3 @@ func (kv *KV) V(l int) []float32 { return kv.v[l] }
 
 // KT returns layer l's keys transposed; see K.
 func (kv *KV) KT(l int) []float32 { return kv.kt[l] }
-
-// SiblingOf returns a sibling of dev (Device.Sibling) for a caller that
-// computes on the run's device beside others, or a new CPU device when dev
-// is nil.
-func SiblingOf(dev Device) Device {
-	if dev == nil {
-		return NewCPU(nil)
-	}
-	return dev.Sibling()
-}

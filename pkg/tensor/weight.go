@@ -2,17 +2,24 @@ package tensor
 
 // Weight is a weight matrix W [n, k] (a Hugging Face Linear's layout, in its
 // checkpoint's dtype) as products by it run: the Matrix, plus whatever other
-// layout the device keeps beside it for speed (today a transposed float32
-// copy for few-row products; see Products.Prepare). A caller builds it once
-// with WeightOf, lets Prepare choose the layouts, and multiplies with
-// Products.MulT; it never looks at the layouts, so that a device can change
+// layout the device keeps beside it for speed (the CPU device: a transposed
+// float32 copy for few-row products). A caller builds it once with WeightOf,
+// lets Device.PrepareWeights choose the layouts, and multiplies with
+// Device.MulT; it never looks at the layouts, so that a device can change
 // them without touching the caller. The zero Weight is empty.
 type Weight struct {
-	m Matrix
-	t *Transposed // W transposed for few-row products, or nil
+	m      Matrix
+	layout Layout // the device's other layout, or nil
 	// The weight in a device's memory, in m's dtype, where the device's
 	// memory is not the host's (SetResident); empty until then.
 	res Tensor
+}
+
+// Layout is a device's own layout of a weight beside its matrix (the CPU
+// device's transposed copy), which only that device reads.
+type Layout interface {
+	// Bytes returns the memory the layout occupies.
+	Bytes() int64
 }
 
 // Resident returns the copy of the weight that a device keeps in its own
@@ -26,7 +33,7 @@ func (w *Weight) Resident() (Tensor, bool) { return w.res, !w.res.Empty() }
 func (w *Weight) SetResident(t Tensor) { w.res = t }
 
 // WeightOf returns m as a Weight with no other layout: products read m where
-// it is until Products.Prepare adds one. The Weight shares m's values.
+// it is until Device.PrepareWeights adds one. The Weight shares m's values.
 func WeightOf(m Matrix) Weight { return Weight{m: m} }
 
 // Matrix returns the matrix the weight multiplies by.
@@ -39,8 +46,16 @@ func (w *Weight) Empty() bool { return w.m.Empty() }
 // occupy beside the matrix (a transposed copy), which Matrix.Bytes does not
 // count: 0 when products read the matrix alone.
 func (w *Weight) ExtraBytes() int64 {
-	if w.t == nil {
+	if w.layout == nil {
 		return 0
 	}
-	return 4 * int64(len(w.t.T))
+	return w.layout.Bytes()
 }
+
+// Layout returns the layout a device set with SetLayout, or nil: for a
+// device's own layouts only.
+func (w *Weight) Layout() Layout { return w.layout }
+
+// SetLayout records l as the weight's other layout, which the device that
+// set it reads in its products: for a device's own layouts only.
+func (w *Weight) SetLayout(l Layout) { w.layout = l }

@@ -18,7 +18,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 )
 
 // row is one benchmark result line.
@@ -44,9 +44,9 @@ func main() {
 		switch {
 		case be == "go":
 			cmd.Env = append(cmd.Env, "CGO_ENABLED=0")
-		case os.Getenv("OPENBLAS_CORETYPE") == "" && tensor.OpenBLASCoreType() != "":
+		case os.Getenv("OPENBLAS_CORETYPE") == "" && cpu.OpenBLASCoreType() != "":
 			// The kernels the drafter binary would load (cmd/drafter sets it).
-			cmd.Env = append(cmd.Env, "OPENBLAS_CORETYPE="+tensor.OpenBLASCoreType())
+			cmd.Env = append(cmd.Env, "OPENBLAS_CORETYPE="+cpu.OpenBLASCoreType())
 		}
 		var out bytes.Buffer
 		cmd.Stdout = &out

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	deagle3 "github.com/drafter-ai/drafter/pkg/drafters/eagle3"
-	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 	"github.com/drafter-ai/drafter/train/dataset"
 )
 
@@ -18,7 +18,7 @@ func BenchmarkTrainStep(b *testing.B) {
 	g := deagle3.Geometry{Hidden: 512, Heads: 8, KVHeads: 4, HeadDim: 64, Intermediate: 1536, RMSNormEps: 1e-5,
 		RopeTheta: 10000, MaxPositions: 2048, Vocab: 32000, DraftVocab: 32000}
 	const steps, seqs, seqLen = 7, 4, 256
-	be := tensor.CPU()
+	be := cpu.DefaultBackend()
 	r := rand.New(rand.NewPCG(1, 1))
 	rnd := func(n int, s float64) []float32 {
 		x := make([]float32, n)
@@ -44,7 +44,7 @@ func BenchmarkTrainStep(b *testing.B) {
 	voc, _ := deagle3.BuildVocab(counts, g.DraftVocab)
 	p := deagle3.NewParams(g)
 	initParams(p, g, 1, head, voc)
-	n, err := newNet(g, steps, 0.8, tensor.NewCPU(be), p, embed, head, voc, seqs*seqLen, seqLen, true)
+	n, err := newNet(g, steps, 0.8, cpu.New(be), p, embed, head, voc, seqs*seqLen, seqLen, true)
 	if err != nil {
 		b.Fatal(err)
 	}

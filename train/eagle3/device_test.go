@@ -10,6 +10,7 @@ import (
 
 	"github.com/drafter-ai/drafter/pkg/safetensors"
 	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 	"github.com/drafter-ai/drafter/train/loop"
 )
 
@@ -18,10 +19,10 @@ import (
 // copying devices too, so that a trainer reaches its weights, gradients and
 // moments only through the device's Alloc, Write and Read (a trainer that
 // updated host slices the device had copied would train nothing here).
-type copyingDevice struct{ *tensor.CPUDevice }
+type copyingDevice struct{ *cpu.Device }
 
 func (d copyingDevice) Sibling() tensor.Device {
-	return copyingDevice{d.CPUDevice.Sibling().(*tensor.CPUDevice)}
+	return copyingDevice{d.Device.Sibling().(*cpu.Device)}
 }
 
 func (d copyingDevice) Upload(m tensor.Matrix) (tensor.Tensor, error) {
@@ -31,7 +32,7 @@ func (d copyingDevice) Upload(m tensor.Matrix) (tensor.Tensor, error) {
 	} else {
 		c.U16 = append([]uint16(nil), m.U16...)
 	}
-	return d.CPUDevice.Upload(c)
+	return d.Device.Upload(c)
 }
 
 func (d copyingDevice) HostF32(tensor.Tensor) ([]float32, bool) { return nil, false }
@@ -73,14 +74,14 @@ func TestTrainOnADeviceOfItsOwn(t *testing.T) {
 		}
 		return out
 	}
-	cpu := run(tensor.NewCPU(nil), false)
-	if ms := metricsWithoutTimings(t, filepath.Join(cpu, loop.MetricsFile)); len(ms) < 10 {
+	onCPU := run(cpu.New(nil), false)
+	if ms := metricsWithoutTimings(t, filepath.Join(onCPU, loop.MetricsFile)); len(ms) < 10 {
 		t.Fatalf("the run logged %d lines: too short to compare", len(ms))
 	}
 	for _, cut := range []bool{false, true} {
-		got := run(copyingDevice{tensor.NewCPU(nil)}, cut)
-		sameRun(t, cpu, got)
-		sameCheckpoint(t, cpu, got)
+		got := run(copyingDevice{cpu.New(nil)}, cut)
+		sameRun(t, onCPU, got)
+		sameCheckpoint(t, onCPU, got)
 	}
 }
 

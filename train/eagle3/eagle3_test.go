@@ -15,6 +15,7 @@ import (
 
 	deagle3 "github.com/drafter-ai/drafter/pkg/drafters/eagle3"
 	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 	"github.com/drafter-ai/drafter/train/dataset"
 	"github.com/drafter-ai/drafter/train/loop"
 )
@@ -42,7 +43,7 @@ func TestExportLoadReproducesTrainer(t *testing.T) {
 		if err := deagle3.Export(dir, g, n.p, voc, deagle3.ExportOptions{Format: format, DefaultLayers: true}); err != nil {
 			t.Fatal(err)
 		}
-		d, err := deagle3.LoadDraft(dir, tensor.F32Matrix(tt.embed, tt.g.Vocab, tt.g.Hidden), tensor.NewCPU(nil))
+		d, err := deagle3.LoadDraft(dir, tensor.F32Matrix(tt.embed, tt.g.Vocab, tt.g.Hidden), cpu.New(nil))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -114,7 +115,7 @@ func TestTrainLearnsAndExports(t *testing.T) {
 	if !(last.Loss < 0.8*first.Loss) || !(last.Accuracy[0] > first.Accuracy[0]) {
 		t.Fatalf("training did not learn: loss %.4f -> %.4f, step-0 accuracy %.3f -> %.3f", first.Loss, last.Loss, first.Accuracy[0], last.Accuracy[0])
 	}
-	if _, err := deagle3.LoadDraft(res.ExportDir, tensor.F32Matrix(tt.embed, tt.g.Vocab, tt.g.Hidden), tensor.NewCPU(nil)); err != nil {
+	if _, err := deagle3.LoadDraft(res.ExportDir, tensor.F32Matrix(tt.embed, tt.g.Vocab, tt.g.Hidden), cpu.New(nil)); err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range []string{loop.MetricsFile, loop.CheckpointFile, ProvenanceFile, "eagle3/config.json", "eagle3/model.safetensors"} {
@@ -147,7 +148,7 @@ func TestTrainWiderDraft(t *testing.T) {
 	if err := json.Unmarshal(raw, &c); err != nil || c.Intermediate != 3*g.Intermediate {
 		t.Fatalf("config.json intermediate_size = %d (%v), want %d", c.Intermediate, err, 3*g.Intermediate)
 	}
-	d, err := deagle3.LoadDraft(res.ExportDir, tensor.F32Matrix(tt.embed, tt.g.Vocab, tt.g.Hidden), tensor.NewCPU(nil))
+	d, err := deagle3.LoadDraft(res.ExportDir, tensor.F32Matrix(tt.embed, tt.g.Vocab, tt.g.Hidden), cpu.New(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -356,7 +357,7 @@ func TestBatchSmallerThanSamples(t *testing.T) {
 
 // train trains cfg for the tiny target tt on ds into out.
 func train(ctx context.Context, cfg Config, tt *tinyTarget, ds dataset.Dataset, out string) (*Result, error) {
-	return Train(ctx, cfg, tt.g, tt.embed, tt.head, ds, tensor.NewCPU(nil), &loop.Job{Out: out})
+	return Train(ctx, cfg, tt.g, tt.embed, tt.head, ds, cpu.New(nil), &loop.Job{Out: out})
 }
 
 // sameArgs resumes with cfg a run whose train_args.json records saved as

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	deagle3 "github.com/drafter-ai/drafter/pkg/drafters/eagle3"
-	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 	"github.com/drafter-ai/drafter/train/dataset"
 )
 
@@ -332,7 +332,7 @@ func buildTiny(t *testing.T, g deagle3.Geometry, tt *tinyTarget, samples []*data
 		rows += len(s.Tokens)
 		maxLen = max(maxLen, len(s.Tokens))
 	}
-	n, err := newNet(g, steps, 0.8, tensor.NewCPU(nil), p, tt.embed, tt.head, voc, rows, maxLen, withGrad)
+	n, err := newNet(g, steps, 0.8, cpu.New(nil), p, tt.embed, tt.head, voc, rows, maxLen, withGrad)
 	if err != nil {
 		t.Fatal(err)
 	}

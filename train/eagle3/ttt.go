@@ -7,6 +7,7 @@ import (
 	deagle3 "github.com/drafter-ai/drafter/pkg/drafters/eagle3"
 	"github.com/drafter-ai/drafter/pkg/nn"
 	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 	"github.com/drafter-ai/drafter/train/dataset"
 )
 
@@ -82,7 +83,7 @@ func newNet(g deagle3.Geometry, steps int, decay float64, dev tensor.Device, p *
 	if steps < 1 {
 		return nil, fmt.Errorf("eagle3: the TTT unroll needs at least one step, got %d", steps)
 	}
-	dev = tensor.SiblingOf(dev)
+	dev = cpu.SiblingOf(dev)
 	layer, err := deagle3.NewTrainLayer(dev, g, p, maxLen+steps)
 	if err != nil {
 		return nil, err

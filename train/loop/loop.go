@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 	"github.com/drafter-ai/drafter/train/optim"
 )
 
@@ -313,7 +314,7 @@ func (r *run[M]) record() error {
 // restore sets up the optimiser and the best weights on the trainer's
 // device and, on a resume, loads the checkpoint into them.
 func (r *run[M]) restore() error {
-	r.dev = tensor.SiblingOf(r.t.Device())
+	r.dev = cpu.SiblingOf(r.t.Device())
 	var err error
 	if r.opt, err = optim.NewAdamW(r.dev, r.params, r.plan.AdamW); err != nil {
 		return err

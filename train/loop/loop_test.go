@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 	"github.com/drafter-ai/drafter/train/optim"
 )
 
@@ -26,7 +27,7 @@ import (
 // packed ones do; every number comes from the seed, the epoch and the batch.
 type quad struct {
 	w, g     []float32
-	dev      *tensor.CPUDevice // its tensors view w and g
+	dev      *cpu.Device // its tensors view w and g
 	epochs   []int
 	epoch    int
 	cursor   int
@@ -37,7 +38,7 @@ type quad struct {
 const quadSize = 5
 
 func newQuad() *quad {
-	return &quad{w: make([]float32, quadSize), g: make([]float32, quadSize), dev: tensor.NewCPU(nil), epochs: []int{7, 5, 6, 7}, target: make([]float32, quadSize)}
+	return &quad{w: make([]float32, quadSize), g: make([]float32, quadSize), dev: cpu.New(nil), epochs: []int{7, 5, 6, 7}, target: make([]float32, quadSize)}
 }
 
 // quadMetric is quad's held-out evaluation.

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	dmedusa "github.com/drafter-ai/drafter/pkg/drafters/medusa"
-	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 )
 
 // BenchmarkTrainStep measures one forward+backward at H=512, V=32000, 4 heads,
@@ -22,7 +22,7 @@ func BenchmarkTrainStep(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ws := mustWorkspace(b, tensor.CPU(), m, rows, 0)
+	ws := mustWorkspace(b, cpu.DefaultBackend(), m, rows, 0)
 	batch := &Batch{Rows: rows, X: make([]float32, rows*g.Hidden)}
 	randFill(r, batch.X, 1)
 	for h := 0; h < g.Heads; h++ {
@@ -32,7 +32,7 @@ func BenchmarkTrainStep(b *testing.B) {
 		}
 		batch.Targets = append(batch.Targets, tg)
 	}
-	be := tensor.CPU()
+	be := cpu.DefaultBackend()
 	w := Weights(g.Heads, 0.8)
 	// Raw sgemm rate on the lm_head shape (chunk rows x V x H).
 	c := ws.Chunk

@@ -10,7 +10,7 @@ import (
 
 	dmedusa "github.com/drafter-ai/drafter/pkg/drafters/medusa"
 	"github.com/drafter-ai/drafter/pkg/model"
-	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 	"github.com/drafter-ai/drafter/train/dataset"
 	"github.com/drafter-ai/drafter/train/loop"
 )
@@ -24,7 +24,7 @@ func stories260kData(t *testing.T, n, prompt, response int, seed uint64) (*datas
 	if _, err := os.Stat(dir); err != nil {
 		t.Skipf("bundled model missing at %s: %v", dir, err)
 	}
-	dev := tensor.NewCPU(nil)
+	dev := cpu.New(nil)
 	m, err := model.Load(dir, dev)
 	if err != nil {
 		t.Fatal(err)
@@ -111,7 +111,7 @@ func TestCalibrateStories260k(t *testing.T) {
 	init, _ := dmedusa.NewHeads(dmedusa.Geometry{Hidden: data.H, Vocab: len(target) / data.H, Heads: cfg.Heads, Layers: cfg.Layers}, target, false)
 	base := evalHeads(t, init, data, cfg)
 	t.Logf("untrained: loss %.3f top1 %.3v", base.Loss, base.Top1)
-	res, err := Train(context.Background(), cfg, target, data, tensor.NewCPU(nil), &loop.Job{Out: t.TempDir()})
+	res, err := Train(context.Background(), cfg, target, data, cpu.New(nil), &loop.Job{Out: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	dmedusa "github.com/drafter-ai/drafter/pkg/drafters/medusa"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
 	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 	"github.com/drafter-ai/drafter/train/loop"
 )
 
@@ -22,10 +23,10 @@ import (
 // copying devices too, so that a trainer reaches its weights, gradients and
 // moments only through the device's Alloc, Write and Read (a trainer that
 // updated host slices the device had copied would train nothing here).
-type copyingDevice struct{ *tensor.CPUDevice }
+type copyingDevice struct{ *cpu.Device }
 
 func (d copyingDevice) Sibling() tensor.Device {
-	return copyingDevice{d.CPUDevice.Sibling().(*tensor.CPUDevice)}
+	return copyingDevice{d.Device.Sibling().(*cpu.Device)}
 }
 
 func (d copyingDevice) Upload(m tensor.Matrix) (tensor.Tensor, error) {
@@ -35,7 +36,7 @@ func (d copyingDevice) Upload(m tensor.Matrix) (tensor.Tensor, error) {
 	} else {
 		c.U16 = append([]uint16(nil), m.U16...)
 	}
-	return d.CPUDevice.Upload(c)
+	return d.Device.Upload(c)
 }
 
 func (d copyingDevice) HostF32(tensor.Tensor) ([]float32, bool) { return nil, false }
@@ -79,12 +80,12 @@ func TestTrainOnADeviceOfItsOwn(t *testing.T) {
 			}
 			return out, res
 		}
-		cpu, want := run(tensor.NewCPU(nil), false)
+		onCPU, want := run(cpu.New(nil), false)
 		if want.Steps < 10 || want.Best == nil || want.Best.Step == want.Steps {
 			t.Fatalf("shared=%v: %d steps, best at %v: too short to compare the best weights", shared, want.Steps, want.Best)
 		}
 		for _, cut := range []bool{false, true} {
-			out, got := run(copyingDevice{tensor.NewCPU(nil)}, cut)
+			out, got := run(copyingDevice{cpu.New(nil)}, cut)
 			if got.Steps != want.Steps || got.Stopped != want.Stopped {
 				t.Fatalf("shared=%v cut=%v: %d steps (%s), on the CPU device %d (%s)", shared, cut, got.Steps, got.Stopped, want.Steps, want.Stopped)
 			}
@@ -92,16 +93,16 @@ func TestTrainOnADeviceOfItsOwn(t *testing.T) {
 				t.Fatalf("shared=%v cut=%v: the returned heads differ from the CPU device's", shared, cut)
 			}
 			for _, f := range []string{filepath.Join(dmedusa.VLLMDir, dmedusa.VLLMWeights), filepath.Join(dmedusa.MedusaDir, dmedusa.MedusaWeights)} {
-				a, _ := os.ReadFile(filepath.Join(cpu, f))
+				a, _ := os.ReadFile(filepath.Join(onCPU, f))
 				b, _ := os.ReadFile(filepath.Join(out, f))
 				if len(a) == 0 || !bytes.Equal(a, b) {
 					t.Fatalf("shared=%v cut=%v: %s differs from the CPU device's", shared, cut, f)
 				}
 			}
-			if a, b := metricLines(t, cpu), metricLines(t, out); !reflect.DeepEqual(a, b) {
+			if a, b := metricLines(t, onCPU), metricLines(t, out); !reflect.DeepEqual(a, b) {
 				t.Fatalf("shared=%v cut=%v: metrics.jsonl differs:\nCPU device     %v\ncopying device %v", shared, cut, a, b)
 			}
-			sameCheckpoint(t, cpu, out)
+			sameCheckpoint(t, onCPU, out)
 		}
 	}
 }

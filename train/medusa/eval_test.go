@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	dmedusa "github.com/drafter-ai/drafter/pkg/drafters/medusa"
-	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 	"github.com/drafter-ai/drafter/train/dataset"
 )
 
@@ -28,10 +28,10 @@ func TestEvaluateAgainstReference(t *testing.T) {
 			}
 		}
 	}
-	ws := mustWorkspace(t, tensor.CPU(), m, rows, 7)
+	ws := mustWorkspace(t, cpu.DefaultBackend(), m, rows, 7)
 	ws.Evaluate(b)
 	gotRows, gotCE, gotT1, gotT5 := ws.Stats()
-	sc, err := m.NewScorer(tensor.NewCPU(nil), g.Heads)
+	sc, err := m.NewScorer(cpu.New(nil), g.Heads)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestAcceptance(t *testing.T) {
 	}
 }
 
-// serialBackend is a plain triple-loop tensor.Backend that allocates nothing,
+// serialBackend is a plain triple-loop cpu.Backend that allocates nothing,
 // so that an allocation count sees the trainer's own allocations only (the
 // pure-Go sgemm launches work per row block, which scales with the rows).
 type serialBackend struct{}
@@ -215,7 +215,7 @@ func TestHeldOutChainWalk(t *testing.T) {
 		sample([]int32{0, 2}, 1, []int{0, 0}),
 	}}
 	for _, rows := range []int{3, 64} {
-		ws := mustWorkspace(t, tensor.CPU(), m, rows, 2)
+		ws := mustWorkspace(t, cpu.DefaultBackend(), m, rows, 2)
 		b := &Batch{X: make([]float32, rows*V), Targets: make([][]int32, heads)}
 		for h := range b.Targets {
 			b.Targets[h] = make([]int32, rows)
@@ -244,9 +244,9 @@ func TestAutoBatchAndEpochs(t *testing.T) {
 }
 
 // mustWorkspace returns a workspace of heads m on a CPU device of be.
-func mustWorkspace(tb testing.TB, be tensor.Backend, m *dmedusa.Heads, rows, chunk int) *Workspace {
+func mustWorkspace(tb testing.TB, be cpu.Backend, m *dmedusa.Heads, rows, chunk int) *Workspace {
 	tb.Helper()
-	ws, err := NewWorkspace(tensor.NewCPU(be), m, rows, chunk)
+	ws, err := NewWorkspace(cpu.New(be), m, rows, chunk)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	dmedusa "github.com/drafter-ai/drafter/pkg/drafters/medusa"
-	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 )
 
 // refLoss is an independent float64 forward of the loss TrainStep documents:
@@ -129,7 +129,7 @@ func TestGradientsAgainstFiniteDifferences(t *testing.T) {
 		}
 		b.Targets[0][2], b.Targets[1][5], b.Targets[1][6] = -1, -1, -1 // heads see different row sets
 		w := Weights(g.Heads, 0.8)
-		ws := mustWorkspace(t, tensor.CPU(), m, rows, 3) // chunks of 3, 3, 1 rows
+		ws := mustWorkspace(t, cpu.DefaultBackend(), m, rows, 3) // chunks of 3, 3, 1 rows
 		ws.n.ZeroGrad()
 		loss := ws.TrainStep(b, w)
 

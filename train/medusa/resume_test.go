@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 	"github.com/drafter-ai/drafter/train/loop"
 )
 
@@ -24,7 +24,7 @@ func TestResumeBitIdentical(t *testing.T) {
 	cfg.Patience = 2
 	cfg.EvalEvery = 3
 	cfg.LogEvery = 1
-	be := tensor.NewCPU(nil)
+	be := cpu.New(nil)
 
 	full, err := Train(context.Background(), cfg, target, data, be, &loop.Job{Out: t.TempDir()})
 	if err != nil {
@@ -109,7 +109,7 @@ func TestTrainAutoBatchAndEpochs(t *testing.T) {
 	cfg.MaxSteps = 2
 	var total int
 	cfg.Progress = func(p Progress) { total = p.TotalSteps }
-	res, err := Train(context.Background(), cfg, st.LM, data, tensor.NewCPU(nil), &loop.Job{Out: t.TempDir()})
+	res, err := Train(context.Background(), cfg, st.LM, data, cpu.New(nil), &loop.Job{Out: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	dmedusa "github.com/drafter-ai/drafter/pkg/drafters/medusa"
-	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 	"github.com/drafter-ai/drafter/train/dataset"
 	"github.com/drafter-ai/drafter/train/loop"
 )
@@ -122,7 +122,7 @@ func TestTrainLearnsSyntheticTarget(t *testing.T) {
 		}
 	}
 	dir := t.TempDir()
-	res, err := Train(context.Background(), cfg, st.LM, data, tensor.NewCPU(nil), &loop.Job{Out: dir})
+	res, err := Train(context.Background(), cfg, st.LM, data, cpu.New(nil), &loop.Job{Out: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +154,7 @@ func evalHeads(t *testing.T, m *dmedusa.Heads, data *dataset.Memory, cfg Config)
 	if rows == 0 {
 		rows = 4096
 	}
-	ws := mustWorkspace(t, tensor.CPU(), m, rows, 0)
+	ws := mustWorkspace(t, cpu.DefaultBackend(), m, rows, 0)
 	b := &Batch{X: make([]float32, rows*m.Hidden), Targets: make([][]int32, m.Heads)}
 	for h := range b.Targets {
 		b.Targets[h] = make([]int32, rows)

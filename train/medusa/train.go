@@ -16,6 +16,7 @@ import (
 	dmedusa "github.com/drafter-ai/drafter/pkg/drafters/medusa"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
 	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 	"github.com/drafter-ai/drafter/train/dataset"
 	"github.com/drafter-ai/drafter/train/loop"
 	"github.com/drafter-ai/drafter/train/optim"
@@ -316,7 +317,7 @@ func newTrainer(cfg Config, lmHead []float32, data dataset.Dataset, dev tensor.D
 	}
 	t.stepsPerEpoch = (trainPos + t.batchTokens - 1) / t.batchTokens
 	t.weights = Weights(cfg.Heads, cfg.Decay)
-	if t.ws, err = NewWorkspace(tensor.SiblingOf(dev), t.heads, t.batchTokens, 0); err != nil {
+	if t.ws, err = NewWorkspace(cpu.SiblingOf(dev), t.heads, t.batchTokens, 0); err != nil {
 		return nil, err
 	}
 	t.batch = &Batch{X: make([]float32, t.batchTokens*H), Targets: make([][]int32, cfg.Heads)}

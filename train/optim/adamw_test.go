@@ -6,11 +6,12 @@ import (
 	"testing"
 
 	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 )
 
 // testDev is the CPU device the tests' parameters live on: its tensors view
 // the host slices the tests fill and read.
-var testDev = tensor.NewCPU(nil)
+var testDev = cpu.New(nil)
 
 // vec returns v as a one-row tensor of testDev, viewing v.
 func vec(v []float32) tensor.Tensor {

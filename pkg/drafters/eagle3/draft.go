@@ -6,6 +6,7 @@ import (
 
 	"github.com/drafter-ai/drafter/pkg/kvcache"
 	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 )
 
 // Draft is an inference-only EAGLE-3 drafter, computed the way the engines run
@@ -46,7 +47,7 @@ func NewDraft(g Geometry, p *Params, voc *Vocab, embed tensor.Matrix, dev tensor
 		return nil, fmt.Errorf("eagle3: a draft for a target of hidden_size %d and vocab_size %d, but the target's embedding is [%d, %d]: the draft was made for another model",
 			g.Hidden, g.Vocab, embed.Rows, embed.Cols)
 	}
-	dev = tensor.SiblingOf(dev)
+	dev = cpu.SiblingOf(dev)
 	l, err := NewLayer(dev, g, p, 1)
 	if err != nil {
 		return nil, err

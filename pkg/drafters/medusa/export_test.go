@@ -12,7 +12,7 @@ import (
 
 	"github.com/drafter-ai/drafter/internal/testutil"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
-	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 )
 
 // randomHeads returns heads of geometry g with random weights over a random
@@ -107,7 +107,7 @@ func TestExportRoundTrip(t *testing.T) {
 		}
 
 		// Logits through each re-read layout equal the originals bitwise.
-		be := tensor.CPU()
+		be := cpu.DefaultBackend()
 		rows := 5
 		x := make([]float32, rows*g.Hidden)
 		xr := rand.New(rand.NewPCG(1, 1))
@@ -122,11 +122,11 @@ func TestExportRoundTrip(t *testing.T) {
 			if back.Geometry.Hidden != 8 || back.Vocab != 13 || back.Heads != 3 || back.Layers != 2 {
 				t.Fatalf("%s: geometry %+v", sub, back.Geometry)
 			}
-			sa, err := m.NewScorer(tensor.NewCPU(be), g.Heads)
+			sa, err := m.NewScorer(cpu.New(be), g.Heads)
 			if err != nil {
 				t.Fatal(err)
 			}
-			sb, err := back.NewScorer(tensor.NewCPU(be), g.Heads)
+			sb, err := back.NewScorer(cpu.New(be), g.Heads)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -196,7 +196,7 @@ func TestScorerAllocatesNothing(t *testing.T) {
 	for _, shared := range []bool{false, true} {
 		g := Geometry{Hidden: 8, Vocab: 13, Heads: 3, Layers: 2, SharedLMHead: shared}
 		m, _ := randomHeads(t, g, 7)
-		s, err := m.NewScorer(tensor.NewCPU(tensor.CPU()), g.Heads)
+		s, err := m.NewScorer(cpu.New(cpu.DefaultBackend()), g.Heads)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 )
 
 // The attention group's tests beyond the conformance suite, whose contexts
@@ -96,7 +97,7 @@ func closeTo(t *testing.T, what string, got, want []float32, tol float64) {
 // all kinds in one call.
 func TestAttendLong(t *testing.T) {
 	d := openTest(t)
-	cpu := tensor.NewCPU(nil)
+	cpu := cpu.New(nil)
 	cases := []attnCase{
 		{n: 3*attChunk + 17, t: 1},
 		{n: attChunk - 3, t: 6},
@@ -192,7 +193,7 @@ func TestAttendTTTLarge(t *testing.T) {
 }
 
 func tttLarge(t *testing.T, d *Device, hd int) {
-	cpu := tensor.NewCPU(nil)
+	cpu := cpu.New(nil)
 	shape := tensor.AttnShape{Heads: 4, KVHeads: 2, HeadDim: hd}
 	spans := []tensor.Span{{Start: 0, N: 150}, {Start: 151, N: 140}}
 	const rows, k = 291, 2
@@ -242,7 +243,7 @@ func tttLarge(t *testing.T, d *Device, hd int) {
 // of Attend's tables, each read their own layer of the caches.
 func TestAttendLayers(t *testing.T) {
 	d := openTest(t)
-	cpu := tensor.NewCPU(nil)
+	cpu := cpu.New(nil)
 	shape := tensor.AttnShape{Heads: 4, KVHeads: 2, HeadDim: 32}
 	qd, kd := shape.Heads*shape.HeadDim, shape.KVHeads*shape.HeadDim
 	const layers = 3

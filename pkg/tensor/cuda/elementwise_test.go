@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 )
 
 // The element-wise group's checks beyond the conformance suite: the CPU
@@ -18,13 +19,13 @@ import (
 type ewPair struct {
 	t   *testing.T
 	d   *Device
-	cpu *tensor.CPUDevice
+	cpu *cpu.Device
 	r   *rand.Rand
 }
 
 // both returns v as a [rows, cols] float32 tensor on each device.
 func (p *ewPair) both(v []float32, rows, cols int) (tensor.Tensor, tensor.Tensor) {
-	return devTensor(p.t, p.d, v, rows, cols), tensor.HostTensor(append([]float32(nil), v...), rows, cols)
+	return devTensor(p.t, p.d, v, rows, cols), cpu.HostTensor(append([]float32(nil), v...), rows, cols)
 }
 
 // rand returns n normal values of scale s on both devices.
@@ -76,7 +77,7 @@ func (p *ewPair) ewRotary(hd, maxPos int) (*tensor.Rotary, *tensor.Rotary) {
 // multiply-adds where the CPU rounds twice).
 func TestElementwiseAgainstCPU(t *testing.T) {
 	d := openTest(t)
-	p := &ewPair{t: t, d: d, cpu: tensor.NewCPU(nil), r: rand.New(rand.NewPCG(31, 32))}
+	p := &ewPair{t: t, d: d, cpu: cpu.New(nil), r: rand.New(rand.NewPCG(31, 32))}
 	const rows, h = 6, 2304 // h: not a multiple of the blocks
 
 	// Gather from each dtype, GatherRows, SplitCols and ConcatCols.

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 )
 
 // The loss group's checks beyond the conformance suite, at the sizes a
@@ -42,7 +43,7 @@ func lossRand(r *rand.Rand, n int, s, round float64) []float32 {
 // device's: the same indices in the same order, ties included.
 func TestTopKWide(t *testing.T) {
 	d := openTest(t)
-	cpu := tensor.NewCPU(nil)
+	cpu := cpu.New(nil)
 	r := rand.New(rand.NewPCG(31, 7))
 	for _, c := range []struct {
 		n     int
@@ -71,7 +72,7 @@ func TestTopKWide(t *testing.T) {
 // losses within 1e-6 relative, and the loss's bits the same twice.
 func TestLossesWide(t *testing.T) {
 	d := openTest(t)
-	cpu := tensor.NewCPU(nil)
+	cpu := cpu.New(nil)
 	r := rand.New(rand.NewPCG(32, 7))
 	const rows, v = 3, 32000
 	lv := lossRand(r, rows*v, 4, 0)

@@ -1,4 +1,6 @@
-package tensor
+package cpu
+
+import "github.com/drafter-ai/drafter/pkg/tensor"
 
 // Products runs a caller's weight products out[rows, n] (+)= x[rows, k]·Wᵀ
 // on one backend, and decides everything about how: which kernel (the
@@ -42,14 +44,6 @@ type Products struct {
 	fn        func(c, lo, hi int) // p.chunk, stored once so that a split allocates nothing
 }
 
-// FewRows is the most rows a product of Products.MulT runs on the few-row
-// kernels (DotRows, its 16-bit forms, Transposed) instead of a GEMM (a
-// trainer's products by the weights it updates, Device.MatMul, too), since the models' products (a few hundred features) stay
-// cheaper there than in a BLAS call up to a few dozen rows (BenchmarkSmall:
-// 33 rows faster, 64 rows slower), and a draft tree's verification then
-// scores each node exactly as a decode step would.
-const FewRows = 48
-
 // The split of a product over the workers.
 const (
 	// mmBlock is the number of output features in a unit of the split of a
@@ -80,18 +74,18 @@ const transposeMaxWeights = 1 << 24
 // productJob is the product being split, read by Products.chunk.
 type productJob struct {
 	out, x  []float32
-	w       Matrix
+	w       tensor.Matrix
 	t       *Transposed
 	rows, n int
 	k       int
 	beta    float32
 }
 
-// NewProducts returns the weight products of one caller on be (CPU() when
+// NewProducts returns the weight products of one caller on be (DefaultBackend() when
 // nil).
 func NewProducts(be Backend) *Products {
 	if be == nil {
-		be = CPU()
+		be = DefaultBackend()
 	}
 	p := &Products{be: be}
 	p.parallel, p.selfSplit = threading(be)
@@ -125,23 +119,23 @@ func (p *Products) ParallelCalls() bool { return p.parallel }
 // checkpoint's bytes, which a float32 copy would double. The results are the
 // same either way up to float32 rounding, and a row's result still does not
 // depend on the rows beside it. The weights must not change afterwards.
-func (p *Products) Prepare(ws ...*Weight) {
+func (p *Products) Prepare(ws ...*tensor.Weight) {
 	if !TransposedFast() {
 		return
 	}
 	total := 0
 	for _, w := range ws {
-		if w.m.DType != F32 {
+		if w.Matrix().DType != tensor.F32 {
 			return
 		}
-		total += w.m.Len()
+		total += w.Matrix().Len()
 	}
 	if total > transposeMaxWeights {
 		return
 	}
 	for _, w := range ws {
-		if !w.m.Empty() && w.t == nil {
-			w.t = NewTransposed(w.m.F32, w.m.Rows, w.m.Cols)
+		if !w.Matrix().Empty() && w.Layout() == nil {
+			w.SetLayout(NewTransposed(w.Matrix().F32, w.Matrix().Rows, w.Matrix().Cols))
 		}
 	}
 }
@@ -149,8 +143,8 @@ func (p *Products) Prepare(ws ...*Weight) {
 // MulT computes out[rows, n] = x[rows, k]·Wᵀ for the weight W [n, k], or adds
 // it to out when acc is true; out has row stride n and x row stride k. Each
 // row's result is the same whatever the other rows, up to FewRows rows.
-func (p *Products) MulT(out, x []float32, w *Weight, rows int, acc bool) {
-	n, k := w.m.Rows, w.m.Cols
+func (p *Products) MulT(out, x []float32, w *tensor.Weight, rows int, acc bool) {
+	n, k := w.Matrix().Rows, w.Matrix().Cols
 	if rows == 0 || n == 0 {
 		return
 	}
@@ -158,19 +152,19 @@ func (p *Products) MulT(out, x []float32, w *Weight, rows int, acc bool) {
 	if acc {
 		beta = 1
 	}
-	if w.t != nil && rows <= FewRows {
-		p.mulTransposed(out, x, w.t, rows, n, k, beta)
+	if t, ok := w.Layout().(*Transposed); ok && rows <= tensor.FewRows {
+		p.mulTransposed(out, x, t, rows, n, k, beta)
 		return
 	}
-	if w.m.DType != F32 && rows > FewRows {
+	if w.Matrix().DType != tensor.F32 && rows > tensor.FewRows {
 		// The 16-bit GEMMs split themselves over the workers (GemmBF16
 		// rounding the activations where RoundsBF16Activations).
-		w.m.MulT(p.be, out, n, x, k, rows, beta)
+		MatrixMulT(w.Matrix(), p.be, out, n, x, k, rows, beta)
 		return
 	}
 	units := (n + mmBlock - 1) / mmBlock
-	chunks := Workers()
-	if rows <= FewRows {
+	chunks := tensor.Workers()
+	if rows <= tensor.FewRows {
 		// The few-row kernels run in Go on the calling goroutine: always
 		// safe to split, and a row's result does not depend on the split. A
 		// short pass (a decode step, a draft's verification) splits only
@@ -190,8 +184,8 @@ func (p *Products) MulT(out, x []float32, w *Weight, rows int, acc bool) {
 		// Small, or a backend that threads its calls itself.
 		chunks = 1
 	}
-	p.job = productJob{out: out, x: x, w: w.m, rows: rows, n: n, k: k, beta: beta}
-	ParallelChunks(units, chunks, p.fn)
+	p.job = productJob{out: out, x: x, w: w.Matrix(), rows: rows, n: n, k: k, beta: beta}
+	tensor.ParallelChunks(units, chunks, p.fn)
 	p.job = productJob{}
 }
 
@@ -204,9 +198,9 @@ func (p *Products) mulTransposed(out, x []float32, t *Transposed, rows, n, k int
 	units := (n + MulTPad - 1) / MulTPad
 	chunks := 1
 	if rows >= 2 && rows*n*k >= mulTSplitWork {
-		chunks = Workers()
+		chunks = tensor.Workers()
 	}
-	ParallelChunks(units, chunks, p.fn)
+	tensor.ParallelChunks(units, chunks, p.fn)
 	p.job = productJob{}
 }
 
@@ -221,9 +215,9 @@ func (p *Products) chunk(_, lo, hi int) {
 	lo *= mmBlock
 	hi = min(hi*mmBlock, j.n)
 	w := j.w.RowRange(lo, hi)
-	if j.rows <= FewRows {
-		w.DotRows(j.out[lo:], j.n, j.x[:j.rows*j.k], j.k, j.rows, j.beta != 0)
+	if j.rows <= tensor.FewRows {
+		MatrixDotRows(w, j.out[lo:], j.n, j.x[:j.rows*j.k], j.k, j.rows, j.beta != 0)
 		return
 	}
-	w.MulT(p.be, j.out[lo:], j.n, j.x[:j.rows*j.k], j.k, j.rows, j.beta)
+	MatrixMulT(w, p.be, j.out[lo:], j.n, j.x[:j.rows*j.k], j.k, j.rows, j.beta)
 }

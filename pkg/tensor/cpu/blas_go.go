@@ -1,8 +1,9 @@
-package tensor
+package cpu
 
 import (
 	"sync"
 
+	"github.com/drafter-ai/drafter/pkg/tensor"
 	"github.com/drafter-ai/drafter/pkg/tensor/internal/kernel"
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/gonum"
@@ -10,7 +11,7 @@ import (
 
 // goBLAS is the pure-Go backend; it builds with CGO_ENABLED=0. Its Sgemm runs
 // drafter's own packed, cache-blocked kernels (AVX-512 or AVX2 assembly on
-// amd64) and splits large products over tensor's workers itself; gonum's BLAS
+// amd64) and splits large products over the workers (tensor.Parallel) itself; gonum's BLAS
 // remains for what they do not cover.
 type goBLAS struct{}
 
@@ -36,7 +37,7 @@ func (goBLAS) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32
 	checkGemm(transA, transB, m, n, k, len(a), lda, len(b), ldb, len(c), ldc)
 	g := takeGemm()
 	if g.Vector() {
-		g.Sgemm(ParallelChunks, Workers(), transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		g.Sgemm(tensor.ParallelChunks, tensor.Workers(), transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 	} else {
 		gonum.Implementation{}.Sgemm(tr(transA), tr(transB), m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 	}

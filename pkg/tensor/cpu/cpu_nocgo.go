@@ -1,6 +1,6 @@
 //go:build !cgo
 
-package tensor
+package cpu
 
 import "errors"
 

@@ -1,8 +1,10 @@
-package tensor
+package cpu
 
 import (
 	"fmt"
 	"math"
+
+	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
 // maxCEChunks bounds the number of row chunks a cross-entropy call splits its
@@ -47,11 +49,11 @@ func (l *lossOps) init() {
 // ExpShift (Expf's arithmetic), their sum in float64 one value after another,
 // and scales the row by the sum's float32 inverse; rows split over the
 // workers.
-func (c *CPUDevice) Softmax(x Tensor, scale float32) {
-	checkLossDType("Softmax", x, F32)
+func (c *Device) Softmax(x tensor.Tensor, scale float32) {
+	checkLossDType("Softmax", x, tensor.F32)
 	l := &c.loss
-	l.job.x, l.job.v, l.job.scale = x.f32, x.cols, scale
-	Parallel(x.rows, RowChunk(x.cols), l.softmaxFn)
+	l.job.x, l.job.v, l.job.scale = f32s(x), x.Cols(), scale
+	tensor.Parallel(x.Rows(), RowChunk(x.Cols()), l.softmaxFn)
 	l.job = lossJob{}
 }
 
@@ -74,14 +76,14 @@ func (l *lossOps) softmaxChunk(lo, hi int) {
 
 // ArgMax scans each row for its first largest value, rows split over the
 // workers.
-func (c *CPUDevice) ArgMax(idx []int32, x Tensor) {
-	checkLossDType("ArgMax", x, F32)
-	if len(idx) < x.rows {
-		panic(fmt.Sprintf("tensor: ArgMax of %d rows into %d indices", x.rows, len(idx)))
+func (c *Device) ArgMax(idx []int32, x tensor.Tensor) {
+	checkLossDType("ArgMax", x, tensor.F32)
+	if len(idx) < x.Rows() {
+		panic(fmt.Sprintf("tensor: ArgMax of %d rows into %d indices", x.Rows(), len(idx)))
 	}
 	l := &c.loss
-	l.job.x, l.job.v, l.job.t = x.f32, x.cols, idx
-	Parallel(x.rows, RowChunk(x.cols), l.argmaxFn)
+	l.job.x, l.job.v, l.job.t = f32s(x), x.Cols(), idx
+	tensor.Parallel(x.Rows(), RowChunk(x.Cols()), l.argmaxFn)
 	l.job = lossJob{}
 }
 
@@ -100,14 +102,14 @@ func (l *lossOps) argmaxChunk(lo, hi int) {
 }
 
 // GatherCols copies the columns row by row.
-func (c *CPUDevice) GatherCols(out, src, cols Tensor) {
-	if cols.dt != I32 || cols.Len() != out.cols || out.rows != src.rows {
-		panic(fmt.Sprintf("tensor: GatherCols of %d %s columns from %dx%d into %dx%d", cols.Len(), cols.dt, src.rows, src.cols, out.rows, out.cols))
+func (c *Device) GatherCols(out, src, cols tensor.Tensor) {
+	if cols.DType() != tensor.I32 || cols.Len() != out.Cols() || out.Rows() != src.Rows() {
+		panic(fmt.Sprintf("tensor: GatherCols of %d %s columns from %dx%d into %dx%d", cols.Len(), cols.DType(), src.Rows(), src.Cols(), out.Rows(), out.Cols()))
 	}
-	n, w := src.cols, out.cols
-	for r := 0; r < src.rows; r++ {
-		row, o := src.f32[r*n:r*n+n], out.f32[r*w:r*w+w]
-		for i, c := range cols.i32 {
+	n, w := src.Cols(), out.Cols()
+	for r := 0; r < src.Rows(); r++ {
+		row, o := f32s(src)[r*n:r*n+n], f32s(out)[r*w:r*w+w]
+		for i, c := range i32s(cols) {
 			o[i] = row[c]
 		}
 	}
@@ -167,16 +169,16 @@ func ceChunks(rows, v int) (chunk, n int) {
 
 // setLoss checks the operands every loss shares and stores them as the job
 // in flight, and returns the number of chunks.
-func (l *lossOps) setLoss(op string, dlogits, logits, weights Tensor) int {
-	checkLossDType(op, logits, F32)
-	rows, v := logits.rows, logits.cols
-	if !dlogits.Empty() && (dlogits.dt != F32 || dlogits.rows != rows || dlogits.cols != v) {
-		panic(fmt.Sprintf("tensor: %s: dlogits %s %dx%d for logits %dx%d", op, dlogits.dt, dlogits.rows, dlogits.cols, rows, v))
+func (l *lossOps) setLoss(op string, dlogits, logits, weights tensor.Tensor) int {
+	checkLossDType(op, logits, tensor.F32)
+	rows, v := logits.Rows(), logits.Cols()
+	if !dlogits.Empty() && (dlogits.DType() != tensor.F32 || dlogits.Rows() != rows || dlogits.Cols() != v) {
+		panic(fmt.Sprintf("tensor: %s: dlogits %s %dx%d for logits %dx%d", op, dlogits.DType(), dlogits.Rows(), dlogits.Cols(), rows, v))
 	}
-	if !weights.Empty() && (weights.dt != F32 || weights.Len() != rows) {
-		panic(fmt.Sprintf("tensor: %s: %d %s weights for %d rows", op, weights.Len(), weights.dt, rows))
+	if !weights.Empty() && (weights.DType() != tensor.F32 || weights.Len() != rows) {
+		panic(fmt.Sprintf("tensor: %s: %d %s weights for %d rows", op, weights.Len(), weights.DType(), rows))
 	}
-	l.job = lossJob{x: logits.f32, d: dlogits.f32, w: weights.f32, rows: rows, v: v}
+	l.job = lossJob{x: f32s(logits), d: f32s(dlogits), w: f32s(weights), rows: rows, v: v}
 	var n int
 	l.job.chunk, n = ceChunks(rows, v)
 	return n
@@ -197,13 +199,13 @@ func (l *lossOps) total(n int) float64 {
 // float32 exponential per logit (the inference kernels' ExpShift), stored in
 // dlogits and rescaled there into the gradient; sums are in float64, per
 // chunk of rows (ceChunks), the chunks split over the workers.
-func (c *CPUDevice) CrossEntropy(dlogits, logits, targets, weights Tensor) float64 {
-	if targets.dt != I32 || targets.Len() != logits.rows {
-		panic(fmt.Sprintf("tensor: CrossEntropy: %d %s targets for %d rows", targets.Len(), targets.dt, logits.rows))
+func (c *Device) CrossEntropy(dlogits, logits, targets, weights tensor.Tensor) float64 {
+	if targets.DType() != tensor.I32 || targets.Len() != logits.Rows() {
+		panic(fmt.Sprintf("tensor: CrossEntropy: %d %s targets for %d rows", targets.Len(), targets.DType(), logits.Rows()))
 	}
 	n := c.loss.setLoss("CrossEntropy", dlogits, logits, weights)
-	c.loss.job.t = targets.i32
-	Parallel(n, 1, c.loss.ceFn)
+	c.loss.job.t = i32s(targets)
+	tensor.Parallel(n, 1, c.loss.ceFn)
 	return c.loss.total(n)
 }
 
@@ -262,13 +264,13 @@ func (l *lossOps) ceChunk(clo, chi int) {
 }
 
 // SoftCrossEntropy is CrossEntropy's fused kernel for target distributions.
-func (c *CPUDevice) SoftCrossEntropy(dlogits, logits, p, weights Tensor) float64 {
-	if p.dt != F32 || p.rows != logits.rows || p.cols != logits.cols {
-		panic(fmt.Sprintf("tensor: SoftCrossEntropy: target distributions %s %dx%d for logits %dx%d", p.dt, p.rows, p.cols, logits.rows, logits.cols))
+func (c *Device) SoftCrossEntropy(dlogits, logits, p, weights tensor.Tensor) float64 {
+	if p.DType() != tensor.F32 || p.Rows() != logits.Rows() || p.Cols() != logits.Cols() {
+		panic(fmt.Sprintf("tensor: SoftCrossEntropy: target distributions %s %dx%d for logits %dx%d", p.DType(), p.Rows(), p.Cols(), logits.Rows(), logits.Cols()))
 	}
 	n := c.loss.setLoss("SoftCrossEntropy", dlogits, logits, weights)
-	c.loss.job.p = p.f32
-	Parallel(n, 1, c.loss.softFn)
+	c.loss.job.p = f32s(p)
+	tensor.Parallel(n, 1, c.loss.softFn)
 	return c.loss.total(n)
 }
 
@@ -309,15 +311,15 @@ func (l *lossOps) softChunk(clo, chi int) {
 
 // CrossEntropyEval computes the rows' losses and ranks, the rows split over
 // the workers; the exponentials are Expf's, as CrossEntropy's.
-func (c *CPUDevice) CrossEntropyEval(rowLoss []float64, rank []int32, logits, targets Tensor) {
-	checkLossDType("CrossEntropyEval", logits, F32)
-	rows := logits.rows
-	if targets.dt != I32 || targets.Len() != rows || len(rowLoss) < rows || len(rank) < rows {
-		panic(fmt.Sprintf("tensor: CrossEntropyEval: %d %s targets, %d losses and %d ranks for %d rows", targets.Len(), targets.dt, len(rowLoss), len(rank), rows))
+func (c *Device) CrossEntropyEval(rowLoss []float64, rank []int32, logits, targets tensor.Tensor) {
+	checkLossDType("CrossEntropyEval", logits, tensor.F32)
+	rows := logits.Rows()
+	if targets.DType() != tensor.I32 || targets.Len() != rows || len(rowLoss) < rows || len(rank) < rows {
+		panic(fmt.Sprintf("tensor: CrossEntropyEval: %d %s targets, %d losses and %d ranks for %d rows", targets.Len(), targets.DType(), len(rowLoss), len(rank), rows))
 	}
 	l := &c.loss
-	l.job = lossJob{x: logits.f32, t: targets.i32, rowLoss: rowLoss, rank: rank, rows: rows, v: logits.cols}
-	Parallel(rows, RowChunk(logits.cols), l.evalFn)
+	l.job = lossJob{x: f32s(logits), t: i32s(targets), rowLoss: rowLoss, rank: rank, rows: rows, v: logits.Cols()}
+	tensor.Parallel(rows, RowChunk(logits.Cols()), l.evalFn)
 	l.job = lossJob{}
 }
 
@@ -351,11 +353,11 @@ func (l *lossOps) evalChunk(lo, hi int) {
 // TopK keeps idx sorted best first while it scans x once: a value enters
 // only when it beats the worst kept one strictly, so of equal values the
 // earlier (lower index) stays ahead.
-func (c *CPUDevice) TopK(idx []int, x Tensor) int {
-	if x.dt != F32 || x.rows != 1 && !x.Empty() {
-		panic(fmt.Sprintf("tensor: TopK of a %s %dx%d tensor: one float32 row", x.dt, x.rows, x.cols))
+func (c *Device) TopK(idx []int, x tensor.Tensor) int {
+	if x.DType() != tensor.F32 || x.Rows() != 1 && !x.Empty() {
+		panic(fmt.Sprintf("tensor: TopK of a %s %dx%d tensor: one float32 row", x.DType(), x.Rows(), x.Cols()))
 	}
-	v := x.f32
+	v := f32s(x)
 	k := min(len(idx), len(v))
 	if k <= 0 {
 		return 0
@@ -384,35 +386,35 @@ func (c *CPUDevice) TopK(idx []int, x Tensor) int {
 // tensors split over the workers); between BF16 and F16 it widens blocks of
 // castBlock values to float32 and rounds those, one rounding in all since the
 // widening is exact.
-func (c *CPUDevice) Cast(dst, src Tensor) {
+func (c *Device) Cast(dst, src tensor.Tensor) {
 	if dst.Len() != src.Len() {
 		panic(fmt.Sprintf("tensor: Cast of %d values into %d", src.Len(), dst.Len()))
 	}
 	switch {
-	case src.dt == F32 && dst.dt == F32:
-		copy(dst.f32, src.f32)
-	case src.dt == F32 && dst.dt == BF16:
-		F32ToBF16(dst.u16, src.f32)
-	case src.dt == F32 && dst.dt == F16:
-		F32ToF16(dst.u16, src.f32)
-	case src.dt == BF16 && dst.dt == F32:
-		BF16ToF32(dst.f32, src.u16)
-	case src.dt == F16 && dst.dt == F32:
-		F16ToF32(dst.f32, src.u16)
-	case src.dt == dst.dt && (src.dt == BF16 || src.dt == F16):
-		copy(dst.u16, src.u16)
-	case src.dt == BF16 && dst.dt == F16:
-		c.castHalf(dst.u16, src.u16, BF16ToF32, F32ToF16)
-	case src.dt == F16 && dst.dt == BF16:
-		c.castHalf(dst.u16, src.u16, F16ToF32, F32ToBF16)
+	case src.DType() == tensor.F32 && dst.DType() == tensor.F32:
+		copy(f32s(dst), f32s(src))
+	case src.DType() == tensor.F32 && dst.DType() == tensor.BF16:
+		tensor.F32ToBF16(u16s(dst), f32s(src))
+	case src.DType() == tensor.F32 && dst.DType() == tensor.F16:
+		tensor.F32ToF16(u16s(dst), f32s(src))
+	case src.DType() == tensor.BF16 && dst.DType() == tensor.F32:
+		tensor.BF16ToF32(f32s(dst), u16s(src))
+	case src.DType() == tensor.F16 && dst.DType() == tensor.F32:
+		tensor.F16ToF32(f32s(dst), u16s(src))
+	case src.DType() == dst.DType() && (src.DType() == tensor.BF16 || src.DType() == tensor.F16):
+		copy(u16s(dst), u16s(src))
+	case src.DType() == tensor.BF16 && dst.DType() == tensor.F16:
+		c.castHalf(u16s(dst), u16s(src), tensor.BF16ToF32, tensor.F32ToF16)
+	case src.DType() == tensor.F16 && dst.DType() == tensor.BF16:
+		c.castHalf(u16s(dst), u16s(src), tensor.F16ToF32, tensor.F32ToBF16)
 	default:
-		panic(fmt.Sprintf("tensor: Cast from %s to %s: only between F32, BF16 and F16", src.dt, dst.dt))
+		panic(fmt.Sprintf("tensor: Cast from %s to %s: only between F32, BF16 and F16", src.DType(), dst.DType()))
 	}
 }
 
 // castHalf converts src to dst through the device's float32 block: widen,
 // then round.
-func (c *CPUDevice) castHalf(dst, src []uint16, widen func([]float32, []uint16), round func([]uint16, []float32)) {
+func (c *Device) castHalf(dst, src []uint16, widen func([]float32, []uint16), round func([]uint16, []float32)) {
 	if c.loss.cast == nil {
 		c.loss.cast = make([]float32, castBlock)
 	}
@@ -425,8 +427,8 @@ func (c *CPUDevice) castHalf(dst, src []uint16, widen func([]float32, []uint16),
 }
 
 // checkLossDType panics unless x has dtype dt.
-func checkLossDType(op string, x Tensor, dt DType) {
-	if x.dt != dt {
-		panic(fmt.Sprintf("tensor: %s of a %s tensor, want %s", op, x.dt, dt))
+func checkLossDType(op string, x tensor.Tensor, dt tensor.DType) {
+	if x.DType() != dt {
+		panic(fmt.Sprintf("tensor: %s of a %s tensor, want %s", op, x.DType(), dt))
 	}
 }

@@ -1,7 +1,9 @@
-package tensor
+package cpu
 
 import (
 	"math"
+
+	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
 // RMSNorm computes out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w for each of rows
@@ -14,7 +16,7 @@ func RMSNorm(out, x, w []float32, rows, n int, eps float32) {
 		rmsNormRows(out, x, w, 0, rows, n, eps)
 		return
 	}
-	Parallel(rows, RowChunk(n), func(lo, hi int) { rmsNormRows(out, x, w, lo, hi, n, eps) })
+	tensor.Parallel(rows, RowChunk(n), func(lo, hi int) { rmsNormRows(out, x, w, lo, hi, n, eps) })
 }
 
 // rmsNormRows is RMSNorm on rows [lo, hi).
@@ -44,7 +46,7 @@ func rmsScale(x []float32, eps float32) float32 {
 // dx_i += r w_i dout_i - r^3/n x_i sum_j w_j dout_j x_j.
 func RMSNormBackward(dx, dw, dout, x, w []float32, rows, n int, eps float32) {
 	if dx != nil {
-		Parallel(rows, RowChunk(n), func(lo, hi int) {
+		tensor.Parallel(rows, RowChunk(n), func(lo, hi int) {
 			for r := lo; r < hi; r++ {
 				xr, dr, dxr := x[r*n:r*n+n], dout[r*n:r*n+n], dx[r*n:r*n+n]
 				rs := float64(rmsScale(xr, eps))
@@ -61,7 +63,7 @@ func RMSNormBackward(dx, dw, dout, x, w []float32, rows, n int, eps float32) {
 	}
 	if dw != nil {
 		// Rows are summed into one dw: split the columns over the cores instead.
-		Parallel(n, 64, func(lo, hi int) {
+		tensor.Parallel(n, 64, func(lo, hi int) {
 			for r := 0; r < rows; r++ {
 				xr, dr := x[r*n:r*n+n], dout[r*n:r*n+n]
 				rs := rmsScale(xr, eps)

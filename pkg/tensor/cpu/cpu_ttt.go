@@ -1,8 +1,10 @@
-package tensor
+package cpu
 
 import (
 	"fmt"
 	"math"
+
+	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
 // The CPU device's training-time-test attention (Device.AttendTTT and
@@ -46,7 +48,7 @@ func tttScale(hd int) float32 { return float32(1 / math.Sqrt(float64(hd))) }
 // checkTTT panics unless the arguments of a training-time-test attention call
 // agree: shapes of the head layout, one value tensor per key tensor, and every
 // span inside every row-indexed tensor. It returns the longest span.
-func checkTTT(out, lse, q Tensor, keys, vals []Tensor, shape AttnShape, seqs []Span) int {
+func checkTTT(out, lse, q tensor.Tensor, keys, vals []tensor.Tensor, shape tensor.AttnShape, seqs []tensor.Span) int {
 	qw, kw := shape.Heads*shape.HeadDim, shape.KVHeads*shape.HeadDim
 	if shape.HeadDim <= 0 || shape.KVHeads <= 0 || shape.Heads%shape.KVHeads != 0 {
 		panic(fmt.Sprintf("tensor: AttendTTT: %d heads over %d KV heads of width %d", shape.Heads, shape.KVHeads, shape.HeadDim))
@@ -54,15 +56,15 @@ func checkTTT(out, lse, q Tensor, keys, vals []Tensor, shape AttnShape, seqs []S
 	if len(keys) == 0 || len(vals) != len(keys) {
 		panic(fmt.Sprintf("tensor: AttendTTT: %d key and %d value tensors (want the same number, at least one)", len(keys), len(vals)))
 	}
-	rows := min(out.rows, q.rows, lse.rows)
-	if out.cols != qw || q.cols != qw || lse.cols != shape.Heads {
-		panic(fmt.Sprintf("tensor: AttendTTT: out %d, q %d and lse %d columns for %d heads of width %d", out.cols, q.cols, lse.cols, shape.Heads, shape.HeadDim))
+	rows := min(out.Rows(), q.Rows(), lse.Rows())
+	if out.Cols() != qw || q.Cols() != qw || lse.Cols() != shape.Heads {
+		panic(fmt.Sprintf("tensor: AttendTTT: out %d, q %d and lse %d columns for %d heads of width %d", out.Cols(), q.Cols(), lse.Cols(), shape.Heads, shape.HeadDim))
 	}
 	for m := range keys {
-		if keys[m].cols != kw || vals[m].cols != kw {
-			panic(fmt.Sprintf("tensor: AttendTTT: step %d keys of %d and values of %d columns, want %d", m, keys[m].cols, vals[m].cols, kw))
+		if keys[m].Cols() != kw || vals[m].Cols() != kw {
+			panic(fmt.Sprintf("tensor: AttendTTT: step %d keys of %d and values of %d columns, want %d", m, keys[m].Cols(), vals[m].Cols(), kw))
 		}
-		rows = min(rows, keys[m].rows, vals[m].rows)
+		rows = min(rows, keys[m].Rows(), vals[m].Rows())
 	}
 	n := 0
 	for _, sp := range seqs {
@@ -76,20 +78,20 @@ func checkTTT(out, lse, q Tensor, keys, vals []Tensor, shape AttnShape, seqs []S
 
 // AttendTTT computes step len(keys)-1 of the training-time-test attention;
 // see Device.AttendTTT.
-func (c *CPUDevice) AttendTTT(out, lse, q Tensor, keys, vals []Tensor, shape AttnShape, seqs []Span) {
+func (c *Device) AttendTTT(out, lse, q tensor.Tensor, keys, vals []tensor.Tensor, shape tensor.AttnShape, seqs []tensor.Span) {
 	n := checkTTT(out, lse, q, keys, vals, shape, seqs)
 	k := len(keys) - 1
 	t := &c.ttt
 	t.grow(n, k, false)
 	t.keys, t.vals = hostSlices(t.keys[:0], keys), hostSlices(t.vals[:0], vals)
-	tttForward(c.be, shape, tttScale(shape.HeadDim), out.f32, lse.f32, q.f32, t.keys, t.vals, seqs, t.s, t.pe)
+	tttForward(c.be, shape, tttScale(shape.HeadDim), f32s(out), f32s(lse), f32s(q), t.keys, t.vals, seqs, t.s, t.pe)
 	clear(t.keys)
 	clear(t.vals)
 }
 
 // AttendTTTBackward accumulates the gradients of AttendTTT; see
 // Device.AttendTTTBackward.
-func (c *CPUDevice) AttendTTTBackward(dq Tensor, dkeys, dvals []Tensor, dout, out, lse, q Tensor, keys, vals []Tensor, shape AttnShape, seqs []Span) {
+func (c *Device) AttendTTTBackward(dq tensor.Tensor, dkeys, dvals []tensor.Tensor, dout, out, lse, q tensor.Tensor, keys, vals []tensor.Tensor, shape tensor.AttnShape, seqs []tensor.Span) {
 	n := checkTTT(out, lse, q, keys, vals, shape, seqs)
 	checkTTT(dout, lse, dq, dkeys, dvals, shape, seqs)
 	if len(dkeys) != len(keys) {
@@ -100,7 +102,7 @@ func (c *CPUDevice) AttendTTTBackward(dq Tensor, dkeys, dvals []Tensor, dout, ou
 	t.grow(n, k, true)
 	t.keys, t.vals = hostSlices(t.keys[:0], keys), hostSlices(t.vals[:0], vals)
 	t.dkeys, t.dvals = hostSlices(t.dkeys[:0], dkeys), hostSlices(t.dvals[:0], dvals)
-	tttBackward(c.be, shape, tttScale(shape.HeadDim), dq.f32, t.dkeys, t.dvals, dout.f32, out.f32, lse.f32, q.f32, t.keys, t.vals, seqs, t.s, t.dp, t.pe)
+	tttBackward(c.be, shape, tttScale(shape.HeadDim), f32s(dq), t.dkeys, t.dvals, f32s(dout), f32s(out), f32s(lse), f32s(q), t.keys, t.vals, seqs, t.s, t.dp, t.pe)
 	clear(t.keys)
 	clear(t.vals)
 	clear(t.dkeys)
@@ -109,9 +111,9 @@ func (c *CPUDevice) AttendTTTBackward(dq Tensor, dkeys, dvals []Tensor, dout, ou
 
 // hostSlices appends the float32 values of ts to dst (the scratch's, reused
 // so that a call allocates nothing once it has seen the unroll's length).
-func hostSlices(dst [][]float32, ts []Tensor) [][]float32 {
+func hostSlices(dst [][]float32, ts []tensor.Tensor) [][]float32 {
 	for _, t := range ts {
-		dst = append(dst, t.f32)
+		dst = append(dst, f32s(t))
 	}
 	return dst
 }
@@ -119,7 +121,7 @@ func hostSlices(dst [][]float32, ts []Tensor) [][]float32 {
 // tttForward is AttendTTT on host slices: shape's head layout, scores scaled
 // by scale, keys[m] and vals[m] step m's [R, KVHeads·HeadDim]. S is an n·n
 // scratch, pe an n·(k+1) scratch (n: the longest sequence).
-func tttForward(be Backend, shape AttnShape, scale float32, out, lse, q []float32, keys, vals [][]float32, seqs []Span, S, pe []float32) {
+func tttForward(be Backend, shape tensor.AttnShape, scale float32, out, lse, q []float32, keys, vals [][]float32, seqs []tensor.Span, S, pe []float32) {
 	nq, hd := shape.Heads, shape.HeadDim
 	qw, kw := nq*hd, shape.KVHeads*hd
 	k := len(keys) - 1
@@ -133,7 +135,7 @@ func tttForward(be Backend, shape AttnShape, scale float32, out, lse, q []float3
 			v0 := vals[0][sp.Start*kw+g*hd:]
 			oh := out[sp.Start*qw+h*hd:]
 			be.Sgemm(false, true, n, n, hd, scale, qh, qw, k0, kw, 0, S, n)
-			Parallel(n, 16, func(lo, hi int) {
+			tensor.Parallel(n, 16, func(lo, hi int) {
 				for i := lo; i < hi; i++ {
 					r := sp.Start + i
 					row := S[i*n : i*n+n]
@@ -186,7 +188,7 @@ func tttForward(be Backend, shape AttnShape, scale float32, out, lse, q []float3
 // and head and dP = dout·v, the softmax gives dS = P(dP - D); then dq = scale
 // dS K, dK = scale dSᵀ Q, dV = Pᵀ dout (and the same per diagonal key of
 // steps 1..k). S and dP are n·n scratches, pe an n·(k+1) one.
-func tttBackward(be Backend, shape AttnShape, scale float32, dq []float32, dkeys, dvals [][]float32, dout, out, lse, q []float32, keys, vals [][]float32, seqs []Span, S, dP, pe []float32) {
+func tttBackward(be Backend, shape tensor.AttnShape, scale float32, dq []float32, dkeys, dvals [][]float32, dout, out, lse, q []float32, keys, vals [][]float32, seqs []tensor.Span, S, dP, pe []float32) {
 	nq, hd := shape.Heads, shape.HeadDim
 	qw, kw := nq*hd, shape.KVHeads*hd
 	k := len(keys) - 1
@@ -205,7 +207,7 @@ func tttBackward(be Backend, shape AttnShape, scale float32, dq []float32, dkeys
 			be.Sgemm(false, true, n, n, hd, scale, qh, qw, k0, kw, 0, S, n)
 			be.Sgemm(false, true, n, n, hd, 1, doh, qw, v0, kw, 0, dP, n)
 			// Rebuild P (into S) from the stored log-sum-exp, then turn dP into dS.
-			Parallel(n, 16, func(lo, hi int) {
+			tensor.Parallel(n, 16, func(lo, hi int) {
 				for i := lo; i < hi; i++ {
 					r := sp.Start + i
 					l := lse[r*nq+h]

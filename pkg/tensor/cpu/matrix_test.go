@@ -1,4 +1,4 @@
-package tensor_test
+package cpu_test
 
 import (
 	"math"
@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 )
 
 // TestMatrix: a 16-bit Matrix's rows and widened copy are its values
@@ -51,14 +52,14 @@ func TestMatrix(t *testing.T) {
 		ref := tensor.F32Matrix(want, n, k)
 		for _, rows := range []int{1, 5, m} {
 			got, exp := make([]float32, rows*n), make([]float32, rows*n)
-			a.DotRows(got, n, x, k, rows, false)
-			ref.DotRows(exp, n, x, k, rows, false)
+			cpu.MatrixDotRows(a, got, n, x, k, rows, false)
+			cpu.MatrixDotRows(ref, exp, n, x, k, rows, false)
 			checkClose(t, c.dt.String()+" DotRows", got, exp)
 			clear(got)
-			a.MulT(tensor.CPU(), got, n, x, k, rows, 0)
-			if c.dt == tensor.BF16 && tensor.RoundsBF16Activations() {
+			cpu.MatrixMulT(a, cpu.DefaultBackend(), got, n, x, k, rows, 0)
+			if c.dt == tensor.BF16 && cpu.RoundsBF16Activations() {
 				// GemmBF16 rounds x to bfloat16 first.
-				ref.DotRows(exp, n, roundedBF16(x), k, rows, false)
+				cpu.MatrixDotRows(ref, exp, n, roundedBF16(x), k, rows, false)
 			}
 			checkClose(t, c.dt.String()+" MulT", got, exp)
 		}

@@ -1,4 +1,4 @@
-package tensor
+package cpu
 
 import (
 	"fmt"
@@ -71,6 +71,10 @@ const MulTPad = kernel.MulTPad
 // share every weight load among four or eight rows and need no horizontal
 // sums, so on a model whose weights sit in cache several rows cost much less
 // than as many one-row products. It has a fast body only where
+// Bytes returns the memory the transposed copy occupies (its Layout's size
+// in Weight.ExtraBytes).
+func (t *Transposed) Bytes() int64 { return 4 * int64(len(t.T)) }
+
 // TransposedFast reports true; a model keeps both layouts only then.
 type Transposed struct {
 	// T holds W transposed: T[p*LD+j] = W[j, p], zero past column N.

@@ -1,6 +1,7 @@
-package tensor
+package cpu
 
 import (
+	"github.com/drafter-ai/drafter/pkg/tensor"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -9,7 +10,7 @@ import (
 )
 
 func TestSgemmAgainstNaive(t *testing.T) {
-	be := CPU()
+	be := DefaultBackend()
 	r := rand.New(rand.NewPCG(1, 2))
 	for _, tc := range []struct {
 		m, n, k int
@@ -35,7 +36,7 @@ func TestSgemmAgainstNaive(t *testing.T) {
 }
 
 func TestSgemvAgainstNaive(t *testing.T) {
-	be := CPU()
+	be := DefaultBackend()
 	r := rand.New(rand.NewPCG(3, 4))
 	m, n := 37, 19
 	a := testutil.RandNormal(r, m*n, 1)
@@ -62,7 +63,7 @@ func TestSgemvAgainstNaive(t *testing.T) {
 }
 
 func TestMatMulSingleRowEqualsGemm(t *testing.T) {
-	dev := NewCPU(CPU())
+	dev := New(DefaultBackend())
 	r := rand.New(rand.NewPCG(5, 6))
 	n, k := 23, 16
 	x, w := testutil.RandNormal(r, 2*k, 1), testutil.RandNormal(r, n*k, 1)
@@ -80,7 +81,7 @@ func TestMatMulSingleRowEqualsGemm(t *testing.T) {
 func TestParallelCoversRange(t *testing.T) {
 	for _, n := range []int{0, 1, 5, 1000} {
 		seen := make([]int32, n)
-		Parallel(n, 3, func(lo, hi int) {
+		tensor.Parallel(n, 3, func(lo, hi int) {
 			for i := lo; i < hi; i++ {
 				seen[i]++
 			}
@@ -94,7 +95,7 @@ func TestParallelCoversRange(t *testing.T) {
 }
 
 func BenchmarkSgemm256x576x8192(b *testing.B) {
-	be := CPU()
+	be := DefaultBackend()
 	r := rand.New(rand.NewPCG(1, 1))
 	m, n, k := 256, 8192, 576
 	x, w, out := testutil.RandNormal(r, m*k, 1), testutil.RandNormal(r, n*k, 1), make([]float32, m*n)

@@ -1,4 +1,4 @@
-package tensor
+package cpu
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package tensor
+package cpu
 
 import (
 	"fmt"
@@ -18,7 +18,7 @@ const childEnv = "TENSOR_TEST_CPU_CHILD"
 // library is loaded once per process.
 func TestCPUReadsNoEnvironment(t *testing.T) {
 	if os.Getenv(childEnv) != "" {
-		be := CPU()
+		be := DefaultBackend()
 		_, coretype := os.LookupEnv("OPENBLAS_CORETYPE")
 		fmt.Printf("backend=%s coretype=%v\n", be.Name(), coretype)
 		return
@@ -40,7 +40,7 @@ func TestCPUReadsNoEnvironment(t *testing.T) {
 			t.Fatalf("DRAFTER_BLAS=%q: %v\n%s", blas, err, out)
 		}
 		if line := "backend=" + want + " coretype=false\n"; !strings.HasPrefix(string(out), line) {
-			t.Errorf("DRAFTER_BLAS=%q: CPU() in a fresh process says %q, want %q", blas, out, line)
+			t.Errorf("DRAFTER_BLAS=%q: DefaultBackend() in a fresh process says %q, want %q", blas, out, line)
 		}
 	}
 }

@@ -1,30 +1,34 @@
-package tensor
+package cpu
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/drafter-ai/drafter/pkg/tensor"
+)
 
 // MatMul runs a·bᵀ of at most FewRows rows (a trainer's forward product by
 // the weights it updates) through Products' few-row kernels, so that it
 // computes what MulT computes; any other product through the backend's
 // Sgemm.
-func (c *CPUDevice) MatMul(out, a, b Tensor, transA, transB bool, alpha float32, acc bool) {
-	m, k := a.rows, a.cols
+func (c *Device) MatMul(out, a, b tensor.Tensor, transA, transB bool, alpha float32, acc bool) {
+	m, k := a.Rows(), a.Cols()
 	if transA {
 		m, k = k, m
 	}
-	n, kb := b.cols, b.rows
+	n, kb := b.Cols(), b.Rows()
 	if transB {
-		n, kb = b.rows, b.cols
+		n, kb = b.Rows(), b.Cols()
 	}
-	if k != kb || out.cols != n || out.rows < m {
+	if k != kb || out.Cols() != n || out.Rows() < m {
 		panic(fmt.Sprintf("tensor: MatMul of %dx%d (transposed %v) by %dx%d (transposed %v) into %dx%d",
-			a.rows, a.cols, transA, b.rows, b.cols, transB, out.rows, out.cols))
+			a.Rows(), a.Cols(), transA, b.Rows(), b.Cols(), transB, out.Rows(), out.Cols()))
 	}
 	if m == 0 || n == 0 {
 		return
 	}
-	if !transA && transB && alpha == 1 && m <= FewRows {
-		w := Weight{m: F32Matrix(b.f32, n, k)}
-		c.mm.MulT(out.f32, a.f32, &w, m, acc)
+	if !transA && transB && alpha == 1 && m <= tensor.FewRows {
+		w := tensor.WeightOf(tensor.F32Matrix(f32s(b), n, k))
+		c.mm.MulT(f32s(out), f32s(a), &w, m, acc)
 		return
 	}
 	var beta float32
@@ -33,25 +37,25 @@ func (c *CPUDevice) MatMul(out, a, b Tensor, transA, transB bool, alpha float32,
 	}
 	if k == 0 {
 		if !acc {
-			clear(out.f32[:m*n])
+			clear(f32s(out)[:m*n])
 		}
 		return
 	}
-	c.be.Sgemm(transA, transB, m, n, k, alpha, a.f32, a.cols, b.f32, b.cols, beta, out.f32, n)
+	c.be.Sgemm(transA, transB, m, n, k, alpha, f32s(a), a.Cols(), f32s(b), b.Cols(), beta, f32s(out), n)
 }
 
 // RMSNormBackward runs RMSNormBackward over x's rows.
-func (c *CPUDevice) RMSNormBackward(dx, dw, dout, x, w Tensor, eps float32) {
-	RMSNormBackward(dx.f32, dw.f32, dout.f32, x.f32, w.f32, x.rows, x.cols, eps)
+func (c *Device) RMSNormBackward(dx, dw, dout, x, w tensor.Tensor, eps float32) {
+	RMSNormBackward(f32s(dx), f32s(dw), f32s(dout), f32s(x), f32s(w), x.Rows(), x.Cols(), eps)
 }
 
 // RoPEBackward runs RotateHalf backward (the opposite angles) over x's rows.
-func (c *CPUDevice) RoPEBackward(x Tensor, heads int, pos Tensor, r *Rotary) {
-	RotateHalf(x.f32, x.rows, heads, pos.i32, r.Cos.f32, r.Sin.f32, r.InvFreq.f32, r.MaxPos, -1)
+func (c *Device) RoPEBackward(x tensor.Tensor, heads int, pos tensor.Tensor, r *tensor.Rotary) {
+	RotateHalf(f32s(x), x.Rows(), heads, i32s(pos), f32s(r.Cos), f32s(r.Sin), f32s(r.InvFreq), r.MaxPos, -1)
 }
 
 // actJob is the activation op being split over the workers, read by
-// CPUDevice.actChunk.
+// Device.actChunk.
 type actJob struct {
 	op                       actOp
 	out, z, dout, dgate, dup []float32
@@ -73,12 +77,12 @@ const actChunk = 8192
 
 // runAct runs j over n values, split over the workers when large, through
 // the chunk function stored once (so that a split allocates nothing).
-func (c *CPUDevice) runAct(j actJob, n int) {
+func (c *Device) runAct(j actJob, n int) {
 	c.act = j
 	if n < 2*actChunk {
 		c.actFn(0, n)
 	} else {
-		Parallel(n, actChunk, c.actFn)
+		tensor.Parallel(n, actChunk, c.actFn)
 	}
 	c.act = actJob{}
 }
@@ -86,23 +90,23 @@ func (c *CPUDevice) runAct(j actJob, n int) {
 // SwiGLUBackward accumulates dup += dout·silu(gate), with the forward's very
 // silu (g / (1 + Expf(-g))), and dgate += dout·up·s·(1 + g·(1 - s)) with the
 // sigmoid s = 1 / (1 + Expf(-g)) of the same exponential.
-func (c *CPUDevice) SwiGLUBackward(dgate, dup, dout, gate, up Tensor) {
-	c.runAct(actJob{op: opSwiGLUBackward, dgate: dgate.f32, dup: dup.f32, dout: dout.f32, gate: gate.f32, up: up.f32}, gate.Len())
+func (c *Device) SwiGLUBackward(dgate, dup, dout, gate, up tensor.Tensor) {
+	c.runAct(actJob{op: opSwiGLUBackward, dgate: f32s(dgate), dup: f32s(dup), dout: f32s(dout), gate: f32s(gate), up: f32s(up)}, gate.Len())
 }
 
 // AddSiLU adds z / (1 + Expf(-z)) to out.
-func (c *CPUDevice) AddSiLU(out, z Tensor) {
-	c.runAct(actJob{op: opAddSiLU, out: out.f32, z: z.f32}, z.Len())
+func (c *Device) AddSiLU(out, z tensor.Tensor) {
+	c.runAct(actJob{op: opAddSiLU, out: f32s(out), z: f32s(z)}, z.Len())
 }
 
 // SiLUBackward accumulates dz += dout·s·(1 + z·(1 - s)), s = 1 / (1 +
 // Expf(-z)).
-func (c *CPUDevice) SiLUBackward(dz, dout, z Tensor) {
-	c.runAct(actJob{op: opSiLUBackward, out: dz.f32, dout: dout.f32, z: z.f32}, z.Len())
+func (c *Device) SiLUBackward(dz, dout, z tensor.Tensor) {
+	c.runAct(actJob{op: opSiLUBackward, out: f32s(dz), dout: f32s(dout), z: f32s(z)}, z.Len())
 }
 
 // actChunkFn computes values [lo, hi) of c.act.
-func (c *CPUDevice) actChunkFn(lo, hi int) {
+func (c *Device) actChunkFn(lo, hi int) {
 	j := &c.act
 	switch j.op {
 	case opAddSiLU:
@@ -132,32 +136,32 @@ func (c *CPUDevice) actChunkFn(lo, hi int) {
 }
 
 // Add adds src to dst.
-func (c *CPUDevice) Add(dst, src Tensor) {
-	d := dst.f32
-	for i, v := range src.f32[:len(d)] {
+func (c *Device) Add(dst, src tensor.Tensor) {
+	d := f32s(dst)
+	for i, v := range f32s(src)[:len(d)] {
 		d[i] += v
 	}
 }
 
 // SumRows adds x's rows to dst one after another.
-func (c *CPUDevice) SumRows(dst, x Tensor) {
-	n := x.cols
-	d := dst.f32[:n]
-	for r := 0; r < x.rows; r++ {
-		for j, v := range x.f32[r*n : r*n+n] {
+func (c *Device) SumRows(dst, x tensor.Tensor) {
+	n := x.Cols()
+	d := f32s(dst)[:n]
+	for r := 0; r < x.Rows(); r++ {
+		for j, v := range f32s(x)[r*n : r*n+n] {
 			d[j] += v
 		}
 	}
 }
 
 // ConcatCols copies the srcs' rows side by side into dst's.
-func (c *CPUDevice) ConcatCols(dst Tensor, srcs []Tensor) {
-	w := dst.cols
-	for r := 0; r < dst.rows; r++ {
-		f := dst.f32[r*w : (r+1)*w]
+func (c *Device) ConcatCols(dst tensor.Tensor, srcs []tensor.Tensor) {
+	w := dst.Cols()
+	for r := 0; r < dst.Rows(); r++ {
+		f := f32s(dst)[r*w : (r+1)*w]
 		for _, s := range srcs {
-			n := s.cols
-			copy(f[:n], s.f32[r*n:(r+1)*n])
+			n := s.Cols()
+			copy(f[:n], f32s(s)[r*n:(r+1)*n])
 			f = f[n:]
 		}
 	}

@@ -1,6 +1,10 @@
-package tensor
+package cpu
 
-import "math"
+import (
+	"math"
+
+	"github.com/drafter-ai/drafter/pkg/tensor"
+)
 
 // The CPU device's attention over its KV caches. Each sequence's new rows
 // attend to its committed prefix and to the new rows the causal or tree mask
@@ -40,24 +44,24 @@ const groupSplitWork = 1 << 18
 // attnScratch is the attention's state during an Attend call and its
 // per-worker scratch, kept between calls.
 type attnScratch struct {
-	c              *CPUDevice
+	c              *Device
 	out, q         []float32
 	l              int
 	hd, qd, kv     int // head width, query and key/value widths
 	nHeads, nKV    int
-	seqs           []AttnSeq
+	seqs           []tensor.AttnSeq
 	items          []int32     // (sequence, head) work items of the small-row path
 	gitems         []int32     // (sequence, KV group) work items of the grouped path
 	scores         [][]float32 // per worker scratch for small-row attention
 	bigs           [][]float32 // per worker [block, ctx] scores for the BLAS path
 	gbufs          []groupBuf
-	blasIn         *AttnSeq // sequence whose heads attendHeads computes
+	blasIn         *tensor.AttnSeq // sequence whose heads attendHeads computes
 	sm             softmaxJob
 	attnFn, headFn func(worker, lo, hi int)
 	groupFn, smFn  func(worker, lo, hi int)
 }
 
-func (a *attnScratch) init(c *CPUDevice) {
+func (a *attnScratch) init(c *Device) {
 	a.c = c
 	a.attnFn = a.attendItems
 	a.headFn = a.attendHeads
@@ -81,9 +85,9 @@ type softmaxJob struct {
 }
 
 // Attend computes out for every sequence of the pass at layer l.
-func (c *CPUDevice) Attend(out, q Tensor, l int, shape AttnShape, seqs []AttnSeq) {
+func (c *Device) Attend(out, q tensor.Tensor, l int, shape tensor.AttnShape, seqs []tensor.AttnSeq) {
 	a := &c.att
-	a.out, a.q, a.l, a.seqs = out.f32, q.f32, l, seqs
+	a.out, a.q, a.l, a.seqs = f32s(out), f32s(q), l, seqs
 	a.hd, a.nHeads, a.nKV = shape.HeadDim, shape.Heads, shape.KVHeads
 	a.qd, a.kv = a.nHeads*a.hd, a.nKV*a.hd
 	a.items = a.items[:0]
@@ -118,7 +122,7 @@ func (c *CPUDevice) Attend(out, q Tensor, l int, shape AttnShape, seqs []AttnSeq
 		// costs more than it saves.
 		workers := 1
 		if work >= 1<<15 {
-			workers = min(Workers(), len(a.items))
+			workers = min(tensor.Workers(), len(a.items))
 		}
 		if len(a.scores) < workers {
 			a.scores = append(a.scores, make([][]float32, workers-len(a.scores))...)
@@ -128,7 +132,7 @@ func (c *CPUDevice) Attend(out, q Tensor, l int, shape AttnShape, seqs []AttnSeq
 				a.scores[w] = make([]float32, maxCtx+256)
 			}
 		}
-		ParallelChunks(len(a.items), workers, a.attnFn)
+		tensor.ParallelChunks(len(a.items), workers, a.attnFn)
 	}
 	a.out, a.q, a.seqs = nil, nil, nil
 }
@@ -141,9 +145,9 @@ func (a *attnScratch) attendItems(worker, lo, hi int) {
 		in := &a.seqs[int(it)/a.nHeads]
 		h := int(it) % a.nHeads
 		g := h / rep
-		c0 := in.KV.cap
-		kt := in.KV.kt[a.l][g*hd*c0:]
-		vc := in.KV.v[a.l][g*hd:]
+		c0 := in.KV.Cap()
+		kt := in.KV.KT(a.l)[g*hd*c0:]
+		vc := in.KV.V(a.l)[g*hd:]
 		for i := 0; i < in.T; i++ {
 			row := in.Row0 + i
 			ctx := in.N + i + 1
@@ -198,7 +202,7 @@ func visible(mk []bool, n int) (int, bool) {
 // attendBLAS computes one sequence's attention with the backend, the heads
 // split across the workers: each worker runs whole heads, Q·K^T, softmax and
 // P·V, in its own score buffer, so that the backend's calls run side by side.
-func (a *attnScratch) attendBLAS(in *AttnSeq) {
+func (a *attnScratch) attendBLAS(in *tensor.AttnSeq) {
 	ctx := in.N + in.T
 	block := in.T // a tree attends in one block, masked
 	if in.Mask == nil {
@@ -206,7 +210,7 @@ func (a *attnScratch) attendBLAS(in *AttnSeq) {
 	}
 	workers := 1
 	if a.c.mm.ParallelCalls() {
-		workers = min(Workers(), a.nHeads)
+		workers = min(tensor.Workers(), a.nHeads)
 	}
 	if len(a.bigs) < workers {
 		a.bigs = append(a.bigs, make([][]float32, workers-len(a.bigs))...)
@@ -219,7 +223,7 @@ func (a *attnScratch) attendBLAS(in *AttnSeq) {
 		}
 	}
 	a.blasIn = in
-	ParallelChunks(a.nHeads, workers, a.headFn)
+	tensor.ParallelChunks(a.nHeads, workers, a.headFn)
 	a.blasIn = nil
 }
 
@@ -234,7 +238,7 @@ func (a *attnScratch) attendHeads(worker, lo, hi int) {
 	if !tree {
 		block = blasBlock
 	}
-	kc, vc := in.KV.k[a.l], in.KV.v[a.l]
+	kc, vc := in.KV.K(a.l), in.KV.V(a.l)
 	be := a.c.be
 	for h := lo; h < hi; h++ {
 		g := h / rep
@@ -254,7 +258,7 @@ func (a *attnScratch) attendHeads(worker, lo, hi int) {
 				// The heads run one after another (the backend threads each
 				// call itself): spread the softmax over the workers instead.
 				a.sm = j
-				ParallelChunks(bt, Workers(), a.smFn)
+				tensor.ParallelChunks(bt, tensor.Workers(), a.smFn)
 			} else {
 				j.rows(0, bt)
 			}
@@ -293,7 +297,7 @@ func (a *attnScratch) softmaxChunk(_, lo, hi int) { a.sm.rows(lo, hi) }
 func (a *attnScratch) attendGroupItems(ctx, work int) {
 	workers := 1
 	if work >= groupSplitWork {
-		workers = min(Workers(), len(a.gitems))
+		workers = min(tensor.Workers(), len(a.gitems))
 	}
 	if len(a.gbufs) < workers {
 		a.gbufs = append(a.gbufs, make([]groupBuf, workers-len(a.gbufs))...)
@@ -306,7 +310,7 @@ func (a *attnScratch) attendGroupItems(ctx, work int) {
 			gb.s = gb.s[:ctx]
 		}
 	}
-	ParallelChunks(len(a.gitems), workers, a.groupFn)
+	tensor.ParallelChunks(len(a.gitems), workers, a.groupFn)
 }
 
 // attendGroups computes the (sequence, KV group) items [lo, hi) of a.gitems,
@@ -318,9 +322,9 @@ func (a *attnScratch) attendGroups(worker, lo, hi int) {
 	for _, it := range a.gitems[lo:hi] {
 		in := &a.seqs[int(it)/a.nKV]
 		g := int(it) % a.nKV
-		c0 := in.KV.cap
-		kt := in.KV.kt[a.l][g*hd*c0:]
-		vc := in.KV.v[a.l][g*hd:]
+		c0 := in.KV.Cap()
+		kt := in.KV.KT(a.l)[g*hd*c0:]
+		vc := in.KV.V(a.l)[g*hd:]
 		w := in.P + in.T
 		for i := 0; i < in.T; i++ {
 			vis := in.N + in.P + i + 1

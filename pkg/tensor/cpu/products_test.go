@@ -1,4 +1,4 @@
-package tensor_test
+package cpu_test
 
 import (
 	"fmt"
@@ -8,17 +8,18 @@ import (
 	"testing"
 
 	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 )
 
 // oneThread is a backend saying that each call runs on one thread, so that
 // Products splits its large products over the workers.
-type oneThread struct{ tensor.Backend }
+type oneThread struct{ cpu.Backend }
 
 func (oneThread) Threads() int { return 1 }
 
 // plain is a backend saying nothing of its threads: Products splits none of
 // its GEMM products.
-type plain struct{ tensor.Backend }
+type plain struct{ cpu.Backend }
 
 // productCase is one weight of TestProducts: its matrix, prepared or not,
 // and its values widened to float32 for the reference.
@@ -30,13 +31,13 @@ type productCase struct {
 
 // productCases returns a float32 weight [n, k] plain and prepared, and its
 // bf16 and f16 roundings.
-func productCases(r *rand.Rand, p *tensor.Products, n, k int) []productCase {
+func productCases(r *rand.Rand, p *cpu.Products, n, k int) []productCase {
 	w, bf, hf := benchWeights(r, n, k)
 	f := tensor.WeightOf(tensor.F32Matrix(w, n, k))
 	prep := f
 	p.Prepare(&prep)
-	if (prep.ExtraBytes() != 0) != tensor.TransposedFast() {
-		panic(fmt.Sprintf("Prepare of a %dx%d float32 weight kept %d bytes beside it (transposed kernels fast: %v)", n, k, prep.ExtraBytes(), tensor.TransposedFast()))
+	if (prep.ExtraBytes() != 0) != cpu.TransposedFast() {
+		panic(fmt.Sprintf("Prepare of a %dx%d float32 weight kept %d bytes beside it (transposed kernels fast: %v)", n, k, prep.ExtraBytes(), cpu.TransposedFast()))
 	}
 	bw, hw := make([]float32, n*k), make([]float32, n*k)
 	tensor.BF16ToF32(bw, bf)
@@ -58,7 +59,7 @@ func productCases(r *rand.Rand, p *tensor.Products, n, k int) []productCase {
 // rows beside it.
 func TestProducts(t *testing.T) {
 	r := rand.New(rand.NewPCG(8, 9))
-	backends := []tensor.Backend{tensor.CPU(), tensor.PureGo(), oneThread{tensor.CPU()}, plain{tensor.CPU()}}
+	backends := []cpu.Backend{cpu.DefaultBackend(), cpu.PureGo(), oneThread{cpu.DefaultBackend()}, plain{cpu.DefaultBackend()}}
 	for _, shape := range [][2]int{{70, 45}, {640, 512}} {
 		n, k := shape[0], shape[1]
 		const maxRows = 100
@@ -68,7 +69,7 @@ func TestProducts(t *testing.T) {
 		}
 		xr := roundedBF16(x)
 		for _, be := range backends {
-			p := tensor.NewProducts(be)
+			p := cpu.NewProducts(be)
 			for _, c := range productCases(r, p, n, k) {
 				for _, rows := range []int{1, 5, tensor.FewRows, tensor.FewRows + 1, maxRows} {
 					for _, acc := range []bool{false, true} {
@@ -80,7 +81,7 @@ func TestProducts(t *testing.T) {
 						// A bfloat16 product past FewRows rows rounds x to
 						// bfloat16 where RoundsBF16Activations.
 						xs := x
-						if c.name == "bf16" && rows > tensor.FewRows && tensor.RoundsBF16Activations() {
+						if c.name == "bf16" && rows > tensor.FewRows && cpu.RoundsBF16Activations() {
 							xs = xr
 						}
 						want := make([]float64, rows*n)
@@ -125,11 +126,11 @@ func TestProducts(t *testing.T) {
 // bound, gets none; and the matrices are unchanged.
 func TestPrepareChoosesFromTheSet(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
-	p := tensor.NewProducts(tensor.PureGo())
+	p := cpu.NewProducts(cpu.PureGo())
 	w, bf, _ := benchWeights(r, 96, 64)
 	a, b := tensor.WeightOf(tensor.F32Matrix(w, 96, 64)), tensor.WeightOf(tensor.F32Matrix(w[:64*64], 64, 64))
 	p.Prepare(&a, &b)
-	if fast := tensor.TransposedFast(); (a.ExtraBytes() != 0) != fast || (b.ExtraBytes() != 0) != fast {
+	if fast := cpu.TransposedFast(); (a.ExtraBytes() != 0) != fast || (b.ExtraBytes() != 0) != fast {
 		t.Fatalf("small float32 set: %d and %d bytes beside the matrices, transposed kernels fast: %v", a.ExtraBytes(), b.ExtraBytes(), fast)
 	}
 	if m := a.Matrix(); &m.F32[0] != &w[0] || m.Rows != 96 {
@@ -162,8 +163,8 @@ func TestProductsDoNotAllocate(t *testing.T) {
 	x := make([]float32, 64*k)
 	out := make([]float32, 64*n)
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2)) // testing.AllocsPerRun would use 1
-	for _, be := range []tensor.Backend{tensor.PureGo(), oneThread{tensor.CPU()}} {
-		p := tensor.NewProducts(be)
+	for _, be := range []cpu.Backend{cpu.PureGo(), oneThread{cpu.DefaultBackend()}} {
+		p := cpu.NewProducts(be)
 		for _, c := range productCases(r, p, n, k) {
 			for _, rows := range []int{1, 5, 64} {
 				f := func() { p.MulT(out, x, &c.w, rows, true) }

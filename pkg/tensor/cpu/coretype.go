@@ -1,6 +1,6 @@
-package tensor
+package cpu
 
-import "golang.org/x/sys/cpu"
+import xcpu "golang.org/x/sys/cpu"
 
 // OpenBLASCoreType returns the OpenBLAS kernel family (the OPENBLAS_CORETYPE
 // value) this processor's features support, "SkylakeX" (AVX-512) or "Haswell"
@@ -10,9 +10,9 @@ import "golang.org/x/sys/cpu"
 // to this value, when the user has not, before it loads OpenBLAS.
 func OpenBLASCoreType() string {
 	switch {
-	case cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X86.HasAVX512DQ && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512CD:
+	case xcpu.X86.HasAVX512F && xcpu.X86.HasAVX512BW && xcpu.X86.HasAVX512DQ && xcpu.X86.HasAVX512VL && xcpu.X86.HasAVX512CD:
 		return "SkylakeX"
-	case cpu.X86.HasAVX2 && cpu.X86.HasFMA:
+	case xcpu.X86.HasAVX2 && xcpu.X86.HasFMA:
 		return "Haswell"
 	}
 	return ""

@@ -1,4 +1,4 @@
-package tensor
+package cpu
 
 import (
 	"math"
@@ -7,7 +7,7 @@ import (
 )
 
 func TestOpenBLASSplitMatchesGo(t *testing.T) {
-	be := CPU()
+	be := DefaultBackend()
 	if be.Name() != "openblas" {
 		t.Skip("no openblas")
 	}

@@ -1,6 +1,6 @@
 //go:build cgo
 
-package tensor
+package cpu
 
 /*
 #cgo LDFLAGS: -ldl
@@ -42,6 +42,8 @@ import (
 	"errors"
 	"sync"
 	"unsafe"
+
+	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
 // OpenBLAS is found at run time with dlopen, so one binary uses it where it is
@@ -70,7 +72,7 @@ func OpenBLAS() (Backend, error) {
 }
 
 // openblas runs each OpenBLAS call on the calling thread (OpenBLAS is set to
-// one thread) and spreads large products over tensor's shared workers itself.
+// one thread) and spreads large products over the shared workers (tensor.Parallel) itself.
 // OpenBLAS's own helper threads spin between calls and, called from two
 // goroutines at once, queue behind each other: on 2 cores a model's decode
 // step measured 6-8x the CPU time of this arrangement.
@@ -134,7 +136,7 @@ func (s *split) chunk(_, lo, hi int) {
 }
 
 func (o *openblas) runSplit(s *split) {
-	ParallelChunks((s.n+splitBlock-1)/splitBlock, Workers(), s.fn)
+	tensor.ParallelChunks((s.n+splitBlock-1)/splitBlock, tensor.Workers(), s.fn)
 	*s = split{fn: s.fn}
 	select {
 	case o.splits <- s:
@@ -161,7 +163,7 @@ func (o *openblas) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []fl
 	if len(b) > 0 {
 		pb = &b[0]
 	}
-	if Workers() > 1 && m*n*k >= splitMin && n >= 2*splitBlock {
+	if tensor.Workers() > 1 && m*n*k >= splitMin && n >= 2*splitBlock {
 		s := o.getSplit()
 		s.transA, s.transB, s.m, s.n, s.k, s.alpha, s.beta = transA, transB, m, n, k, alpha, beta
 		s.a, s.b, s.c = (*C.float)(unsafe.Pointer(pa)), (*C.float)(unsafe.Pointer(pb)), (*C.float)(unsafe.Pointer(&c[0]))
@@ -179,7 +181,7 @@ func (o *openblas) Sgemv(t bool, m, n int, alpha float32, a []float32, lda int, 
 		return
 	}
 	checkGemv(t, m, n, len(a), lda, len(x), len(y))
-	if !t && Workers() > 1 && m*n >= splitMin/4 && m >= 2*splitBlock {
+	if !t && tensor.Workers() > 1 && m*n >= splitMin/4 && m >= 2*splitBlock {
 		s := o.getSplit()
 		s.gemv, s.n, s.k, s.alpha, s.beta = true, m, n, alpha, beta
 		s.a, s.b, s.c = (*C.float)(unsafe.Pointer(&a[0])), (*C.float)(unsafe.Pointer(&x[0])), (*C.float)(unsafe.Pointer(&y[0]))

@@ -1,6 +1,8 @@
-package tensor
+package cpu
 
-import "testing"
+import (
+	"testing"
+)
 
 // fixedThreads is a backend saying how many threads each of its calls uses.
 type fixedThreads struct {

@@ -1,4 +1,4 @@
-package tensor
+package cpu
 
 import (
 	"fmt"
@@ -11,7 +11,7 @@ import (
 // BenchmarkSmall compares DotRows with the backend's Sgemm (Sgemv for one
 // row) on the products of a small model, to choose SmallRows.
 func BenchmarkSmall(b *testing.B) {
-	be := CPU()
+	be := DefaultBackend()
 	r := rand.New(rand.NewPCG(1, 1))
 	for _, s := range []struct{ n, k int }{{64, 64}, {172, 64}, {64, 172}, {512, 64}} {
 		for _, m := range []int{1, 2, 5, 8, 16, 33, 64} {

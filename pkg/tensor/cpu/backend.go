@@ -1,14 +1,4 @@
-// Package tensor holds drafter's compute layer, the CPU device: the Backend
-// interface through which every large matrix multiply runs (OpenBLAS via cgo,
-// pure Go, and later CUDA); Products, which runs a model's weight products
-// and alone decides how (kernel, weight layout, threading), so that no caller
-// looks at which backend it has; and small helpers for splitting element-wise
-// work over the CPU cores. It is the only package that reaches its assembly
-// kernels (internal/kernel), cgo or OpenBLAS (internal/deps checks it).
-//
-// All matrices are row-major float32 slices. A backend never allocates on the
-// hot path; callers own every buffer.
-package tensor
+package cpu
 
 // Backend performs the dense linear algebra the models need. Implementations must
 // be safe for use by one goroutine at a time per call; they may use several
@@ -28,7 +18,7 @@ type Backend interface {
 // CPU returns the CPU backend: OpenBLAS when the shared library is installed
 // (and the build has cgo), otherwise pure Go. It reads no environment: the
 // command chooses a backend (cmd/drafter's DRAFTER_BLAS) and passes it down.
-func CPU() Backend {
+func DefaultBackend() Backend {
 	if o, err := OpenBLAS(); err == nil {
 		return o
 	}
@@ -45,7 +35,7 @@ func PureGo() Backend { return goBLAS{} }
 type threaded interface{ Threads() int }
 
 // threading says how Products threads its products on be: parallel when be's
-// calls may run side by side on tensor's workers, one thread each (a
+// calls may run side by side on the workers (tensor.Parallel), one thread each (a
 // threaded backend with one thread, or the pure-Go backend, whose calls are
 // safe to nest in the workers); selfSplit when be splits its large products
 // over the workers itself (the pure-Go backend), so that a caller hands them

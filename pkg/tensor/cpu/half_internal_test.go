@@ -1,7 +1,8 @@
-package tensor
+package cpu
 
 import (
 	"github.com/drafter-ai/drafter/internal/testutil"
+	"github.com/drafter-ai/drafter/pkg/tensor"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -37,12 +38,12 @@ func TestSgemmHalfMatchesWidened(t *testing.T) {
 			b16 := make([]uint16, len(b32))
 			sgemm := SgemmBF16
 			if bf {
-				F32ToBF16(b16, b32)
-				BF16ToF32(b32, b16)
+				tensor.F32ToBF16(b16, b32)
+				tensor.BF16ToF32(b32, b16)
 			} else {
 				sgemm = SgemmF16
-				F32ToF16(b16, b32)
-				F16ToF32(b32, b16)
+				tensor.F32ToF16(b16, b32)
+				tensor.F16ToF32(b32, b16)
 			}
 			c0 := make([]float32, m*n)
 			for i := range c0 {
@@ -51,7 +52,7 @@ func TestSgemmHalfMatchesWidened(t *testing.T) {
 			got := append([]float32(nil), c0...)
 			want := append([]float32(nil), c0...)
 			sgemm(ta, tb, m, n, k, 1.5, a, lda, b16, ldb, 0.5, got, n)
-			kernel.NewGemm().Sgemm(ParallelChunks, Workers(), ta, tb, m, n, k, 1.5, a, lda, b32, ldb, 0.5, want, n)
+			kernel.NewGemm().Sgemm(tensor.ParallelChunks, tensor.Workers(), ta, tb, m, n, k, 1.5, a, lda, b32, ldb, 0.5, want, n)
 			exact, tol := testutil.GemmRef(ta, tb, m, n, k, 1.5, a, lda, b32, ldb, 0.5, c0, n)
 			for i := range got {
 				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
