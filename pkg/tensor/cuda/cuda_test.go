@@ -24,7 +24,7 @@ import (
 // skipUnlessRequired skips the test saying why, or fails it where
 // DRAFTER_REQUIRE_CUDA is set (CI, make cuda-check): there a test that
 // cannot reach the driver must not pass by skipping.
-func skipUnlessRequired(t *testing.T, why string) {
+func skipUnlessRequired(t testing.TB, why string) {
 	t.Helper()
 	if os.Getenv("DRAFTER_REQUIRE_CUDA") != "" {
 		t.Fatal(why)
@@ -33,7 +33,7 @@ func skipUnlessRequired(t *testing.T, why string) {
 }
 
 // openTest opens GPU 0 of the driver $DRAFTER_LIBCUDA names, or skips.
-func openTest(t *testing.T) *Device {
+func openTest(t testing.TB) *Device {
 	t.Helper()
 	lib := os.Getenv("DRAFTER_LIBCUDA")
 	if lib == "" {

@@ -18,6 +18,7 @@ typedef void *CUcontext;
 typedef void *CUmodule;
 typedef void *CUfunction;
 typedef void *CUstream;
+typedef void *CUevent;
 typedef unsigned long long CUdeviceptr;
 typedef int cublasStatus_t;
 typedef void *cublasHandle_t;
@@ -59,6 +60,11 @@ typedef struct {
 	CUresult (*cuStreamCreate)(CUstream *, unsigned);
 	CUresult (*cuStreamDestroy)(CUstream);
 	CUresult (*cuStreamSynchronize)(CUstream);
+	CUresult (*cuEventCreate)(CUevent *, unsigned);
+	CUresult (*cuEventRecord)(CUevent, CUstream);
+	CUresult (*cuEventSynchronize)(CUevent);
+	CUresult (*cuEventElapsedTime)(float *, CUevent, CUevent);
+	CUresult (*cuEventDestroy)(CUevent);
 
 	cublasStatus_t (*cublasCreate)(cublasHandle_t *);
 	cublasStatus_t (*cublasDestroy)(cublasHandle_t);
@@ -134,6 +140,11 @@ static const char *dc_open_driver(dc_t *d, const char *path, int *missing) {
 	SYM(cuStreamCreate, "cuStreamCreate");
 	SYM(cuStreamDestroy, "cuStreamDestroy_v2");
 	SYM(cuStreamSynchronize, "cuStreamSynchronize");
+	SYM(cuEventCreate, "cuEventCreate");
+	SYM(cuEventRecord, "cuEventRecord");
+	SYM(cuEventSynchronize, "cuEventSynchronize");
+	SYM(cuEventElapsedTime, "cuEventElapsedTime");
+	SYM(cuEventDestroy, "cuEventDestroy_v2");
 #undef SYM
 	*missing = 0;
 	return NULL;
@@ -298,6 +309,37 @@ static dc_res dc_memset(dc_t *d, CUdeviceptr dst, unsigned value, size_t bytes) 
 static dc_res dc_sync(dc_t *d) {
 	DC_CTX(d);
 	DC_CALL(d->cuStreamSynchronize(d->stream), "cuStreamSynchronize");
+	return dc_ok();
+}
+
+// dc_event_create makes an event for timing (CU_EVENT_DEFAULT).
+static dc_res dc_event_create(dc_t *d, uintptr_t *e) {
+	DC_CTX(d);
+	CUevent ev = 0;
+	DC_CALL(d->cuEventCreate(&ev, 0), "cuEventCreate");
+	*e = (uintptr_t)ev;
+	return dc_ok();
+}
+
+// dc_event_record records the event on the device's stream.
+static dc_res dc_event_record(dc_t *d, uintptr_t e) {
+	DC_CTX(d);
+	DC_CALL(d->cuEventRecord((CUevent)e, d->stream), "cuEventRecord");
+	return dc_ok();
+}
+
+// dc_event_elapsed waits for the event stop and gives the milliseconds
+// between start and stop.
+static dc_res dc_event_elapsed(dc_t *d, uintptr_t start, uintptr_t stop, float *ms) {
+	DC_CTX(d);
+	DC_CALL(d->cuEventSynchronize((CUevent)stop), "cuEventSynchronize");
+	DC_CALL(d->cuEventElapsedTime(ms, (CUevent)start, (CUevent)stop), "cuEventElapsedTime");
+	return dc_ok();
+}
+
+static dc_res dc_event_destroy(dc_t *d, uintptr_t e) {
+	DC_CTX(d);
+	DC_CALL(d->cuEventDestroy((CUevent)e), "cuEventDestroy_v2");
 	return dc_ok();
 }
 
@@ -520,6 +562,32 @@ func (d *driver) memset(dst uint64, value uint32, bytes int) error {
 }
 
 func (d *driver) sync() error { return d.callError(C.dc_sync(d.c)) }
+
+// eventCreate makes a timing event.
+func (d *driver) eventCreate() (uintptr, error) {
+	var e C.uintptr_t
+	err := d.callError(C.dc_event_create(d.c, &e))
+	return uintptr(e), err
+}
+
+// eventRecord records e on the stream: it completes when the work enqueued
+// before it has.
+func (d *driver) eventRecord(e uintptr) error {
+	return d.callError(C.dc_event_record(d.c, C.uintptr_t(e)))
+}
+
+// eventElapsed waits for stop and returns the milliseconds from start to
+// stop.
+func (d *driver) eventElapsed(start, stop uintptr) (float32, error) {
+	var ms C.float
+	err := d.callError(C.dc_event_elapsed(d.c, C.uintptr_t(start), C.uintptr_t(stop), &ms))
+	return float32(ms), err
+}
+
+// eventDestroy frees e.
+func (d *driver) eventDestroy(e uintptr) error {
+	return d.callError(C.dc_event_destroy(d.c, C.uintptr_t(e)))
+}
 
 // loadModule JIT-compiles a PTX text; the error includes the JIT's log.
 func (d *driver) loadModule(ptx string) (uintptr, error) {

@@ -21,24 +21,30 @@ var errNoCgo = errors.New("drafter was built without cgo: CUDA needs it")
 
 func loadDriver(string) (*driver, error) { return nil, errNoCgo }
 
-func (d *driver) loadBLAS(string) (bool, error)             { return false, errNoCgo }
-func (d *driver) init() (int, error)                        { return 0, errNoCgo }
-func (d *driver) device(int) (int, Info, error)             { return 0, Info{}, errNoCgo }
-func (d *driver) start(bool) (int, error)                   { return 0, errNoCgo }
-func (d *driver) stop() error                               { return errNoCgo }
-func (d *driver) release()                                  {}
-func (d *driver) memInfo() (int64, int64, error)            { return 0, 0, errNoCgo }
-func (d *driver) alloc(int) (uint64, error)                 { return 0, errNoCgo }
-func (d *driver) free(uint64) error                         { return errNoCgo }
-func (d *driver) hostAlloc(int) (unsafe.Pointer, error)     { return nil, errNoCgo }
-func (d *driver) hostFree(unsafe.Pointer) error             { return errNoCgo }
-func (d *driver) cMalloc(int) unsafe.Pointer                { panic(errNoCgo) }
-func (d *driver) cFree(unsafe.Pointer)                      {}
-func (d *driver) htod(uint64, unsafe.Pointer, int) error    { return errNoCgo }
-func (d *driver) dtoh(unsafe.Pointer, uint64, int) error    { return errNoCgo }
-func (d *driver) dtod(uint64, uint64, int) error            { return errNoCgo }
-func (d *driver) memset(uint64, uint32, int) error          { return errNoCgo }
-func (d *driver) sync() error                               { return errNoCgo }
+func (d *driver) loadBLAS(string) (bool, error)          { return false, errNoCgo }
+func (d *driver) init() (int, error)                     { return 0, errNoCgo }
+func (d *driver) device(int) (int, Info, error)          { return 0, Info{}, errNoCgo }
+func (d *driver) start(bool) (int, error)                { return 0, errNoCgo }
+func (d *driver) stop() error                            { return errNoCgo }
+func (d *driver) release()                               {}
+func (d *driver) memInfo() (int64, int64, error)         { return 0, 0, errNoCgo }
+func (d *driver) alloc(int) (uint64, error)              { return 0, errNoCgo }
+func (d *driver) free(uint64) error                      { return errNoCgo }
+func (d *driver) hostAlloc(int) (unsafe.Pointer, error)  { return nil, errNoCgo }
+func (d *driver) hostFree(unsafe.Pointer) error          { return errNoCgo }
+func (d *driver) cMalloc(int) unsafe.Pointer             { panic(errNoCgo) }
+func (d *driver) cFree(unsafe.Pointer)                   {}
+func (d *driver) htod(uint64, unsafe.Pointer, int) error { return errNoCgo }
+func (d *driver) dtoh(unsafe.Pointer, uint64, int) error { return errNoCgo }
+func (d *driver) dtod(uint64, uint64, int) error         { return errNoCgo }
+func (d *driver) memset(uint64, uint32, int) error       { return errNoCgo }
+func (d *driver) sync() error                            { return errNoCgo }
+func (d *driver) eventCreate() (uintptr, error)          { return 0, errNoCgo }
+func (d *driver) eventRecord(uintptr) error              { return errNoCgo }
+func (d *driver) eventElapsed(uintptr, uintptr) (float32, error) {
+	return 0, errNoCgo
+}
+func (d *driver) eventDestroy(uintptr) error                { return errNoCgo }
 func (d *driver) loadModule(string) (uintptr, error)        { return 0, errNoCgo }
 func (d *driver) unloadModule(uintptr) error                { return errNoCgo }
 func (d *driver) function(uintptr, string) (uintptr, error) { return 0, errNoCgo }
