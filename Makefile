@@ -31,6 +31,7 @@ demo: setup build
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
+	$(GO) run ./scripts/docscheck
 
 test: setup vet test-openblas test-purego cuda-check
 
@@ -69,7 +70,7 @@ STANDIN   := build/cuda-standin
 SIMCXX    ?= g++
 SIMFLAGS  := -std=c++17 -g -Wall -Wextra -DDRAFTER_CUDA_SIM -I$(KERNELS)
 CUDA_CU   := $(sort $(wildcard $(KERNELS)/*.cu))
-SIM_SRC   := $(KERNELS)/compat.h $(KERNELS)/sim/cudasim.h $(KERNELS)/sim/cudasim.cc
+SIM_SRC   := $(wildcard $(KERNELS)/*.h) $(KERNELS)/sim/cudasim.h $(KERNELS)/sim/cudasim.cc
 NPROC     := $(shell nproc 2>/dev/null || echo 2)
 
 ptx:

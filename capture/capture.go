@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/drafter-ai/drafter/pkg/atomicfile"
 )
 
 // Writer writes a capture directory: shards plus a manifest kept up to date after every
@@ -179,8 +181,8 @@ func OpenForResume(dir string, expectedArgs map[string]string) (*ResumeState, er
 		removed = append(removed, name)
 	}
 	if len(removed) > 0 {
-		if err := syncDir(dir); err != nil {
-			return nil, err
+		if err := atomicfile.SyncDir(dir); err != nil {
+			return nil, fmt.Errorf("capture: %w", err)
 		}
 	}
 	if _, _, err := openShards(shardRefs(dir, m), checks{verify: true}); err != nil {

@@ -32,8 +32,8 @@
 // convention; each state field carries the metadata key "hf_hidden_states_index" ("k" or
 // "final_norm").
 //
-// float16 storage rounds to nearest, ties to even (bit-identical to github.com/x448/float16
-// on every float32 input except NaN payloads; not arrow-go's float16.New, which truncates). A value that does
+// float16 storage rounds to nearest, ties to even, through pkg/tensor's one conversion (not
+// arrow-go's float16.New, which truncates). A value that does
 // not fit float16 (|x| > 65504 after rounding) and any inf or NaN input is an error naming the
 // sample, position and column; nothing is ever stored as a silent inf. float32 storage also
 // rejects inf and NaN.
@@ -52,7 +52,8 @@
 // # Crash safety and resume protocol
 //
 // Every file is written under a temporary name in the same directory (shard-NNNNN.arrow.tmp,
-// manifest.json.tmp), flushed, fsynced, renamed to its final name, and the directory is fsynced.
+// manifest.json.tmp), flushed, fsynced, renamed to its final name, and the directory is fsynced
+// (package atomicfile, with these fixed temporary names, which resume recognises).
 // The manifest is the single source of truth: a shard exists, as far as readers and resume are
 // concerned, only once the manifest lists it. The writer finishes shard N in this order:
 //
@@ -72,6 +73,15 @@
 //     previous one.
 //   - a listed shard that is missing, has another size or another SHA-256 is an error naming the
 //     file: that is corruption or tampering, not a crash, and is never repaired silently.
+//
+// The manifest carries its own checksum, "sha256" ([ManifestSHA256]: the SHA-256 of its other
+// fields as canonical JSON), which [ReadManifest] verifies: a damaged manifest is an error naming
+// it, since one flipped bit of a setting (the temperature) would change what is trained. A
+// manifest written before the checksum is read without one ([Manifest.Checksummed] is false; a
+// resume writes it back with one). Every manifest must also agree with itself where it records a
+// value twice: totals and bytes_per_token against the shards, and the fields drafter distill and
+// capture repeat in args (model fingerprint, hashes, seed, layers, dtype, the sampling settings
+// of the generation block, the generator's API and token-id source).
 //
 // [Create] writes a manifest with no shards before any sample, so an interrupted capture can
 // always be resumed and its arguments compared. [OpenForResume] refuses to continue when the

@@ -7,6 +7,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/drafter-ai/drafter/pkg/tensor"
 	"github.com/x448/float16"
 )
 
@@ -149,12 +150,12 @@ func TestEncodeStatesFlagsUnstorable(t *testing.T) {
 func TestF32ToF16MatchesX448(t *testing.T) {
 	src := make([]float32, 0, 1<<14)
 	dst := make([]byte, 2<<14)
-	flush := func() { // through encodeF16 (inlined fast path) and f32ToF16
+	flush := func() { // through encodeF16 and tensor.F16Bits
 		encodeF16(dst, src)
 		for i, v := range src {
 			u := math.Float32bits(v)
 			want := float16.Fromfloat32(v).Bits()
-			for _, got := range []uint16{binary.LittleEndian.Uint16(dst[2*i:]), f32ToF16(v)} {
+			for _, got := range []uint16{binary.LittleEndian.Uint16(dst[2*i:]), tensor.F16Bits(v)} {
 				if got == want {
 					continue
 				}
@@ -194,12 +195,12 @@ func TestF32ToF16MatchesX448(t *testing.T) {
 
 func TestF16ToF32AllBitPatterns(t *testing.T) {
 	for h := 0; h < 1<<16; h++ {
-		got, want := f16ToF32(uint16(h)), float16.Frombits(uint16(h)).Float32()
+		got, want := tensor.F16Float(uint16(h)), float16.Frombits(uint16(h)).Float32()
 		nan := math.IsNaN(float64(got)) && math.IsNaN(float64(want)) // payload quieting may differ
 		if math.Float32bits(got) != math.Float32bits(want) && !nan {
 			t.Fatalf("float16 bits %04x: got %g (%08x), x448/float16 gives %g (%08x)", h, got, math.Float32bits(got), want, math.Float32bits(want))
 		}
-		if h&0x7c00 != 0x7c00 && f32ToF16(got) != uint16(h) {
+		if h&0x7c00 != 0x7c00 && tensor.F16Bits(got) != uint16(h) {
 			t.Fatalf("float16 bits %04x do not survive a round trip through float32", h)
 		}
 	}

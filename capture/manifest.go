@@ -2,6 +2,8 @@ package capture
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -26,7 +28,7 @@ type Totals struct {
 
 // Manifest describes a capture directory (manifest.json). The caller fills the descriptive
 // fields before Create; the package maintains FormatVersion, Columns, LayerConvention,
-// Shards, Totals, BytesPerToken and Complete.
+// Shards, Totals, BytesPerToken, Complete and SHA256.
 type Manifest struct {
 	// FormatVersion is the version of this format (FormatVersion).
 	FormatVersion int `json:"format_version"`
@@ -66,7 +68,21 @@ type Manifest struct {
 	BytesPerToken float64 `json:"bytes_per_token"`
 	// Complete is true once the capture finished normally (Writer.Close).
 	Complete bool `json:"complete"`
+	// SHA256 is the manifest's own checksum (ManifestSHA256 of its other
+	// fields), as shards and training checkpoints carry theirs: one flipped
+	// bit of a setting (the temperature decides how EAGLE-3 is trained) is
+	// refused instead of trusted. Manifests written before it existed have
+	// none; ReadManifest reads them, and Checksummed tells.
+	SHA256 string `json:"sha256,omitempty"`
+
+	// unsealed is set by ReadManifest when the file records no SHA256.
+	unsealed bool
 }
+
+// Checksummed reports whether the manifest was read with a checksum that
+// matched (false for one written before manifests carried SHA256, which only
+// its cross-checks vouch for).
+func (m *Manifest) Checksummed() bool { return !m.unsealed }
 
 // Layout returns the storage layout the manifest describes.
 func (m *Manifest) Layout() Layout {
@@ -89,7 +105,10 @@ func (m *Manifest) recount() {
 	}
 }
 
-// ReadManifest reads dir/manifest.json and checks that it is self-consistent.
+// ReadManifest reads dir/manifest.json and checks it: its SHA-256 when it
+// records one (a mismatch is an error naming the file; an older manifest
+// without one is read, and Checksummed reports it), that it is
+// self-consistent, and that the fields it records twice agree (crossCheck).
 func ReadManifest(dir string) (*Manifest, error) {
 	path := filepath.Join(dir, ManifestName)
 	b, err := os.ReadFile(path)
@@ -103,6 +122,18 @@ func ReadManifest(dir string) (*Manifest, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	if err := dec.Decode(&m); err != nil {
 		return nil, fmt.Errorf("capture: parse %s: %w", path, err)
+	}
+	if m.SHA256 == "" {
+		m.unsealed = true
+	} else {
+		sum, err := ManifestSHA256(b)
+		if err != nil {
+			return nil, fmt.Errorf("capture: parse %s: %w", path, err)
+		}
+		if sum != m.SHA256 {
+			return nil, fmt.Errorf("capture: %s is damaged: its content does not match the SHA-256 it was written with (%s, now %s); "+
+				"restore it from a copy, or capture again", path, m.SHA256, sum)
+		}
 	}
 	if m.FormatVersion != FormatVersion {
 		return nil, fmt.Errorf("capture: %s: format_version %d, this drafter reads version %d", path, m.FormatVersion, FormatVersion)
@@ -124,53 +155,76 @@ func ReadManifest(dir string) (*Manifest, error) {
 		}
 		seen[s.File] = true
 	}
-	t := m.Totals
+	t, bpt := m.Totals, m.BytesPerToken
 	m.recount()
 	if t != m.Totals {
 		return nil, fmt.Errorf("capture: %s: totals %+v do not match the sum of the shards %+v", path, t, m.Totals)
 	}
+	if bpt != m.BytesPerToken {
+		return nil, fmt.Errorf("capture: %s: bytes_per_token %v does not match the totals (%d bytes / %d rows = %v)", path, bpt, t.Bytes, t.Rows, m.BytesPerToken)
+	}
+	if err := m.crossCheck(); err != nil {
+		return nil, fmt.Errorf("capture: %s: %w; the manifest was damaged or edited: restore it from a copy, or capture again", path, err)
+	}
 	return &m, nil
 }
 
+// ManifestSHA256 returns the checksum a manifest records of itself: the
+// SHA-256 of its JSON object without the "sha256" key, as canonical JSON
+// (keys sorted, no spaces, numbers as written), so that the sum does not
+// depend on indentation or key order, while every value, key and number
+// spelling counts. Tools that amend a manifest record it anew (or use
+// WriteManifest).
+func ManifestSHA256(raw []byte) (string, error) {
+	var v map[string]any
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := dec.Decode(&v); err != nil {
+		return "", err
+	}
+	delete(v, "sha256")
+	c, err := json.Marshal(v)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(c)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// WriteManifest writes m as dir's manifest.json atomically, with its totals
+// recounted and its checksum recorded. The capture writer keeps its manifest
+// itself; this is for tools that amend one.
+func WriteManifest(dir string, m *Manifest) error { return writeManifest(dir, m) }
+
 // writeManifest writes m to dir/manifest.json atomically: a temporary file in the same
-// directory, fsync, rename, directory fsync.
+// directory, fsync, rename, directory fsync. It records the checksum last.
 func writeManifest(dir string, m *Manifest) error {
 	m.recount()
+	m.SHA256 = ""
 	b, err := json.MarshalIndent(m, "", "  ")
+	if err == nil {
+		m.SHA256, err = ManifestSHA256(b)
+	}
+	if err == nil {
+		b, err = json.MarshalIndent(m, "", "  ")
+	}
 	if err != nil {
 		return fmt.Errorf("capture: encode manifest: %w", err)
 	}
+	m.unsealed = false
 	b = append(b, '\n')
-	return writeFileAtomic(dir, ManifestName, b)
-}
-
-// writeFileAtomic writes data to dir/name through name.tmp, fsync and rename, then fsyncs dir.
-func writeFileAtomic(dir, name string, data []byte) error {
-	final := filepath.Join(dir, name)
-	tmp := final + tmpSuffix
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	af, err := createAtomic(dir, ManifestName)
 	if err != nil {
-		return fmt.Errorf("capture: create %s: %w", tmp, err)
+		return fmt.Errorf("capture: %w", err)
 	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return fmt.Errorf("capture: write %s: %w", tmp, err)
+	if _, err := af.Write(b); err != nil {
+		af.Abort()
+		return fmt.Errorf("capture: writing %s: %w", af.TempName(), err)
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return fmt.Errorf("capture: fsync %s: %w", tmp, err)
+	if err := af.Commit(); err != nil {
+		return fmt.Errorf("capture: %w", err)
 	}
-	if err := f.Close(); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("capture: close %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, final); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("capture: rename %s: %w", tmp, err)
-	}
-	return syncDir(dir)
+	return nil
 }
 
 // Verify reads the manifest of dir and verifies every listed shard: its size

@@ -1,7 +1,6 @@
 package capture
 
 import (
-	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -17,6 +16,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
+	"github.com/drafter-ai/drafter/pkg/atomicfile"
 	"github.com/drafter-ai/drafter/pkg/finite"
 )
 
@@ -84,7 +84,16 @@ type ShardOptions struct {
 // ShardFileName returns "shard-NNNNN.arrow" for shard number n.
 func ShardFileName(n int) string { return fmt.Sprintf("shard-%05d.arrow", n) }
 
+// tmpSuffix names a file's temporary name while it is written (the
+// package documentation's protocol): OpenForResume deletes such leftovers.
 const tmpSuffix = ".tmp"
+
+// createAtomic starts writing dir/name under its fixed temporary name
+// (name.tmp), fsyncing the directory after the rename as the protocol
+// requires.
+func createAtomic(dir, name string) (*atomicfile.File, error) {
+	return atomicfile.Create(filepath.Join(dir, name), atomicfile.Options{Temp: name + tmpSuffix, StrictDirSync: true})
+}
 
 // ShardWriter writes samples into a sequence of shard files in one directory. It is not
 // safe for concurrent use. Most callers want Writer, which also keeps the manifest.
@@ -111,12 +120,11 @@ type ShardWriter struct {
 }
 
 type shardFile struct {
-	f          *os.File
-	bw         *bufio.Writer
-	hw         hashCounter
-	fw         *ipc.FileWriter
-	tmp, final string
-	info       ShardInfo
+	af   *atomicfile.File
+	hw   hashCounter
+	fw   *ipc.FileWriter
+	tmp  string
+	info ShardInfo
 }
 
 // hashCounter forwards writes to w while hashing and counting them.
@@ -303,20 +311,16 @@ func (w *ShardWriter) pendingBytes() int64 {
 
 func (w *ShardWriter) openShard() error {
 	name := ShardFileName(w.next)
-	final := filepath.Join(w.dir, name)
-	tmp := final + tmpSuffix
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	af, err := createAtomic(w.dir, name)
 	if err != nil {
 		return fmt.Errorf("capture: create shard: %w", err)
 	}
-	sf := &shardFile{f: f, bw: bufio.NewWriterSize(f, 1<<20), tmp: tmp, final: final,
-		info: ShardInfo{File: name, Index: w.next}}
-	sf.hw = hashCounter{w: sf.bw, h: sha256.New()}
+	sf := &shardFile{af: af, tmp: af.TempName(), info: ShardInfo{File: name, Index: w.next}}
+	sf.hw = hashCounter{w: af, h: sha256.New()}
 	fw, err := ipc.NewFileWriter(&sf.hw, ipc.WithSchema(w.schema))
 	if err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return fmt.Errorf("capture: start Arrow file %s: %w", tmp, err)
+		af.Abort()
+		return fmt.Errorf("capture: start Arrow file %s: %w", sf.tmp, err)
 	}
 	sf.fw = fw
 	w.cur = sf
@@ -387,27 +391,11 @@ func (w *ShardWriter) finishShard() error {
 	if err := sf.fw.Close(); err != nil {
 		return fmt.Errorf("capture: finish Arrow file %s: %w", sf.tmp, err)
 	}
-	if err := sf.bw.Flush(); err != nil {
-		return fmt.Errorf("capture: write %s: %w", sf.tmp, err)
+	if sf.af.Size() != sf.hw.n {
+		return fmt.Errorf("capture: %s: %d bytes hashed, but %d written", sf.tmp, sf.hw.n, sf.af.Size())
 	}
-	if err := sf.f.Sync(); err != nil {
-		return fmt.Errorf("capture: fsync %s: %w", sf.tmp, err)
-	}
-	st, err := sf.f.Stat()
-	if err != nil {
-		return fmt.Errorf("capture: stat %s: %w", sf.tmp, err)
-	}
-	if err := sf.f.Close(); err != nil {
-		return fmt.Errorf("capture: close %s: %w", sf.tmp, err)
-	}
-	if st.Size() != sf.hw.n {
-		return fmt.Errorf("capture: %s holds %d bytes, but %d were written", sf.tmp, st.Size(), sf.hw.n)
-	}
-	if err := os.Rename(sf.tmp, sf.final); err != nil {
-		return fmt.Errorf("capture: rename shard: %w", err)
-	}
-	if err := syncDir(w.dir); err != nil {
-		return err
+	if err := sf.af.Commit(); err != nil {
+		return fmt.Errorf("capture: finish shard: %w", err)
 	}
 	sf.info.Bytes = sf.hw.n
 	sf.info.SHA256 = hex.EncodeToString(sf.hw.h.Sum(nil))
@@ -441,8 +429,7 @@ func (w *ShardWriter) Close() ([]ShardInfo, error) {
 // stay. It is safe to call after Close or after an error.
 func (w *ShardWriter) Abort() {
 	if w.cur != nil {
-		w.cur.f.Close()
-		os.Remove(w.cur.tmp)
+		w.cur.af.Abort()
 		w.cur = nil
 	}
 	if w.err == nil {
@@ -463,17 +450,4 @@ func growT[T any](b []T, n int) []T {
 	nb := make([]T, n, n+n/2)
 	copy(nb, b)
 	return nb
-}
-
-// syncDir fsyncs a directory so that renames inside it survive a crash.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("capture: open directory %s for fsync: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("capture: fsync directory %s: %w", dir, err)
-	}
-	return nil
 }

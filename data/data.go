@@ -4,6 +4,14 @@
 //
 // Accepted files (one record per line, UTF-8, blank lines ignored):
 //
+// Bytes that are not UTF-8 are read by one rule in every format: each such
+// byte becomes U+FFFD, as JSON decoding reads it inside a string, before
+// anything reads the line, and the replacement is reported naming the file
+// and line (ReadOptions.Warn). A .txt prompt and a .jsonl prompt with the
+// same bytes are then the same text with the same ids, and the prompt a run
+// records as JSON reproduces the ids it captured (raw bytes could not be
+// recorded in JSON at all).
+//
 //   - JSONL with one of
 //     {"prompt": "raw text"} (completion style: the text goes to the model
 //     as-is, no chat template),
@@ -42,6 +50,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/drafter-ai/drafter/pkg/chat"
 	"github.com/drafter-ai/drafter/pkg/tokenizer"
@@ -58,6 +67,63 @@ type ReadOptions struct {
 	// MaxLineBytes bounds one line; longer lines are malformed records.
 	// Zero means MaxLineBytes.
 	MaxLineBytes int
+	// Warn receives one line per record whose bytes were not all UTF-8
+	// (see the package doc), naming the file and line. nil means
+	// os.Stderr: a changed prompt is never silent; io.Discard drops them.
+	Warn io.Writer
+}
+
+func (o ReadOptions) warn() io.Writer {
+	if o.Warn != nil {
+		return o.Warn
+	}
+	return os.Stderr
+}
+
+// toUTF8 returns b with every byte that is not part of a UTF-8 encoding
+// replaced by U+FFFD, one per byte (as encoding/json and Go's range over a
+// string read them; strings.ToValidUTF8 would merge runs, and then a .txt
+// prompt would read other text than the same bytes in a JSON string), and
+// the number of bytes replaced. b itself is returned when it is valid.
+func toUTF8(b []byte) ([]byte, int) {
+	if utf8.Valid(b) {
+		return b, 0
+	}
+	out := make([]byte, 0, len(b)+16)
+	n := 0
+	for len(b) > 0 {
+		r, size := utf8.DecodeRune(b)
+		if r == utf8.RuneError && size == 1 {
+			out = utf8.AppendRune(out, utf8.RuneError)
+			n++
+		} else {
+			out = append(out, b[:size]...)
+		}
+		b = b[size:]
+	}
+	return out, n
+}
+
+// firstInvalid returns the offset of b's first byte that is not part of a
+// UTF-8 encoding (len(b) when there is none).
+func firstInvalid(b []byte) int {
+	for i := 0; i < len(b); {
+		r, size := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && size == 1 {
+			return i
+		}
+		i += size
+	}
+	return len(b)
+}
+
+// warnReplaced reports n bytes of path's line that were not UTF-8.
+func (o ReadOptions) warnReplaced(path string, line, n int) {
+	what := fmt.Sprintf("%d bytes are", n)
+	if n == 1 {
+		what = "1 byte is"
+	}
+	fmt.Fprintf(o.warn(), "warning: %s:%d: %s not UTF-8 and read as U+FFFD (the replacement character), one per byte; the record is tokenized and recorded so: fix the file's encoding if that is not what you meant\n", path, line, what)
 }
 
 func (o ReadOptions) maxLine() int {
@@ -121,7 +187,9 @@ func ReadPrompts(path string, opt ReadOptions) (prompts []Prompt, skipped int, e
 			return nil
 		}
 		var p Prompt
+		replaced := 0
 		if lineErr == nil {
+			b, replaced = toUTF8(b)
 			if txt {
 				p.Text = string(b)
 			} else {
@@ -136,6 +204,9 @@ func ReadPrompts(path string, opt ReadOptions) (prompts []Prompt, skipped int, e
 				return nil
 			}
 			return fmt.Errorf("data: %s:%d: %w", path, line, lineErr)
+		}
+		if replaced > 0 {
+			opt.warnReplaced(path, line, replaced)
 		}
 		p.Index, p.Line = len(prompts), line
 		prompts = append(prompts, p)
@@ -160,7 +231,9 @@ func ReadConversations(path string, opt ReadOptions) (convs []Conversation, skip
 			return nil
 		}
 		var r record
+		replaced := 0
 		if lineErr == nil {
+			b, replaced = toUTF8(b)
 			r, lineErr = parseRecord(b, true)
 		}
 		if lineErr != nil {
@@ -169,6 +242,9 @@ func ReadConversations(path string, opt ReadOptions) (convs []Conversation, skip
 				return nil
 			}
 			return fmt.Errorf("data: %s:%d: %w", path, line, lineErr)
+		}
+		if replaced > 0 {
+			opt.warnReplaced(path, line, replaced)
 		}
 		convs = append(convs, Conversation{Index: len(convs), Line: line, ID: r.id, Prompt: r.prompt, Response: r.response, Messages: r.messages, Tools: r.tools})
 		return nil
@@ -339,10 +415,17 @@ func withTools(opt []any, rec []json.RawMessage) []any {
 
 // ReadMessagesFile reads a conversation stored as one JSON list of OpenAI-style
 // messages ({"role": ..., "content": ...}), as `drafter tokenize --chat` takes.
-func ReadMessagesFile(path string) ([]chat.Message, error) {
+// Bytes that are not UTF-8 are read as in the datasets (see the package doc),
+// and reported to opt.Warn with the line of the first; only opt.Warn applies.
+func ReadMessagesFile(path string, opt ReadOptions) ([]chat.Message, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("data: %w", err)
+	}
+	if fixed, n := toUTF8(b); n > 0 {
+		first := 1 + bytes.Count(b[:firstInvalid(b)], []byte{'\n'})
+		opt.warnReplaced(path, first, n)
+		b = fixed
 	}
 	msgs, err := parseMessages(json.RawMessage(bytes.TrimSpace(b)), "messages", false)
 	if err != nil {

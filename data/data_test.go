@@ -280,7 +280,7 @@ func TestReadMessagesFileNotJSON(t *testing.T) {
 	if err := os.WriteFile(path, []byte("not json\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err := ReadMessagesFile(path)
+	_, err := ReadMessagesFile(path, ReadOptions{})
 	if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "expected a list of messages, got text that is not valid JSON") {
 		t.Fatalf("ReadMessagesFile of a non-JSON file: %v", err)
 	}

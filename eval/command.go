@@ -94,6 +94,9 @@ func Evaluate(ctx context.Context, opt Options, out io.Writer) (*Report, error) 
 	if err != nil {
 		return nil, err
 	}
+	if info.Warning != "" {
+		fmt.Fprintln(logw, info.Warning)
+	}
 	t, err := target.Load(opt.ModelDir, opt.Device, opt.Cache)
 	if err != nil {
 		return nil, fmt.Errorf("eval: %w", err)
@@ -137,6 +140,9 @@ func Evaluate(ctx context.Context, opt Options, out io.Writer) (*Report, error) 
 	cfg.Sampling, cfg.MaxNewTokens = st.Params, st.MaxNewTokens
 	if !opt.IgnoreEOS {
 		cfg.EOS = t.Stop
+	}
+	if err := checkDraftFits(cfg, opt.Config, d, t.Model.MaxPositions()); err != nil {
+		return nil, err
 	}
 	rep, err := Run(ctx, t.Model, d, prompts, cfg)
 	if err != nil {
@@ -266,4 +272,92 @@ func checkWritableDir(dir string) error {
 	name := f.Name()
 	f.Close()
 	return os.Remove(name)
+}
+
+// Bounds of the draft-shape flags. A draft beyond them is no use (acceptance
+// falls with every drafted step, and verifying a draft costs more than it
+// saves long before), and the buffers it would need grow with the product of
+// its size and the vocabulary, so that a mistyped value meets an out-of-memory
+// instead of a message: they are usage errors, checked before anything runs.
+const (
+	// MaxDepth bounds --depth: drafted tokens of a chain, expansion rounds
+	// of EAGLE-2's tree (default 4 and 7). A tree session holds MaxDepth *
+	// MaxTopK nodes' draft logits at most (4096 rows over the draft
+	// vocabulary: 512 MB at 32k ids).
+	MaxDepth = 64
+	// MaxTopK bounds --topk, EAGLE-2's children per node and frontier width
+	// (default 8).
+	MaxTopK = 64
+	// MaxTotalTokens bounds --total-tokens, the positions one verification
+	// of EAGLE-2's tree reads (default 60): the target's logits for all of
+	// them take 1024 * 152k * 4 bytes (620 MB) for a 152k vocabulary.
+	MaxTotalTokens = 1024
+	// draftReserve is the positions the decoder's sequence holds beyond the
+	// prompt, the new tokens and the draft's nodes (newRunner's capacity).
+	draftReserve = 2
+)
+
+// checkDraftFits refuses, as a *ConfigError naming the flag, a draft shape
+// out of its bounds (MaxDepth, MaxTopK, MaxTotalTokens; the CLI checks them
+// first, this keeps Evaluate's other callers from the same allocations) or
+// one that cannot fit the model's context whatever the prompt: its nodes,
+// max new tokens, a one-token prompt and draftReserve need more positions
+// than the model attends over. Like --max-new-tokens beyond the context, that
+// is a value the flag cannot take with this model, not bad input: no prompt
+// file makes it run. A prompt too long for a shape that fits stays an error
+// of the input (Run reports it). given is the configuration as the user set
+// it (zero fields: defaults), to name the flag they set; cfg has the model's
+// sampling settings and max new tokens.
+func checkDraftFits(cfg, given Config, d *Drafter, positions int) error {
+	fail := func(format string, a ...any) error {
+		return &ConfigError{Err: fmt.Errorf("eval: "+format, a...)}
+	}
+	for _, b := range []struct {
+		flag      string
+		v, lo, hi int
+		unit      string
+	}{
+		{"depth", given.Depth, 1, MaxDepth, "drafted tokens or expansion rounds"},
+		{"topk", given.TopK, 1, MaxTopK, "children"},
+		{"total-tokens", given.TotalTokens, 2, MaxTotalTokens, "positions"},
+	} {
+		if b.v != 0 && (b.v < b.lo || b.v > b.hi) {
+			return fail("--%s %d: want 0 (the default) or %d to %d %s", b.flag, b.v, b.lo, b.hi, b.unit)
+		}
+	}
+	c, err := cfg.withDefaults(d)
+	if err != nil {
+		return err
+	}
+	room := positions - c.MaxNewTokens - 1 - draftReserve // the nodes a one-token prompt leaves room for
+	var (
+		flag, unit     string
+		value, nodes   int
+		lo, hi, offset int // the flag's range in its unit; value - nodes
+		set            bool
+	)
+	switch {
+	case c.Mode == ModeChain:
+		flag, unit, value, nodes, lo, hi, set = "depth", "drafted tokens", c.Depth, c.Depth, 1, min(MaxDepth, room), given.Depth != 0
+	case c.Tree != nil:
+		flag, unit, value, nodes, lo, hi, set = "tree", "nodes", len(c.Tree), len(c.Tree), 1, room, given.Tree != nil
+	default:
+		offset = 1 // the root is a position, not a drafted node
+		flag, unit, value, nodes, lo, hi, set = "total-tokens", "positions", c.TotalTokens, c.TotalTokens-1, 2, min(MaxTotalTokens, room+1), given.TotalTokens != 0
+	}
+	if nodes <= room {
+		return nil
+	}
+	ctx := fmt.Sprintf("this model (it attends over %d positions) and --max-new-tokens %d", positions, c.MaxNewTokens)
+	switch {
+	case hi < lo:
+		return fail("--max-new-tokens %d leaves no room for a draft with this model: it attends over %d positions, and a one-token prompt, the new tokens, %d reserved and a draft of at least %d %s need %d; lower --max-new-tokens",
+			c.MaxNewTokens, positions, draftReserve, lo, unit, 1+c.MaxNewTokens+draftReserve+lo-offset)
+	case !set:
+		return fail("--max-new-tokens %d leaves room for a draft of %d to %d %s with this model (it attends over %d positions), and the default --%s is %d: lower --max-new-tokens or set --%s %d to %d",
+			c.MaxNewTokens, lo, hi, unit, positions, flag, value, flag, lo, hi)
+	case flag == "tree":
+		return fail("--tree: a tree of %d nodes: want %d to %d nodes with %s", value, lo, hi, ctx)
+	}
+	return fail("--%s %d: want %d to %d %s with %s", flag, value, lo, hi, unit, ctx)
 }

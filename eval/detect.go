@@ -28,6 +28,15 @@ type DrafterInfo struct {
 	// trained against, as recorded in Provenance ("" when not recorded).
 	TargetFingerprint string `json:"target_fingerprint,omitempty"`
 
+	// Sums is the SHA256SUMS the drafter's files were verified against
+	// (drafters.SumsFile), "" for an export from before the sums; Verified
+	// lists the files it vouched for, relative to its folder.
+	Sums     string   `json:"sums,omitempty"`
+	Verified []string `json:"verified_files,omitempty"`
+	// Warning is the line to show before using the drafter ("" when none):
+	// an export without sums, whose damage nothing would reveal.
+	Warning string `json:"-"`
+
 	// prov is the drafter.json found, which the method's Load checks the
 	// export against; nil when there is none.
 	prov *drafters.Provenance
@@ -45,6 +54,8 @@ func Detect(dir string) (*DrafterInfo, error) { return detect(methods.All(), dir
 // two kinds, or two exports of one layout, is an error that asks for the
 // export to use. The target fingerprint is read from drafter.json in the
 // export folder or, failing that, in its parent (the train output folder).
+// The drafter's files are verified against the SHA256SUMS beside them first
+// (checkSums, coveredBySums).
 func detect(ms []drafters.Method, dir string) (*DrafterInfo, error) {
 	st, err := os.Stat(dir)
 	if err != nil {
@@ -52,6 +63,12 @@ func detect(ms []drafters.Method, dir string) (*DrafterInfo, error) {
 	}
 	if !st.IsDir() {
 		return nil, fmt.Errorf("eval: drafter %s is a file; want the train output folder or one export folder inside it", dir)
+	}
+	// The sums first: a damaged file is reported as damaged, not as a
+	// config or drafter.json that does not parse.
+	sums, verified, err := checkSums(dir)
+	if err != nil {
+		return nil, err
 	}
 	info, err := classify(ms, dir)
 	if err != nil {
@@ -63,10 +80,88 @@ func detect(ms []drafters.Method, dir string) (*DrafterInfo, error) {
 			return nil, err
 		}
 	}
+	if err := coveredBySums(info, dir, sums, verified); err != nil {
+		return nil, err
+	}
 	if err := readProvenance(info, dir); err != nil {
 		return nil, err
 	}
 	return info, nil
+}
+
+// metaDirs are the folders where the drafter.json of the export in
+// info.Dir may be, in the order they are looked for: the export folder, the
+// folder the user named, and the export's parent (the train output folder).
+func metaDirs(info *DrafterInfo, given string) []string {
+	return []string{info.Dir, given, filepath.Dir(info.Dir)}
+}
+
+// checkSums finds the SHA256SUMS drafter train wrote beside the drafter in
+// dir (drafters.SumsFile): in dir (the train output folder), or in its
+// parent when dir is one export folder inside it (it must then list a file
+// of dir: an unrelated SHA256SUMS above is not the drafter's). It checks
+// every file it lists, returning the sums (nil when there are none) and the
+// files verified.
+func checkSums(dir string) (*drafters.Sums, []string, error) {
+	sums, err := drafters.FindSums(dir)
+	if err == nil && sums == nil {
+		sums, err = drafters.FindSums(filepath.Dir(dir))
+		if sums != nil && !sums.Lists(dir) {
+			sums = nil
+		}
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("eval: %w", err)
+	}
+	if sums == nil {
+		return nil, nil, nil
+	}
+	done, err := sums.Check()
+	if err != nil {
+		return nil, nil, fmt.Errorf("eval: %w", err)
+	}
+	return sums, done, nil
+}
+
+// coveredBySums requires the sums to list the files the drafter is loaded
+// from (its export's config.json and weights, and the drafter.json found
+// for it) and records them in info; without sums (an older drafter's
+// export) it sets info.Warning instead.
+func coveredBySums(info *DrafterInfo, given string, sums *drafters.Sums, verified []string) error {
+	if sums == nil {
+		info.Warning = fmt.Sprintf("warning: drafter %s has no %s (an older drafter exported it): its files are not checked for damage", given, drafters.SumsFile)
+		return nil
+	}
+	var need []string
+	entries, err := os.ReadDir(info.Dir)
+	if err != nil {
+		return fmt.Errorf("eval: drafter: %w", err)
+	}
+	for _, e := range entries {
+		if n := e.Name(); !e.IsDir() && (n == drafters.ConfigFile || strings.HasSuffix(n, ".safetensors")) {
+			need = append(need, filepath.Join(info.Dir, n))
+		}
+	}
+	if p := provenancePath(info, given); p != "" {
+		need = append(need, p)
+	}
+	if err := sums.Covers(need); err != nil {
+		return fmt.Errorf("eval: %w", err)
+	}
+	info.Sums, info.Verified = sums.Path, verified
+	return nil
+}
+
+// provenancePath returns the drafter.json readProvenance reads, "" when
+// there is none.
+func provenancePath(info *DrafterInfo, given string) string {
+	for _, d := range metaDirs(info, given) {
+		p := filepath.Join(d, drafters.ProvenanceFile)
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return ""
 }
 
 // detectInside looks one level down for export folders.
@@ -132,8 +227,7 @@ func classify(ms []drafters.Method, dir string) (*DrafterInfo, error) {
 // readProvenance fills the provenance fields from drafter.json in the export
 // folder, the folder the user named, or the export's parent, first found.
 func readProvenance(info *DrafterInfo, given string) error {
-	cands := []string{info.Dir, given, filepath.Dir(info.Dir)}
-	for _, d := range cands {
+	for _, d := range metaDirs(info, given) {
 		p := filepath.Join(d, drafters.ProvenanceFile)
 		b, err := os.ReadFile(p)
 		if errors.Is(err, fs.ErrNotExist) {

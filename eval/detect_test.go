@@ -21,6 +21,7 @@ func writeProvenance(t *testing.T, dir, fp string) {
 	if err := os.WriteFile(filepath.Join(dir, "drafter.json"), b, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	handEdited(t, filepath.Join(dir, "drafter.json"))
 }
 
 // TestDetectLayouts exports drafters in every layout and checks that Detect

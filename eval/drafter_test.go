@@ -94,6 +94,7 @@ func editTensors(t *testing.T, path string, edit func([]safetensors.Tensor) []sa
 	if err := safetensors.WriteFile(path, edit(ts), map[string]string{"format": "pt"}); err != nil {
 		t.Fatal(err)
 	}
+	handEdited(t, path)
 }
 
 // setFloats overwrites elements of the float tensor name (all when idx is
@@ -183,7 +184,7 @@ func loadErr(t *testing.T, m *model.Model, dir string) error {
 // setConfig returns an edit that sets key in the export's config.json.
 func setConfig(key string, v any) func(*testing.T, string) {
 	return func(t *testing.T, dir string) {
-		testutil.EditJSON(t, filepath.Join(dir, "config.json"), func(c map[string]any) { c[key] = v })
+		editJSON(t, filepath.Join(dir, "config.json"), func(c map[string]any) { c[key] = v })
 	}
 }
 
@@ -322,7 +323,7 @@ func TestEagleLayerIDsInExport(t *testing.T) {
 			t.Fatalf("the unedited export: %v", err)
 		}
 		os.Remove(filepath.Join(root, "drafter.json")) // the layers are checked without one
-		testutil.EditJSON(t, filepath.Join(exp, "config.json"), func(cfg map[string]any) { set(cfg, c.top, c.inner) })
+		editJSON(t, filepath.Join(exp, "config.json"), func(cfg map[string]any) { set(cfg, c.top, c.inner) })
 		err := loadErr(t, m, root)
 		testutil.WantErr(t, err, append([]string{exp}, c.want...)...)
 	}
@@ -330,7 +331,7 @@ func TestEagleLayerIDsInExport(t *testing.T) {
 	// Only eagle_config: its ids are layer outputs, read as HF index + 1.
 	root := t.TempDir()
 	exp := eagleExport(t, m, root, deagle3.FormatNative, []int{1, 3, 5})
-	testutil.EditJSON(t, filepath.Join(exp, "config.json"), func(cfg map[string]any) { set(cfg, nil, []int{0, 1, 3}) })
+	editJSON(t, filepath.Join(exp, "config.json"), func(cfg map[string]any) { set(cfg, nil, []int{0, 1, 3}) })
 	os.Remove(filepath.Join(root, "drafter.json"))
 	d, err := detectAndLoad(t, m, root)
 	if err != nil {
@@ -361,7 +362,7 @@ func TestEagleConfigMatchesWeights(t *testing.T) {
 	testutil.WantErr(t, loadErr(t, m, exp), file, `"midlayer.extra.weight"`, `start with "layers.0."`)
 
 	exp = eagleExport(t, m, t.TempDir(), deagle3.FormatNative, nil)
-	testutil.EditJSON(t, filepath.Join(exp, "config.json"), func(cfg map[string]any) { cfg["num_hidden_layers"] = 2 })
+	editJSON(t, filepath.Join(exp, "config.json"), func(cfg map[string]any) { cfg["num_hidden_layers"] = 2 })
 	testutil.WantErr(t, loadErr(t, m, exp), "num_hidden_layers is 2", "one decoder layer")
 
 	exp = eagleExport(t, m, t.TempDir(), deagle3.FormatNative, nil)
@@ -387,6 +388,8 @@ func TestProvenanceMatchesExport(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// (With its SHA256SUMS the copy reads as damage: TestDamagedExportRefused.)
+	handEdited(t, filepath.Join(root, "drafter.json"))
 	testutil.WantErr(t, loadErr(t, m, root), filepath.Join(root, "drafter.json"), "records num_heads 5",
 		filepath.Join(root, "vllm", "config.json"), "has 3")
 
@@ -402,7 +405,7 @@ func TestProvenanceMatchesExport(t *testing.T) {
 		{"method", "eagle3", "records method eagle3"},
 	} {
 		root := medusaExport(t, m, 2, 2, safetensors.F32)
-		testutil.EditJSON(t, filepath.Join(root, "drafter.json"), func(p map[string]any) { p[c.key] = c.val })
+		editJSON(t, filepath.Join(root, "drafter.json"), func(p map[string]any) { p[c.key] = c.val })
 		testutil.WantErr(t, loadErr(t, m, root), filepath.Join(root, "drafter.json"), c.want, "describe different drafters")
 	}
 
@@ -419,7 +422,7 @@ func TestProvenanceMatchesExport(t *testing.T) {
 	} {
 		root := t.TempDir()
 		exp := eagleExport(t, m, root, deagle3.FormatNative, []int{1, 3, 5})
-		testutil.EditJSON(t, filepath.Join(root, "drafter.json"), func(p map[string]any) { p[c.key] = c.val })
+		editJSON(t, filepath.Join(root, "drafter.json"), func(p map[string]any) { p[c.key] = c.val })
 		file := filepath.Join(exp, "config.json")
 		if c.key == "method" {
 			file = exp
@@ -430,7 +433,7 @@ func TestProvenanceMatchesExport(t *testing.T) {
 	// records explicit ones.
 	root = t.TempDir()
 	eagleExport(t, m, root, deagle3.FormatSpeculators, nil)
-	testutil.EditJSON(t, filepath.Join(root, "drafter.json"), func(p map[string]any) {
+	editJSON(t, filepath.Join(root, "drafter.json"), func(p map[string]any) {
 		p["feature_layers"], p["default_feature_layers"] = []int{1, 3, 5}, false
 	})
 	testutil.WantErr(t, loadErr(t, m, root), "records feature_layers [1 3 5]", "has none (the engines' default feature layers)")
@@ -452,6 +455,6 @@ func TestDrafterFitsTarget(t *testing.T) {
 	testutil.WantErr(t, loadErr(t, m, root), "do not fit the target", "vocabulary of 600", "vocab_size 512", filepath.Join(root, "vllm"))
 
 	exp := eagleExport(t, m, t.TempDir(), deagle3.FormatNative, nil)
-	testutil.EditJSON(t, filepath.Join(exp, "config.json"), func(cfg map[string]any) { cfg["vocab_size"] = 1024 })
+	editJSON(t, filepath.Join(exp, "config.json"), func(cfg map[string]any) { cfg["vocab_size"] = 1024 })
 	testutil.WantErr(t, loadErr(t, m, exp), filepath.Join(exp, "config.json"), "hidden_size 64 and vocab_size 1024", "another model")
 }

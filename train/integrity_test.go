@@ -76,11 +76,7 @@ func resealShard(t *testing.T, dir string, n int) {
 	}
 	sum := sha256.Sum256(b)
 	m.Shards[n].SHA256 = hex.EncodeToString(sum[:])
-	raw, err := json.MarshalIndent(m, "", "  ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, capture.ManifestName), raw, 0o644); err != nil {
+	if err := capture.WriteManifest(dir, m); err != nil {
 		t.Fatal(err)
 	}
 }

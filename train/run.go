@@ -100,8 +100,15 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		dev = cpu.New(nil)
 	}
 	ckpt := filepath.Join(opt.Out, CheckpointFile)
-	if _, err := os.Stat(ckpt); err == nil && !opt.Resume {
+	_, err = os.Stat(ckpt)
+	if err == nil && !opt.Resume {
 		return nil, fmt.Errorf("train: %s already holds a training run (%s): pass --resume to continue it, or choose another --out", opt.Out, CheckpointFile)
+	}
+	// A resume without a checkpoint would train from step 0 and replace
+	// the exports in Out, the opposite of what --resume asks for.
+	if errors.Is(err, os.ErrNotExist) && opt.Resume {
+		return nil, fmt.Errorf("train: --resume: there is no checkpoint to resume from: %s does not exist (nothing was trained into %s yet, "+
+			"or the run was stopped before its first checkpoint); run without --resume to start training from the beginning", ckpt, opt.Out)
 	}
 
 	tg, err := target.Open(opt.Model, opt.Cache)
@@ -125,6 +132,9 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	rep := loop.NewReporter(opt.Progress)
 	defer rep.Finish()
 	rep.Line(verifiedLine(ds.Verified(), time.Since(start)))
+	if note := unsealedNote(dirs); note != "" && opt.Notes != nil {
+		fmt.Fprintln(opt.Notes, note)
+	}
 	if opt.Resume {
 		if note := optim.CheckpointNote(ckpt); note != "" && opt.Notes != nil {
 			fmt.Fprintln(opt.Notes, note)
@@ -171,6 +181,31 @@ func readJSONMap(path string) (map[string]any, error) {
 		return nil, fmt.Errorf("train: %s: %w", path, err)
 	}
 	return m, nil
+}
+
+// unsealedNote returns one line naming the captures whose manifest predates
+// manifest checksums ("" when there is none): they were only cross-checked
+// (capture.ReadManifest), which the user should know once, not per read.
+func unsealedNote(dirs []DataDir) string {
+	var paths []string
+	for _, d := range dirs {
+		if !d.Manifest.Checksummed() {
+			paths = append(paths, filepath.Join(d.Dir, capture.ManifestName))
+		}
+	}
+	if len(paths) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("note: %s %s written by an older drafter and %s no checksum: training on %s after checking only that the fields recorded twice agree",
+		strings.Join(paths, ", "), plural(len(paths), "was", "were"), plural(len(paths), "has", "have"), plural(len(paths), "it", "them"))
+}
+
+// plural returns one or many by n.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // verifiedLine says what verifying the data took.

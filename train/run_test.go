@@ -274,6 +274,7 @@ func TestMedusaEndToEnd(t *testing.T) {
 		}
 	}
 	checkProvenance(t, out, "medusa", fp, d1, d2)
+	checkSums(t, out, ProvenanceFile, "medusa/config.json", "medusa/medusa_lm_head.safetensors", "vllm/config.json", "vllm/model.safetensors")
 	if s := bar.String(); !strings.Contains(s, "loss") || !strings.Contains(s, "tok/s") || !strings.Contains(s, "eval step") {
 		t.Errorf("progress output lacks loss, tok/s or eval lines: %q", s)
 	}
@@ -324,6 +325,7 @@ func TestEAGLE3EndToEnd(t *testing.T) {
 		t.Errorf("drafter.json written inside the export folder too; it belongs at the top of --out only")
 	}
 	checkProvenance(t, out, "eagle3", fp, dir)
+	checkSums(t, out, ProvenanceFile, "eagle3/config.json", "eagle3/model.safetensors")
 	cfg := readProv(t, filepath.Join(out, "eagle3", "config.json"))
 	if _, ok := cfg["eagle_aux_hidden_state_layer_ids"]; ok {
 		t.Errorf("the engines' default feature layers written into config.json: %v", cfg["eagle_aux_hidden_state_layer_ids"])
@@ -722,13 +724,12 @@ func TestTargetTemperatureFromData(t *testing.T) {
 	tmp := t.TempDir()
 	dir := filepath.Join(tmp, "cap")
 	writeCapture(t, dir, fp, distil(t, 12), []int{1, 3, 5}, true)
-	man, err := readJSONMap(filepath.Join(dir, capture.ManifestName))
+	man, err := capture.ReadManifest(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	man["generation"] = greedy // as drafter distill records greedy decoding
-	raw, _ := json.Marshal(man)
-	if err := os.WriteFile(filepath.Join(dir, capture.ManifestName), raw, 0o644); err != nil {
+	man.Generation = greedy // as drafter distill records greedy decoding
+	if err := capture.WriteManifest(dir, man); err != nil {
 		t.Fatal(err)
 	}
 	// A fresh run on greedy data records the greedy target temperature.
@@ -764,7 +765,7 @@ func TestTargetTemperatureFromData(t *testing.T) {
 	old.Method = one
 	m := started(old)
 	delete(m["trainer"].(map[string]any), "target_temperature")
-	raw, _ = json.Marshal(m)
+	raw, _ := json.Marshal(m)
 	if err := os.WriteFile(filepath.Join(opt.Out, ArgsFile), raw, 0o644); err != nil {
 		t.Fatal(err)
 	}

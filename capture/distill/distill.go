@@ -119,6 +119,10 @@ type Options struct {
 	Force bool
 	// Progress receives a progress bar and the summary; nil for none.
 	Progress io.Writer
+	// Notes receives what a run must say even without progress (--quiet):
+	// a --generator server left out because it does not answer, taken in
+	// later or unfit for the run, and the servers' warnings. nil: Progress.
+	Notes io.Writer
 	// Generator, when set, has serving engines generate the responses, which
 	// are then captured with teacher-forced prefills (remote.go); nil
 	// generates them with the target itself.
@@ -302,9 +306,7 @@ type plan struct {
 
 // prepare reads the prompts and builds the run's sample list and manifest.
 func prepare(t *target.Target, opt *Options) (*plan, error) {
-	m := t.Model
-	L := m.NumLayers()
-	layers, err := Layers(t.Config.EAGLE3DraftLayers(), L, opt.Layers)
+	layers, err := Layers(t.Config.EAGLE3DraftLayers(), t.Model.NumLayers(), opt.Layers)
 	if err != nil {
 		return nil, fmt.Errorf("distill: --layers: %w", err)
 	}
@@ -317,6 +319,9 @@ func prepare(t *target.Target, opt *Options) (*plan, error) {
 		return nil, fmt.Errorf("distill: %w", err)
 	}
 	if len(prompts) == 0 {
+		if skipped > 0 {
+			return nil, fmt.Errorf("distill: %s holds no valid prompt: all %d records are malformed (--skip-invalid skipped them)", opt.Prompts, skipped)
+		}
 		return nil, fmt.Errorf("distill: %s holds no prompts", opt.Prompts)
 	}
 	promptHash, err := data.PromptHash(opt.Prompts)
@@ -324,6 +329,23 @@ func prepare(t *target.Target, opt *Options) (*plan, error) {
 		return nil, err
 	}
 	sum := &Summary{Out: opt.Out, Prompts: len(prompts), Skipped: skipped, Settings: st}
+	items, capacity, err := sampleList(t, opt, prompts, st, sum)
+	if err != nil {
+		return nil, err
+	}
+	man, err := runManifest(t, opt, layers, st, promptHash)
+	if err != nil {
+		return nil, err
+	}
+	return &plan{layers: layers, settings: st, items: items, capacity: capacity, sum: sum, man: man}, nil
+}
+
+// sampleList builds the samples of this run's share of prompts, with the
+// sequence capacity the longest needs; a prompt that cannot be encoded or
+// leaves no room to generate stops the run unless --skip-invalid counts it
+// in sum.
+func sampleList(t *target.Target, opt *Options, prompts []data.Prompt, st generate.Settings, sum *Summary) ([]item, int, error) {
+	m := t.Model
 	var items []item
 	capacity := 2
 	for i := range prompts {
@@ -344,15 +366,24 @@ func prepare(t *target.Target, opt *Options) (*plan, error) {
 			}
 		}
 		if !opt.SkipInvalid || strings.Contains(err.Error(), "no chat template") {
-			return nil, fmt.Errorf("distill: %s:%d: %w (--skip-invalid skips such prompts)", opt.Prompts, p.Line, err)
+			return nil, 0, fmt.Errorf("distill: %s:%d: %w (--skip-invalid skips such prompts)", opt.Prompts, p.Line, err)
 		}
 		sum.TooLong++
 	}
 	sum.Samples = len(items)
+	if len(items) == 0 {
+		return nil, 0, noSampleToGenerate(opt, prompts, sum, m.MaxPositions())
+	}
+	return items, capacity, nil
+}
 
+// runManifest is the manifest of a run: the stored layout, the generation
+// settings and every argument a resume must repeat.
+func runManifest(t *target.Target, opt *Options, layers []int, st generate.Settings, promptHash string) (capture.Manifest, error) {
+	m := t.Model
 	layout := capture.Layout{Layers: layers, FinalNorm: true, Hidden: m.HiddenSize(), DType: opt.DType}
 	if err := layout.Validate(); err != nil {
-		return nil, fmt.Errorf("distill: %w", err)
+		return capture.Manifest{}, fmt.Errorf("distill: %w", err)
 	}
 	genDesc := map[string]any{
 		"temperature": st.Params.Temperature, "top_p": st.Params.TopP, "top_k": st.Params.TopK, "min_p": st.Params.MinP,
@@ -383,18 +414,83 @@ func prepare(t *target.Target, opt *Options) (*plan, error) {
 		TokenizerHash: t.TokenizerHash, ChatTemplateHash: t.TemplateHash(), Generation: genDesc, Seed: int64(opt.Seed),
 		PromptFileHash: promptHash, Args: args,
 	}
-	return &plan{layers: layers, settings: st, items: items, capacity: capacity, sum: sum, man: man}, nil
+	return man, nil
+}
+
+// noSampleToGenerate says why a run has no sample at all, which would leave
+// an empty capture that trains nothing: the --shard takes none of the
+// prompts, or --skip-invalid skipped every one of its share.
+func noSampleToGenerate(opt *Options, prompts []data.Prompt, sum *Summary, context int) error {
+	share := 0
+	for i := range prompts {
+		if prompts[i].Index%opt.NumShards == opt.Shard {
+			share++
+		}
+	}
+	if share == 0 {
+		return fmt.Errorf("distill: no sample to generate: --shard %d/%d takes none of the %d prompts of %s (prompt i goes to the shard i modulo %d)",
+			opt.Shard, opt.NumShards, len(prompts), opt.Prompts, opt.NumShards)
+	}
+	return fmt.Errorf("distill: no sample to generate: --skip-invalid skipped every prompt of %s in this run's share (%d malformed, %d too long to leave room to generate in the model's context of %d tokens)",
+		opt.Prompts, sum.Skipped, sum.TooLong, context)
+}
+
+// canonical returns v as ReadManifest decodes it (JSON objects as maps,
+// numbers as float64), so that a manifest marshals to the same bytes whether
+// it was built by this run or read back by a resumed one: a struct's fields
+// keep their declared order, a map's keys are sorted.
+func canonical(v any) (any, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("distill: encoding the manifest's generation block: %w", err)
+	}
+	var out any
+	if err := json.Unmarshal(b, &out); err != nil {
+		return nil, fmt.Errorf("distill: decoding the manifest's generation block: %w", err)
+	}
+	return out, nil
 }
 
 // runLocal is Run generating with the target itself; p is what prepare
-// resolved.
+// resolved. Its steps: open (or resume) the output, start the session,
+// generate and store block by block, then finish as a remote run does.
 func runLocal(ctx context.Context, t *target.Target, opt Options, p *plan, start time.Time) (*Summary, error) {
-	m, items, sum := t.Model, p.items, p.sum
-	out, err := openOutput(opt.Out, p.man, opt.Force)
+	out, err := openLocalOutput(&opt, p)
+	if err != nil {
+		return nil, err
+	}
+	ses, err := startSession(out, &opt, len(p.items), nil)
+	if err != nil {
+		return nil, err
+	}
+	defer ses.resp.close()
+	m := t.Model
+	eng, err := generate.NewEngine(m, generate.EngineOptions{Params: p.settings.Params, Seed: opt.Seed, Stop: t.Stop,
+		Batch: opt.Batch, Capacity: p.capacity, Taps: taps(p.layers, m.NumLayers())})
+	if err != nil {
+		return nil, ses.fail(ctx, err)
+	}
+	g := &localGen{t: t, opt: &opt, items: p.items, done: p.sum.Resumed, ses: ses, eng: eng, start: start,
+		bar: newBar(opt.Progress, "distill", len(p.items), p.sum.Resumed)}
+	err = g.run(ctx)
+	stats := eng.Stats()
+	p.sum.Generated = stats.Generated
+	return ses.finish(ctx, &opt, p.sum, start, err, ending{bar: g.bar, writeTime: g.writeTime, compute: stats.Copy})
+}
+
+// openLocalOutput opens the output folder for a local run, new or resumed,
+// and checks that what it stores is a prefix of this run's sample list: the
+// block schedule restarts from the count of stored samples alone.
+func openLocalOutput(opt *Options, p *plan) (*output, error) {
+	items, man := p.items, p.man
+	var err error
+	if man.Generation, err = canonical(man.Generation); err != nil {
+		return nil, err
+	}
+	out, err := openOutput(opt.Out, man, opt.Force)
 	if err != nil {
 		return nil, fmt.Errorf("distill: %w", err)
 	}
-	// The stored samples must be a prefix of this run's sample list.
 	done := len(out.done)
 	if done > len(items) {
 		return nil, fmt.Errorf("distill: %s stores %d samples, more than this run's %d", opt.Out, done, len(items))
@@ -404,28 +500,37 @@ func runLocal(ctx context.Context, t *target.Target, opt Options, p *plan, start
 			return nil, fmt.Errorf("distill: %s does not store sample %d although it stores %d samples: the samples are not this run's first ones; start over with --force", opt.Out, items[i].id, done)
 		}
 	}
-	sum.Resumed = done
-	ses, err := startSession(out, &opt, len(items), nil)
-	if err != nil {
-		return nil, err
-	}
-	defer ses.resp.close()
-	fail := func(err error) (*Summary, error) { return nil, ses.fail(ctx, err) }
+	p.sum.Resumed = done
+	return out, nil
+}
 
-	eng, err := generate.NewEngine(m, generate.EngineOptions{Params: p.settings.Params, Seed: opt.Seed, Stop: t.Stop,
-		Batch: opt.Batch, Capacity: p.capacity, Taps: taps(p.layers, m.NumLayers())})
-	if err != nil {
-		return fail(err)
-	}
-	bar := newBar(opt.Progress, "distill", len(items), done)
-	var writeTime time.Duration
-	var tok32 []int32
-	var mask []bool
-	block := blockPerBatch * opt.Batch
+// localGen generates a local run's samples with the engine and stores each
+// as it finishes; its buffers are reused from sample to sample.
+type localGen struct {
+	t     *target.Target
+	opt   *Options
+	items []item
+	// done samples were stored before this run started.
+	done      int
+	ses       *session
+	eng       *generate.Engine
+	bar       *progressbar.ProgressBar
+	start     time.Time
+	writeTime time.Duration
+	tok32     []int32
+	mask      []bool
+}
+
+// run generates the samples not yet stored in blocks of blockPerBatch*batch,
+// from the block holding the first of them, so that every pass is composed
+// as in an uninterrupted run.
+func (g *localGen) run(ctx context.Context) error {
+	items := g.items
+	block := blockPerBatch * g.opt.Batch
 	jobs := make([]generate.Job, 0, block)
 	first := len(items) // nothing left to generate when all are stored
-	if done < len(items) {
-		first = done / block * block
+	if g.done < len(items) {
+		first = g.done / block * block
 	}
 	for b0 := first; b0 < len(items); b0 += block {
 		b1 := min(b0+block, len(items))
@@ -433,59 +538,49 @@ func runLocal(ctx context.Context, t *target.Target, opt Options, p *plan, start
 		for _, it := range items[b0:b1] {
 			jobs = append(jobs, generate.Job{Stream: uint64(it.id), Prompt: it.ids, MaxNew: it.budget})
 		}
-		err := eng.Run(ctx, jobs, func(d generate.Done) error {
-			g := b0 + d.Job
-			if g < done {
-				return nil // stored before the restart; regenerated for an identical schedule
-			}
-			it := &items[g]
-			t0 := time.Now()
-			tok32, mask = tok32[:0], mask[:0]
-			for _, id := range it.ids {
-				tok32 = append(tok32, int32(id))
-				mask = append(mask, false)
-			}
-			for _, id := range d.Tokens {
-				tok32 = append(tok32, int32(id))
-				mask = append(mask, true)
-			}
-			if err := ses.resp.add(response(t, it, d)); err != nil {
-				return err
-			}
-			if err := ses.w.Write(capture.Sample{ID: it.id, Tokens: tok32, LossMask: mask, States: d.States}); err != nil {
-				return promptError(opt.Prompts, it, err)
-			}
-			writeTime += time.Since(t0)
-			if bar != nil {
-				el := time.Since(start).Seconds()
-				bar.Describe(fmt.Sprintf("distill %.0f tok/s", float64(eng.Stats().Generated)/el))
-				bar.Add(1)
-			}
-			return nil
-		})
+		err := g.eng.Run(ctx, jobs, func(d generate.Done) error { return g.store(b0+d.Job, d) })
 		var je *generate.JobError
 		if errors.As(err, &je) {
-			err = promptError(opt.Prompts, &items[b0+je.Job], err)
+			err = promptError(g.opt.Prompts, &items[b0+je.Job], err)
 		}
 		if err != nil {
-			return fail(err)
+			return err
 		}
 	}
+	return nil
+}
+
+// store writes finished sample number k of the run (its response line, then
+// its shard rows), skipping one stored before the restart: its block is
+// regenerated only for an identical schedule.
+func (g *localGen) store(k int, d generate.Done) error {
+	if k < g.done {
+		return nil
+	}
+	it := &g.items[k]
 	t0 := time.Now()
-	final, err := ses.close(ctx, bar, opt.Progress)
-	if err != nil {
-		return nil, err
+	g.tok32, g.mask = g.tok32[:0], g.mask[:0]
+	for _, id := range it.ids {
+		g.tok32 = append(g.tok32, int32(id))
+		g.mask = append(g.mask, false)
 	}
-	writeTime += time.Since(t0)
-	stats := eng.Stats()
-	sum.Manifest = final
-	sum.Generated = stats.Generated
-	sum.Seconds = time.Since(start).Seconds()
-	sum.CaptureSeconds = (writeTime + stats.Copy).Seconds()
-	if opt.Progress != nil {
-		sum.WriteText(opt.Progress)
+	for _, id := range d.Tokens {
+		g.tok32 = append(g.tok32, int32(id))
+		g.mask = append(g.mask, true)
 	}
-	return sum, nil
+	if err := g.ses.resp.add(response(g.t, it, d)); err != nil {
+		return err
+	}
+	if err := g.ses.w.Write(capture.Sample{ID: it.id, Tokens: g.tok32, LossMask: g.mask, States: d.States}); err != nil {
+		return promptError(g.opt.Prompts, it, err)
+	}
+	g.writeTime += time.Since(t0)
+	if g.bar != nil {
+		el := time.Since(g.start).Seconds()
+		g.bar.Describe(fmt.Sprintf("distill %.0f tok/s", float64(g.eng.Stats().Generated)/el))
+		g.bar.Add(1)
+	}
+	return nil
 }
 
 // promptError names the prompt (file and line) and the sample a failure
@@ -530,20 +625,41 @@ func startSession(out *output, opt *Options, total int, sync func() error) (*ses
 	return s, nil
 }
 
+// resumable marks a failure that a rerun of the same command continues from
+// once its cause is gone (a server lost mid-run, a request it refused):
+// session.fail adds what is stored and says how to resume, with when (""
+// for at once).
+type resumable struct {
+	err  error
+	when string
+}
+
+func (r *resumable) Error() string { return r.err.Error() }
+
+func (r *resumable) Unwrap() error { return r.err }
+
 // fail stops the session after err: the unfinished shard is dropped and
 // responses.jsonl cut back to the stored samples, so the run stays resumable;
-// an interruption says so.
+// an interruption or a resumable failure says so.
 func (s *session) fail(ctx context.Context, err error) error {
 	s.w.Abort()
 	if terr := s.resp.truncate(s.w.Manifest().Totals.Samples); terr != nil {
 		return fmt.Errorf("%w (and %v)", err, terr)
 	}
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-		man := s.w.Manifest()
-		return fmt.Errorf("distill: interrupted: %d of %d samples are stored in %d shards in %s%s; rerun the same command to resume",
-			man.Totals.Samples, s.total, len(man.Shards), s.dir, s.note)
+		return fmt.Errorf("distill: interrupted: %s; rerun the same command to resume", s.stored())
+	}
+	var r *resumable
+	if errors.As(err, &r) {
+		return fmt.Errorf("%w; %s; rerun the same command to resume%s", err, s.stored(), r.when)
 	}
 	return err
+}
+
+// stored says what the output folder keeps of a run that stopped.
+func (s *session) stored() string {
+	man := s.w.Manifest()
+	return fmt.Sprintf("%d of %d samples are stored in %d shards in %s%s", man.Totals.Samples, s.total, len(man.Shards), s.dir, s.note)
 }
 
 // close finishes the last shard, the manifest, responses.jsonl and the
@@ -561,6 +677,53 @@ func (s *session) close(ctx context.Context, bar *progressbar.ProgressBar, progr
 		fmt.Fprintln(progress)
 	}
 	return final, nil
+}
+
+// ending is what a distill's generating step, local or remote, leaves for
+// session.finish to report.
+type ending struct {
+	bar *progressbar.ProgressBar
+	// writeTime was spent storing samples; compute is the rest of the
+	// capture's share: the states copied out of the decode passes (local)
+	// or the teacher-forced prefills (remote).
+	writeTime, compute time.Duration
+	// empty, when set, is the error of a run that would store no sample.
+	empty error
+	// gen is generated.jsonl (remote), closed after the manifest; nil for
+	// a local run.
+	gen *generatedFile
+	// report is printed before the summary (remote: the requests made).
+	report string
+}
+
+// finish ends a distill, local or remote, in one place so that both leave
+// the folder alike: a failure (err, or e.empty) stops the session resumably;
+// otherwise the last shard, the final manifest and the files are closed and
+// sum is completed and printed.
+func (s *session) finish(ctx context.Context, opt *Options, sum *Summary, start time.Time, err error, e ending) (*Summary, error) {
+	if err == nil {
+		err = e.empty
+	}
+	if err != nil {
+		return nil, s.fail(ctx, err)
+	}
+	t0 := time.Now()
+	final, err := s.close(ctx, e.bar, opt.Progress)
+	if err != nil {
+		return nil, err
+	}
+	writeTime := e.writeTime + time.Since(t0)
+	if err := e.gen.close(); err != nil {
+		return nil, err
+	}
+	sum.Manifest = final
+	sum.Seconds = time.Since(start).Seconds()
+	sum.CaptureSeconds = (writeTime + e.compute).Seconds()
+	if opt.Progress != nil {
+		fmt.Fprint(opt.Progress, e.report)
+		sum.WriteText(opt.Progress)
+	}
+	return sum, nil
 }
 
 // newBar is a run's progress bar on w (nil without w), done of total already.

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/schollz/progressbar/v3"
+
 	"github.com/drafter-ai/drafter/capture"
 	"github.com/drafter-ai/drafter/data"
 	"github.com/drafter-ai/drafter/pkg/chat"
@@ -42,8 +44,55 @@ type CaptureOptions struct {
 // marker, and a drafter must learn where answers end). Sample i is the i-th
 // valid record. Groups of Batch consecutive samples share a pass, so a resumed
 // capture reproduces an uninterrupted one bit for bit.
+//
+// Its steps: check the options and take the folder's lock, read and encode
+// the conversations into the manifest's plan, open (or resume) the output,
+// prefill group by group, then close and report.
 func Capture(ctx context.Context, t *target.Target, opt CaptureOptions) (*Summary, error) {
 	start := time.Now()
+	if err := opt.check(); err != nil {
+		return nil, err
+	}
+	lock, err := outlock.Acquire(opt.Out, "drafter capture")
+	if err != nil {
+		return nil, fmt.Errorf("capture: %w", err)
+	}
+	defer lock.Release()
+	c, err := prepareCapture(t, &opt)
+	if err != nil {
+		return nil, err
+	}
+	w, err := c.open(&opt)
+	if err != nil {
+		return nil, err
+	}
+	bar := newBar(opt.Progress, "capture", len(c.items), c.sum.Resumed)
+	pf := newPrefiller(t.Model, taps(c.layers, t.Model.NumLayers()), c.capacity)
+	if err := c.prefill(ctx, &opt, w, pf, bar); err != nil {
+		return nil, c.fail(ctx, &opt, w, err)
+	}
+	final, err := w.Close()
+	if err != nil {
+		return nil, c.fail(ctx, &opt, w, err)
+	}
+	if bar != nil {
+		bar.Finish()
+		fmt.Fprintln(opt.Progress)
+	}
+	sum := c.sum
+	sum.Manifest = final
+	sum.Seconds = time.Since(start).Seconds()
+	sum.CaptureSeconds = sum.Seconds - pf.forward.Seconds()
+	if opt.Progress != nil {
+		fmt.Fprintf(opt.Progress, "capture: %d samples in %s (%d resumed), %d rows (%d loss-masked), %d shards, %.0f bytes per token, %.1fs\n",
+			final.Totals.Samples, opt.Out, sum.Resumed, final.Totals.Rows, final.Totals.ResponseTokens, len(final.Shards), final.BytesPerToken, sum.Seconds)
+	}
+	return sum, nil
+}
+
+// check fills opt's defaults and checks it, before anything is read or
+// locked.
+func (opt *CaptureOptions) check() error {
 	if opt.Batch == 0 {
 		opt.Batch = 1
 	}
@@ -51,19 +100,37 @@ func Capture(ctx context.Context, t *target.Target, opt CaptureOptions) (*Summar
 		opt.DType = capture.Float16
 	}
 	if opt.Batch < 1 {
-		return nil, fmt.Errorf("capture: --batch %d: want at least 1", opt.Batch)
+		return fmt.Errorf("capture: --batch %d: want at least 1", opt.Batch)
 	}
 	if opt.Out == "" {
-		return nil, fmt.Errorf("capture: no output directory")
+		return fmt.Errorf("capture: no output directory")
 	}
-	lock, err := outlock.Acquire(opt.Out, "drafter capture")
-	if err != nil {
-		return nil, fmt.Errorf("capture: %w", err)
-	}
-	defer lock.Release()
+	return nil
+}
+
+// sampleIn is one conversation of a capture, encoded.
+type sampleIn struct {
+	id   int64
+	ids  []int
+	mask []bool
+}
+
+// capturePlan is what Capture resolved before prefilling: the layers, the
+// samples, the longest one and the manifest that describes the run.
+type capturePlan struct {
+	layers   []int
+	items    []sampleIn
+	capacity int
+	sum      *Summary
+	man      capture.Manifest
+}
+
+// prepareCapture reads and encodes the conversations and builds the
+// manifest; a conversation that cannot be encoded or does not fit the model
+// stops the run unless --skip-invalid counts it.
+func prepareCapture(t *target.Target, opt *CaptureOptions) (*capturePlan, error) {
 	m := t.Model
-	L := m.NumLayers()
-	layers, err := Layers(t.Config.EAGLE3DraftLayers(), L, opt.Layers)
+	layers, err := Layers(t.Config.EAGLE3DraftLayers(), m.NumLayers(), opt.Layers)
 	if err != nil {
 		return nil, fmt.Errorf("capture: --layers: %w", err)
 	}
@@ -75,36 +142,30 @@ func Capture(ctx context.Context, t *target.Target, opt CaptureOptions) (*Summar
 	if err != nil {
 		return nil, err
 	}
-	sum := &Summary{Out: opt.Out, Prompts: len(convs), Skipped: skipped}
-	type sampleIn struct {
-		id   int64
-		ids  []int
-		mask []bool
-	}
-	var items []sampleIn
+	c := &capturePlan{layers: layers, sum: &Summary{Out: opt.Out, Prompts: len(convs), Skipped: skipped}}
 	eos := t.Stop[0]
 	for i := range convs {
-		c := &convs[i]
-		ids, mask, err := encodeConversation(t, c, eos)
+		cv := &convs[i]
+		ids, mask, err := encodeConversation(t, cv, eos)
 		if err == nil && len(ids) > m.MaxPositions() {
 			err = fmt.Errorf("%d tokens exceed the model's context of %d", len(ids), m.MaxPositions())
 		}
 		if err != nil {
 			if !opt.SkipInvalid {
-				return nil, fmt.Errorf("capture: %s:%d: %w (--skip-invalid skips such records)", opt.Conversations, c.Line, err)
+				return nil, fmt.Errorf("capture: %s:%d: %w (--skip-invalid skips such records)", opt.Conversations, cv.Line, err)
 			}
-			sum.TooLong++
+			c.sum.TooLong++
 			continue
 		}
-		items = append(items, sampleIn{id: int64(c.Index), ids: ids, mask: mask})
+		c.items = append(c.items, sampleIn{id: int64(cv.Index), ids: ids, mask: mask})
 	}
-	if len(items) == 0 {
+	if len(c.items) == 0 {
 		return nil, fmt.Errorf("capture: %s holds no usable conversations", opt.Conversations)
 	}
-	sum.Samples = len(items)
-	capacity := 1
-	for _, it := range items {
-		capacity = max(capacity, len(it.ids))
+	c.sum.Samples = len(c.items)
+	c.capacity = 1
+	for _, it := range c.items {
+		c.capacity = max(c.capacity, len(it.ids))
 	}
 	args := map[string]string{
 		"command": "capture", "model_fingerprint": t.Fingerprint, "tokenizer_hash": t.TokenizerHash,
@@ -112,10 +173,17 @@ func Capture(ctx context.Context, t *target.Target, opt CaptureOptions) (*Summar
 		"batch": strconv.Itoa(opt.Batch), "layers": fmt.Sprint(layers), "dtype": string(opt.DType),
 		"shard_rows": strconv.FormatInt(opt.ShardRows, 10), "shard_bytes": strconv.FormatInt(opt.ShardBytes, 10),
 	}
-	man := capture.Manifest{ModelFingerprint: t.Fingerprint, Layers: layers, FinalNorm: true, DType: opt.DType,
+	c.man = capture.Manifest{ModelFingerprint: t.Fingerprint, Layers: layers, FinalNorm: true, DType: opt.DType,
 		HiddenSize: m.HiddenSize(), TokenizerHash: t.TokenizerHash, ChatTemplateHash: t.TemplateHash(),
 		Generation: map[string]any{"teacher_forced": true, "raw_pair_eos": eos}, PromptFileHash: hash, Args: args}
-	out, err := openOutput(opt.Out, man, opt.Force)
+	return c, nil
+}
+
+// open starts the capture in opt.Out or resumes the one there, whose stored
+// samples must be this run's first ones (the groups restart from their
+// count), and returns the shard writer.
+func (c *capturePlan) open(opt *CaptureOptions) (*capture.Writer, error) {
+	out, err := openOutput(opt.Out, c.man, opt.Force)
 	if err != nil {
 		// Not wrapped: the errors name the folder, and the resume refusals
 		// already begin "capture: cannot resume".
@@ -123,31 +191,29 @@ func Capture(ctx context.Context, t *target.Target, opt CaptureOptions) (*Summar
 	}
 	done := len(out.done)
 	for i := 0; i < done; i++ {
-		if i >= len(items) || !has(out.done, items[i].id) {
+		if i >= len(c.items) || !has(out.done, c.items[i].id) {
 			return nil, fmt.Errorf("capture: %s stores samples that are not this run's first %d; start over with --force", opt.Out, done)
 		}
 	}
-	sum.Resumed = done
+	c.sum.Resumed = done
 	w, err := out.writer(capture.ShardOptions{MaxRows: opt.ShardRows, MaxBytes: opt.ShardBytes})
 	if err != nil {
 		return nil, fmt.Errorf("capture: %w", err)
 	}
-	bar := newBar(opt.Progress, "capture", len(items), done)
-	pf := newPrefiller(m, taps(layers, L), capacity)
+	return w, nil
+}
+
+// prefill runs the groups of Batch samples from the one holding the first
+// sample not yet stored, writing each new sample's states to w; the already
+// stored samples of that group are prefilled again so that the pass is
+// composed as in an uninterrupted run.
+func (c *capturePlan) prefill(ctx context.Context, opt *CaptureOptions, w *capture.Writer, pf *prefiller, bar *progressbar.ProgressBar) error {
+	items, done := c.items, c.sum.Resumed
 	var tok32 []int32
-	fail := func(err error) (*Summary, error) {
-		w.Abort()
-		if ctx.Err() != nil && err == ctx.Err() {
-			mm := w.Manifest()
-			return nil, fmt.Errorf("capture: interrupted: %d of %d samples are stored in %d shards in %s; rerun the same command to resume",
-				mm.Totals.Samples, len(items), len(mm.Shards), opt.Out)
-		}
-		return nil, err
-	}
 	seqs := make([][]int, 0, opt.Batch)
 	for g0 := done / opt.Batch * opt.Batch; g0 < len(items) && done < len(items); g0 += opt.Batch {
 		if err := ctx.Err(); err != nil {
-			return fail(err)
+			return err
 		}
 		group := items[g0:min(g0+opt.Batch, len(items))]
 		seqs = seqs[:0]
@@ -172,25 +238,23 @@ func Capture(ctx context.Context, t *target.Target, opt CaptureOptions) (*Summar
 			return nil
 		})
 		if err != nil {
-			return fail(err)
+			return err
 		}
 	}
-	final, err := w.Close()
-	if err != nil {
-		return fail(err)
+	return nil
+}
+
+// fail stops the capture after err, dropping the unfinished shard so that
+// the run stays resumable; an interruption says what is stored and how to
+// resume.
+func (c *capturePlan) fail(ctx context.Context, opt *CaptureOptions, w *capture.Writer, err error) error {
+	w.Abort()
+	if ctx.Err() != nil && err == ctx.Err() {
+		mm := w.Manifest()
+		return fmt.Errorf("capture: interrupted: %d of %d samples are stored in %d shards in %s; rerun the same command to resume",
+			mm.Totals.Samples, len(c.items), len(mm.Shards), opt.Out)
 	}
-	if bar != nil {
-		bar.Finish()
-		fmt.Fprintln(opt.Progress)
-	}
-	sum.Manifest = final
-	sum.Seconds = time.Since(start).Seconds()
-	sum.CaptureSeconds = sum.Seconds - pf.forward.Seconds()
-	if opt.Progress != nil {
-		fmt.Fprintf(opt.Progress, "capture: %d samples in %s (%d resumed), %d rows (%d loss-masked), %d shards, %.0f bytes per token, %.1fs\n",
-			final.Totals.Samples, opt.Out, done, final.Totals.Rows, final.Totals.ResponseTokens, len(final.Shards), final.BytesPerToken, sum.Seconds)
-	}
-	return sum, nil
+	return err
 }
 
 // prefiller runs teacher-forced prefills of whole sequences, several per

@@ -52,7 +52,11 @@ With --generator URL[,URL...] serving engines generate the responses instead: ea
 to the completions endpoint as token ids, with the sampling settings and a seed per sample; the
 answers' token ids (or, from an engine that returns only text, the re-tokenized text, checked
 to round-trip) are captured with teacher-forced prefills on this machine into the same shards.
-Every answer is recorded in generated.jsonl as it arrives, so a rerun never asks twice.`,
+Every answer is recorded in generated.jsonl as it arrives, so a rerun never asks twice. A server
+that does not answer at the start is left out, said on stderr, and taken in once it answers; the
+run fails only when none answers. Answers that name another model than the one requested stop the
+run (--allow-served-model NAME accepts them and records NAME in manifest.json). A run that would
+store no sample (every prompt skipped, every answer unusable) fails saying why.`,
 		Example: `  drafter distill --model models/stories260k --prompts data/prompts/stories.jsonl --out runs/d1
   drafter distill --model /models/my-sft --prompts chats.jsonl --out /data/d --batch 16 --shard 3/8
   drafter distill --model /models/my-sft --prompts chats.jsonl --out /data/d --generator http://vllm-0:8000,http://vllm-1:8000 --concurrency 64`,
@@ -65,6 +69,7 @@ Every answer is recorded in generated.jsonl as it arrives, so a rerun never asks
 			if d.DType, d.Progress, err = cf.resolve(c, own...); err != nil {
 				return err
 			}
+			d.Notes = c.ErrOrStderr() // a server left out is said even with --quiet
 			d.Shard, d.NumShards = 0, 1
 			if c.Flags().Changed("shard") {
 				if d.Shard, d.NumShards, err = parseShard(shard); err != nil {

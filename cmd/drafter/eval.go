@@ -83,9 +83,13 @@ leaves them for inspection.`,
 			checks := append(sf.checks(),
 				flagCheck{"limit", opt.Limit < 0, "0 (all prompts) or a positive number of prompts"},
 				flagCheck{"mode", mode != string(eval.ModeChain) && mode != string(eval.ModeTree), "chain or tree"},
-				flagCheck{"depth", opt.Config.Depth < 0, "0 (the default for the drafter and --mode) or a positive depth"},
-				flagCheck{"topk", opt.Config.TopK < 0, "0 (the default, 8) or a positive number of children"},
-				flagCheck{"total-tokens", opt.Config.TotalTokens < 0, "0 (the default, 60) or a positive number of tokens"},
+				flagCheck{"depth", opt.Config.Depth < 0 || opt.Config.Depth > eval.MaxDepth,
+					fmt.Sprintf("0 (the default for the drafter and --mode) or 1 to %d (drafted tokens of a chain, expansion rounds of a tree)", eval.MaxDepth)},
+				flagCheck{"topk", opt.Config.TopK < 0 || opt.Config.TopK > eval.MaxTopK,
+					fmt.Sprintf("0 (the default, 8) or 1 to %d children per node", eval.MaxTopK)},
+				// 1 would verify the root alone: no draft at all.
+				flagCheck{"total-tokens", opt.Config.TotalTokens < 0 || opt.Config.TotalTokens == 1 || opt.Config.TotalTokens > eval.MaxTotalTokens,
+					fmt.Sprintf("0 (the default, 60) or 2 to %d positions (the root and at least one drafted token)", eval.MaxTotalTokens)},
 				flagCheck{"min-acceptance", opt.Gate.MinAcceptance < 0, "0 (no gate) or a positive mean acceptance length"},
 			)
 			if err := checkFlags(c, checks); err != nil {
@@ -145,9 +149,9 @@ leaves them for inspection.`,
 	fs.Lookup("max-new-tokens").Usage = fmt.Sprintf("most tokens to generate per prompt, at least 1 and less than the model's context (default %d)", eval.DefaultMaxNewTokens)
 	fs.BoolVar(&opt.IgnoreEOS, "ignore-eos", false, "generate --max-new-tokens on every prompt, ignoring end-of-sequence tokens")
 	fs.StringVar(&mode, "mode", string(eval.ModeTree), "draft shape: chain or tree")
-	fs.IntVar(&opt.Config.Depth, "depth", 0, "chain: drafted tokens (Medusa: heads used; default all heads, EAGLE-3: 4); EAGLE-2 tree: expansion rounds (default 7)")
-	fs.IntVar(&opt.Config.TopK, "topk", 0, "EAGLE-2 tree: children per node and nodes kept per depth (default 8)")
-	fs.IntVar(&opt.Config.TotalTokens, "total-tokens", 0, "EAGLE-2 tree: positions verified, root included (default 60)")
+	fs.IntVar(&opt.Config.Depth, "depth", 0, fmt.Sprintf("chain: drafted tokens (Medusa: heads used; default all heads, EAGLE-3: 4); EAGLE-2 tree: expansion rounds (default 7); at most %d", eval.MaxDepth))
+	fs.IntVar(&opt.Config.TopK, "topk", 0, fmt.Sprintf("EAGLE-2 tree: children per node and nodes kept per depth, 1 to %d (default 8)", eval.MaxTopK))
+	fs.IntVar(&opt.Config.TotalTokens, "total-tokens", 0, fmt.Sprintf("EAGLE-2 tree: positions verified, root included, 2 to %d (default 60)", eval.MaxTotalTokens))
 	fs.StringVar(&tree, "tree", "", "Medusa static tree: a JSON list of paths, e.g. [[0],[1],[0,0]], or a file holding one")
 	fs.StringVar(&typical, "typical", "", "Medusa typical acceptance EPS,ALPHA (e.g. 0.09,0.3; EPS in [0,1], ALPHA >= 0): lossy, needs --temperature > 0")
 	fs.BoolVar(&opt.AllowMismatch, "allow-mismatch", false, "measure a drafter trained for another target fingerprint instead of refusing it")

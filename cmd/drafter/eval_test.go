@@ -282,3 +282,36 @@ func TestParseFlags(t *testing.T) {
 		t.Fatal("a tree missing a prefix was accepted")
 	}
 }
+
+// TestEvalDamagedExport: a weight of the export with one flipped bit exits 1
+// naming the file (it used to be evaluated, exit 0); an export without
+// SHA256SUMS (an older drafter's) is evaluated with one warning line.
+func TestEvalDamagedExport(t *testing.T) {
+	if _, err := os.Stat(testutil.Stories260k()); err != nil {
+		t.Skip("bundled model missing:", err)
+	}
+	dir := exportRandomHeads(t, "")
+	base := []string{"eval", "--model", testutil.Stories260k(), "--drafter", dir, "--prompts", "../../data/prompts/stories-eval.jsonl",
+		"--limit", "1", "--max-new-tokens", "8", "--mode", "chain", "--quiet"}
+	weights := filepath.Join(dir, "vllm", "model.safetensors")
+	b, err := os.ReadFile(weights)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-2] ^= 0x01 // the last weight's low mantissa bit
+	if err := os.WriteFile(weights, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := runCLI(t, nil, base...); r.code != exitError || !strings.Contains(r.msg, weights+" is damaged") {
+		t.Fatalf("eval of an export with a flipped weight bit: exit %d: %s", r.code, r.msg)
+	}
+	old := exportRandomHeads(t, "")
+	if err := os.Remove(filepath.Join(old, "SHA256SUMS")); err != nil {
+		t.Fatal(err)
+	}
+	base[4] = old
+	r := runCLI(t, nil, base...)
+	if r.code != exitOK || strings.Count(r.stderr, "has no SHA256SUMS") != 1 {
+		t.Fatalf("eval of an export without sums: exit %d: %s\nstderr: %s", r.code, r.msg, r.stderr)
+	}
+}

@@ -209,6 +209,16 @@ func TestExitCodes(t *testing.T) {
 		{with(evalArgs, "--depth", "-1"), exitUsage, "--depth -1: want 0 (the default"},
 		{with(evalArgs, "--topk", "-1"), exitUsage, "--topk -1: want 0 (the default, 8)"},
 		{with(evalArgs, "--total-tokens", "-1"), exitUsage, "--total-tokens -1: want 0 (the default, 60)"},
+		// Values no draft can take: refused with the range, not left to fail
+		// (exit 1) or to allocate a tree the size of the context.
+		{with(evalArgs, "--total-tokens", "1"), exitUsage, "--total-tokens 1: want 0 (the default, 60) or 2 to 1024 positions"},
+		{with(evalArgs, "--total-tokens", "100000"), exitUsage, "--total-tokens 100000: want 0 (the default, 60) or 2 to 1024 positions"},
+		{with(evalArgs, "--total-tokens", "2"), exitOK, ""},
+		{with(evalArgs, "--total-tokens", "1024"), exitOK, ""},
+		{with(evalArgs, "--topk", "100000"), exitUsage, "--topk 100000: want 0 (the default, 8) or 1 to 64 children"},
+		{with(evalArgs, "--topk", "64"), exitOK, ""},
+		{with(evalArgs, "--depth", "100000"), exitUsage, "--depth 100000: want 0 (the default for the drafter and --mode) or 1 to 64"},
+		{with(evalArgs, "--depth", "64"), exitOK, ""},
 		{with(evalArgs, "--mode", "beam"), exitUsage, "--mode beam: want chain or tree"},
 		{with(evalArgs, "--max-drop", "5%"), exitUsage, "--max-drop needs --baseline"},
 		{with(evalArgs, "--baseline", "b.json"), exitUsage, "--baseline needs --max-drop"},

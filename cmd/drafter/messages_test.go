@@ -108,3 +108,33 @@ func TestSummaryJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestTokenizeChatHelp: --chat takes a file holding the conversation, and its
+// help says so (it said "JSON list of messages", and a conversation passed
+// inline was then reported as a missing file, exit 1); JSON given in place
+// of the file name is a command-line mistake that says what to do.
+func TestTokenizeChatHelp(t *testing.T) {
+	r := runCLI(t, nil, "tokenize", "--help")
+	if r.code != exitOK {
+		t.Fatalf("tokenize --help: exit %d: %s", r.code, r.msg)
+	}
+	var line string
+	for _, l := range strings.Split(r.out, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), "--chat") {
+			line = l
+		}
+	}
+	for _, want := range []string{"--chat FILE", "a file", "not the JSON itself"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("tokenize --help's --chat line %q does not say %q", line, want)
+		}
+	}
+	if strings.Contains(line, "--chat string") {
+		t.Errorf("tokenize --help's --chat line %q calls the value a string", line)
+	}
+	inline := `[{"role": "user", "content": "hi"}]`
+	r = runCLI(t, nil, "tokenize", "--model", testutil.Stories260k(), "--chat", inline)
+	if r.code != exitUsage || !strings.Contains(r.msg, "--chat takes the name of a file holding the conversation") {
+		t.Errorf("tokenize --chat with inline JSON: exit %d (%s); want %d and the file it takes", r.code, r.msg, exitUsage)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -17,7 +18,9 @@ type tokenizeOptions struct {
 	Model, Chat   string
 	Texts         []string
 	Special, JSON bool
-	Out           io.Writer
+	// Out receives the result, Warn the warnings (bytes of --chat's file
+	// that are not UTF-8).
+	Out, Warn io.Writer
 }
 
 func newCmdTokenize(runF func(*tokenizeOptions) error) *cobra.Command {
@@ -26,18 +29,22 @@ func newCmdTokenize(runF func(*tokenizeOptions) error) *cobra.Command {
 		Use:   "tokenize --model DIR [--special] [--json] TEXT... | --chat FILE.json",
 		Short: "Print the exact token ids the model is fed",
 		Long: `tokenize prints each TEXT's token ids (with --special, after the tokenizer's post-processor,
-e.g. with BOS). With --chat FILE.json it renders a conversation (a JSON list of
-{"role", "content"} messages) with the model's chat template and prints the text, its ids and
-the assistant spans (the token positions a drafter is trained on).
+e.g. with BOS). With --chat FILE.json it reads the conversation stored in that file (a JSON
+list of {"role", "content"} messages; the file's name goes on the command line, not the JSON),
+renders it with the model's chat template and prints the text, its ids and the assistant spans
+(the token positions a drafter is trained on).
 
 --model may name a whole checkpoint or a folder holding only tokenizer.json and
 tokenizer_config.json.`,
 		Example: `  drafter tokenize --model models/stories260k "Once upon a time"
   drafter tokenize --model /models/llama3 --chat conversation.json --json`,
 		RunE: func(c *cobra.Command, args []string) error {
-			o.Texts, o.Out = args, c.OutOrStdout()
+			o.Texts, o.Out, o.Warn = args, c.OutOrStdout(), c.ErrOrStderr()
 			if (o.Chat == "") == (len(args) == 0) {
 				return usagef("give either TEXT arguments or --chat FILE.json")
+			}
+			if looksInline(o.Chat) {
+				return usagef("--chat takes the name of a file holding the conversation, not the JSON itself: write %.40q... into a file, e.g. conversation.json, and pass --chat conversation.json", o.Chat)
 			}
 			if o.Chat != "" && o.Special {
 				return usagef("--special applies to TEXT arguments; a --chat conversation is tokenized as the model is fed it (its template writes the special tokens)")
@@ -50,11 +57,24 @@ tokenizer_config.json.`,
 	}
 	fs := c.Flags()
 	fs.StringVar(&o.Model, "model", "", "checkpoint or tokenizer folder")
-	fs.StringVar(&o.Chat, "chat", "", "render this conversation (JSON list of messages) with the chat template")
+	// The backquoted FILE is the value's name in the help (pflag's rule).
+	fs.StringVar(&o.Chat, "chat", "", "render with the chat template the conversation in `FILE`: a file holding a JSON list of {\"role\", \"content\"} messages (its name, not the JSON itself)")
 	fs.BoolVar(&o.Special, "special", false, "apply the post-processor (add BOS and other special tokens) to TEXT")
 	fs.BoolVar(&o.JSON, "json", false, `print one JSON object per input: {"text": ..., "ids": [...]}`)
 	requireFlags(c, "model")
 	return c
+}
+
+// looksInline reports whether a --chat value is a conversation written on
+// the command line rather than a file's name: it starts like JSON and names
+// no file. A file whose name starts with "[" or "{" still works.
+func looksInline(chat string) bool {
+	t := strings.TrimSpace(chat)
+	if !strings.HasPrefix(t, "[") && !strings.HasPrefix(t, "{") {
+		return false
+	}
+	_, err := os.Stat(chat)
+	return err != nil
 }
 
 func runTokenize(o *tokenizeOptions) error {
@@ -64,7 +84,7 @@ func runTokenize(o *tokenizeOptions) error {
 	}
 	var outs []inspect.Tokenized
 	if o.Chat != "" {
-		msgs, err := data.ReadMessagesFile(o.Chat)
+		msgs, err := data.ReadMessagesFile(o.Chat, data.ReadOptions{Warn: o.Warn})
 		if err != nil {
 			return err
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/drafter-ai/drafter/capture"
 	"github.com/drafter-ai/drafter/internal/testutil"
 	deagle3 "github.com/drafter-ai/drafter/pkg/drafters/eagle3"
 	dmedusa "github.com/drafter-ai/drafter/pkg/drafters/medusa"
@@ -256,15 +257,37 @@ func TestTrainIncompleteCapture(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nb := bytes.Replace(b, []byte(`"complete": true`), []byte(`"complete": false`), 1)
-	if bytes.Equal(nb, b) {
+	if !bytes.Contains(b, []byte(`"complete": true`)) {
 		t.Fatal("manifest.json holds no \"complete\": true")
 	}
-	if err := os.WriteFile(p, nb, 0o644); err != nil {
+	// As an interrupted distill leaves it: complete false, with its checksum.
+	m, err := capture.ReadManifest(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Complete = false
+	if err := capture.WriteManifest(data, m); err != nil {
 		t.Fatal(err)
 	}
 	r := runCLI(t, nil, "train", "medusa", "--model", testutil.Stories260k(), "--data", data, "--out", filepath.Join(t.TempDir(), "out"), "--quiet")
 	if r.code != exitError || !strings.Contains(r.msg, "incomplete") || !strings.Contains(r.msg, "rerun the same drafter distill command") || strings.Contains(r.msg, "--resume") {
 		t.Errorf("train on an incomplete capture: exit %d: %s", r.code, r.msg)
+	}
+}
+
+// TestTrainResumeWithoutCheckpoint: --resume into a folder without a
+// checkpoint exits 1 naming the missing file, and trains nothing (it used to
+// start from step 0 and overwrite the exports). The flag is valid; the
+// folder's state is what is wrong, as with a folder that already holds a run.
+func TestTrainResumeWithoutCheckpoint(t *testing.T) {
+	data := distillCapture(t, 2)
+	out := filepath.Join(t.TempDir(), "out")
+	r := runCLI(t, nil, "train", "medusa", "--model", testutil.Stories260k(), "--data", data, "--out", out, "--max-steps", "2", "--quiet", "--resume")
+	ckpt := filepath.Join(out, train.CheckpointFile)
+	if r.code != exitError || !strings.Contains(r.msg, ckpt+" does not exist") {
+		t.Fatalf("train --resume without a checkpoint: exit %d: %s", r.code, r.msg)
+	}
+	if _, err := os.Stat(filepath.Join(out, train.ProvenanceFile)); err == nil {
+		t.Error("the refused resume exported a drafter")
 	}
 }

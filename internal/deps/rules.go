@@ -1,4 +1,4 @@
-// Package deps holds the test that keeps the module's layering
+// Package deps holds the tests that keep the module's layering
 // (docs/architecture.md). Every package belongs to a layer, and imports only
 // its own layer or the ones below:
 //
@@ -8,7 +8,8 @@
 //	2  pkg/model, pkg/nn, pkg/kvcache, pkg/spec, pkg/sample
 //	1  the file formats and configurations under pkg/ (safetensors,
 //	   checkpoint, arch, tokenizer, chat, fingerprint, ...)
-//	0  pkg/tensor (the device interface), pkg/tensor/cpu (the CPU device)
+//	0  pkg/tensor (the device interface) and the devices under it,
+//	   pkg/tensor/cpu and pkg/tensor/cuda
 //
 // and, besides: pkg/tensor (the device interface) and its conformance suite
 // import no device (pkg/tensor/cpu, pkg/tensor/cuda); the stages never import

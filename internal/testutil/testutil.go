@@ -1,6 +1,8 @@
 // Package testutil holds the helpers tests across the module share: where the
-// bundled model and the shared reference data are, copies of model folders,
-// the process's CPU time, Pearson's chi-square test, random trees and error
+// bundled model and the shared reference data are, copies of model folders
+// and edits of their JSON files, the process's CPU time, the float64
+// references products and losses are checked against (GemmRef, LogSoftmax)
+// and their random inputs, Pearson's chi-square test, random trees and error
 // checks.
 //
 // It imports nothing of the module, so that the tests of every package,

@@ -3,10 +3,15 @@
 // apply_chat_template does, and locates the assistant turns in the rendered
 // text so that training can restrict its loss to what the model itself says.
 //
-// Templates are executed by github.com/ardanlabs/jinja. Messages, tools and
-// extra variables are handed to the engine as ordered values, so that `tojson`
-// and `items()` see keys in the order Python would (role, content, ... for
-// messages; the file's order for JSON given as json.RawMessage).
+// Templates are executed by a copy of github.com/ardanlabs/jinja v1.8.0
+// (internal/jinja) that bounds what one rendering may do: a template comes
+// with the checkpoint, so it is code we run, and one that loops or grows
+// without bound must stop with an error rather than hang, run out of memory
+// or overflow the stack (see MaxTemplateSteps and the limits beside it).
+// Messages, tools and extra variables are handed to the engine as ordered
+// values, so that `tojson` and `items()` see keys in the order Python would
+// (role, content, ... for messages; the file's order for JSON given as
+// json.RawMessage).
 package chat
 
 import (
@@ -21,7 +26,43 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ardanlabs/jinja"
+	"github.com/drafter-ai/drafter/pkg/chat/internal/jinja"
+)
+
+// The limits of one rendering of a chat template, far above what any real
+// template needs (a conversation of thousands of turns takes a few hundred
+// thousand steps). They count work, not time, so that a rendering passes or
+// fails alike on every machine.
+const (
+	// MaxTemplateSteps bounds the statements, expressions, loop iterations
+	// and value elements visited in one rendering (a few seconds at most).
+	MaxTemplateSteps = jinja.MaxSteps
+	// MaxTemplateBytes bounds the rendered text and every string the
+	// template builds.
+	MaxTemplateBytes = jinja.MaxBytes
+	// MaxTemplateWorkBytes bounds all the text one rendering builds, so
+	// that copying a large string again and again stops too.
+	MaxTemplateWorkBytes = jinja.MaxWorkBytes
+	// MaxTemplateItems bounds a list or dict the template builds.
+	MaxTemplateItems = jinja.MaxItems
+	// MaxTemplateCallDepth bounds nested macro and caller() calls.
+	MaxTemplateCallDepth = jinja.MaxCallDepth
+	// MaxTemplateNesting bounds the nesting of the values the template
+	// prints, compares or encodes (a list may hold itself).
+	MaxTemplateNesting = jinja.MaxNesting
+)
+
+// The errors a rendering stopped by a limit wraps, one per kind of limit.
+var (
+	// ErrTemplateSteps: more than MaxTemplateSteps steps or
+	// MaxTemplateWorkBytes of text built: the template loops without end.
+	ErrTemplateSteps = jinja.ErrSteps
+	// ErrTemplateSize: output or a value beyond MaxTemplateBytes or
+	// MaxTemplateItems: the template grows without bound.
+	ErrTemplateSize = jinja.ErrSize
+	// ErrTemplateDepth: calls or values nested beyond MaxTemplateCallDepth
+	// or MaxTemplateNesting: the template recurses without end.
+	ErrTemplateDepth = jinja.ErrDepth
 )
 
 // Message is one turn of a conversation.

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/ardanlabs/jinja"
+	"github.com/drafter-ai/drafter/pkg/chat/internal/jinja"
 )
 
 // messageValue converts a message to an ordered dict: role, content, then

@@ -167,7 +167,28 @@ type Options struct {
 	// never waited on in silence. It may be called from several goroutines
 	// at once.
 	OnRetry func(Retry)
+	// Notify, when set, is told in one line of every change in the set of
+	// servers taking requests (a server left out at Connect because it does
+	// not answer, taken in later, or answering but unfit for the run), so
+	// that a run going on with fewer servers than it was given says so. It
+	// may be called from several goroutines at once.
+	Notify func(msg string)
+	// StartGrace bounds how long Connect waits for the other servers once
+	// one has answered (default DefaultStartGrace): a server that has not
+	// answered by then is left out and probed in the background.
+	StartGrace time.Duration
+	// AllowServedModel accepts answers that name this model instead of the
+	// one requested (the OpenAI API's "model" field), for a router or
+	// gateway that reports another name for the same checkpoint. Without
+	// it such an answer is a *ModelError: an answer from another model is
+	// the silent failure a run must not have.
+	AllowServedModel string
 }
+
+// DefaultStartGrace is the default Options.StartGrace: long enough for a
+// loaded server to list its models and answer a one-token probe, short
+// enough that a hung replica does not hold up the others.
+const DefaultStartGrace = 10 * time.Second
 
 // Retry describes a failed attempt that will be retried.
 type Retry struct {
@@ -181,19 +202,34 @@ type Retry struct {
 	// attempt (0 when another server takes it at once).
 	Err  error
 	Wait time.Duration
+	// Asked is the wait the server asked for (Retry-After) when it was
+	// longer than MaxRetryAfter and Wait was cut to that; 0 otherwise.
+	Asked time.Duration
 }
 
 // Client sends requests to completion servers. It is safe for concurrent use.
+// A client that Connect found some servers down for probes them in the
+// background until Close.
 type Client struct {
 	opt   Options
 	model string
 	eps   []*endpoint
 	next  atomic.Uint64
+
+	// What Connect settled, for the background probes of servers that
+	// were down: the probe request and the token-id source of the run.
+	probe  Request
+	source Source
+	stop   context.CancelFunc
+	probes sync.WaitGroup
 }
 
 // endpoint is one server and its health.
 type endpoint struct {
 	base string // without trailing "/" or "/v1"
+	// out keeps the server out of the rotation: it did not answer at
+	// Connect, and no background probe has found it fit since.
+	out atomic.Bool
 
 	mu        sync.Mutex
 	downUntil time.Time
@@ -229,6 +265,9 @@ func New(opt Options) (*Client, error) {
 	}
 	if opt.MaxBackoff <= 0 {
 		opt.MaxBackoff = 30 * time.Second
+	}
+	if opt.StartGrace <= 0 {
+		opt.StartGrace = DefaultStartGrace
 	}
 	opt.MaxBackoff = max(opt.MaxBackoff, opt.Backoff)
 	if opt.HTTP == nil {
@@ -282,6 +321,13 @@ type Server struct {
 	OwnedBy string   `json:"owned_by,omitempty"`
 	// Source is where the probe's token ids came from.
 	Source Source `json:"token_id_source"`
+	// ServedModel is the model name the server's answer to the probe
+	// carried, when it was Options.AllowServedModel rather than the model
+	// requested.
+	ServedModel string `json:"served_model,omitempty"`
+	// Down tells that the server did not answer at Connect: the run started
+	// without it (Models and Source are then unknown).
+	Down bool `json:"down_at_start,omitempty"`
 }
 
 // Info is what Connect learned about the servers.
@@ -292,6 +338,9 @@ type Info struct {
 	Source Source   `json:"token_id_source"`
 	API    API      `json:"api"`
 	URLs   []string `json:"urls"`
+	// ServedModel is Options.AllowServedModel: the other model name whose
+	// answers the run accepts.
+	ServedModel string `json:"served_model,omitempty"`
 	// Servers are the per-server details.
 	Servers []Server `json:"servers"`
 	// Warnings name settings a server will not apply the way drafter does.
@@ -303,18 +352,46 @@ type Info struct {
 // probe to every server (with MaxTokens 1) to learn where its token ids come
 // from. Servers that serve different models or return ids differently are an
 // error: one run must describe its generator in one line.
+//
+// A server that does not answer (no connection, timeouts, 5xx) does not hold
+// up the others: once one server has answered, the rest are waited for until
+// each has failed once, StartGrace at most. Those that still fail are left
+// out of the rotation (Server.Down, one Notify line each) and probed in the
+// background, with a jittered backoff bounded by MaxBackoff, until they pass
+// the same checks and are taken in, or until Close or the end of ctx. Only
+// when no server answers does each get its whole retry budget, and the error
+// names every one. Call Connect once, before Run.
 func (c *Client) Connect(ctx context.Context, probe Request) (*Info, error) {
-	info := &Info{API: c.opt.API}
-	for _, ep := range c.eps {
-		s, err := c.listModels(ctx, ep)
-		if err != nil {
-			return nil, err
-		}
-		info.Servers = append(info.Servers, s)
+	probe.MaxTokens = 1
+	if err := c.check(&probe); err != nil {
+		return nil, err
+	}
+	info := &Info{API: c.opt.API, ServedModel: c.opt.AllowServedModel, Servers: make([]Server, len(c.eps))}
+	all := make([]int, len(c.eps))
+	for i, ep := range c.eps {
+		all[i] = i
 		info.URLs = append(info.URLs, ep.base)
+		info.Servers[i].URL = ep.base
+	}
+	down := map[int]error{}
+	// 1. The models each server lists.
+	res, err := c.reach(ctx, all, func(ctx context.Context, i int) error {
+		s, err := c.models(ctx, c.eps[i])
+		if err == nil {
+			info.Servers[i] = s
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	up, err := sortOut(c.eps, all, res, down, "listing models at")
+	if err != nil {
+		return nil, err
 	}
 	model := c.opt.Model
-	for _, s := range info.Servers {
+	for _, i := range up {
+		s := info.Servers[i]
 		switch {
 		case model == "" && len(s.Models) == 1:
 			model = s.Models[0]
@@ -325,37 +402,211 @@ func (c *Client) Connect(ctx context.Context, probe Request) (*Info, error) {
 		}
 	}
 	if model == "" {
-		return nil, fmt.Errorf("completions: %s lists no model at /v1/models; name the model", info.Servers[0].URL)
+		return nil, fmt.Errorf("completions: %s lists no model at /v1/models; name the model", info.Servers[up[0]].URL)
 	}
 	c.model, info.Model = model, model
-	probe.MaxTokens = 1
-	if err := c.check(&probe); err != nil {
+
+	// 2. One probe per server that answered: where its ids come from.
+	answers := make([]*Response, len(c.eps))
+	res, err = c.reach(ctx, up, func(ctx context.Context, i int) error {
+		r, err := c.probeOnce(ctx, c.eps[i], &probe)
+		answers[i] = r
+		return err
+	})
+	if err != nil {
 		return nil, err
 	}
-	for i, ep := range c.eps {
-		var r *Response
-		err := c.retry(ctx, probe.Key, false, func(ctx context.Context, _ int) (*endpoint, error) {
-			var err error
-			r, err = c.attempt(ctx, ep, &probe)
-			return ep, err
-		})
-		if err != nil {
-			return nil, fmt.Errorf("completions: probe request to %s: %w", ep.base, err)
+	if up, err = sortOut(c.eps, up, res, down, "probe request to"); err != nil {
+		return nil, err
+	}
+	for k, i := range up {
+		r, s := answers[i], &info.Servers[i]
+		s.Source = r.Source
+		if r.Model != c.model {
+			s.ServedModel = r.Model
 		}
-		info.Servers[i].Source = r.Source
-		if i > 0 && r.Source != info.Source {
-			return nil, fmt.Errorf("completions: %s returns token ids as %s but %s as %s; give servers of one kind", ep.base, r.Source, info.Servers[0].URL, info.Source)
+		if k > 0 && r.Source != info.Source {
+			return nil, fmt.Errorf("completions: %s returns token ids as %s but %s as %s; give servers of one kind", s.URL, r.Source, info.Servers[up[0]].URL, info.Source)
 		}
 		info.Source = r.Source
-		if c.opt.API == OpenAI && info.Servers[i].OwnedBy == "llamacpp" {
-			info.Warnings = append(info.Warnings, fmt.Sprintf("%s is llama.cpp's server: its /v1/completions applies the temperature after top-k, top-p and min-p; use the llamacpp API for Hugging Face's order", ep.base))
+		if w := c.warning(*s); w != "" {
+			info.Warnings = append(info.Warnings, w)
 		}
+	}
+	c.probe, c.source = probe, info.Source
+
+	// 3. The servers left out, probed in the background.
+	bg, stop := context.WithCancel(ctx)
+	c.stop = stop
+	for i, ep := range c.eps {
+		err, ok := down[i]
+		if !ok {
+			continue
+		}
+		ep.out.Store(true)
+		info.Servers[i] = Server{URL: ep.base, Down: true}
+		c.notify("%s does not answer (%v); starting with the %d other server(s), and taking it in once it answers", ep.base, err, len(up))
+		c.probes.Add(1)
+		go c.watch(bg, i)
 	}
 	return info, nil
 }
 
-// listModels reads GET {base}/v1/models, retrying like a completion.
-func (c *Client) listModels(ctx context.Context, ep *endpoint) (Server, error) {
+// Close stops the background probes of servers that were down at Connect
+// and waits for them to end. The client can still send requests.
+func (c *Client) Close() {
+	if c.stop != nil {
+		c.stop()
+	}
+	c.probes.Wait()
+}
+
+// notify sends one line to Options.Notify.
+func (c *Client) notify(format string, args ...any) {
+	if c.opt.Notify != nil {
+		c.opt.Notify(fmt.Sprintf(format, args...))
+	}
+}
+
+// warning is what the run should know of server s, "" when nothing.
+func (c *Client) warning(s Server) string {
+	if c.opt.API == OpenAI && s.OwnedBy == "llamacpp" {
+		return fmt.Sprintf("%s is llama.cpp's server: its /v1/completions applies the temperature after top-k, top-p and min-p; use the llamacpp API for Hugging Face's order", s.URL)
+	}
+	return ""
+}
+
+// sortOut splits the endpoints idx by their outcomes res (reach): the ones
+// that answered are returned, the ones that did not answer (a failure that
+// may go away) are added to down; any other failure (a 4xx, an answer that is
+// not the API's) is the error, as is every server down.
+func sortOut(eps []*endpoint, idx []int, res []error, down map[int]error, what string) ([]int, error) {
+	var up []int
+	for k, i := range idx {
+		err := res[k]
+		if err == nil {
+			up = append(up, i)
+			continue
+		}
+		if !notAnswering(err) {
+			return nil, fmt.Errorf("completions: %s %s: %w", what, eps[i].base, err)
+		}
+		down[i] = err
+	}
+	if len(up) > 0 {
+		return up, nil
+	}
+	var b strings.Builder
+	for k, i := range idx {
+		sep := "; "
+		if k == 0 {
+			sep = ": "
+		}
+		fmt.Fprintf(&b, "%s%s: %v", sep, eps[i].base, down[i])
+	}
+	return nil, fmt.Errorf("completions: no server answers%s", b.String())
+}
+
+// notAnswering reports whether err says that a server does not answer (yet),
+// rather than that it answered wrongly.
+func notAnswering(err error) bool {
+	var na errNoAnswerYet
+	ok, _ := retryable(err)
+	return ok || errors.As(err, &na)
+}
+
+// errNoAnswerYet is the outcome of a server that had neither answered nor
+// failed when Connect stopped waiting for it.
+type errNoAnswerYet struct{ grace time.Duration }
+
+func (e errNoAnswerYet) Error() string {
+	return fmt.Sprintf("no answer within %v of another server's", e.grace)
+}
+
+// reach runs step on the endpoints idx at once, each retried as a request is
+// (the same backoff and MaxAttempts), and returns each one's outcome in idx
+// order: nil when it answered, else its last error. Once one endpoint has
+// answered, the others are waited for until each has failed once (a
+// temporary failure), StartGrace at most, and the ones still failing keep
+// that failure (errNoAnswerYet when they had none): a server that is down
+// costs the run one attempt, not its retry budget. When none answers, every
+// endpoint runs its whole budget.
+func (c *Client) reach(ctx context.Context, idx []int, step func(ctx context.Context, i int) error) ([]error, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	type event struct {
+		k     int
+		err   error
+		final bool
+	}
+	events := make(chan event, 2*len(idx)) // at most a first failure and an outcome each
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	for k, i := range idx {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := c.retry(ctx, 0, false, func(ctx context.Context, attempt int) (*endpoint, error) {
+				err := step(ctx, i)
+				if ok, _ := retryable(err); ok && attempt == 1 {
+					events <- event{k: k, err: err}
+				}
+				return c.eps[i], err
+			})
+			events <- event{k: k, err: err, final: true}
+		}()
+	}
+	res := make([]error, len(idx))
+	const running, failed, finished = 0, 1, 2
+	state := make([]int, len(idx))
+	answered := 0
+	var grace <-chan time.Time
+wait:
+	for {
+		done, settled := 0, 0
+		for _, s := range state {
+			if s == finished {
+				done++
+			}
+			if s != running {
+				settled++
+			}
+		}
+		if done == len(idx) || (answered > 0 && settled == len(idx)) {
+			break
+		}
+		select {
+		case e := <-events:
+			switch {
+			case e.final:
+				state[e.k], res[e.k] = finished, e.err
+				if e.err == nil {
+					answered++
+					if grace == nil {
+						grace = time.After(c.opt.StartGrace)
+					}
+				}
+			case state[e.k] == running:
+				state[e.k], res[e.k] = failed, e.err
+			}
+		case <-grace:
+			break wait
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	for k, s := range state {
+		if s == running {
+			res[k] = errNoAnswerYet{c.opt.StartGrace}
+		}
+	}
+	return res, nil
+}
+
+// models reads GET {base}/v1/models once.
+func (c *Client) models(ctx context.Context, ep *endpoint) (Server, error) {
 	s := Server{URL: ep.base}
 	var doc struct {
 		Data []struct {
@@ -363,17 +614,85 @@ func (c *Client) listModels(ctx context.Context, ep *endpoint) (Server, error) {
 			OwnedBy string `json:"owned_by"`
 		} `json:"data"`
 	}
-	err := c.retry(ctx, 0, false, func(ctx context.Context, _ int) (*endpoint, error) {
-		return ep, c.call(ctx, http.MethodGet, ep.base+"/v1/models", nil, &doc)
-	})
-	if err != nil {
-		return s, fmt.Errorf("completions: listing models: %w", err)
+	if err := c.call(ctx, http.MethodGet, ep.base+"/v1/models", nil, &doc); err != nil {
+		return s, err
 	}
 	for _, d := range doc.Data {
 		s.Models = append(s.Models, d.ID)
 	}
 	if len(doc.Data) > 0 {
 		s.OwnedBy = doc.Data[0].OwnedBy
+	}
+	return s, nil
+}
+
+// probeOnce sends the probe to ep once. An answer the probe's sample cannot
+// use (a prompt TGI tokenizes its own way) still tells the source: TGI's ids
+// always come from its details.
+func (c *Client) probeOnce(ctx context.Context, ep *endpoint, probe *Request) (*Response, error) {
+	r, err := c.attempt(ctx, ep, probe)
+	var rej *RejectError
+	if errors.As(err, &rej) && c.opt.API == TGI {
+		return &Response{URL: ep.base, Source: SourceDetails, Model: c.model}, nil
+	}
+	return r, err
+}
+
+// watch probes endpoint i, left out at Connect, until it passes Connect's
+// checks (it then takes requests) or ctx ends. The waits between probes are
+// the backoff of a request keyed by the endpoint: jittered, growing to
+// MaxBackoff and no further. A server that answers but cannot take part
+// (another model, another token-id source) is said once per reason and
+// probed again: it may be fixed while the run goes on.
+func (c *Client) watch(ctx context.Context, i int) {
+	defer c.probes.Done()
+	ep := c.eps[i]
+	said := ""
+	for n := 1; ; n++ {
+		if sleep(ctx, backoff(c.opt.Backoff, c.opt.MaxBackoff, probeKey+uint64(i), n)) != nil {
+			return
+		}
+		s, err := c.fit(ctx, ep)
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			ep.answered()
+			ep.out.Store(false)
+			msg := fmt.Sprintf("%s answers now (after %d probes); it takes requests from here on", ep.base, n)
+			if w := c.warning(s); w != "" {
+				msg += "; " + w
+			}
+			c.notify("%s", msg)
+			return
+		}
+		if ok, _ := retryable(err); !ok && err.Error() != said {
+			said = err.Error()
+			c.notify("%s answers but cannot take part in this run: %v; it stays out (asking again later)", ep.base, err)
+		}
+	}
+}
+
+// probeKey keys the jitter of the background probes, apart from the
+// requests' keys (sample indices).
+const probeKey = 1 << 62
+
+// fit checks once that ep serves the run's model and returns ids from the
+// run's source, as Connect checked the servers that answered it.
+func (c *Client) fit(ctx context.Context, ep *endpoint) (Server, error) {
+	s, err := c.models(ctx, ep)
+	if err != nil {
+		return s, err
+	}
+	if len(s.Models) > 0 && !slices.Contains(s.Models, c.model) {
+		return s, fmt.Errorf("it serves %s, not model %q", strings.Join(s.Models, ", "), c.model)
+	}
+	r, err := c.probeOnce(ctx, ep, &c.probe)
+	if err != nil {
+		return s, err
+	}
+	if r.Source != c.source {
+		return s, fmt.Errorf("it returns token ids as %s, but this run takes them from %s", r.Source, c.source)
 	}
 	return s, nil
 }
@@ -394,7 +713,7 @@ func (c *Client) Do(ctx context.Context, r Request) (*Response, error) {
 		return ep, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("completions: request %d: %w", r.Key, err)
+		return nil, &RequestError{Key: r.Key, Err: err}
 	}
 	return out, nil
 }
@@ -442,6 +761,12 @@ func (c *Client) attempt(ctx context.Context, ep *endpoint, r *Request) (*Respon
 		return nil, &protocolError{url: ep.base + path, err: err}
 	}
 	res.URL = ep.base
+	// Only the OpenAI API names the model in the request; llama-server's
+	// /completion and TGI's /generate serve the one model they loaded, and
+	// llama-server's native answer reports a default name.
+	if c.opt.API == OpenAI && res.Model != "" && res.Model != c.model && res.Model != c.opt.AllowServedModel {
+		return nil, &ModelError{URL: ep.base, Requested: c.model, Served: res.Model}
+	}
 	if res.Source != SourceText {
 		if err := res.finish(); err != nil {
 			return nil, &protocolError{url: ep.base + path, err: err}
@@ -495,7 +820,8 @@ func (c *Client) call(ctx context.Context, method, url string, body []byte, out 
 }
 
 // pick returns the next healthy endpoint in round-robin order, or, when all
-// are resting after failures, the one that recovers first.
+// are resting after failures, the one that recovers first. Endpoints left out
+// since Connect are not picked.
 func (c *Client) pick() *endpoint {
 	start := int(c.next.Add(1) - 1)
 	now := time.Now()
@@ -503,6 +829,9 @@ func (c *Client) pick() *endpoint {
 	var bestAt time.Time
 	for k := range c.eps {
 		ep := c.eps[(start+k)%len(c.eps)]
+		if ep.out.Load() {
+			continue
+		}
 		at := ep.until()
 		if !at.After(now) {
 			return ep
@@ -514,11 +843,12 @@ func (c *Client) pick() *endpoint {
 	return best
 }
 
-// healthy reports whether some endpoint other than ep is not resting.
+// healthy reports whether some endpoint other than ep takes requests and is
+// not resting.
 func (c *Client) healthy(ep *endpoint) bool {
 	now := time.Now()
 	for _, e := range c.eps {
-		if e != ep && !e.until().After(now) {
+		if e != ep && !e.out.Load() && !e.until().After(now) {
 			return true
 		}
 	}

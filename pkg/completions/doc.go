@@ -59,9 +59,18 @@
 // Client.Run keeps Options.Concurrency requests in flight over the base URLs
 // (round robin; a URL that fails is skipped for a while and its requests move
 // to the others), retries connection errors, timeouts, 429 (honouring
-// Retry-After) and 5xx with exponential backoff and a jitter derived from the
-// request, and stops at once, quoting the server, on any other 4xx (a wrong
-// model name, a prompt longer than the server's context). Request bodies are a
-// pure function of the Request, so the same samples with the same seeds send
-// the same bytes. Cancelling the context stops everything promptly.
+// Retry-After up to MaxRetryAfter, and saying when it cut a longer one) and
+// 5xx with exponential backoff and a jitter derived from the request, and
+// stops at once, quoting the server, on any other 4xx (a wrong model name, a
+// prompt longer than the server's context). Request bodies are a pure
+// function of the Request, so the same samples with the same seeds send the
+// same bytes. Cancelling the context stops everything promptly.
+//
+// Client.Connect starts with the servers that answer: a server down at the
+// start (a replica restarting) costs one failed attempt, not the run; it is
+// left out, said through Options.Notify, and probed in the background until it
+// passes the same checks and takes requests. Connect fails only when no server
+// answers. An answer of the OpenAI API that names another model than the one
+// requested is a *ModelError (Options.AllowServedModel accepts one other
+// name): a router answering from another model must not go unnoticed.
 package completions

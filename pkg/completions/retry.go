@@ -78,6 +78,44 @@ type RejectError struct {
 
 func (e *RejectError) Error() string { return fmt.Sprintf("request %d: %s", e.Key, e.Reason) }
 
+// RequestError is a request that failed for good (Client.Do): a server's
+// refusal, a protocol error, its retries spent, or a *RejectError. Key is the
+// request's key, so that the caller can name what it stands for (a prompt's
+// file and line) rather than a request number.
+type RequestError struct {
+	Key uint64
+	Err error
+}
+
+// Error names the request and why it failed, as errors of Do always read.
+func (e *RequestError) Error() string {
+	return fmt.Sprintf("completions: request %d: %v", e.Key, e.Err)
+}
+
+// Unwrap returns why the request failed.
+func (e *RequestError) Unwrap() error { return e.Err }
+
+// ModelError is an answer that names another model than the one requested
+// (and than Options.AllowServedModel): a router or gateway in front of the
+// engines answering from another model, whose answers would train the
+// drafter for the wrong checkpoint. Sending the request again would not help.
+type ModelError struct {
+	URL, Requested, Served string
+}
+
+// Error names the server and both models.
+func (e *ModelError) Error() string {
+	return fmt.Sprintf("%s answered from model %q, but model %q was requested: its answers are refused (something in front of the engines, or the engine itself, serves another model under this name)",
+		e.URL, e.Served, e.Requested)
+}
+
+// MaxRetryAfter caps the wait a server may ask for with Retry-After: a
+// gateway asking for an hour (a rate limit meant for people, a
+// misconfiguration) would otherwise stall the run that long with nothing
+// to show; after MaxRetryAfter the request is tried again and the server
+// may ask again. Retry.Asked reports a wait that was cut.
+const MaxRetryAfter = 60 * time.Second
+
 // retryable reports whether err may go away on another attempt, and the wait
 // the server asked for (-1 if none).
 func retryable(err error) (bool, time.Duration) {
@@ -94,8 +132,9 @@ func retryable(err error) (bool, time.Duration) {
 
 // retry calls f with attempts 1, 2, ... until it succeeds, fails for good, or
 // MaxAttempts is reached. f returns the endpoint it used; after a temporary
-// failure that endpoint rests for the backoff (or the server's Retry-After,
-// or its own run of failures' backoff when longer: endpoint.failed).
+// failure that endpoint rests for the backoff (or the server's Retry-After, at
+// most MaxRetryAfter, or its own run of failures' backoff when longer:
+// endpoint.failed).
 // With failover the next attempt starts at once when another endpoint is
 // healthy (f picks it); otherwise it follows that wait.
 func (c *Client) retry(ctx context.Context, key uint64, failover bool, f func(ctx context.Context, attempt int) (*endpoint, error)) error {
@@ -115,13 +154,17 @@ func (c *Client) retry(ctx context.Context, key uint64, failover bool, f func(ct
 		if attempt >= c.opt.MaxAttempts {
 			return fmt.Errorf("giving up after %d attempts: %w", attempt, err)
 		}
+		var asked time.Duration
+		if after > MaxRetryAfter {
+			asked, after = after, MaxRetryAfter
+		}
 		wait := backoff(c.opt.Backoff, c.opt.MaxBackoff, key, attempt)
 		wait = ep.failed(time.Now(), max(wait, after), c.opt.Backoff, c.opt.MaxBackoff, key)
 		if failover && c.healthy(ep) {
-			wait = 0
+			wait, asked = 0, 0 // another server takes it: the cap changed nothing
 		}
 		if c.opt.OnRetry != nil {
-			c.opt.OnRetry(Retry{URL: ep.base, Key: key, Attempt: attempt, MaxAttempts: c.opt.MaxAttempts, Err: err, Wait: wait})
+			c.opt.OnRetry(Retry{URL: ep.base, Key: key, Attempt: attempt, MaxAttempts: c.opt.MaxAttempts, Err: err, Wait: wait, Asked: asked})
 		}
 		if err := sleep(ctx, wait); err != nil {
 			return err

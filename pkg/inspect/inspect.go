@@ -1,6 +1,7 @@
 // Package inspect summarises what drafter reads from a Hugging Face checkpoint
 // folder: architecture, geometry, weights, tokenizer, chat template, the EAGLE-3
-// default feature layers and the checkpoint fingerprint.
+// default feature layers and the checkpoint fingerprint; and, for a drafter
+// folder, what drafter eval finds there (DrafterReport).
 package inspect
 
 import (

@@ -11,7 +11,9 @@
 // without it), the file's existence is the lock: a record of a process of
 // this host that no longer runs is taken over, and a record of another host
 // is reported with how to remove it, since this host cannot tell whether
-// that process still runs.
+// that process still runs. A lock file there that names no process (empty,
+// or not a record drafter writes) is reported with the file to delete, never
+// taken over: see acquireByRecord.
 package outlock
 
 import (
@@ -20,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"time"
@@ -37,6 +40,14 @@ type Owner struct {
 	Command string `json:"command"`
 	// Started is when it took the lock.
 	Started time.Time `json:"started"`
+}
+
+// names reports whether the record names a process drafter could have
+// written it for: a positive process id that fits the system's pid_t (0 and
+// negative ids mean process groups or every process to kill(2), and would
+// read as "alive") on a named host.
+func (o Owner) names() bool {
+	return o.PID > 0 && o.PID <= math.MaxInt32 && o.Host != ""
 }
 
 func (o Owner) same(p Owner) bool {
@@ -76,9 +87,32 @@ type BusyError struct {
 	// holder runs on another host: nothing here can tell whether it still
 	// runs.
 	Unverifiable bool
+	// NoOwner is set when the filesystem offers no locks and the lock file
+	// names no process (it is empty, or not a record drafter writes) even
+	// after a just-started holder had time to write it: nothing can tell
+	// whether a run still writes into the folder, and the file has to be
+	// deleted by hand.
+	NoOwner bool
+	// Record is the start of the lock file's content when NoOwner is set.
+	Record string
 }
 
+// recordShown is how much of a record that names no process a BusyError
+// quotes: enough to recognise it, not a whole file dumped into a message.
+const recordShown = 64
+
+// Error says who holds the folder and what to do about it.
 func (e *BusyError) Error() string {
+	if e.NoOwner {
+		what := "is empty"
+		if e.Record != "" {
+			what = fmt.Sprintf("holds %q, not a lock record of drafter", e.Record)
+		}
+		return fmt.Sprintf("%s is locked by %s, which names no process (it %s), and this filesystem offers no file locks, "+
+			"so whether another run still writes into %s cannot be checked: if none does (the file was left by a run that "+
+			"ended before recording itself, or written by something else), delete %s and run again, or use another --out",
+			e.Dir, e.Path, what, e.Dir, e.Path)
+	}
 	who := "another drafter process (which has not recorded itself yet, or whose record in " + e.Path + " is unreadable)"
 	if e.Owner.PID != 0 {
 		who = fmt.Sprintf("%q (pid %d on host %s, started %s)", e.Owner.Command, e.Owner.PID, e.Owner.Host,
@@ -157,19 +191,35 @@ func (l *Lock) Path() string { return l.path }
 // its record (giving a just-started holder a moment to write it). It returns
 // nil when the file is gone: the holder released it, try again.
 func busy(path string, unverifiable bool) error {
-	var o Owner
+	_, o, err := awaitRecord(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if !o.names() {
+		o = Owner{}
+	}
+	return &BusyError{Dir: filepath.Dir(path), Path: path, Owner: o, Unverifiable: unverifiable}
+}
+
+// awaitRecord reads the lock file until it names a process, for at most
+// about 200 ms: a holder writes its record right after creating the file,
+// so one that has just started gets the time to do so. It returns the last
+// read (an error, or a record that may still name no process), and
+// fs.ErrNotExist as soon as the file is gone.
+func awaitRecord(path string) ([]byte, Owner, error) {
+	var (
+		raw []byte
+		o   Owner
+		err error
+	)
 	for i := 0; i < 200; i++ {
-		var err error
-		_, o, err = readOwner(path)
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil
-		}
-		if err == nil && o.PID != 0 {
+		raw, o, err = readOwner(path)
+		if errors.Is(err, fs.ErrNotExist) || (err == nil && o.names()) {
 			break
 		}
 		time.Sleep(time.Millisecond)
 	}
-	return &BusyError{Dir: filepath.Dir(path), Path: path, Owner: o, Unverifiable: unverifiable}
+	return raw, o, err
 }
 
 // readOwner returns the lock file's bytes and the record they hold: the
@@ -181,9 +231,15 @@ func readOwner(path string) ([]byte, Owner, error) {
 	if err != nil {
 		return nil, o, err
 	}
-	err = json.NewDecoder(bytes.NewReader(b)).Decode(&o)
-	return b, o, err
+	if err := json.NewDecoder(bytes.NewReader(b)).Decode(&o); err != nil {
+		return b, Owner{}, fmt.Errorf("%w: %w", errNoRecord, err)
+	}
+	return b, o, nil
 }
+
+// errNoRecord marks a lock file whose content is not a record (empty, or not
+// JSON of an Owner), as opposed to one that cannot be read.
+var errNoRecord = errors.New("not a lock record")
 
 // writeOwner replaces f's content with o's record: written over the old one,
 // then cut to length, so that a reader never finds the file empty.
@@ -220,15 +276,24 @@ func acquireByRecord(path string, me Owner) (*Lock, error) {
 		if !errors.Is(err, fs.ErrExist) {
 			return nil, fmt.Errorf("outlock: creating %s: %w", path, err)
 		}
-		raw, o, err := readOwner(path)
+		raw, o, err := awaitRecord(path)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // released meanwhile
 		}
-		if err != nil || o.PID == 0 {
-			if err := busy(path, false); err != nil {
-				return nil, err
-			}
-			continue
+		if err != nil && !errors.Is(err, errNoRecord) {
+			return nil, fmt.Errorf("outlock: reading %s: %w", path, err)
+		}
+		if err != nil || !o.names() {
+			// Not taken over, though no process is named: without kernel
+			// locks nothing ties this file to a process, and "provably
+			// stale" cannot be shown. A holder on another host may have
+			// created it and not yet written its record (a network
+			// filesystem can show the creation well before the write), and
+			// its mtime cannot date it across hosts' clocks. Taking it over
+			// then would put two runs in one folder, which corrupts the
+			// output silently; refusing costs the user one rm, which the
+			// message names.
+			return nil, &BusyError{Dir: filepath.Dir(path), Path: path, NoOwner: true, Record: shownRecord(raw)}
 		}
 		if o.Host != me.Host {
 			return nil, &BusyError{Dir: filepath.Dir(path), Path: path, Owner: o, Unverifiable: true}
@@ -242,4 +307,12 @@ func acquireByRecord(path string, me Owner) (*Lock, error) {
 		}
 	}
 	return nil, fmt.Errorf("outlock: %s keeps changing: several processes are taking over a stale lock at once; try again", path)
+}
+
+// shownRecord is the part of a lock file's content a BusyError quotes.
+func shownRecord(raw []byte) string {
+	if len(raw) > recordShown {
+		raw = raw[:recordShown]
+	}
+	return string(raw)
 }

@@ -263,7 +263,7 @@ func TestRecordFallback(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = acquireByRecord(path, me)
-	if be := busyError(t, err); be.Owner.PID != 0 || !strings.Contains(err.Error(), "unreadable") {
+	if be := busyError(t, err); be.Owner.PID != 0 || !be.NoOwner || !strings.Contains(err.Error(), "delete "+path) {
 		t.Fatalf("unreadable record: %v", err)
 	}
 	// A lock taken without kernel locks and replaced by hand is not deleted
@@ -277,5 +277,38 @@ func TestRecordFallback(t *testing.T) {
 	l.Release()
 	if _, o, _ := readOwner(path); !o.same(other) {
 		t.Fatal("Release deleted another process's record")
+	}
+}
+
+// Without kernel locks, a lock file that names no process (empty, garbage,
+// a record without a usable pid or host) is not reported as a run to wait
+// for: the message names the file to delete, and no later run is told to
+// wait for a process that does not exist.
+func TestRecordFallbackNamesNoProcess(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, FileName)
+	me := Owner{PID: os.Getpid(), Host: hostname(t), Command: "drafter distill", Started: time.Now().UTC().Truncate(time.Second)}
+	for _, content := range []string{"", "{garbage", "\x00\x00\x00\x00", "{}", `{"pid":-1,"host":"` + me.Host + `"}`,
+		`{"pid":0,"host":"h"}`, `{"pid":1234}`, "null", `{"pid":"12"}`} {
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := acquireByRecord(path, me)
+		be := busyError(t, err)
+		if !be.NoOwner || be.Owner.PID != 0 {
+			t.Errorf("%q: busy error %+v, want NoOwner and no owner", content, be)
+		}
+		msg := err.Error()
+		for _, want := range []string{"delete " + path, "names no process", "no file locks"} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("%q: message %q does not say %q", content, msg, want)
+			}
+		}
+		if strings.Contains(msg, "wait for it to finish") {
+			t.Errorf("%q: message %q asks to wait for a process it cannot name", content, msg)
+		}
+		if b, _ := os.ReadFile(path); string(b) != content {
+			t.Errorf("%q: the lock file was changed to %q; only its owner or the user may remove it", content, b)
+		}
 	}
 }

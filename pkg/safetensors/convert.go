@@ -6,48 +6,70 @@ import (
 	"unsafe"
 
 	"github.com/drafter-ai/drafter/pkg/tensor"
-	"github.com/x448/float16"
 )
+
+// The 16-bit codecs are pkg/tensor's conversions (tensor.BF16ToF32, ...,
+// whose comment states the one rule for rounding, subnormals, infinities
+// and NaNs) over the little-endian bytes of a tensor: viewed in place as
+// uint16s where the host is little-endian and the bytes are 2-byte aligned
+// (a safetensors payload usually is), assembled through a small buffer
+// otherwise. So a value decodes and encodes here exactly as the devices
+// convert it.
 
 // convertChunk is the number of elements below which conversions stay on one goroutine.
 const convertChunk = 1 << 18
 
+// bounceLen is the buffer, in values, through which unaligned or big-endian
+// bytes are converted.
+const bounceLen = 256
+
 // DecodeBF16 converts little-endian bfloat16 values in src to float32 in dst
 // (len(src) == 2*len(dst)). The conversion is exact: a bfloat16 is the top half of a
-// float32.
-func DecodeBF16(dst []float32, src []byte) {
+// float32, and its bits move there unchanged (tensor.BF16ToF32).
+func DecodeBF16(dst []float32, src []byte) { decodeHalf(dst, src, tensor.BF16ToF32) }
+
+// DecodeF16 converts little-endian IEEE half-precision values in src to float32 in dst
+// (len(src) == 2*len(dst)). The conversion is exact, including subnormals and
+// infinities; NaNs keep sign and payload and come out quiet (tensor.F16ToF32).
+func DecodeF16(dst []float32, src []byte) { decodeHalf(dst, src, tensor.F16ToF32) }
+
+// decodeHalf runs the widening conv over the little-endian 16-bit values in
+// src: in place when they can be viewed as uint16s (conv splits large slices
+// over the workers), else through a buffer, split over the workers here.
+func decodeHalf(dst []float32, src []byte, conv func([]float32, []uint16)) {
 	src = src[:2*len(dst)]
+	if u, ok := nativeU16(src); ok {
+		conv(dst, u)
+		return
+	}
 	tensor.Parallel(len(dst), convertChunk, func(lo, hi int) {
-		d, s := dst[lo:hi], src[2*lo:2*hi]
-		if u, ok := nativeU16(s); ok {
-			for i, v := range u[:len(d)] {
-				d[i] = math.Float32frombits(uint32(v) << 16)
+		var buf [bounceLen]uint16
+		for i := lo; i < hi; i += bounceLen {
+			b := buf[:min(bounceLen, hi-i)]
+			for j := range b {
+				b[j] = binary.LittleEndian.Uint16(src[2*(i+j):])
 			}
-			return
-		}
-		for i := range d {
-			j := 2 * i
-			d[i] = math.Float32frombits(uint32(s[j])<<16 | uint32(s[j+1])<<24)
+			conv(dst[i:i+len(b)], b)
 		}
 	})
 }
 
-// DecodeF16 converts little-endian IEEE half-precision values in src to float32 in dst
-// (len(src) == 2*len(dst)). The conversion is exact, including subnormals and
-// infinities; NaNs keep sign and payload and come out quiet (as x86 F16C converts them).
-func DecodeF16(dst []float32, src []byte) {
-	src = src[:2*len(dst)]
-	tensor.Parallel(len(dst), convertChunk, func(lo, hi int) {
-		d, s := dst[lo:hi], src[2*lo:2*hi]
-		if u, ok := nativeU16(s); ok {
-			for i, v := range u[:len(d)] {
-				d[i] = math.Float32frombits(f16ToF32Bits(v))
+// encodeHalf runs the narrowing conv of src into little-endian 16-bit values
+// in dst, as decodeHalf reads them.
+func encodeHalf(dst []byte, src []float32, conv func([]uint16, []float32)) {
+	dst = dst[:2*len(src)]
+	if u, ok := nativeU16(dst); ok {
+		conv(u, src)
+		return
+	}
+	tensor.Parallel(len(src), convertChunk, func(lo, hi int) {
+		var buf [bounceLen]uint16
+		for i := lo; i < hi; i += bounceLen {
+			b := buf[:min(bounceLen, hi-i)]
+			conv(b, src[i:i+len(b)])
+			for j, v := range b {
+				binary.LittleEndian.PutUint16(dst[2*(i+j):], v)
 			}
-			return
-		}
-		for i := range d {
-			j := 2 * i
-			d[i] = math.Float32frombits(f16ToF32Bits(uint16(s[j]) | uint16(s[j+1])<<8))
 		}
 	})
 }
@@ -61,23 +83,6 @@ func nativeU16(b []byte) (u []uint16, ok bool) {
 		return nil, false
 	}
 	return unsafe.Slice((*uint16)(unsafe.Pointer(&b[0])), len(b)/2), true
-}
-
-// f16ToF32Bits widens the bits of an IEEE binary16 to the bits of the equal binary32.
-//
-// For finite values, the magnitude bits shifted into float32 position read as a float32
-// of the right mantissa with an exponent 112 too small (127 - 15); multiplying by 2^112
-// restores it exactly, and the same product normalises subnormals.
-func f16ToF32Bits(h uint16) uint32 {
-	sign := uint32(h&0x8000) << 16
-	mag := uint32(h&0x7fff) << 13
-	if mag >= 0x7c00<<13 { // infinity, or NaN: keep the payload, set the quiet bit as F16C does
-		if mag != 0x7c00<<13 {
-			return sign | 0x7fc00000 | mag
-		}
-		return sign | 0x7f800000
-	}
-	return sign | math.Float32bits(math.Float32frombits(mag)*0x1p112)
 }
 
 // DecodeF32 copies little-endian float32 values from src into dst
@@ -94,35 +99,19 @@ func DecodeF32(dst []float32, src []byte) {
 	})
 }
 
-// BF16Bits rounds a float32 to the nearest bfloat16 (ties to even) and returns its bits.
+// BF16Bits rounds a float32 to the nearest bfloat16 (ties to even) and returns its bits:
+// tensor.BF16Bits, kept here for the callers that build safetensors payloads by hand.
 // NaN stays NaN (quiet, sign kept); values beyond the bfloat16 range round to infinity.
-func BF16Bits(f float32) uint16 {
-	b := math.Float32bits(f)
-	if b&0x7fffffff > 0x7f800000 { // NaN: truncating could turn it into infinity
-		return uint16(b>>16) | 0x40
-	}
-	b += 0x7fff + (b>>16)&1
-	return uint16(b >> 16)
-}
+func BF16Bits(f float32) uint16 { return tensor.BF16Bits(f) }
 
 // EncodeBF16 writes src as little-endian bfloat16 into dst (len(dst) == 2*len(src)),
-// rounding to nearest, ties to even.
-func EncodeBF16(dst []byte, src []float32) {
-	dst = dst[:2*len(src)]
-	for i, v := range src {
-		binary.LittleEndian.PutUint16(dst[2*i:], BF16Bits(v))
-	}
-}
+// rounding to nearest, ties to even (tensor.F32ToBF16).
+func EncodeBF16(dst []byte, src []float32) { encodeHalf(dst, src, tensor.F32ToBF16) }
 
 // EncodeF16 writes src as little-endian IEEE half precision into dst
 // (len(dst) == 2*len(src)), rounding to nearest, ties to even; values beyond the
-// half-precision range become infinity.
-func EncodeF16(dst []byte, src []float32) {
-	dst = dst[:2*len(src)]
-	for i, v := range src {
-		binary.LittleEndian.PutUint16(dst[2*i:], float16.Fromfloat32(v).Bits())
-	}
-}
+// half-precision range become infinity (tensor.F32ToF16).
+func EncodeF16(dst []byte, src []float32) { encodeHalf(dst, src, tensor.F32ToF16) }
 
 // EncodeF32 writes src as little-endian float32 into dst (len(dst) == 4*len(src)).
 func EncodeF32(dst []byte, src []float32) {

@@ -10,29 +10,39 @@ import (
 	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
-// TestHalfConversionsMatchSafetensors checks the vectorised conversions
-// against the safetensors codecs, bit for bit: every 16-bit pattern
-// widened, and a few million float32 patterns (every exponent, the rounding
-// ties of both formats, NaNs and infinities) rounded, in slices long enough
-// to be split over the workers.
-func TestHalfConversionsMatchSafetensors(t *testing.T) {
+// TestHalfCodecsAreTensorConversions checks that the codecs are
+// pkg/tensor's conversions over little-endian bytes, bit for bit, on both of
+// their paths: bytes viewed in place (aligned) and bytes assembled through
+// the buffer (at an odd address), over lengths that end in a partial
+// buffer. Every 16-bit pattern is widened, and a few million float32
+// patterns (every exponent, the rounding ties of both formats, NaNs and
+// infinities) are rounded, in slices long enough to be split over the
+// workers. The codecs' own values are checked against the float64
+// definition and x448/float16 in convert_test.go.
+func TestHalfCodecsAreTensorConversions(t *testing.T) {
 	src := make([]uint16, 1<<16)
-	raw := make([]byte, 2*len(src))
 	for i := range src {
 		src[i] = uint16(i)
-		binary.LittleEndian.PutUint16(raw[2*i:], uint16(i))
 	}
 	got, want := make([]float32, len(src)), make([]float32, len(src))
 	for _, c := range []struct {
 		name string
 		conv func([]float32, []uint16)
-		ref  func([]float32, []byte)
-	}{{"BF16ToF32", tensor.BF16ToF32, safetensors.DecodeBF16}, {"F16ToF32", tensor.F16ToF32, safetensors.DecodeF16}} {
-		c.conv(got, src)
-		c.ref(want, raw)
-		for i := range got {
-			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-				t.Fatalf("%s(%#04x) = %#08x, safetensors gives %#08x", c.name, i, math.Float32bits(got[i]), math.Float32bits(want[i]))
+		dec  func([]float32, []byte)
+	}{{"DecodeBF16", tensor.BF16ToF32, safetensors.DecodeBF16}, {"DecodeF16", tensor.F16ToF32, safetensors.DecodeF16}} {
+		c.conv(want, src)
+		for _, n := range []int{len(src), 1, 255, 257, 1000} {
+			for _, off := range []int{0, 1} {
+				raw := make([]byte, 2*n+1)[off:]
+				for i := 0; i < n; i++ {
+					binary.LittleEndian.PutUint16(raw[2*i:], src[len(src)-n+i])
+				}
+				c.dec(got[:n], raw)
+				for i := 0; i < n; i++ {
+					if w := want[len(src)-n+i]; math.Float32bits(got[i]) != math.Float32bits(w) {
+						t.Fatalf("%s (n=%d, offset %d) of %#04x = %#08x, tensor gives %#08x", c.name, n, off, src[len(src)-n+i], math.Float32bits(got[i]), math.Float32bits(w))
+					}
+				}
 			}
 		}
 	}
@@ -48,17 +58,22 @@ func TestHalfConversionsMatchSafetensors(t *testing.T) {
 		f = append(f, math.Float32frombits(r.Uint32()))
 	}
 	h := make([]uint16, len(f))
-	enc := make([]byte, 2*len(f))
 	for _, c := range []struct {
 		name string
 		conv func([]uint16, []float32)
-		ref  func([]byte, []float32)
-	}{{"F32ToBF16", tensor.F32ToBF16, safetensors.EncodeBF16}, {"F32ToF16", tensor.F32ToF16, safetensors.EncodeF16}} {
+		enc  func([]byte, []float32)
+	}{{"EncodeBF16", tensor.F32ToBF16, safetensors.EncodeBF16}, {"EncodeF16", tensor.F32ToF16, safetensors.EncodeF16}} {
 		c.conv(h, f)
-		c.ref(enc, f)
-		for i, v := range h {
-			if w := binary.LittleEndian.Uint16(enc[2*i:]); v != w {
-				t.Fatalf("%s(%#08x) = %#04x, safetensors gives %#04x", c.name, math.Float32bits(f[i]), v, w)
+		for _, n := range []int{len(f), 1, 255, 257, 1000} {
+			for _, off := range []int{0, 1} {
+				enc := make([]byte, 2*n+1)[off:]
+				x := f[len(f)-n:]
+				c.enc(enc, x)
+				for i := range x {
+					if v, w := h[len(f)-n+i], binary.LittleEndian.Uint16(enc[2*i:]); v != w {
+						t.Fatalf("%s (n=%d, offset %d) of %#08x = %#04x, tensor gives %#04x", c.name, n, off, math.Float32bits(x[i]), w, v)
+					}
+				}
 			}
 		}
 	}

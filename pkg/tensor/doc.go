@@ -2,9 +2,11 @@
 // device implements (device-owned tensors with a dtype, and the ops a model,
 // a drafter and a trainer run on them), its value types, the weight matrices
 // a checkpoint holds (Matrix, Weight), the 16-bit conversions, and the host
-// helpers every layer shares (the worker pool, RoPE's angles). The devices
-// themselves live beside it: the CPU device in pkg/tensor/cpu, the
-// conformance suite every device runs in pkg/tensor/tensortest.
+// helpers every layer shares (the worker pool, RoPE's angles), and what a
+// device's implementation alone may call (host.go). The devices themselves
+// live beside it, and it imports none of them: the CPU device in
+// pkg/tensor/cpu, the CUDA device in pkg/tensor/cuda; the conformance suite
+// every device runs is pkg/tensor/tensortest.
 package tensor
 
 // FewRows is the most rows of a product (Device.MulT, and Device.MatMul's

@@ -456,10 +456,14 @@ func (t *trainer) TrainLine(s loop.StepStats) any {
 }
 
 // Export reads the layer's weights back from the device and writes the
-// draft into job.Out's eagle3/ folder, and drafter.json.
+// draft into job.Out's eagle3/ folder, drafter.json, and last SHA256SUMS
+// over them (deleting an earlier one first: see drafters.RemoveSums).
 func (t *trainer) Export(job *loop.Job, r *loop.Result[*EvalMetrics]) error {
 	cfg, g, voc := t.cfg, t.g, t.voc
 	t.n.layer.ReadWeights(t.n.dev)
+	if err := drafters.RemoveSums(job.Out); err != nil {
+		return err
+	}
 	if err := deagle3.Export(filepath.Join(job.Out, ExportDir), g, t.p, voc, cfg.Export); err != nil {
 		return err
 	}
@@ -476,13 +480,22 @@ func (t *trainer) Export(job *loop.Job, r *loop.Result[*EvalMetrics]) error {
 	if manifests == nil {
 		manifests = map[string]string{}
 	}
-	return atomicfile.WriteJSON(filepath.Join(job.Out, ProvenanceFile), provenance{
+	err := atomicfile.WriteJSON(filepath.Join(job.Out, ProvenanceFile), provenance{
 		Method: string(deagle3.Kind), Formats: []string{ExportDir}, Format: format,
 		Hidden: g.Hidden, Vocab: g.Vocab, DraftVocab: g.DraftVocab, DraftVocabSeen: voc.Seen, TTTSteps: cfg.Steps,
 		FeatureLayers: layers, DefaultLayers: cfg.Export.DefaultLayers,
 		BaseModel: p.BaseModel, TargetFingerprint: p.TargetFingerprint, DataManifests: manifests,
 		Args: p.Args, Steps: r.Steps, Stopped: r.Stopped, Metrics: r.Best,
 	})
+	if err != nil {
+		return err
+	}
+	// Last: the sums vouch for the export and drafter.json as they now are.
+	files := []string{ProvenanceFile}
+	for _, f := range deagle3.ExportFiles() {
+		files = append(files, ExportDir+"/"+f)
+	}
+	return drafters.WriteSums(job.Out, files)
 }
 
 // pack splits samples (in the given order) into batches of at most batch

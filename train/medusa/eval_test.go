@@ -95,13 +95,6 @@ func TestEvaluateAgainstReference(t *testing.T) {
 	t.Logf("leads checked on %d rows, longest run %d", rows, longest)
 }
 
-func TestAcceptance(t *testing.T) {
-	// 1 + 0.5 + 0.5*0.4 + 0.5*0.4*0.5
-	if a := Acceptance([]float64{0.5, 0.4, 0.5}); math.Abs(a-1.8) > 1e-12 {
-		t.Fatalf("Acceptance = %g, want 1.8", a)
-	}
-}
-
 // serialBackend is a plain triple-loop cpu.Backend that allocates nothing,
 // so that an allocation count sees the trainer's own allocations only (the
 // pure-Go sgemm launches work per row block, which scales with the rows).

@@ -3,6 +3,7 @@ package medusa
 import (
 	"fmt"
 
+	"github.com/drafter-ai/drafter/pkg/spec"
 	"github.com/drafter-ai/drafter/train/dataset"
 )
 
@@ -119,7 +120,9 @@ func (e *evaluator) evaluate(ws *Workspace, b *Batch, data dataset.Dataset, idx 
 			return nil, err
 		}
 	}
-	mt.Acceptance = Acceptance(mt.Top1)
+	// A greedy chain of the heads yields, per target step, the expected
+	// chain length with head j's top-1 right with probability Top1[j].
+	mt.Acceptance = spec.ExpectedChainLength(mt.Top1)
 	mt.ChainSteps = e.steps
 	if e.steps > 0 {
 		mt.Chain = float64(e.walked) / float64(e.steps)

@@ -217,18 +217,6 @@ func (m *Metrics) Summary() string {
 		m.Step, m.Loss, loop.FormatFloats(m.Top1), loop.FormatFloats(m.Top5), m.Acceptance, m.Chain)
 }
 
-// Acceptance returns 1 + sum_k prod_{j<=k} top1[j], the expected number of
-// tokens a greedy chain of these heads yields per target step when head j's
-// top-1 is right with probability top1[j] independently of the others.
-func Acceptance(top1 []float64) float64 {
-	a, p := 1.0, 1.0
-	for _, t := range top1 {
-		p *= t
-		a += p
-	}
-	return a
-}
-
 // Train trains Medusa heads on data with the shared loop (train/loop) and
 // exports the best ones into job.Out (dmedusa.Export, with cfg.DType and
 // job.Provenance). lmHead is the target's [vocab, hidden] output layer

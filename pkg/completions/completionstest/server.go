@@ -54,6 +54,10 @@ type Options struct {
 	// Model is the served model name (default "fake-model"); OwnedBy its
 	// owned_by in /v1/models.
 	Model, OwnedBy string
+	// AnswerModel, when set, is the model name written in the answers
+	// instead of Model: a router in front of the engines that answers from
+	// another model than the one requested.
+	AnswerModel string
 	// Source selects, for API OpenAI, where the ids go: token_ids (the
 	// default), logprobs.tokens, logprobs.content.id, or text only.
 	Source completions.Source
@@ -84,6 +88,7 @@ type Server struct {
 	mu       sync.Mutex
 	attempts map[[32]byte]int
 	stats    Stats
+	down     bool
 }
 
 // New starts a server; Close it when done.
@@ -105,6 +110,15 @@ func New(opt Options) *Server {
 	return s
 }
 
+// SetDown takes the server down (true) or back up (false). While down it
+// closes every connection without an answer, as a server that is restarting
+// does, and counts nothing: the client sees what it sees of a dead replica.
+func (s *Server) SetDown(down bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.down = down
+}
+
 // Stats returns a copy of the counters.
 func (s *Server) Stats() Stats {
 	s.mu.Lock()
@@ -118,6 +132,13 @@ func (s *Server) Stats() Stats {
 }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	down := s.down
+	s.mu.Unlock()
+	if down {
+		hangUp(w)
+		return
+	}
 	if s.opt.APIKey != "" && r.Header.Get("Authorization") != "Bearer "+s.opt.APIKey {
 		writeError(w, http.StatusUnauthorized, "Unauthorized: invalid API key")
 		return
@@ -151,7 +172,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		out = s.openAIAnswer(a)
 	case completions.LlamaCpp:
 		stop := map[string]string{completions.FinishStop: "eos", completions.FinishLength: "limit"}[a.Finish]
-		out = map[string]any{"content": a.Text, "tokens": a.IDs, "stop_type": stop, "stop": true, "model": s.opt.Model, "tokens_predicted": len(a.IDs)}
+		out = map[string]any{"content": a.Text, "tokens": a.IDs, "stop_type": stop, "stop": true, "model": s.answerModel(), "tokens_predicted": len(a.IDs)}
 	case completions.TGI:
 		prefill := []map[string]any{}
 		for _, id := range req.Prompt {
@@ -192,8 +213,16 @@ func (s *Server) openAIAnswer(a Answer) map[string]any {
 		}
 		ch["logprobs"] = map[string]any{"content": content}
 	}
-	return map[string]any{"id": "cmpl-fake", "object": "text_completion", "model": s.opt.Model, "choices": []any{ch},
+	return map[string]any{"id": "cmpl-fake", "object": "text_completion", "model": s.answerModel(), "choices": []any{ch},
 		"usage": map[string]any{"completion_tokens": len(a.IDs)}}
+}
+
+// answerModel is the model name the answers carry.
+func (s *Server) answerModel() string {
+	if s.opt.AnswerModel != "" {
+		return s.opt.AnswerModel
+	}
+	return s.opt.Model
 }
 
 // fault misbehaves for attempt k of the body with hash h, and reports whether
@@ -212,13 +241,8 @@ func (s *Server) fault(w http.ResponseWriter, r *http.Request, h [32]byte, k int
 	switch {
 	case u < f.Drop:
 		count(&s.stats.Dropped)
-		if hj, ok := w.(http.Hijacker); ok {
-			if conn, _, err := hj.Hijack(); err == nil {
-				conn.Close()
-				return true
-			}
-		}
-		panic(http.ErrAbortHandler) // the server closes the connection
+		hangUp(w)
+		return true
 	case u < f.Drop+f.TooMany:
 		count(&s.stats.TooMany)
 		if f.RetryAfter != "" {
@@ -239,6 +263,17 @@ func (s *Server) fault(w http.ResponseWriter, r *http.Request, h [32]byte, k int
 		}
 	}
 	return false
+}
+
+// hangUp closes the connection without an answer.
+func hangUp(w http.ResponseWriter) {
+	if hj, ok := w.(http.Hijacker); ok {
+		if conn, _, err := hj.Hijack(); err == nil {
+			conn.Close()
+			return
+		}
+	}
+	panic(http.ErrAbortHandler) // the server closes the connection
 }
 
 // draw is a number in [0, 1) that depends only on seed, the body and k.

@@ -217,6 +217,11 @@ const nativePrefix = "midlayer."
 // weightsFile is the export's weights file.
 const weightsFile = "model.safetensors"
 
+// ExportFiles lists the files Export writes into its folder, for the
+// SHA256SUMS its caller writes once drafter.json is beside them
+// (drafters.WriteSums).
+func ExportFiles() []string { return []string{drafters.ConfigFile, weightsFile} }
+
 // layerKey is Params.Tensors' name in the layout whose decoder-layer keys
 // start with prefix.
 func layerKey(prefix, name string) string {

@@ -22,6 +22,7 @@ import (
 //	                                              TensorRT-LLM's converter reads
 //	                                              (format_fasterdecoding.go)
 //	drafter.json                                  provenance and final metrics
+//	SHA256SUMS                                    every file above's SHA-256, written last
 
 // ExportInfo is the provenance written to drafter.json and the export options.
 type ExportInfo struct {
@@ -56,8 +57,9 @@ type provenance struct {
 	Metrics           any               `json:"metrics,omitempty"`
 }
 
-// Export writes the heads into dir in both layouts plus drafter.json. Every
-// file is written atomically. Heads with a NaN or infinite weight (also one
+// Export writes the heads into dir in both layouts plus drafter.json, and
+// last SHA256SUMS over all of them (drafters.SumsFile; an earlier one is
+// deleted first). Every file is written atomically. Heads with a NaN or infinite weight (also one
 // that the export dtype cannot hold) are refused before anything is written.
 func Export(dir string, m *Heads, info ExportInfo) error {
 	dt := info.DType
@@ -95,21 +97,31 @@ func Export(dir string, m *Heads, info ExportInfo) error {
 			return fmt.Errorf("medusa: export: %w", err)
 		}
 	}
+	if err := drafters.RemoveSums(dir); err != nil {
+		return err
+	}
+	files := []string{drafters.ProvenanceFile}
 	for i, f := range fs {
 		if err := f.write(filepath.Join(dir, f.name()), m, ts[i], dt, info); err != nil {
 			return err
 		}
+		files = append(files, f.name()+"/"+drafters.ConfigFile, f.name()+"/"+f.weights())
 	}
 	manifests := info.DataManifests
 	if manifests == nil {
 		manifests = map[string]string{}
 	}
-	return atomicfile.WriteJSON(filepath.Join(dir, drafters.ProvenanceFile), provenance{
+	err := atomicfile.WriteJSON(filepath.Join(dir, drafters.ProvenanceFile), provenance{
 		Method: string(Kind), Format: names,
 		Heads: m.Heads, Layers: m.Layers, Hidden: m.Hidden, Vocab: m.Vocab, SharedLMHead: m.SharedLMHead, DType: dt,
 		BaseModel: info.BaseModel, TargetFingerprint: info.TargetFingerprint, DataManifests: manifests,
 		Args: info.Args, Metrics: nilIfNilPointer(info.Metrics),
 	})
+	if err != nil {
+		return err
+	}
+	// Last: the sums vouch for the files as they now are.
+	return drafters.WriteSums(dir, files)
 }
 
 // Loaded is a Medusa export read back by Load.
@@ -190,6 +202,8 @@ type format interface {
 	// name is the layout's name (eval's reports, drafter.json) and its
 	// subfolder of an export.
 	name() string
+	// weights is the layout's weights file in its folder.
+	weights() string
 	// tensors lists the heads as the layout stores them.
 	tensors(m *Heads, tensor tensorFunc) []safetensors.Tensor
 	// write writes the layout's files into dir: the tensors ts and its

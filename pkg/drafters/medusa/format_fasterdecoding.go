@@ -32,6 +32,8 @@ type fasterDecoding struct{}
 
 func (fasterDecoding) name() string { return MedusaDir }
 
+func (fasterDecoding) weights() string { return MedusaWeights }
+
 // tensors lists the heads under the layout's names: every head's own
 // lm_head, the target's copied where they share it.
 func (fasterDecoding) tensors(m *Heads, tensor tensorFunc) []safetensors.Tensor {

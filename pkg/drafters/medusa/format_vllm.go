@@ -29,6 +29,8 @@ type vllm struct{}
 
 func (vllm) name() string { return VLLMDir }
 
+func (vllm) weights() string { return VLLMWeights }
+
 // tensors lists the heads under the layout's names; with a shared lm_head
 // only head 0's (the target's).
 func (vllm) tensors(m *Heads, tensor tensorFunc) []safetensors.Tensor {

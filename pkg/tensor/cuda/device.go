@@ -7,8 +7,8 @@
 // $DRAFTER_LIBCUDA) and cuBLAS (libcublas.so.13, .12 or .11, from
 // $DRAFTER_CUDA_LIBS when set) are loaded with dlopen when a device is
 // opened, so one binary runs on machines with and without a GPU, with any
-// CUDA major the driver supports (docs/gpu.md). Probe says whether a GPU is
-// usable and, when not, why in one line; Open opens it.
+// CUDA major the driver supports (README.md, "GPUs (CUDA)"). Probe says
+// whether a GPU is usable and, when not, why in one line; Open opens it.
 //
 // Every call into the driver makes the device's context current and does its
 // work in one C call, so no goroutine is locked to a thread. Kernels and

@@ -1,6 +1,6 @@
 // Package tensortest checks a tensor.Device's ops against float64 references
 // on random inputs: the conformance suite every device runs (the CPU device
-// in pkg/tensor's tests; a GPU device the same way), so that a device is
+// in pkg/tensor/cpu's tests, the CUDA device in pkg/tensor/cuda's), so that a device is
 // shown to compute what the layers written over it expect, op by op, before
 // a model runs on it.
 package tensortest

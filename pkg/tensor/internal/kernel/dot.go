@@ -1,5 +1,11 @@
 // Package kernel holds drafter's hand-written compute kernels, in a package
-// without cgo so that they can be Go assembly; package tensor exports them.
+// without cgo so that they can be Go assembly, with Go bodies where the
+// processor (or a purego build) has no vector ones: the few-row products
+// (DotRows, MulT and their 16-bit forms), the packed GEMM (Gemm: Sgemm,
+// SgemmHalf and GemmBF16 over one panel loop), the exponentials and the
+// 16-bit conversions. The CPU device (pkg/tensor/cpu) runs them, and
+// pkg/tensor's conversions (tensor.BF16ToF32, ...) are these; being
+// internal to pkg/tensor, nothing else can import it.
 package kernel
 
 import "fmt"

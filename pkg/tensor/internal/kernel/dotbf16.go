@@ -29,34 +29,34 @@ const (
 // dotGemm is the state of GemmBF16, kept in its Gemm so that a warm product
 // allocates nothing.
 type dotGemm struct {
+	// The packed GEMM's loop (panels.go), over bfloat16 pairs as uint32
+	// words: the tile, C, the depth in pairs, blocks and packed panels.
+	panelLoop[uint32]
+
 	// stepWords and aWords bound the packed A of one k step and of a row
 	// block (gemmStepFloats and gemmAFloats words; tests make them small).
 	stepWords, aWords int
 
-	apBuf, bpBuf, rowBuf []uint32
-	ap, bp, rows         []uint32 // packed A block, packed B steps, rounded A rows
+	rowBuf, rows []uint32 // rounded A rows, a panel's per packing chunk
 
 	// The product in progress.
-	m, n, k, kp int // kp: pairs, ceil(k/2)
-	a           []float32
-	b           []uint16
-	c           []float32
-	lda, ldb    int
-	ldc         int
-	acc         bool
-
-	// The row block in progress.
-	ic, mcb, kc, unitPanels int
-
-	packAFn, computeFn func(c, lo, hi int)
+	k, kp    int // kp: pairs, ceil(k/2)
+	a        []float32
+	b        []uint16
+	lda, ldb int
 }
 
 // newDotGemm returns GemmBF16's state with Sgemm's block sizes.
 func newDotGemm() *dotGemm {
 	d := &dotGemm{stepWords: gemmStepFloats, aWords: gemmAFloats}
-	d.packAFn = d.packAChunk
-	d.computeFn = d.computeChunk
+	d.panelLoop.setup(dotMR, dotNR, false, dotTile, d.packAChunk, d.unitB)
 	return d
+}
+
+// dotTile is the loop's kernel: dotKernel, which adds to C when load is 1
+// and takes no alpha or beta.
+func dotTile(kp int, a, b *uint32, c *float32, ldc int, _, _ float32, load int) {
+	dotKernel(kp, a, b, c, ldc, load)
 }
 
 // GemmBF16 computes C = A·Bᵀ, or C += A·Bᵀ when acc is true, for A [m, k]
@@ -92,39 +92,26 @@ func (g *Gemm) GemmBF16(par Runner, workers int, m, n, k int, a []float32, lda i
 		g.dot = newDotGemm()
 	}
 	d := g.dot
-	d.m, d.n, d.k, d.kp = m, n, k, ceilDiv(k, 2)
-	d.a, d.lda, d.b, d.ldb, d.c, d.ldc, d.acc = a, lda, b, ldb, c, ldc, acc
-	kp := d.kp
-	if par == nil || m*n*k < gemmParallelMin {
-		workers = 1
+	d.k, d.kp = k, ceilDiv(k, 2)
+	d.a, d.lda, d.b, d.ldb = a, lda, b, ldb
+	var beta float32 // 1: C += A·Bᵀ from the first k step on
+	if acc {
+		beta = 1
 	}
-	bl := planBlocks(m, n, kp, dotKC, d.stepWords, d.aWords, dotMR, dotNR, workers)
-	kc, mc, units, chunks := bl.kc, bl.mc, bl.units, bl.chunks
-	d.kc, d.unitPanels = kc, bl.unitPanels
-	d.ap = growU32(&d.apBuf, mc*kp)
-	d.bp = growU32(&d.bpBuf, chunks*kc*d.unitPanels*dotNR)
+	bl, workers := d.plan(par, workers, m, n, k, d.kp, dotKC, d.stepWords, d.aWords, c, ldc, 1, beta)
 	// Each packing chunk rounds the rows of one A panel at a time into its
 	// own part of rows.
-	d.rows = growU32(&d.rowBuf, 4*workers*dotMR*kp)
-	for ic := 0; ic < m; ic += mc {
-		d.ic, d.mcb = ic, min(mc, m-ic)
-		aPanels := ceilDiv(d.mcb, dotMR)
-		if workers > 1 {
-			par(aPanels, 4*workers, d.packAFn)
-			par(units, chunks, d.computeFn)
-		} else {
-			d.packAChunk(0, 0, aPanels)
-			d.computeChunk(0, 0, units)
-		}
-	}
-	d.a, d.b, d.c = nil, nil, nil
+	d.rows = grow(&d.rowBuf, 4*workers*dotMR*d.kp)
+	d.run(par, workers, bl)
+	d.a, d.b = nil, nil
 }
 
-// packAChunk packs the A micro-panels [lo, hi) of the current row block,
-// for every k step, using chunk c's part of rows: a panel's rows are
-// rounded to bfloat16 pairs (kp words a row, the odd k's pair padded with a
-// zero), then transposed into step pc's panel p at ap[pc*mcp+p*mr*kcb],
-// mcp being the block's rows rounded up to whole panels.
+// packAChunk is the loop's packA: the A micro-panels [lo, hi) of the
+// current row block, for every k step, using chunk c's part of rows: a
+// panel's rows are rounded to bfloat16 pairs (kp words a row, the odd k's
+// pair padded with a zero), then transposed into step pc's panel p at
+// ap[pc*mcp+p*mr*kcb], mcp being the block's rows rounded up to whole
+// panels.
 func (d *dotGemm) packAChunk(c, lo, hi int) {
 	kp := d.kp
 	mcp := roundUp(d.mcb, dotMR)
@@ -181,67 +168,12 @@ func (d *dotGemm) packB(dst []uint32, q0, q1, pc, kcb int) {
 	}
 }
 
-// computeChunk computes the compute units [lo, hi) of the current row
-// block, one after another, over all of k, packing their B micro-panels
-// into chunk c's part of bp.
-func (d *dotGemm) computeChunk(c, lo, hi int) {
-	mcp := roundUp(d.mcb, dotMR)
-	aPanels := mcp / dotMR
-	panels := ceilDiv(d.n, dotNR)
-	bp := d.bp[c*d.kc*d.unitPanels*dotNR:][:d.kc*d.unitPanels*dotNR]
-	var tile [dotMR * dotNR]float32
-	for u := lo; u < hi; u++ {
-		q0 := u * d.unitPanels
-		q1 := min(q0+d.unitPanels, panels)
-		for pc := 0; pc < d.kp; pc += d.kc {
-			kcb := min(d.kc, d.kp-pc)
-			load := 0
-			if pc > 0 || d.acc {
-				load = 1
-			}
-			d.packB(bp, q0, q1, pc, kcb)
-			ap := d.ap[pc*mcp:][:mcp*kcb]
-			for q := q0; q < q1; q++ {
-				b := bp[(q-q0)*kcb*dotNR:][:kcb*dotNR]
-				j0 := q * dotNR
-				cols := min(dotNR, d.n-j0)
-				for p := 0; p < aPanels; p++ {
-					i0 := d.ic + p*dotMR
-					rows := min(dotMR, d.m-i0)
-					a := &ap[p*dotMR*kcb]
-					if rows == dotMR && cols == dotNR {
-						dotKernel(kcb, a, &b[0], &d.c[i0*d.ldc+j0], d.ldc, load)
-						continue
-					}
-					dotKernel(kcb, a, &b[0], &tile[0], dotNR, 0)
-					for r := 0; r < rows; r++ {
-						cr := d.c[(i0+r)*d.ldc+j0:][:cols]
-						tr := tile[r*dotNR:][:cols]
-						if load == 0 {
-							copy(cr, tr)
-						} else {
-							for j, v := range tr {
-								cr[j] += v
-							}
-						}
-					}
-				}
-			}
-		}
-	}
-}
-
-// growU32 is grow for words: a 64-byte-aligned slice of n words from *buf,
-// reallocating it when it is too small.
-func growU32(buf *[]uint32, n int) []uint32 {
-	if len(*buf) < n+gemmAlign {
-		*buf = make([]uint32, n+gemmAlign)
-	}
-	off := int(uintptr(unsafe.Pointer(&(*buf)[0]))&63) / 4
-	if off != 0 {
-		off = gemmAlign - off
-	}
-	return (*buf)[off : off+n]
+// unitB is the loop's packB: compute unit u's B micro-panels of the k step
+// of pairs [pc, pc+kcb), packed into own.
+func (d *dotGemm) unitB(own []uint32, u, pc, kcb int) []uint32 {
+	q0 := u * d.unitPanels
+	d.packB(own, q0, min(q0+d.unitPanels, ceilDiv(d.n, dotNR)), pc, kcb)
+	return own
 }
 
 // The packings move bfloat16 pairs as 32-bit words, through the float32

@@ -14,7 +14,8 @@ import (
 // L2 cache) by one B micro-panel at a time (gemmKC·nr floats, 32 KiB for
 // nr = 32, which stays in the L1 cache) into mr x nr tiles of C. So a product
 // has two parallel phases (pack A, compute) per row block, and a worker that
-// starts late on a busy machine holds up only the units it has taken.
+// starts late on a busy machine holds up only the units it has taken. The
+// loop itself is panelLoop (panels.go), which GemmBF16 runs too.
 const (
 	gemmKC         = 256
 	gemmStepFloats = 1 << 18 // packed A of one k step: 1 MiB
@@ -52,35 +53,28 @@ type Runner func(n, chunks int, fn func(c, lo, hi int))
 // buffers, which grow to the largest product it has seen and are then reused:
 // after warm-up a product allocates nothing. A Gemm serves one call at a time.
 type Gemm struct {
-	kind   int
-	mr, nr int
+	// The packed GEMM's loop (panels.go), over float32 words: the tile,
+	// the product's C, depth (k), blocks and packed panels.
+	panelLoop[float32]
+
+	kind int
 
 	// stepFloats and aFloats bound the packed A of one k step and of a row
 	// block (gemmStepFloats and gemmAFloats; tests make them small).
 	stepFloats, aFloats int
 
-	apBuf, bpBuf []float32 // backing arrays of ap and bp
-	ap, bp       []float32 // packed A block, packed B block (aligned)
-	bfBuf, bf    []float32 // all of op(B) packed, when several row blocks share it
+	bfBuf, bf []float32 // all of op(B) packed, when several row blocks share it
 
 	// The product in progress.
 	transA, transB bool
-	m, n, k        int
-	alpha          float32
-	a, b, c        []float32
-	lda, ldb, ldc  int
+	a, b           []float32
+	lda, ldb       int
 	bh             []uint16 // op(B) in format bfmt instead of b (SgemmHalf)
 	bfmt           Half
 
 	dot *dotGemm // GemmBF16's state, made on its first call
 
-	// The row block in progress.
-	ic, mcb    int
-	kc         int     // k step
-	beta       float32 // beta of the product
-	unitPanels int     // B micro-panels per compute unit
-
-	packAFn, packBFn, computeFn func(c, lo, hi int)
+	packBFn func(c, lo, hi int)
 }
 
 // NewGemm returns a Gemm that uses the fastest micro-kernel the processor
@@ -89,11 +83,15 @@ func NewGemm() *Gemm { return newGemm(bestKind()) }
 
 func newGemm(kind int) *Gemm {
 	g := &Gemm{kind: kind, stepFloats: gemmStepFloats, aFloats: gemmAFloats}
-	g.mr, g.nr = tileShape(kind)
-	g.packAFn = g.packAChunk
+	mr, nr := tileShape(kind)
+	g.panelLoop.setup(mr, nr, true, g.tile, g.packAChunk, g.unitB)
 	g.packBFn = g.packBChunk
-	g.computeFn = g.computeChunk
 	return g
+}
+
+// tile is the loop's kernel: g's micro-kernel on one tile.
+func (g *Gemm) tile(k int, a, b, c *float32, ldc int, alpha, beta float32, load int) {
+	microKernel(g.kind, k, a, b, c, ldc, alpha, beta, load)
 }
 
 // Vector reports whether g runs an assembly micro-kernel (otherwise a plain
@@ -122,43 +120,21 @@ func (g *Gemm) Sgemm(par Runner, workers int, transA, transB bool, m, n, k int, 
 		scaleRows(c, ldc, m, n, beta)
 		return
 	}
-	mr, nr := g.mr, g.nr
-	g.transA, g.transB, g.m, g.n, g.k = transA, transB, m, n, k
-	g.alpha, g.beta, g.a, g.b, g.c, g.lda, g.ldb, g.ldc = alpha, beta, a, b, c, lda, ldb, ldc
-
-	if par == nil || m*n*k < gemmParallelMin {
-		workers = 1
-	}
-	bl := planBlocks(m, n, k, gemmKC, g.stepFloats, g.aFloats, mr, nr, workers)
-	kc, mc, units, chunks := bl.kc, bl.mc, bl.units, bl.chunks
-	g.kc, g.unitPanels = kc, bl.unitPanels
-	g.ap = grow(&g.apBuf, mc*k)
-	g.bp = grow(&g.bpBuf, chunks*kc*g.unitPanels*nr)
+	g.transA, g.transB, g.a, g.b, g.lda, g.ldb = transA, transB, a, b, lda, ldb
+	bl, workers := g.plan(par, workers, m, n, k, k, gemmKC, g.stepFloats, g.aFloats, c, ldc, alpha, beta)
 	// Several row blocks (a tall op(A), such as a weight gradient's
 	// vocabulary rows) would each pack op(B) again: pack it once for all.
 	g.bf = nil
-	if bf := units * g.unitPanels * nr * k; m > mc && bf <= gemmBFloats {
+	if bf := bl.units * g.unitPanels * g.nr * k; m > bl.mc && bf <= gemmBFloats {
 		g.bf = grow(&g.bfBuf, bf)
 		if workers > 1 {
-			par(units, chunks, g.packBFn)
+			par(bl.units, bl.chunks, g.packBFn)
 		} else {
-			g.packBChunk(0, 0, units)
+			g.packBChunk(0, 0, bl.units)
 		}
 	}
-	for ic := 0; ic < m; ic += mc {
-		g.ic, g.mcb = ic, min(mc, m-ic)
-		aPanels := ceilDiv(g.mcb, mr)
-		if workers > 1 {
-			// More chunks than workers: a worker that starts late on a
-			// busy machine leaves its share to the others.
-			par(aPanels, 4*workers, g.packAFn)
-			par(units, chunks, g.computeFn)
-		} else {
-			g.packAChunk(0, 0, aPanels)
-			g.computeChunk(0, 0, units)
-		}
-	}
-	g.a, g.b, g.c, g.bf = nil, nil, nil, nil
+	g.run(par, workers, bl)
+	g.a, g.b, g.bf = nil, nil, nil
 }
 
 // blocks is how a packed GEMM splits its work: kc steps of its depth per
@@ -186,10 +162,21 @@ func planBlocks(m, n, kd, kcMax, stepWords, aWords, mr, nr, workers int) blocks 
 // step into bf: unit u's step pc at bf[(u*k+pc)*unitPanels*nr].
 func (g *Gemm) packBChunk(_, lo, hi int) {
 	for u := lo; u < hi; u++ {
-		for pc := 0; pc < g.k; pc += g.kc {
-			g.packB(g.bf[(u*g.k+pc)*g.unitPanels*g.nr:], u, pc, min(g.kc, g.k-pc))
+		for pc := 0; pc < g.kd; pc += g.kc {
+			g.packB(g.bf[(u*g.kd+pc)*g.unitPanels*g.nr:], u, pc, min(g.kc, g.kd-pc))
 		}
 	}
+}
+
+// unitB is the loop's packB: compute unit u's B micro-panels of the k step
+// [pc, pc+kcb), packed into own, or where packBChunk packed them for all
+// row blocks.
+func (g *Gemm) unitB(own []float32, u, pc, kcb int) []float32 {
+	if g.bf != nil {
+		return g.bf[(u*g.kd+pc)*g.unitPanels*g.nr:]
+	}
+	g.packB(own, u, pc, kcb)
+	return own
 }
 
 // packB packs compute unit u's B micro-panels of the k step [pc, pc+kcb)
@@ -214,14 +201,15 @@ func (g *Gemm) packB(dst []float32, u, pc, kcb int) {
 	packRows(dst, g.b, g.ldb, pc, j0, kcb, min(q1*nr, g.n)-j0, nr)
 }
 
-// packAChunk packs the A micro-panels [lo, hi) of the current row block, for
-// every k step: step pc's panel p is at ap[pc*mcp+p*mr*kcb], mcp being the
-// block's rows rounded up to whole panels.
+// packAChunk is the loop's packA: the A micro-panels [lo, hi) of the
+// current row block, for every k step: step pc's panel p is at
+// ap[pc*mcp+p*mr*kcb], mcp being the block's rows rounded up to whole
+// panels.
 func (g *Gemm) packAChunk(_, lo, hi int) {
 	mr := g.mr
 	mcp := roundUp(g.mcb, mr)
-	for pc := 0; pc < g.k; pc += g.kc {
-		kcb := min(g.kc, g.k-pc)
+	for pc := 0; pc < g.kd; pc += g.kc {
+		kcb := min(g.kc, g.kd-pc)
 		if g.transA {
 			// Rows of the stored A are op(A)'s columns: read them whole.
 			i0 := g.ic + lo*mr
@@ -232,68 +220,6 @@ func (g *Gemm) packAChunk(_, lo, hi int) {
 			i0 := g.ic + p*mr
 			rows := min(mr, g.m-i0)
 			packTranspose(g.ap[pc*mcp+p*mr*kcb:], g.a, g.lda, i0, pc, rows, kcb, mr)
-		}
-	}
-}
-
-// computeChunk computes the compute units [lo, hi) of the current row block,
-// one after another, over all of k, packing their B micro-panels into chunk
-// c's part of bp.
-func (g *Gemm) computeChunk(c, lo, hi int) {
-	mr, nr := g.mr, g.nr
-	mcp := roundUp(g.mcb, mr)
-	aPanels := mcp / mr
-	panels := ceilDiv(g.n, nr)
-	own := g.bp[c*g.kc*g.unitPanels*nr:][:g.kc*g.unitPanels*nr]
-	var tile [maxTile]float32
-	for u := lo; u < hi; u++ {
-		q0 := u * g.unitPanels
-		q1 := min(q0+g.unitPanels, panels)
-		for pc := 0; pc < g.k; pc += g.kc {
-			kcb := min(g.kc, g.k-pc)
-			beta := g.beta
-			if pc > 0 {
-				beta = 1
-			}
-			load := 0
-			if beta != 0 {
-				load = 1
-			}
-			bp := own
-			if g.bf != nil {
-				bp = g.bf[(u*g.k+pc)*g.unitPanels*nr:]
-			} else {
-				g.packB(bp, u, pc, kcb)
-			}
-			ap := g.ap[pc*mcp:][:mcp*kcb]
-			for q := q0; q < q1; q++ {
-				b := bp[(q-q0)*kcb*nr:][:kcb*nr]
-				j0 := q * nr
-				cols := min(nr, g.n-j0)
-				for p := 0; p < aPanels; p++ {
-					i0 := g.ic + p*mr
-					rows := min(mr, g.m-i0)
-					a := &ap[p*mr*kcb]
-					if rows == mr && cols == nr {
-						microKernel(g.kind, kcb, a, &b[0], &g.c[i0*g.ldc+j0], g.ldc, g.alpha, beta, load)
-						continue
-					}
-					microKernel(g.kind, kcb, a, &b[0], &tile[0], nr, 1, 0, 0)
-					for r := 0; r < rows; r++ {
-						cr := g.c[(i0+r)*g.ldc+j0:][:cols]
-						tr := tile[r*nr:][:cols]
-						if load == 0 {
-							for j, v := range tr {
-								cr[j] = g.alpha * v
-							}
-						} else {
-							for j, v := range tr {
-								cr[j] = g.alpha*v + beta*cr[j]
-							}
-						}
-					}
-				}
-			}
 		}
 	}
 }
@@ -370,19 +296,6 @@ func scaleRows(c []float32, ldc, m, n int, beta float32) {
 			}
 		}
 	}
-}
-
-// grow returns a 64-byte-aligned slice of n floats from *buf, reallocating it
-// when it is too small.
-func grow(buf *[]float32, n int) []float32 {
-	if len(*buf) < n+gemmAlign {
-		*buf = make([]float32, n+gemmAlign)
-	}
-	off := int(uintptr(unsafe.Pointer(&(*buf)[0]))&63) / 4
-	if off != 0 {
-		off = gemmAlign - off
-	}
-	return (*buf)[off : off+n]
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }

@@ -38,8 +38,8 @@ func BenchmarkMicroBF16(b *testing.B) {
 		b.Skip("no AVX512_BF16 here")
 	}
 	const kp = 256
-	a := growU32(new([]uint32), dotMR*kp)
-	bb := growU32(new([]uint32), dotNR*kp)
+	a := grow(new([]uint32), dotMR*kp)
+	bb := grow(new([]uint32), dotNR*kp)
 	c := make([]float32, dotMR*64)
 	c0 := testutil.ProcessCPU()
 	for b.Loop() {

@@ -84,6 +84,19 @@ func F32ToF16(dst []uint16, src []float32) {
 	}
 }
 
+// BF16Bits is F32ToBF16 of one value (pkg/tensor's scalar conversions
+// run these, so that a scalar and a slice conversion cannot differ).
+func BF16Bits(f float32) uint16 { return f32ToBF16(f) }
+
+// F16Bits is F32ToF16 of one value.
+func F16Bits(f float32) uint16 { return f32ToF16(f) }
+
+// BF16Float is BF16ToF32 of one value.
+func BF16Float(h uint16) float32 { return bf16ToF32(h) }
+
+// F16Float is F16ToF32 of one value.
+func F16Float(h uint16) float32 { return f16ToF32(h) }
+
 // bf16ToF32 widens one bfloat16.
 func bf16ToF32(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
 
