@@ -17,51 +17,11 @@
 // reaches every shuffle. Helpers are static so that the stand-in, which
 // links every group's kernels into one library, sees no duplicate symbols.
 #include "compat.h"
+#include "cpuexp.h"
 
 // ---------------------------------------------------------------------------
 // The CPU's float arithmetic.
 
-// ew_expf is the CPU device's Expf (pkg/tensor/internal/kernel/exp.go)
-// operation for operation: Cody-Waite range reduction by ln 2, the Cephes
-// degree-6 polynomial, 2^k built in the exponent bits. The GPU's own expf
-// (ex2.approx) is a different function; using the CPU's keeps SwiGLU and SiLU
-// within a rounding or two of the CPU's values.
-static __device__ __forceinline__ float ew_expf(float x) {
-    if (!(x > -87.33654f)) {  // also NaN, which stays NaN
-        if (x != x) {
-            return x;
-        }
-        return 0.0f;
-    }
-    if (x > 88.72283f) {
-        return INFINITY;
-    }
-    // k = round(x / ln2), by truncating x/ln2 +- 0.5.
-    float t = x * 1.44269504088896341f;
-    if (t < 0.0f) {
-        t -= 0.5f;
-    } else {
-        t += 0.5f;
-    }
-    int ki = (int)t;
-    float k = (float)ki;
-    float r = x - k * 0.693359375f;
-    r -= k * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    float y = p * r * r + r + 1.0f;
-    if (ki < -126) {  // subnormal result: scale in two steps
-        return y * bits_f32((unsigned int)(ki + 126 + 127) << 23) * bits_f32(1u << 23);
-    }
-    if (ki > 127) {  // 2^128 is not a float32: scale in two steps
-        return y * bits_f32((unsigned int)(ki - 1 + 127) << 23) * 2.0f;
-    }
-    return y * bits_f32((unsigned int)(ki + 127) << 23);
-}
 
 // ---------------------------------------------------------------------------
 // binary16, as plain integer arithmetic so that the results do not depend on
@@ -434,7 +394,7 @@ extern "C" __global__ void drafter_ew_swiglu(float* out, const float* gate, cons
         const float* u = up + (long long)r * ldu;
         for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x) {
             float gv = g[c];
-            float e = ew_expf(-gv);
+            float e = cpu_expf(-gv);
             o[c] = gv / (1.0f + e) * u[c];
         }
     }
@@ -447,7 +407,7 @@ extern "C" __global__ void drafter_ew_swiglu(float* out, const float* gate, cons
 extern "C" __global__ void drafter_ew_swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up, long long n) {
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
         float g = gate[i];
-        float e = ew_expf(-g);
+        float e = cpu_expf(-g);
         float s = 1.0f / (1.0f + e);
         float d = dout[i];
         if (dgate) {
@@ -463,7 +423,7 @@ extern "C" __global__ void drafter_ew_swiglu_backward(float* dgate, float* dup, 
 extern "C" __global__ void drafter_ew_add_silu(float* out, const float* z, long long n) {
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
         float v = z[i];
-        out[i] += v / (1.0f + ew_expf(-v));
+        out[i] += v / (1.0f + cpu_expf(-v));
     }
 }
 
@@ -472,7 +432,7 @@ extern "C" __global__ void drafter_ew_add_silu(float* out, const float* z, long 
 extern "C" __global__ void drafter_ew_silu_backward(float* dz, const float* dout, const float* z, long long n) {
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
         float v = z[i];
-        float s = 1.0f / (1.0f + ew_expf(-v));
+        float s = 1.0f / (1.0f + cpu_expf(-v));
         dz[i] += dout[i] * s * (1.0f + v * (1.0f - s));
     }
 }

@@ -1,4 +1,5 @@
 #include "compat.h"
+#include "cpuexp.h"
 
 // Losses and selection: Softmax, ArgMax, GatherCols, CrossEntropy,
 // SoftCrossEntropy, CrossEntropyEval and TopK (pkg/tensor/cpu_loss.go is the
@@ -17,59 +18,10 @@
 // -Inf (or NaN) reach it.
 #define LOSS_EXP_MIN (-87.33654f)
 
-// loss_f32_bits and loss_bits_f32 reinterpret a float's bits, by memcpy so
-// that the same code compiles for the device (clang lowers it to a move)
-// and for the CPU simulator without aliasing questions.
-static __device__ __forceinline__ unsigned int loss_f32_bits(float x) {
-  unsigned int u;
-  __builtin_memcpy(&u, &x, 4);
-  return u;
-}
-
-static __device__ __forceinline__ float loss_bits_f32(unsigned int u) {
-  float x;
-  __builtin_memcpy(&x, &u, 4);
-  return x;
-}
-
-// loss_expf is kernel.Expf's arithmetic (Cody-Waite reduction by ln 2, the
-// Cephes degree-6 polynomial, 2^k built in the exponent bits) so that the
-// device's exponentials are the CPU's to within the rounding of fused
-// multiply-adds, rather than those of a hardware approximation whose error
-// grows with |x|.
-static __device__ __forceinline__ float loss_expf(float x) {
-  if (!(x > LOSS_EXP_MIN)) {
-    return x != x ? x : 0.0f;  // NaN stays NaN; underflow and -Inf give 0
-  }
-  if (x > 88.72283f) {
-    return INFINITY;
-  }
-  float t = x * 1.44269504088896341f;
-  t += t < 0.0f ? -0.5f : 0.5f;  // k = round(x/ln2), by truncation of x/ln2 ± 0.5
-  int ki = (int)t;
-  float k = (float)ki;
-  float r = x - k * 0.693359375f;
-  r -= k * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  float y = p * r * r + r + 1.0f;
-  if (ki < -126) {  // subnormal result: scale in two steps
-    return y * loss_bits_f32((unsigned int)(ki + 126 + 127) << 23) * loss_bits_f32(1u << 23);
-  }
-  if (ki > 127) {  // 2^128 is not a float: scale in two steps
-    return y * loss_bits_f32((unsigned int)(ki - 1 + 127) << 23) * 2.0f;
-  }
-  return y * loss_bits_f32((unsigned int)(ki + 127) << 23);
-}
-
 // loss_exp_shift is ExpShift's value for one element: e^(v) of an argument
 // already shifted by the row's maximum, 0 below the cut-off or for NaN.
 static __device__ __forceinline__ float loss_exp_shift(float v) {
-  return v > LOSS_EXP_MIN ? loss_expf(v) : 0.0f;
+  return v > LOSS_EXP_MIN ? cpu_expf(v) : 0.0f;
 }
 
 // loss_log is the natural logarithm in float64 (compat.h has only logf,
@@ -491,7 +443,7 @@ static __device__ __forceinline__ unsigned int topk_key(float x) {
   if (x != x) {
     return 0u;
   }
-  unsigned int u = x == 0.0f ? 0u : loss_f32_bits(x);
+  unsigned int u = x == 0.0f ? 0u : f32_bits(x);
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 

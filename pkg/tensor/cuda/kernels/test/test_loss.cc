@@ -111,17 +111,17 @@ void close_to(const std::string& what, double got, double want, double rel) {
 
 // The device's scalar helpers against libm.
 void test_math() {
-  // loss_expf: kernel.Expf's few ulp over the shifted range (arguments <= 0).
+  // cpu_expf: kernel.Expf's few ulp over the shifted range (arguments <= 0).
   for (int i = 0; i < 200000; i++) {
     float x = -(float)std::uniform_real_distribution<double>(0, 88)(rng);
     double want = std::exp((double)x);
-    double got = loss_expf(x);
+    double got = cpu_expf(x);
     if (want > 1e-37 && !(std::fabs(got - want) <= 4e-7 * want)) {
-      fail("loss_expf(" + std::to_string(x) + ")");
+      fail("cpu_expf(" + std::to_string(x) + ")");
     }
   }
-  if (loss_expf(kNegInf) != 0 || loss_expf(-100) != 0 || loss_expf(0) != 1 || !std::isnan(loss_expf(NAN))) {
-    fail("loss_expf edge values");
+  if (cpu_expf(kNegInf) != 0 || cpu_expf(-100) != 0 || cpu_expf(0) != 1 || !std::isnan(cpu_expf(NAN))) {
+    fail("cpu_expf edge values");
   }
   // loss_log: within 2 ulp of log over many scales.
   for (int i = 0; i < 200000; i++) {
