@@ -4,26 +4,10 @@ import (
 	"math"
 	"testing"
 
+	"github.com/drafter-ai/drafter/internal/testdevice"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 )
-
-// copyingDevice is the CPU device as a device whose memory is not the
-// host's would present it: Upload copies, and HostF32 declines, so that
-// every value the model reads back goes through Read.
-type copyingDevice struct{ *cpu.Device }
-
-func (d copyingDevice) Upload(m tensor.Matrix) (tensor.Tensor, error) {
-	c := m
-	if m.DType == tensor.F32 {
-		c.F32 = append([]float32(nil), m.F32...)
-	} else {
-		c.U16 = append([]uint16(nil), m.U16...)
-	}
-	return d.Device.Upload(c)
-}
-
-func (d copyingDevice) HostF32(tensor.Tensor) ([]float32, bool) { return nil, false }
 
 // onDevice moves m onto dev: its RoPE tables, weights, scratch and (new)
 // sequences.
@@ -104,7 +88,7 @@ func TestForwardThroughTheDevice(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		onDevice(t, m, copyingDevice{m.Device().Sibling().(*cpu.Device)})
+		onDevice(t, m, testdevice.Copying{Device: m.Device().Sibling().(*cpu.Device)})
 		got := runAll(m)
 		for i := range want {
 			if len(got[i]) != len(want[i]) {

@@ -8,34 +8,12 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/drafter-ai/drafter/internal/testdevice"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 	"github.com/drafter-ai/drafter/train/loop"
 )
-
-// copyingDevice is the CPU device as a device whose memory is not the
-// host's presents it: Upload copies, HostF32 declines and its siblings are
-// copying devices too, so that a trainer reaches its weights, gradients and
-// moments only through the device's Alloc, Write and Read (a trainer that
-// updated host slices the device had copied would train nothing here).
-type copyingDevice struct{ *cpu.Device }
-
-func (d copyingDevice) Sibling() tensor.Device {
-	return copyingDevice{d.Device.Sibling().(*cpu.Device)}
-}
-
-func (d copyingDevice) Upload(m tensor.Matrix) (tensor.Tensor, error) {
-	c := m
-	if m.DType == tensor.F32 {
-		c.F32 = append([]float32(nil), m.F32...)
-	} else {
-		c.U16 = append([]uint16(nil), m.U16...)
-	}
-	return d.Device.Upload(c)
-}
-
-func (d copyingDevice) HostF32(tensor.Tensor) ([]float32, bool) { return nil, false }
 
 // TestTrainOnADeviceOfItsOwn trains the draft on a device whose memory is
 // not the host's, uninterrupted and interrupted then resumed (the
@@ -79,7 +57,7 @@ func TestTrainOnADeviceOfItsOwn(t *testing.T) {
 		t.Fatalf("the run logged %d lines: too short to compare", len(ms))
 	}
 	for _, cut := range []bool{false, true} {
-		got := run(copyingDevice{cpu.New(nil)}, cut)
+		got := run(testdevice.New(), cut)
 		sameRun(t, onCPU, got)
 		sameCheckpoint(t, onCPU, got)
 	}

@@ -11,35 +11,13 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/drafter-ai/drafter/internal/testdevice"
 	dmedusa "github.com/drafter-ai/drafter/pkg/drafters/medusa"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 	"github.com/drafter-ai/drafter/train/loop"
 )
-
-// copyingDevice is the CPU device as a device whose memory is not the
-// host's presents it: Upload copies, HostF32 declines and its siblings are
-// copying devices too, so that a trainer reaches its weights, gradients and
-// moments only through the device's Alloc, Write and Read (a trainer that
-// updated host slices the device had copied would train nothing here).
-type copyingDevice struct{ *cpu.Device }
-
-func (d copyingDevice) Sibling() tensor.Device {
-	return copyingDevice{d.Device.Sibling().(*cpu.Device)}
-}
-
-func (d copyingDevice) Upload(m tensor.Matrix) (tensor.Tensor, error) {
-	c := m
-	if m.DType == tensor.F32 {
-		c.F32 = append([]float32(nil), m.F32...)
-	} else {
-		c.U16 = append([]uint16(nil), m.U16...)
-	}
-	return d.Device.Upload(c)
-}
-
-func (d copyingDevice) HostF32(tensor.Tensor) ([]float32, bool) { return nil, false }
 
 // TestTrainOnADeviceOfItsOwn trains heads (their own lm_heads, and the
 // target's shared one) on a device whose memory is not the host's,
@@ -85,7 +63,7 @@ func TestTrainOnADeviceOfItsOwn(t *testing.T) {
 			t.Fatalf("shared=%v: %d steps, best at %v: too short to compare the best weights", shared, want.Steps, want.Best)
 		}
 		for _, cut := range []bool{false, true} {
-			out, got := run(copyingDevice{cpu.New(nil)}, cut)
+			out, got := run(testdevice.New(), cut)
 			if got.Steps != want.Steps || got.Stopped != want.Stopped {
 				t.Fatalf("shared=%v cut=%v: %d steps (%s), on the CPU device %d (%s)", shared, cut, got.Steps, got.Stopped, want.Steps, want.Stopped)
 			}
