@@ -36,8 +36,9 @@ func TestExportLoadReproducesTrainer(t *testing.T) {
 	}
 	n.writeParams()
 	n.forward(false)
-	clear(n.p.All)
-	n.layer.ReadWeights(n.dev) // the export reads the trainer's weights through the device
+	// What an export does: read the trainer's weights back through the
+	// device (that it reaches them only that way is TestTrainOnADeviceOfItsOwn's).
+	n.layer.ReadWeights(n.dev)
 	for _, format := range []string{deagle3.FormatNative, deagle3.FormatSpeculators} {
 		dir := filepath.Join(t.TempDir(), format)
 		if err := deagle3.Export(dir, g, n.p, voc, deagle3.ExportOptions{Format: format, DefaultLayers: true}); err != nil {

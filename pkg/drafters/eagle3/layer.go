@@ -47,8 +47,8 @@ func NewLayer(dev tensor.Device, g Geometry, p *Params, maxPos int) (*Layer, err
 }
 
 // NewTrainLayer is NewLayer for a trainer: the layer's master weights are
-// allocated on dev and written from p (Weights), the optimiser updates them
-// there, and ReadWeights copies them back into p.
+// p's values uploaded to dev (Weights), the optimiser updates them there,
+// and ReadWeights copies them back into p.
 func NewTrainLayer(dev tensor.Device, g Geometry, p *Params, maxPos int) (*Layer, error) {
 	return newLayer(dev, g, p, maxPos, true)
 }
@@ -66,17 +66,11 @@ func newLayer(dev tensor.Device, g Geometry, p *Params, maxPos int, master bool)
 	if l.attn.Rot, err = rope.On(dev); err != nil {
 		return nil, fmt.Errorf("eagle3: draft RoPE: %w", err)
 	}
-	if master {
-		if l.w, err = NewWeights(dev, g); err != nil {
-			return nil, err
-		}
-		for _, s := range specs(g) { // the sizes Write needs
-			if rows, cols := s.shape2(); len(*s.field(p)) != rows*cols {
-				return nil, fmt.Errorf("eagle3: %s has %d values, want %v", s.name, len(*s.field(p)), s.shape)
-			}
-		}
-		l.w.Write(dev, p, g)
-	} else if l.w, err = p.On(dev, g); err != nil {
+	// Uploaded either way: a trainer's master weights are a copy the
+	// optimiser updates on a device whose memory is not the host's, and p's
+	// values themselves on the CPU device (no second copy); ReadWeights
+	// brings them back into p through the device.
+	if l.w, err = p.On(dev, g); err != nil {
 		return nil, err
 	}
 	h, qw, kw, I := g.Hidden, g.QDim(), g.KVDim(), g.Intermediate

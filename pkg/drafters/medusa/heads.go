@@ -45,8 +45,9 @@ func (g Geometry) validate() error {
 // writes and a loader reads, and a trainer's initialisation. The parameters
 // are one contiguous allocation carved into per-tensor views. Heads built for
 // training (NewHeads with withGrads) keep their master weights on a device
-// while they train (On): the host values are then the initial ones until
-// Layers.ReadWeights copies the trained ones back.
+// while they train (On): on a device whose memory is not the host's the
+// host values are the initial ones until Layers.ReadWeights copies the
+// trained ones back (on the CPU device they are the masters themselves).
 type Heads struct {
 	Geometry
 	// W[h][l] is block l of head h's weight [H,H] (out, in); B[h][l] its bias [H].
@@ -180,8 +181,8 @@ type Param struct {
 }
 
 // On returns m's layers on dev: for heads built for training, the master
-// weights allocated on dev and written from m's values, with zeroed
-// gradients.
+// weights uploaded to dev from m's values (on the CPU device, m's values
+// themselves), with zeroed gradients.
 func (m *Heads) On(dev tensor.Device) (*Layers, error) { return m.on(dev, m.trainable) }
 
 // on returns m's layers on dev, for training (master weights and
@@ -191,19 +192,21 @@ func (m *Heads) on(dev tensor.Device, train bool) (*Layers, error) {
 	n := &Layers{m: m, dev: dev, train: train, blocks: make([][]*nn.Linear, m.Heads), lm: make([]*nn.Linear, m.Heads)}
 	var al *tensor.Allocator
 	// master returns a trainable layer over v [rows, cols] and bias b
-	// (nil: none) copied to the device, with their tensors.
+	// (nil: none) uploaded to the device, with their tensors: a copy the
+	// optimiser updates on a device whose memory is not the host's, the
+	// host values themselves on the CPU device (no second copy of the
+	// weights); either way the trainer reads them back through the device
+	// (ReadWeights).
 	master := func(v []float32, rows, cols int, b []float32) (*nn.Linear, tensor.Tensor, tensor.Tensor, error) {
-		wt := al.F32(rows, cols)
+		wt, err := dev.Upload(tensor.F32Matrix(v, rows, cols))
+		if err != nil {
+			return nil, wt, tensor.Tensor{}, err
+		}
 		var bt tensor.Tensor
 		if b != nil {
-			bt = al.F32(1, rows)
-		}
-		if al.Err != nil {
-			return nil, wt, bt, al.Err
-		}
-		dev.Write(wt, v)
-		if b != nil {
-			dev.Write(bt, b)
+			if bt, err = dev.Upload(tensor.F32Matrix(b, 1, rows)); err != nil {
+				return nil, wt, bt, err
+			}
 		}
 		l, err := nn.NewLinearOf(wt, bt)
 		return l, wt, bt, err
