@@ -1,15 +1,13 @@
 package eagle3
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"path/filepath"
-	"slices"
 	"testing"
 
 	"github.com/drafter-ai/drafter/internal/testdevice"
-	"github.com/drafter-ai/drafter/pkg/safetensors"
+	"github.com/drafter-ai/drafter/internal/testmodel"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 	"github.com/drafter-ai/drafter/train/loop"
@@ -59,38 +57,6 @@ func TestTrainOnADeviceOfItsOwn(t *testing.T) {
 	for _, cut := range []bool{false, true} {
 		got := run(testdevice.New(), cut)
 		sameRun(t, onCPU, got)
-		sameCheckpoint(t, onCPU, got)
-	}
-}
-
-// sameCheckpoint checks that two output folders' checkpoints hold the same
-// tensors (weights, moments, best weights), byte for byte.
-func sameCheckpoint(t *testing.T, a, b string) {
-	t.Helper()
-	open := func(dir string) *safetensors.Set {
-		s, err := safetensors.Open(filepath.Join(dir, loop.CheckpointFile))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
-	}
-	sa, sb := open(a), open(b)
-	na, nb := slices.Sorted(slices.Values(sa.Names())), slices.Sorted(slices.Values(sb.Names()))
-	if !slices.Equal(na, nb) || len(na) == 0 {
-		t.Fatalf("checkpoint tensors %v, want %v", nb, na)
-	}
-	for _, n := range na {
-		ra, _, err := sa.Raw(n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rb, _, err := sb.Raw(n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(ra, rb) {
-			t.Fatalf("checkpoint tensor %s differs", n)
-		}
+		testmodel.SameTensors(t, filepath.Join(onCPU, loop.CheckpointFile), filepath.Join(got, loop.CheckpointFile))
 	}
 }

@@ -12,8 +12,8 @@ import (
 	"testing"
 
 	"github.com/drafter-ai/drafter/internal/testdevice"
+	"github.com/drafter-ai/drafter/internal/testmodel"
 	dmedusa "github.com/drafter-ai/drafter/pkg/drafters/medusa"
-	"github.com/drafter-ai/drafter/pkg/safetensors"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 	"github.com/drafter-ai/drafter/train/loop"
@@ -80,7 +80,7 @@ func TestTrainOnADeviceOfItsOwn(t *testing.T) {
 			if a, b := metricLines(t, onCPU), metricLines(t, out); !reflect.DeepEqual(a, b) {
 				t.Fatalf("shared=%v cut=%v: metrics.jsonl differs:\nCPU device     %v\ncopying device %v", shared, cut, a, b)
 			}
-			sameCheckpoint(t, onCPU, out)
+			testmodel.SameTensors(t, filepath.Join(onCPU, loop.CheckpointFile), filepath.Join(out, loop.CheckpointFile))
 		}
 	}
 }
@@ -102,36 +102,4 @@ func metricLines(t *testing.T, dir string) []map[string]any {
 		out = append(out, m)
 	}
 	return out
-}
-
-// sameCheckpoint checks that two output folders' checkpoints hold the same
-// tensors (weights, moments, best weights), byte for byte.
-func sameCheckpoint(t *testing.T, a, b string) {
-	t.Helper()
-	open := func(dir string) *safetensors.Set {
-		s, err := safetensors.Open(filepath.Join(dir, loop.CheckpointFile))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s
-	}
-	sa, sb := open(a), open(b)
-	na, nb := slices.Sorted(slices.Values(sa.Names())), slices.Sorted(slices.Values(sb.Names()))
-	if !slices.Equal(na, nb) || len(na) == 0 {
-		t.Fatalf("checkpoint tensors %v, want %v", nb, na)
-	}
-	for _, n := range na {
-		ra, _, err := sa.Raw(n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rb, _, err := sb.Raw(n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(ra, rb) {
-			t.Fatalf("checkpoint tensor %s differs", n)
-		}
-	}
 }
