@@ -403,3 +403,18 @@ func (kv *KV) V(l int) []float32 { return kv.v[l] }
 
 // KT returns layer l's keys transposed; see K.
 func (kv *KV) KT(l int) []float32 { return kv.kt[l] }
+
+// MatMulShape returns the sizes of Device.MatMul's product op(a)·op(b): m
+// rows and n columns, and the inner sizes k of op(a) and kb of op(b), which
+// a valid product has equal. Every device checks its arguments with it.
+func MatMulShape(a, b Tensor, transA, transB bool) (m, n, k, kb int) {
+	m, k = a.rows, a.cols
+	if transA {
+		m, k = k, m
+	}
+	n, kb = b.cols, b.rows
+	if transB {
+		n, kb = b.rows, b.cols
+	}
+	return m, n, k, kb
+}

@@ -11,14 +11,7 @@ import (
 // computes what MulT computes; any other product through the backend's
 // Sgemm.
 func (c *Device) MatMul(out, a, b tensor.Tensor, transA, transB bool, alpha float32, acc bool) {
-	m, k := a.Rows(), a.Cols()
-	if transA {
-		m, k = k, m
-	}
-	n, kb := b.Cols(), b.Rows()
-	if transB {
-		n, kb = b.Rows(), b.Cols()
-	}
+	m, n, k, kb := tensor.MatMulShape(a, b, transA, transB)
 	if k != kb || out.Cols() != n || out.Rows() < m {
 		panic(fmt.Sprintf("tensor: MatMul of %dx%d (transposed %v) by %dx%d (transposed %v) into %dx%d",
 			a.Rows(), a.Cols(), transA, b.Rows(), b.Cols(), transB, out.Rows(), out.Cols()))

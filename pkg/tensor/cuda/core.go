@@ -177,14 +177,7 @@ func b2i(b bool) int {
 // MulT's few-row kernel with b as the weight, so that it computes what MulT
 // does row for row.
 func (d *Device) MatMul(out, a, b tensor.Tensor, transA, transB bool, alpha float32, acc bool) {
-	m, k := a.Rows(), a.Cols()
-	if transA {
-		m, k = k, m
-	}
-	n, kb := b.Cols(), b.Rows()
-	if transB {
-		n, kb = b.Rows(), b.Cols()
-	}
+	m, n, k, kb := tensor.MatMulShape(a, b, transA, transB)
 	if k != kb || out.Cols() != n || out.Rows() < m || out.DType() != tensor.F32 || a.DType() != b.DType() {
 		panic(fmt.Sprintf("cuda: MatMul of %dx%d %s (transposed %v) by %dx%d %s (transposed %v) into %dx%d %s",
 			a.Rows(), a.Cols(), a.DType(), transA, b.Rows(), b.Cols(), b.DType(), transB, out.Rows(), out.Cols(), out.DType()))
