@@ -92,9 +92,26 @@ static __device__ __forceinline__ double loss_shfl_f64(double v, int mask) {
 // values in the same butterfly, so the order is a function of the block
 // size only. The trailing barrier lets the caller reuse the slots at once.
 
-static __device__ __forceinline__ double loss_block_sum(double v, double* sh) {
+// loss_shfl is the warp butterfly's exchange for each reduced type.
+static __device__ __forceinline__ double loss_shfl(double v, int o) { return loss_shfl_f64(v, o); }
+static __device__ __forceinline__ float loss_shfl(float v, int o) { return __shfl_xor_sync(0xffffffff, v, o); }
+static __device__ __forceinline__ int loss_shfl(int v, int o) { return __shfl_xor_sync(0xffffffff, v, o); }
+
+// LossAdd and LossMax are the reductions' combining functions.
+struct LossAdd {
+  template <typename T>
+  __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
+};
+struct LossMax {
+  __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+// loss_block_reduce combines every thread's v with op (identity fills the
+// slots of missing warps), as the comment above says.
+template <typename T, typename Op>
+static __device__ __forceinline__ T loss_block_reduce(T v, T* sh, T identity, Op op) {
   for (int o = 16; o > 0; o >>= 1) {
-    v += loss_shfl_f64(v, o);
+    v = op(v, loss_shfl(v, o));
   }
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
   if (lane == 0) {
@@ -102,9 +119,9 @@ static __device__ __forceinline__ double loss_block_sum(double v, double* sh) {
   }
   __syncthreads();
   if (warp == 0) {
-    v = lane < nw ? sh[lane] : 0.0;
+    v = lane < nw ? sh[lane] : identity;
     for (int o = 16; o > 0; o >>= 1) {
-      v += loss_shfl_f64(v, o);
+      v = op(v, loss_shfl(v, o));
     }
     if (lane == 0) {
       sh[0] = v;
@@ -114,56 +131,20 @@ static __device__ __forceinline__ double loss_block_sum(double v, double* sh) {
   v = sh[0];
   __syncthreads();
   return v;
+}
+
+static __device__ __forceinline__ double loss_block_sum(double v, double* sh) {
+  return loss_block_reduce(v, sh, 0.0, LossAdd());
 }
 
 // loss_block_max is the block's largest value (NaN ignored, as fmaxf does;
 // -INFINITY for an empty block).
 static __device__ __forceinline__ float loss_block_max(float v, float* sh) {
-  for (int o = 16; o > 0; o >>= 1) {
-    v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, o));
-  }
-  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-  if (lane == 0) {
-    sh[warp] = v;
-  }
-  __syncthreads();
-  if (warp == 0) {
-    v = lane < nw ? sh[lane] : -INFINITY;
-    for (int o = 16; o > 0; o >>= 1) {
-      v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, o));
-    }
-    if (lane == 0) {
-      sh[0] = v;
-    }
-  }
-  __syncthreads();
-  v = sh[0];
-  __syncthreads();
-  return v;
+  return loss_block_reduce(v, sh, -INFINITY, LossMax());
 }
 
 static __device__ __forceinline__ int loss_block_sum_i32(int v, int* sh) {
-  for (int o = 16; o > 0; o >>= 1) {
-    v += __shfl_xor_sync(0xffffffff, v, o);
-  }
-  int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-  if (lane == 0) {
-    sh[warp] = v;
-  }
-  __syncthreads();
-  if (warp == 0) {
-    v = lane < nw ? sh[lane] : 0;
-    for (int o = 16; o > 0; o >>= 1) {
-      v += __shfl_xor_sync(0xffffffff, v, o);
-    }
-    if (lane == 0) {
-      sh[0] = v;
-    }
-  }
-  __syncthreads();
-  v = sh[0];
-  __syncthreads();
-  return v;
+  return loss_block_reduce(v, sh, 0, LossAdd());
 }
 
 // loss_row_max is the largest value of row[0..n) over the block.
