@@ -31,7 +31,9 @@ func initParams(p *deagle3.Params, g deagle3.Geometry, seed uint64, targetHead [
 	uniform(p.Gate, h)
 	uniform(p.Up, h)
 	uniform(p.Down, g.Intermediate)
-	for _, w := range [][]float32{p.HiddenNorm, p.InputNorm, p.PostNorm, p.Norm} {
+	// The EAGLE-3.1 norms (nil when off) start as identities too, as the
+	// engines' and speculators' RMSNorm modules do.
+	for _, w := range [][]float32{p.HiddenNorm, p.InputNorm, p.PostNorm, p.Norm, p.FCNorm[0], p.FCNorm[1], p.FCNorm[2], p.FCInputNorm} {
 		for i := range w {
 			w[i] = 1
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	deagle3 "github.com/drafter-ai/drafter/pkg/drafters/eagle3"
@@ -20,6 +21,10 @@ import (
 
 type refParams struct {
 	fc, hn, in, q, k, v, o, pn, gate, up, down, norm, lm []float64
+	// The EAGLE-3.1 norms before fc: per feature chunk (fc_norm) or over
+	// the whole 3H input (norm_before_fc); empty when off.
+	fcn [3][]float64
+	inn []float64
 }
 
 func toRef(p *deagle3.Params) refParams {
@@ -30,12 +35,37 @@ func toRef(p *deagle3.Params) refParams {
 		}
 		return y
 	}
-	return refParams{c(p.FC), c(p.HiddenNorm), c(p.InputNorm), c(p.Q), c(p.K), c(p.V), c(p.O), c(p.PostNorm), c(p.Gate), c(p.Up), c(p.Down), c(p.Norm), c(p.LMHead)}
+	return refParams{c(p.FC), c(p.HiddenNorm), c(p.InputNorm), c(p.Q), c(p.K), c(p.V), c(p.O), c(p.PostNorm), c(p.Gate), c(p.Up), c(p.Down), c(p.Norm), c(p.LMHead),
+		[3][]float64{c(p.FCNorm[0]), c(p.FCNorm[1]), c(p.FCNorm[2])}, c(p.FCInputNorm)}
 }
 
 // list returns the tensors in the order of specs().
 func (r *refParams) list() [][]float64 {
-	return [][]float64{r.fc, r.hn, r.in, r.q, r.k, r.v, r.o, r.pn, r.gate, r.up, r.down, r.norm, r.lm}
+	l := [][]float64{r.fc, r.hn, r.in, r.q, r.k, r.v, r.o, r.pn, r.gate, r.up, r.down, r.norm, r.lm}
+	for _, w := range append(r.fcn[:], r.inn) {
+		if len(w) > 0 {
+			l = append(l, w)
+		}
+	}
+	return l
+}
+
+// refFCInput returns fc's input for the fused feature f [3H]: f itself for
+// plain EAGLE-3, each H-wide chunk RMS-normed with its own weight for
+// fc_norm, the whole of it RMS-normed for norm_before_fc.
+func refFCInput(g deagle3.Geometry, P refParams, f []float64) []float64 {
+	H := g.Hidden
+	switch {
+	case g.FCNorm:
+		var out []float64
+		for c := 0; c < 3; c++ {
+			out = append(out, refRMS(f[c*H:(c+1)*H], P.fcn[c], g.RMSNormEps)...)
+		}
+		return out
+	case g.NormBeforeFC:
+		return refRMS(f, P.inn, g.RMSNormEps)
+	}
+	return f
 }
 
 func refLinear(w, x []float64, out, in int) []float64 {
@@ -102,7 +132,7 @@ func refLoss(g deagle3.Geometry, steps int, decay, tau float64, P refParams, emb
 					f[c*H+j] = float64(s.Features[c][i*H+j])
 				}
 			}
-			rows[i].h = refLinear(P.fc, f, H, 3*H)
+			rows[i].h = refLinear(P.fc, refFCInput(g, P, f), H, 3*H)
 			fin := make([]float64, H)
 			for j := range fin {
 				fin[j] = float64(s.Final[i*H+j])
@@ -198,6 +228,11 @@ func refLoss(g deagle3.Geometry, steps int, decay, tau float64, P refParams, emb
 					out[j] = a1[j] + dn[j]
 				}
 				rows[i].h = out // next step's hidden (gradients flow: no detach)
+				if g.NormOutput {
+					// EAGLE-3.1's norm_output: the next step reads the
+					// final norm's output, the lm_head's input.
+					rows[i].h = refRMS(out, P.norm, eps)
+				}
 				if i+2+k < n && s.LossMask[i+2+k] && voc.Index[rows[i+1+k].arg] >= 0 {
 					lg := refLinear(P.lm, refRMS(out, P.norm, eps), N, H)
 					mx := math.Inf(-1)
@@ -358,15 +393,46 @@ func f64(x []float32) []float64 {
 // TestGradientCheck compares every parameter gradient of the unrolled draft
 // (3 steps, GQA, two packed sequences) with central finite differences of the
 // independent float64 reference loss, toward the plain target softmax and
-// toward a sharpened one (target temperature 0.5).
+// toward a sharpened one (target temperature 0.5), for plain EAGLE-3 and for
+// each EAGLE-3.1 norm (fc_norm, norm_before_fc, norm_output, and each norm
+// before fc with norm_output).
 func TestGradientCheck(t *testing.T) {
 	for _, tau := range []float64{1, 0.5} {
-		t.Run(fmt.Sprintf("tau=%g", tau), func(t *testing.T) { gradientCheck(t, tau) })
+		t.Run(fmt.Sprintf("tau=%g", tau), func(t *testing.T) { gradientCheck(t, tau, deagle3.Norms{}) })
+	}
+	for _, n := range norms31() {
+		t.Run(normsName(n), func(t *testing.T) { gradientCheck(t, 1, n) })
 	}
 }
 
-func gradientCheck(t *testing.T, tau float64) {
+// norms31 lists the EAGLE-3.1 switch combinations: each norm before fc
+// (they exclude each other) with and without norm_output, and norm_output
+// alone.
+func norms31() []deagle3.Norms {
+	return []deagle3.Norms{{FCNorm: true}, {NormBeforeFC: true}, {NormOutput: true},
+		{FCNorm: true, NormOutput: true}, {NormBeforeFC: true, NormOutput: true}}
+}
+
+// normsName names a switch combination for a subtest.
+func normsName(n deagle3.Norms) string {
+	var parts []string
+	for _, p := range []struct {
+		on   bool
+		name string
+	}{{n.FCNorm, "fc_norm"}, {n.NormBeforeFC, "norm_before_fc"}, {n.NormOutput, "norm_output"}} {
+		if p.on {
+			parts = append(parts, p.name)
+		}
+	}
+	if parts == nil {
+		return "plain"
+	}
+	return strings.Join(parts, "+")
+}
+
+func gradientCheck(t *testing.T, tau float64, norms deagle3.Norms) {
 	g := tinyGeometry()
+	g.Norms = norms
 	tt := newTinyTarget(11, g)
 	samples := tt.samples(12, 2, 5, 8)
 	// Perturb the parameters away from the symmetric initialisation (norm
@@ -393,7 +459,13 @@ func gradientCheck(t *testing.T, tau float64) {
 	ss := n.p.Tensors(g)
 	an := deagle3.NewParams(g)
 	n.grW.Read(n.dev, an, g)
-	analytic := [][]float32{an.FC, an.HiddenNorm, an.InputNorm, an.Q, an.K, an.V, an.O, an.PostNorm, an.Gate, an.Up, an.Down, an.Norm, an.LMHead}
+	var analytic [][]float32
+	for _, a := range an.Tensors(g) {
+		analytic = append(analytic, a.Data)
+	}
+	if len(analytic) != len(P.list()) {
+		t.Fatalf("%d gradient tensors, %d reference tensors", len(analytic), len(P.list()))
+	}
 	worst := 0.0
 	for ti, w := range P.list() {
 		for i := range w {

@@ -16,7 +16,10 @@ import (
 // output or the previous step's Out) and the step's rows.
 type stepAct struct {
 	*deagle3.Acts
-	dfn  tensor.Tensor // [R,H] gradient at norm(out), from the lm_head
+	dfn tensor.Tensor // [R,H] gradient at norm(out), from the lm_head
+	// post holds norm(out) [R,H], the next step's hidden input, when the
+	// draft feeds its normed output forward (Norms.NormOutput).
+	post tensor.Tensor
 	tok  []int32       // input token per row (-1: past the end, zero embedding)
 	pos  []int32       // RoPE position per row, written to Acts.Pos
 	w    []float32     // loss weight per row: decay^k / count_k, 0 when not kept
@@ -46,6 +49,7 @@ type net struct {
 	// The batch.
 	rows   int
 	feat   tensor.Tensor // [R,3H]
+	fcActs *deagle3.FCActs
 	fcOut  tensor.Tensor // [R,H]
 	tokens []int32       // [R]
 	mask   []bool        // [R]
@@ -136,9 +140,15 @@ func newNet(g deagle3.Geometry, steps int, decay float64, dev tensor.Device, p *
 		if withGrad {
 			s.dfn = alloc(R, h)
 		}
+		if g.NormOutput {
+			s.post = alloc(R, h)
+		}
 	}
 	t.lossK, t.countK, t.maskedK, t.correctK = make([]float64, steps), make([]int, steps), make([]int, steps), make([]int, steps)
 	if t.scratch, err = layer.NewScratch(dev, R, false); err != nil {
+		return nil, err
+	}
+	if t.fcActs, err = layer.NewFCActs(dev, R, withGrad); err != nil {
 		return nil, err
 	}
 	t.fn, t.logits = alloc(R, h), alloc(R, N)
@@ -281,7 +291,7 @@ func (t *net) targetDist(final []float32, r0, n int) {
 // kept.
 func (t *net) forward(grad bool) float64 {
 	R, dev := t.rows, t.dev
-	t.layer.FC(dev, t.fcOut, t.feat.RowRange(0, R))
+	t.layer.FC(dev, t.fcOut, t.feat.RowRange(0, R), t.fcActs)
 	hIn := t.fcOut
 	logits := t.logits.RowRange(0, R)
 	var total float64
@@ -304,6 +314,12 @@ func (t *net) forward(grad bool) float64 {
 			t.layer.LogitsBackward(dev, t.grW, st.dfn, logits, t.fn)
 		}
 		hIn = st.Out
+		if t.g.NormOutput {
+			// The next step reads norm(out), the lm_head's input, which
+			// the next step's Logits overwrites in t.fn.
+			dev.Copy(st.post.RowRange(0, R), t.fn.RowRange(0, R))
+			hIn = st.post
+		}
 	}
 	return total
 }
@@ -335,8 +351,15 @@ func (t *net) backward() {
 	t.attn.ZeroGrad(R)
 	for k := t.steps - 1; k >= 0; k-- {
 		st := &t.act[k]
-		// out feeds the final norm (-> lm_head) and, through dH, the next step.
-		dev.Copy(dOut, dH)
+		if t.g.NormOutput {
+			// norm(out) feeds the lm_head and, through dH, the next step;
+			// out only the norm.
+			dev.Add(st.dfn.RowRange(0, R), dH)
+			dev.Zero(dOut)
+		} else {
+			// out feeds the final norm (-> lm_head) and, through dH, the next step.
+			dev.Copy(dOut, dH)
+		}
 		t.layer.NormBackward(dev, t.grW, dOut, st.dfn, st.Out.RowRange(0, R))
 		t.gatherEmbed(st.tok)
 		t.attn.Step = k
@@ -344,8 +367,9 @@ func (t *net) backward() {
 		// k..T-1 have all added their share.
 		t.layer.Backward(dev, t.grW, st.Acts, dOut, dH, R, t.attn, t.grads)
 	}
-	// Step 0's hidden input is fc(feature); the features are not trained.
-	t.layer.FCBackward(dev, t.grW, dH, t.feat.RowRange(0, R))
+	// Step 0's hidden input is fc(feature), after the norms before fc
+	// where the draft has them; the features are not trained.
+	t.layer.FCBackward(dev, t.grW, dH, t.feat.RowRange(0, R), t.fcActs)
 }
 
 // gatherEmbed gathers the frozen target embedding rows of tok into t.e

@@ -69,11 +69,13 @@ type Session struct {
 	dev      tensor.Device
 	capacity int            // committed positions the session holds
 	kv       *kvcache.Cache // the draft layer's keys and values
-	root     tensor.Tensor  // [1, H] pre-norm output at position Len()-1
-	rootLg   tensor.Tensor  // [1, N] its draft logits
+	// root is the hidden state the draft carries on from position Len()-1:
+	// its pre-norm output, or with Norms.NormOutput its normed output.
+	root   tensor.Tensor // [1, H]
+	rootLg tensor.Tensor // [1, N] its draft logits
 
 	maxNodes     int
-	nh           tensor.Tensor // per node pre-norm output [maxNodes, H]
+	nh           tensor.Tensor // per node the hidden state it carries on (as root) [maxNodes, H]
 	nlg          tensor.Tensor // per node logits [maxNodes, N]
 	lgHost       []float32     // [N] a row of logits read back, where the device's memory is not the host's
 	chainScratch []int
@@ -88,6 +90,7 @@ type Session struct {
 	acts    *Acts
 	scratch *Scratch
 	feat    tensor.Tensor // [extendChunk, 3H] fused features
+	fcActs  *FCActs       // the norms before fc, over extendChunk rows
 	fn      tensor.Tensor // [R, H] normed outputs
 	seqs    [1]tensor.AttnSeq
 	mask    []bool // [R, maxNodes] the new nodes' ancestor masks
@@ -125,6 +128,9 @@ func (d *Draft) newSession(capacity, maxNodes int) (*Session, error) {
 	}
 	// No backward follows: the activation may overwrite the gate.
 	if s.scratch, err = d.layer.NewScratch(dev, R, true); err != nil {
+		return nil, err
+	}
+	if s.fcActs, err = d.layer.NewFCActs(dev, extendChunk, false); err != nil {
 		return nil, err
 	}
 	al := tensor.Allocator{Dev: dev}
@@ -170,7 +176,7 @@ func (s *Session) Extend(feats []float32, tokens []int32) error {
 		r := min(extendChunk, m-c)
 		feat := s.feat.RowRange(0, r)
 		dev.Write(feat, feats[c*3*h:(c+r)*3*h])
-		d.layer.FC(dev, s.acts.H, feat)
+		d.layer.FC(dev, s.acts.H, feat, s.fcActs)
 		for i := 0; i < r; i++ {
 			s.posScratch[i] = int32(s.kv.Len() + i)
 		}
@@ -184,7 +190,18 @@ func (s *Session) Extend(feats []float32, tokens []int32) error {
 	last := m - 1 - (m-1)/extendChunk*extendChunk
 	dev.Copy(s.root, s.acts.Out.RowRange(last, last+1))
 	d.layer.Logits(dev, s.rootLg, s.fn, s.root)
+	s.carry(s.root)
 	return nil
+}
+
+// carry replaces the pre-norm outputs in hs, whose logits were just computed
+// into s.fn's first rows, with the normed outputs when the draft feeds those
+// forward (Norms.NormOutput): the engines then pass the lm_head's input on
+// as the next step's hidden state, so the norm is applied once for both.
+func (s *Session) carry(hs tensor.Tensor) {
+	if s.d.Geometry.NormOutput {
+		s.dev.Copy(hs, s.fn.RowRange(0, hs.Rows()))
+	}
 }
 
 // layer runs the draft layer over r rows whose hidden inputs are in
@@ -303,6 +320,7 @@ func (s *Session) AddNodes(parents []int, tokens []int32) ([]int, error) {
 	out := s.acts.Out.RowRange(0, r)
 	s.dev.Copy(s.nh.RowRange(base, base+r), out)
 	s.d.layer.Logits(s.dev, s.nlg.RowRange(base, base+r), s.fn, out)
+	s.carry(s.nh.RowRange(base, base+r))
 	ids := s.idScratch[:0]
 	for i := range r {
 		ids = append(ids, base+i)

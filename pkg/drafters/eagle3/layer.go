@@ -172,9 +172,80 @@ func (l *Layer) NewScratch(dev tensor.Device, rows int, inPlace bool) (*Scratch,
 	return s, wrapAlloc(al.Err)
 }
 
+// FCActs are what the EAGLE-3.1 norms before fc (Norms.FCNorm,
+// Norms.NormBeforeFC) keep for up to R rows: the normed features fc reads,
+// and the per-feature chunks of fc_norm. A plain EAGLE-3 layer's are empty:
+// fc reads the features themselves.
+type FCActs struct {
+	// In holds the rows' normed features [R, 3H], fc's input.
+	In tensor.Tensor
+	// DIn holds the gradient at In for FCBackward (a trainer's only).
+	DIn tensor.Tensor
+	// parts are fc_norm's chunks of the features and normed their norms
+	// [R, H] each; dparts their gradients (a trainer's only).
+	parts, normed, dparts [Features]tensor.Tensor
+	views                 []tensor.Tensor
+}
+
+// NewFCActs allocates FC's activations for up to rows rows on dev, with the
+// gradient buffers of FCBackward when withGrad; nothing when the layer has
+// no norm before fc.
+func (l *Layer) NewFCActs(dev tensor.Device, rows int, withGrad bool) (*FCActs, error) {
+	a := &FCActs{views: make([]tensor.Tensor, Features)}
+	g := l.G
+	if !g.FCNorm && !g.NormBeforeFC {
+		return a, nil
+	}
+	h := g.Hidden
+	al := tensor.Allocator{Dev: dev}
+	a.In = al.F32(rows, Features*h)
+	if withGrad {
+		a.DIn = al.F32(rows, Features*h)
+	}
+	if g.FCNorm {
+		for c := range Features {
+			a.parts[c], a.normed[c] = al.F32(rows, h), al.F32(rows, h)
+			if withGrad {
+				a.dparts[c] = al.F32(rows, h)
+			}
+		}
+	}
+	return a, wrapAlloc(al.Err)
+}
+
+// chunks returns the first rows rows of ts as the views slice.
+func (a *FCActs) chunks(ts *[Features]tensor.Tensor, rows int) []tensor.Tensor {
+	for c := range ts {
+		a.views[c] = ts[c].RowRange(0, rows)
+	}
+	return a.views
+}
+
 // FC computes the hidden input of the first step from the rows of fused
-// target features feat [rows, 3H] into out's first rows.
-func (l *Layer) FC(dev tensor.Device, out, feat tensor.Tensor) { l.fc.Forward(dev, out, feat) }
+// target features feat [rows, 3H] into out's first rows: fc(feat) for plain
+// EAGLE-3; fc over [RMS_0(a); RMS_1(b); RMS_2(c)] with fc_norm, each
+// feature chunk normed on its own; fc(RMS(feat)) with norm_before_fc. a
+// holds the normed features (NewFCActs; unused without such a norm).
+func (l *Layer) FC(dev tensor.Device, out, feat tensor.Tensor, a *FCActs) {
+	g, w := l.G, l.w
+	rows := feat.Rows()
+	eps := float32(g.RMSNormEps)
+	switch {
+	case g.FCNorm:
+		in := a.In.RowRange(0, rows)
+		dev.SplitCols(feat, a.chunks(&a.parts, rows))
+		for c := range Features {
+			dev.RMSNorm(a.normed[c].RowRange(0, rows), a.parts[c].RowRange(0, rows), w.FCNorm[c], eps)
+		}
+		dev.ConcatCols(in, a.chunks(&a.normed, rows))
+		feat = in
+	case g.NormBeforeFC:
+		in := a.In.RowRange(0, rows)
+		dev.RMSNorm(in, feat, w.FCInputNorm, eps)
+		feat = in
+	}
+	l.fc.Forward(dev, out, feat)
+}
 
 // Forward runs the decoder layer over the first rows rows of a (inputs E,
 // H, Pos; activations written), attending through attn.
@@ -282,10 +353,33 @@ func (l *Layer) Backward(dev tensor.Device, gr *Weights, a *Acts, dOut, dH tenso
 	dev.RMSNormBackward(dH, gr.HiddenNorm, dXH, r(a.H), w.HiddenNorm, eps)
 }
 
-// FCBackward accumulates fc's gradient into gr given dH at its output for
-// the rows of features feat (the features themselves are not trained).
-func (l *Layer) FCBackward(dev tensor.Device, gr *Weights, dH, feat tensor.Tensor) {
-	l.fc.Backward(dev, tensor.Tensor{}, gr.FC, tensor.Tensor{}, dH.RowRange(0, feat.Rows()), feat)
+// FCBackward accumulates the gradients of fc and of the norms before it
+// into gr given dH at fc's output, for the rows of features feat and the
+// activations a of the FC that computed it (the features themselves are not
+// trained, so no gradient flows past the norms).
+func (l *Layer) FCBackward(dev tensor.Device, gr *Weights, dH, feat tensor.Tensor, a *FCActs) {
+	g, w := l.G, l.w
+	rows := feat.Rows()
+	eps := float32(g.RMSNormEps)
+	dH = dH.RowRange(0, rows)
+	if !g.FCNorm && !g.NormBeforeFC {
+		l.fc.Backward(dev, tensor.Tensor{}, gr.FC, tensor.Tensor{}, dH, feat)
+		return
+	}
+	in, dIn := a.In.RowRange(0, rows), a.DIn.RowRange(0, rows)
+	dev.Zero(dIn)
+	l.fc.Backward(dev, dIn, gr.FC, tensor.Tensor{}, dH, in)
+	if g.NormBeforeFC {
+		dev.RMSNormBackward(tensor.Tensor{}, gr.FCInputNorm, dIn, feat, w.FCInputNorm, eps)
+		return
+	}
+	// fc_norm: each chunk's norm sees its slice of dIn. The chunks of the
+	// features are split anew (another FC may have reused a.parts since).
+	dev.SplitCols(dIn, a.chunks(&a.dparts, rows))
+	dev.SplitCols(feat, a.chunks(&a.parts, rows))
+	for c := range Features {
+		dev.RMSNormBackward(tensor.Tensor{}, gr.FCNorm[c], a.dparts[c].RowRange(0, rows), a.parts[c].RowRange(0, rows), w.FCNorm[c], eps)
+	}
 }
 
 // wrapAlloc says where a failed allocation happened.

@@ -18,6 +18,7 @@
 package eagle3
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/drafter-ai/drafter/pkg/checkpoint"
@@ -28,7 +29,8 @@ import (
 // Geometry is the draft layer's shape, which is the target's: hidden size H,
 // attention heads, key/value heads, head dimension, MLP intermediate size, RMS
 // norm epsilon, RoPE base and scaling, the target vocabulary V and the draft
-// vocabulary N.
+// vocabulary N; and its EAGLE-3.1 norm switches (Norms), all off for plain
+// EAGLE-3.
 type Geometry struct {
 	Hidden       int
 	Heads        int
@@ -41,7 +43,50 @@ type Geometry struct {
 	MaxPositions int
 	Vocab        int
 	DraftVocab   int
+	Norms
 }
+
+// Features is the number of target feature layers fc fuses (low, middle,
+// high): fc's input is Features*H wide, and fc_norm has one norm per feature.
+const Features = 3
+
+// Norms are the EAGLE-3.1 switches on the draft layer (the config keys the
+// engines read, all false for plain EAGLE-3; see
+// ../shared/docs/methods.md section 1). Every norm they add is an RMSNorm in
+// float32 with the draft's rms_norm_eps, its weights initialised to one.
+type Norms struct {
+	// FCNorm normalises each feature chunk of fc's input on its own before
+	// fc: fc([RMS_0(a); RMS_1(b); RMS_2(c)]), with weights fc_norm.i.weight
+	// [H] each (config key fc_norm).
+	FCNorm bool
+	// NormBeforeFC normalises fc's whole 3H input with one norm, weights
+	// input_norm.weight [3H] (config key norm_before_fc). It excludes FCNorm:
+	// the two are different recipes, and applying both matches neither.
+	NormBeforeFC bool
+	// NormOutput feeds the next step the final norm's output, the state the
+	// lm_head reads, instead of the pre-norm output (config key
+	// norm_output); the norm is applied once, for both.
+	NormOutput bool
+}
+
+// Any reports whether any switch is on: the draft is EAGLE-3.1 rather than
+// plain EAGLE-3.
+func (n Norms) Any() bool { return n.FCNorm || n.NormBeforeFC || n.NormOutput }
+
+// Variant names the architecture the switches describe: VariantEAGLE31 when
+// any is on, else VariantEAGLE3.
+func (n Norms) Variant() string {
+	if n.Any() {
+		return VariantEAGLE31
+	}
+	return VariantEAGLE3
+}
+
+// The variants Norms.Variant names, as drafter.json records them.
+const (
+	VariantEAGLE3  = "eagle3"
+	VariantEAGLE31 = "eagle3.1"
+)
 
 // Validate checks that the geometry describes a layer this package can build.
 func (g Geometry) Validate() error {
@@ -56,6 +101,8 @@ func (g Geometry) Validate() error {
 		return fmt.Errorf("eagle3: need 0 < draft vocabulary (%d) <= target vocabulary (%d)", g.DraftVocab, g.Vocab)
 	case g.RMSNormEps <= 0 || g.RopeTheta <= 0:
 		return fmt.Errorf("eagle3: rms_norm_eps (%g) and rope_theta (%g) must be positive", g.RMSNormEps, g.RopeTheta)
+	case g.FCNorm && g.NormBeforeFC:
+		return errors.New("eagle3: fc_norm and norm_before_fc are mutually exclusive: one norm per feature layer before fc, or one over their concatenation, not both")
 	}
 	return nil
 }
@@ -82,6 +129,11 @@ type Params struct {
 	Down       []float32 // [H, I]
 	Norm       []float32 // [H]
 	LMHead     []float32 // [N, H]
+	// FCNorm are fc_norm's per-feature weights, [H] each (Norms.FCNorm;
+	// nil otherwise); FCInputNorm is norm_before_fc's [3H] weight
+	// (Norms.NormBeforeFC; nil otherwise).
+	FCNorm      [Features][]float32
+	FCInputNorm []float32
 
 	// All is the backing slice holding every tensor above.
 	All []float32
@@ -96,10 +148,12 @@ type paramSpec struct {
 }
 
 // specs lists the parameters in a fixed order (the order of All and of the
-// optimiser state), with their native-format keys.
+// optimiser state), with their native-format keys. The EAGLE-3.1 norms come
+// last, so that a plain EAGLE-3 draft's layout, initialisation and optimiser
+// state are what they were before the switches existed.
 func specs(g Geometry) []paramSpec {
 	h, q, kv, i, n := g.Hidden, g.QDim(), g.KVDim(), g.Intermediate, g.DraftVocab
-	return []paramSpec{
+	ss := []paramSpec{
 		{"fc.weight", []int{h, 3 * h}, func(p *Params) *[]float32 { return &p.FC }, func(w *Weights) *tensor.Tensor { return &w.FC }},
 		{"midlayer.hidden_norm.weight", []int{h}, func(p *Params) *[]float32 { return &p.HiddenNorm }, func(w *Weights) *tensor.Tensor { return &w.HiddenNorm }},
 		{"midlayer.input_layernorm.weight", []int{h}, func(p *Params) *[]float32 { return &p.InputNorm }, func(w *Weights) *tensor.Tensor { return &w.InputNorm }},
@@ -114,7 +168,25 @@ func specs(g Geometry) []paramSpec {
 		{"norm.weight", []int{h}, func(p *Params) *[]float32 { return &p.Norm }, func(w *Weights) *tensor.Tensor { return &w.Norm }},
 		{"lm_head.weight", []int{n, h}, func(p *Params) *[]float32 { return &p.LMHead }, func(w *Weights) *tensor.Tensor { return &w.LMHead }},
 	}
+	if g.FCNorm {
+		for c := range Features {
+			ss = append(ss, paramSpec{FCNormKey(c), []int{h}, func(p *Params) *[]float32 { return &p.FCNorm[c] }, func(w *Weights) *tensor.Tensor { return &w.FCNorm[c] }})
+		}
+	}
+	if g.NormBeforeFC {
+		ss = append(ss, paramSpec{FCInputNormKey, []int{Features * h}, func(p *Params) *[]float32 { return &p.FCInputNorm }, func(w *Weights) *tensor.Tensor { return &w.FCInputNorm }})
+	}
+	return ss
 }
+
+// FCNormKey is the export key of fc_norm's weight of feature c, the same in
+// both layouts: vLLM, SGLang and TensorRT-LLM each load "fc_norm.<c>.weight"
+// into their model's fc_norm ModuleList.
+func FCNormKey(c int) string { return fmt.Sprintf("fc_norm.%d.weight", c) }
+
+// FCInputNormKey is the export key of norm_before_fc's weight, the same in
+// both layouts (vLLM's and TensorRT-LLM's input_norm module).
+const FCInputNormKey = "input_norm.weight"
 
 // Weights are a Params' tensors on a device ([1, n] for the norms'
 // vectors): a layer's weights, or its gradients. Uploaded (Params.On), they
@@ -123,6 +195,9 @@ func specs(g Geometry) []paramSpec {
 // a Params and Read copies back.
 type Weights struct {
 	FC, HiddenNorm, InputNorm, Q, K, V, O, PostNorm, Gate, Up, Down, Norm, LMHead tensor.Tensor
+	// The EAGLE-3.1 norms' weights (empty when their switch is off).
+	FCNorm      [Features]tensor.Tensor
+	FCInputNorm tensor.Tensor
 }
 
 // shape2 returns a spec's shape as [rows, cols] ([1, n] for a vector).
@@ -240,7 +315,7 @@ func NewParams(g Geometry) *Params {
 
 // TargetGeometry is the draft layer's geometry for a target of config c
 // (the target's decoder-layer shape, vocabulary and RoPE) with a draft
-// vocabulary of draftVocab ids.
+// vocabulary of draftVocab ids, plain EAGLE-3 (no Norms).
 func TargetGeometry(c *checkpoint.Config, draftVocab int) Geometry {
 	g := Geometry{Hidden: c.HiddenSize, Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim,
 		Intermediate: c.IntermediateSize, RMSNormEps: c.RMSNormEps, RopeTheta: c.RopeTheta,
