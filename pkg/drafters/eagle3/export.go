@@ -161,6 +161,9 @@ type draftConfig struct {
 	Layer           *draftConfig    `json:"transformer_layer_config"`
 	DraftVocab      int             `json:"draft_vocab_size"`
 	NormBeforeRes   *bool           `json:"norm_before_residual"`
+	FCNorm          *bool           `json:"fc_norm"`
+	NormBeforeFC    *bool           `json:"norm_before_fc"`
+	NormOutput      *bool           `json:"norm_output"`
 	LayerIDs        []int           `json:"eagle_aux_hidden_state_layer_ids"`
 	EagleConfig     *eagleConfig    `json:"eagle_config"`
 	NumLayers       *int            `json:"num_hidden_layers"`
@@ -181,6 +184,61 @@ type draftConfig struct {
 type eagleConfig struct {
 	// LayerIDs are "output of layer k" ids: HF hidden_states index - 1.
 	LayerIDs []int `json:"eagle_aux_hidden_state_layer_ids"`
+	// NormBeforeFC and ReturnHiddenPostNorm are TensorRT-LLM's spellings
+	// of norm_before_fc and norm_output (vLLM also prefers the first over
+	// the top-level key).
+	NormBeforeFC         *bool `json:"norm_before_fc"`
+	ReturnHiddenPostNorm *bool `json:"return_hidden_post_norm"`
+}
+
+// Config keys of the EAGLE-3.1 switches (Norms), top-level in both layouts,
+// and their eagle_config spellings in the native one.
+const (
+	fcNormKey              = "fc_norm"
+	normBeforeFCKey        = "norm_before_fc"
+	normOutputKey          = "norm_output"
+	normBeforeResidualKey  = "norm_before_residual"
+	eagleNormBeforeFCKey   = "eagle_config.norm_before_fc"
+	eaglePostNormOutputKey = "eagle_config.return_hidden_post_norm"
+)
+
+// normsConfig writes the four switches of g explicitly, as both layouts do:
+// an engine that finds a key absent assumes its own default, which is not
+// always false (vLLM's speculators translator assumes norm_before_residual
+// true), and writing them all says which variant the draft is.
+func normsConfig(cfg map[string]any, g Geometry) {
+	cfg[fcNormKey] = g.FCNorm
+	cfg[normBeforeFCKey] = g.NormBeforeFC
+	cfg[normOutputKey] = g.NormOutput
+	cfg[normBeforeResidualKey] = false
+}
+
+// norms reads the EAGLE-3.1 switches from a config (at cfgPath) of either
+// layout, an absent key false. It refuses fc_norm with norm_before_fc, and,
+// in the native layout, eagle_config spellings that disagree with the
+// top-level keys: vLLM takes eagle_config's norm_before_fc over the
+// top-level one and SGLang reads only the top-level one, and TensorRT-LLM
+// feeds the normed output forward when either norm_output or
+// eagle_config.return_hidden_post_norm is true while vLLM and SGLang read
+// only norm_output, so the engines would run different drafts.
+func (c *draftConfig) norms(cfgPath string) (Norms, error) {
+	b := func(v *bool) bool { return v != nil && *v }
+	n := Norms{FCNorm: b(c.FCNorm), NormBeforeFC: b(c.NormBeforeFC), NormOutput: b(c.NormOutput)}
+	if e := c.EagleConfig; e != nil {
+		if e.NormBeforeFC != nil && *e.NormBeforeFC != n.NormBeforeFC {
+			return n, fmt.Errorf("eagle3: %s: %s is %v but %s is %v: vLLM and TensorRT-LLM read the first, SGLang the second, so the engines would run different drafts",
+				cfgPath, eagleNormBeforeFCKey, *e.NormBeforeFC, normBeforeFCKey, n.NormBeforeFC)
+		}
+		if e.ReturnHiddenPostNorm != nil && *e.ReturnHiddenPostNorm != n.NormOutput {
+			return n, fmt.Errorf("eagle3: %s: %s is %v but %s is %v: TensorRT-LLM feeds the normed output forward when either is true, vLLM and SGLang read only %s, so the engines would run different drafts",
+				cfgPath, eaglePostNormOutputKey, *e.ReturnHiddenPostNorm, normOutputKey, n.NormOutput, normOutputKey)
+		}
+	}
+	if n.FCNorm && n.NormBeforeFC {
+		return n, fmt.Errorf("eagle3: %s: %s and %s are both true; they are mutually exclusive (one norm per feature layer before fc, or one over their concatenation), and the engines disagree on what both would mean",
+			cfgPath, fcNormKey, normBeforeFCKey)
+	}
+	return n, nil
 }
 
 // layerIDs returns the feature layers the config names, as HF hidden_states
@@ -266,12 +324,28 @@ func formatNamed(name string) format {
 func unusedTensor(name, prefix string) string {
 	other := map[string]string{"midlayer.": "layers.0.", "layers.0.": "midlayer."}[prefix]
 	switch {
+	case strings.HasPrefix(name, "fc_norm."):
+		return fmt.Sprintf("it is fc_norm's weight, and the config's %s is not true (the engines would load the draft without the norm and run another function than it was trained as)", fcNormKey)
+	case name == FCInputNormKey:
+		return fmt.Sprintf("it is norm_before_fc's weight, and the config's %s is not true (vLLM and TensorRT-LLM would skip it and run another function than the draft was trained as)", normBeforeFCKey)
 	case strings.HasSuffix(name, "embed_tokens.weight"):
 		return "drafter runs the draft on the target's embedding, as SGLang does (vLLM would use this one instead); export the draft without it"
 	case strings.HasPrefix(name, other):
 		return fmt.Sprintf("the config is of the layout whose decoder-layer keys start with %q, not %q", prefix, other)
 	}
 	return fmt.Sprintf("the draft is one decoder layer: its tensors are fc.weight, %s*, norm.weight, lm_head.weight, d2t and t2d", prefix)
+}
+
+// neededBy names the config key that makes tensor name necessary, for the
+// EAGLE-3.1 norms' weights.
+func neededBy(name string) string {
+	switch {
+	case strings.HasPrefix(name, "fc_norm."):
+		return fmt.Sprintf(" (its %s is true)", fcNormKey)
+	case name == FCInputNormKey:
+		return fmt.Sprintf(" (its %s is true)", normBeforeFCKey)
+	}
+	return ""
 }
 
 // LoadDraft reads an exported draft (either layout: speculators when the
@@ -281,7 +355,10 @@ func unusedTensor(name, prefix string) string {
 //
 // The config and the weights must agree exactly: every tensor the config
 // implies is present with its shape and type, every tensor of the weights is
-// one of them, and every weight is finite. The feature layers the config
+// one of them, and every weight is finite. The config's EAGLE-3.1 switches
+// (fc_norm, norm_before_fc, norm_output; see Norms) select the forward the
+// draft runs and the norms' weights it needs; fc_norm with norm_before_fc,
+// and norm_before_residual true, are refused. The feature layers the config
 // names must be strictly increasing (see CheckLayerIDs); the native layout's
 // two keys for them must agree.
 func LoadDraft(dir string, embed tensor.Matrix, dev tensor.Device) (*Draft, error) {
@@ -318,8 +395,16 @@ func loadDraft(dir string, f format, embed tensor.Matrix, dev tensor.Device) (*D
 	if err != nil {
 		return nil, err
 	}
+	if c.NormBeforeRes != nil && *c.NormBeforeRes {
+		return nil, fmt.Errorf("eagle3: %s: %s true (the residual is the normed hidden state) is a different architecture than this drafter runs", cfgPath, normBeforeResidualKey)
+	}
+	norms, err := c.norms(cfgPath)
+	if err != nil {
+		return nil, err
+	}
 	g := Geometry{Hidden: geo.Hidden, Heads: geo.Heads, KVHeads: geo.KVHeads, HeadDim: geo.HeadDim, Intermediate: geo.Intermediate,
-		RMSNormEps: geo.RMSNormEps, RopeTheta: geo.RopeTheta, MaxPositions: geo.MaxPositions, Vocab: geo.Vocab, DraftVocab: c.DraftVocab}
+		RMSNormEps: geo.RMSNormEps, RopeTheta: geo.RopeTheta, MaxPositions: geo.MaxPositions, Vocab: geo.Vocab, DraftVocab: c.DraftVocab,
+		Norms: norms}
 	if g.HeadDim == 0 && g.Heads > 0 {
 		g.HeadDim = g.Hidden / g.Heads
 	}
@@ -370,7 +455,7 @@ func loadDraft(dir string, f format, embed tensor.Matrix, dev tensor.Device) (*D
 	}
 	for _, s := range ss {
 		if _, ok := set.Info(s.Name); !ok {
-			return nil, fmt.Errorf("eagle3: %s has no tensor %q, which the draft %s describes needs", file, s.Name, cfgPath)
+			return nil, fmt.Errorf("eagle3: %s has no tensor %q, which the draft %s describes needs%s", file, s.Name, cfgPath, neededBy(s.Name))
 		}
 		if err := set.ReadFinite(s.Name, s.Shape, s.Data); err != nil {
 			return nil, fmt.Errorf("eagle3: %w", err)

@@ -3,6 +3,7 @@ package eagle3
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/drafter-ai/drafter/pkg/safetensors"
+	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
 // tinyGeometry is a draft of hidden size 8 with grouped-query attention.
@@ -158,6 +160,155 @@ func TestExportRefuses(t *testing.T) {
 			}
 			if _, err := os.Stat(dir); !os.IsNotExist(err) {
 				t.Errorf("%s: the refused export created %s (%v)", format, dir, err)
+			}
+		}
+	}
+}
+
+// norms31 lists the EAGLE-3.1 switch combinations: each norm before fc
+// (they exclude each other) with and without norm_output, and norm_output
+// alone.
+func norms31() []Norms {
+	return []Norms{{FCNorm: true}, {NormBeforeFC: true}, {NormOutput: true},
+		{FCNorm: true, NormOutput: true}, {NormBeforeFC: true, NormOutput: true}}
+}
+
+// exportNorms31 exports a draft with the switches n in format into a new
+// folder and returns it.
+func exportNorms31(t *testing.T, n Norms, format string) (string, Geometry) {
+	t.Helper()
+	g := tinyGeometry()
+	g.Norms = n
+	counts := make([]int64, g.Vocab)
+	for i := range counts {
+		counts[i] = int64(i % 5)
+	}
+	voc, _ := BuildVocab(counts, g.DraftVocab)
+	dir := t.TempDir()
+	if err := Export(dir, g, exportParams(g, 1), voc, ExportOptions{Format: format, DefaultLayers: true}); err != nil {
+		t.Fatal(err)
+	}
+	return dir, g
+}
+
+// TestExportNorms: every layout writes all four norm switches as top-level
+// booleans (the native one also TensorRT-LLM's eagle_config spellings for
+// an EAGLE-3.1 draft), the norms' weights under the keys the engines load,
+// and LoadDraft reads the switches back.
+func TestExportNorms(t *testing.T) {
+	for _, n := range append([]Norms{{}}, norms31()...) {
+		for _, format := range []string{FormatNative, FormatSpeculators} {
+			dir, g := exportNorms31(t, n, format)
+			var cfg map[string]any
+			b, _ := os.ReadFile(filepath.Join(dir, "config.json"))
+			if err := json.Unmarshal(b, &cfg); err != nil {
+				t.Fatal(err)
+			}
+			for key, want := range map[string]bool{"fc_norm": n.FCNorm, "norm_before_fc": n.NormBeforeFC, "norm_output": n.NormOutput, "norm_before_residual": false} {
+				if v, ok := cfg[key]; !ok || v != want {
+					t.Errorf("%s %+v: config %s = %v (present %v), want %v", format, n, key, v, ok, want)
+				}
+			}
+			eagle, _ := cfg["eagle_config"].(map[string]any)
+			if format == FormatNative && n.Any() {
+				if eagle["norm_before_fc"] != n.NormBeforeFC || eagle["return_hidden_post_norm"] != n.NormOutput {
+					t.Errorf("%s %+v: eagle_config %v", format, n, eagle)
+				}
+			} else if eagle != nil {
+				t.Errorf("%s %+v: eagle_config %v written", format, n, eagle)
+			}
+			set, err := safetensors.OpenDir(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[string][]int{}
+			if n.FCNorm {
+				for c := range Features {
+					want[fmt.Sprintf("fc_norm.%d.weight", c)] = []int{g.Hidden}
+				}
+			}
+			if n.NormBeforeFC {
+				want["input_norm.weight"] = []int{3 * g.Hidden}
+			}
+			for _, name := range set.Names() {
+				if strings.HasPrefix(name, "fc_norm.") || name == "input_norm.weight" {
+					if _, ok := want[name]; !ok {
+						t.Errorf("%s %+v: tensor %s written", format, n, name)
+					}
+				}
+			}
+			for name, shape := range want {
+				if info, ok := set.Info(name); !ok || !reflect.DeepEqual(info.Shape, shape) || info.DType != safetensors.F32 {
+					t.Errorf("%s %+v: %s is %+v (present %v), want F32 %v", format, n, name, info, ok, shape)
+				}
+			}
+			set.Close()
+			d, err := LoadDraft(dir, tensor.F32Matrix(make([]float32, g.Vocab*g.Hidden), g.Vocab, g.Hidden), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Geometry.Norms != n || d.Geometry.Variant() != map[bool]string{false: "eagle3", true: "eagle3.1"}[n.Any()] {
+				t.Errorf("%s: loaded norms %+v (%s), want %+v", format, d.Geometry.Norms, d.Geometry.Variant(), n)
+			}
+		}
+	}
+}
+
+// TestLoadRefusesNorms: a config whose norm switches disagree with the
+// weights, or with each other, is refused, naming the file and the key.
+func TestLoadRefusesNorms(t *testing.T) {
+	embed := func(g Geometry) tensor.Matrix {
+		return tensor.F32Matrix(make([]float32, g.Vocab*g.Hidden), g.Vocab, g.Hidden)
+	}
+	for _, c := range []struct {
+		name   string
+		n      Norms
+		format string
+		edit   func(cfg map[string]any)
+		want   []string
+	}{
+		{"fc_norm true without its weights", Norms{}, FormatSpeculators, func(cfg map[string]any) { cfg["fc_norm"] = true },
+			[]string{"config.json", `no tensor "fc_norm.0.weight"`, "fc_norm is true"}},
+		{"fc_norm weights with fc_norm false", Norms{FCNorm: true}, FormatNative, func(cfg map[string]any) { cfg["fc_norm"] = false },
+			[]string{"config.json", `"fc_norm.0.weight"`, "fc_norm is not true"}},
+		{"fc_norm weights with fc_norm absent", Norms{FCNorm: true}, FormatSpeculators, func(cfg map[string]any) { delete(cfg, "fc_norm") },
+			[]string{"config.json", `"fc_norm.0.weight"`, "fc_norm is not true"}},
+		{"input_norm weight with norm_before_fc dropped", Norms{NormBeforeFC: true}, FormatNative, func(cfg map[string]any) {
+			delete(cfg, "norm_before_fc")
+			delete(cfg, "eagle_config")
+		}, []string{"config.json", `"input_norm.weight"`, "norm_before_fc is not true"}},
+		{"both norms before fc", Norms{FCNorm: true}, FormatSpeculators, func(cfg map[string]any) { cfg["norm_before_fc"] = true },
+			[]string{"config.json", "fc_norm and norm_before_fc are both true", "mutually exclusive"}},
+		{"eagle_config.norm_before_fc disagrees", Norms{NormBeforeFC: true}, FormatNative, func(cfg map[string]any) {
+			cfg["eagle_config"].(map[string]any)["norm_before_fc"] = false
+		}, []string{"config.json", "eagle_config.norm_before_fc is false but norm_before_fc is true"}},
+		{"eagle_config.return_hidden_post_norm disagrees", Norms{NormOutput: true}, FormatNative, func(cfg map[string]any) { cfg["norm_output"] = false },
+			[]string{"config.json", "eagle_config.return_hidden_post_norm is true but norm_output is false"}},
+		{"norm_before_residual true (native)", Norms{}, FormatNative, func(cfg map[string]any) { cfg["norm_before_residual"] = true },
+			[]string{"config.json", "norm_before_residual true"}},
+		{"norm_before_residual true (speculators)", Norms{}, FormatSpeculators, func(cfg map[string]any) { cfg["norm_before_residual"] = true },
+			[]string{"config.json", "norm_before_residual true"}},
+	} {
+		dir, g := exportNorms31(t, c.n, c.format)
+		path := filepath.Join(dir, "config.json")
+		b, _ := os.ReadFile(path)
+		var cfg map[string]any
+		if err := json.Unmarshal(b, &cfg); err != nil {
+			t.Fatal(err)
+		}
+		c.edit(cfg)
+		b, _ = json.Marshal(cfg)
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := LoadDraft(dir, embed(g), nil)
+		if err == nil {
+			t.Errorf("%s: loaded", c.name)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: error %q lacks %q", c.name, err, w)
 			}
 		}
 	}

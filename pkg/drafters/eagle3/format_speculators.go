@@ -15,8 +15,12 @@ func (speculators) prefix() string { return "layers.0." }
 // config writes the decoder layer's geometry as transformer_layer_config,
 // the feature layers (when they are not the engines' defaults) as a
 // top-level "eagle_aux_hidden_state_layer_ids": ids (HF indices), which vLLM
-// passes through verbatim, and always "norm_before_residual": false (vLLM
-// assumes true when the key is absent, which is not this architecture).
+// passes through verbatim, and the four norm switches as top-level booleans,
+// which vLLM's update_eagle3 copies into the draft's config: always
+// "norm_before_residual": false (vLLM assumes true when the key is absent,
+// which is not this architecture), and fc_norm, norm_before_fc and
+// norm_output as trained (vLLM assumes false for each when absent, as does a
+// vLLM that predates them whatever they say).
 func (speculators) config(g Geometry, opt ExportOptions) map[string]any {
 	k := opt.SpeculativeTokens
 	if k <= 0 {
@@ -33,7 +37,6 @@ func (speculators) config(g Geometry, opt ExportOptions) map[string]any {
 		"speculators_model_type":   "eagle3",
 		"draft_vocab_size":         g.DraftVocab,
 		"target_hidden_size":       g.Hidden,
-		"norm_before_residual":     false,
 		"transformer_layer_config": layer,
 		"speculators_config": map[string]any{
 			"algorithm":               "eagle3",
@@ -47,6 +50,7 @@ func (speculators) config(g Geometry, opt ExportOptions) map[string]any {
 	if !opt.DefaultLayers {
 		cfg["eagle_aux_hidden_state_layer_ids"] = opt.LayerIDs
 	}
+	normsConfig(cfg, g)
 	return cfg
 }
 
@@ -67,9 +71,6 @@ func (speculators) detect(cfgPath string, c *draftConfig) (bool, error) {
 func (speculators) geometry(cfgPath string, c *draftConfig) (*draftConfig, error) {
 	if c.SpeculatorsType != "eagle3" {
 		return nil, fmt.Errorf("eagle3: %s: speculators_model_type %q is not eagle3", cfgPath, c.SpeculatorsType)
-	}
-	if c.NormBeforeRes != nil && *c.NormBeforeRes {
-		return nil, fmt.Errorf("eagle3: %s: norm_before_residual true is a different architecture than this drafter runs", cfgPath)
 	}
 	if c.Layer == nil {
 		return nil, fmt.Errorf("eagle3: %s: speculators config without transformer_layer_config", cfgPath)
