@@ -99,6 +99,7 @@ type trainFlags struct {
 	tttDecay, targetTemp, warmupFrac              float64
 	format                                        string
 	layers                                        []int
+	fcNorm, normBeforeFC, normOutput              bool
 	// --layers and --warmup of drafter train --method, read as the method
 	// reads them.
 	layersText, warmupText string
@@ -148,6 +149,9 @@ func (f *trainFlags) register(fs *pflag.FlagSet, sp trainSpelling) {
 		floatVar(fs, &f.targetTemp, "target-temperature", 0, sp.only("eagle3", fmt.Sprintf("the draft learns softmax(target logits / this), in (0, 100] (default %g when all --data was distilled greedily, else 1)", eagle3.GreedyTargetTemperature)))
 		fs.IntVar(&f.maxLength, "max-length", 0, sp.only("eagle3", fmt.Sprintf("truncate samples to this many tokens, 3 or more (default %d); a sample longer than --batch-tokens trains as a batch of its own", e.MaxLength)))
 		fs.StringVar(&f.format, "format", deagle3.FormatNative, sp.only("eagle3", "export layout: native (EAGLE/SpecForge/SGLang, also loaded by vLLM) or speculators"))
+		fs.BoolVar(&f.fcNorm, "fc-norm", e.FCNorm, sp.only("eagle3", "EAGLE-3.1: an RMSNorm on each feature layer before fc (exported as fc_norm); excludes --norm-before-fc. Engines that predate EAGLE-3.1 ignore it"))
+		fs.BoolVar(&f.normBeforeFC, "norm-before-fc", e.NormBeforeFC, sp.only("eagle3", "one RMSNorm over the fused features before fc (exported as norm_before_fc); excludes --fc-norm"))
+		fs.BoolVar(&f.normOutput, "norm-output", e.NormOutput, sp.only("eagle3", "EAGLE-3.1: each step feeds the next the final norm's output, the lm_head's input, instead of the pre-norm output (exported as norm_output)"))
 	}
 
 	metric := map[trainSpelling]string{byMethodFlag: "medusa: greedy chain acceptance; eagle3: loss", medusaCmd: "greedy chain acceptance", eagle3Cmd: "loss"}[sp]
@@ -298,6 +302,9 @@ func (f *trainFlags) options(c *cobra.Command, sp trainSpelling, progress io.Wri
 		if err := checkFlags(c, checks); err != nil {
 			return o, err
 		}
+		if f.fcNorm && f.normBeforeFC {
+			return o, usagef("--fc-norm and --norm-before-fc exclude each other: one norm per feature layer before fc (EAGLE-3.1), or one over their concatenation")
+		}
 		opts := eagle3.Options{Config: eagle3.DefaultConfig()}
 		if set("layers") {
 			if err := eagle3Layers(f.layers); err != nil {
@@ -313,6 +320,9 @@ func (f *trainFlags) options(c *cobra.Command, sp trainSpelling, progress io.Wri
 		assign(set, "target-temperature", &cfg.TargetTemperature, f.targetTemp)
 		assign(set, "max-length", &cfg.MaxLength, f.maxLength)
 		assign(set, "warmup", &cfg.WarmupFrac, f.warmupFrac)
+		assign(set, "fc-norm", &cfg.FCNorm, f.fcNorm)
+		assign(set, "norm-before-fc", &cfg.NormBeforeFC, f.normBeforeFC)
+		assign(set, "norm-output", &cfg.NormOutput, f.normOutput)
 		f.assignShared(set, shared{lr: &cfg.LR, minLRRatio: &cfg.MinLRRatio, weightDecay: &cfg.WeightDecay, clipNorm: &cfg.ClipNorm,
 			valFraction: &cfg.EvalFraction, epochs: &cfg.Epochs, maxSteps: &cfg.MaxSteps, patience: &cfg.Patience, evalEvery: &cfg.EvalEvery,
 			batchTokens: &cfg.BatchTokens, checkpointEvery: &cfg.CheckpointEvery, logEvery: &cfg.LogEvery, seed: &cfg.Seed})
@@ -462,7 +472,9 @@ with the target frozen:
                          FasterDecoding/TensorRT-LLM (out/medusa/).
   drafter train eagle3   one EAGLE-3 draft layer over the fused low/middle/high target features,
                          trained with training-time test. Exported to out/eagle3/ (--format
-                         native or speculators).
+                         native or speculators). --fc-norm, --norm-before-fc and --norm-output
+                         train EAGLE-3.1's norms (off: plain EAGLE-3, for engines that
+                         predate 3.1); drafter.json's variant says which it is.
 
 Each subcommand has only its method's flags. drafter train --method medusa|eagle3 takes both
 methods' flags, refuses those of the other method, and reads --layers (medusa: residual blocks

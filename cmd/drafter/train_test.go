@@ -291,3 +291,41 @@ func TestTrainResumeWithoutCheckpoint(t *testing.T) {
 		t.Error("the refused resume exported a drafter")
 	}
 }
+
+// TestTrainEAGLE31Flags: --fc-norm, --norm-before-fc and --norm-output
+// reach the EAGLE-3 trainer's configuration in both spellings, default to
+// plain EAGLE-3, exclude one another where the recipes do, and are refused
+// for Medusa.
+func TestTrainEAGLE31Flags(t *testing.T) {
+	for _, c := range []struct {
+		flags []string
+		want  [3]bool
+	}{
+		{nil, [3]bool{}},
+		{[]string{"--fc-norm", "--norm-output"}, [3]bool{true, false, true}},
+		{[]string{"--norm-before-fc"}, [3]bool{false, true, false}},
+		{[]string{"--norm-output=true", "--fc-norm=false"}, [3]bool{false, false, true}},
+	} {
+		a := trainOpts(t, append(append([]string{}, eagle3Args...), c.flags...)...).Run
+		b := trainOpts(t, append(append([]string{}, byEAGLE3...), c.flags...)...).Run
+		cfg := methodOf[eagle3.Options](t, a).Config
+		if got := [3]bool{cfg.FCNorm, cfg.NormBeforeFC, cfg.NormOutput}; got != c.want {
+			t.Errorf("%v: fc_norm, norm_before_fc, norm_output = %v, want %v", c.flags, got, c.want)
+		}
+		sameSettings(t, a, b)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{with(eagle3Args, "--fc-norm", "--norm-before-fc"), "--fc-norm and --norm-before-fc exclude each other"},
+		{with(byEAGLE3, "--fc-norm", "--norm-before-fc"), "--fc-norm and --norm-before-fc exclude each other"},
+		{with(byMedusa, "--norm-output"), "--norm-output is an EAGLE-3 setting"},
+		{with(medusaArgs, "--fc-norm"), "unknown flag: --fc-norm"},
+	} {
+		r := runCLI(t, func(any) error { return nil }, c.args...)
+		if r.code != exitUsage || !strings.Contains(r.msg, c.want) {
+			t.Errorf("drafter %s: exit %d (%s); want %d and a message with %q", strings.Join(c.args, " "), r.code, r.msg, exitUsage, c.want)
+		}
+	}
+}

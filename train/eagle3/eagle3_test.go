@@ -24,8 +24,21 @@ import (
 // the inference-only drafter and checks that, fed the same ground-truth tokens,
 // every chain step drafts the trainer's own argmax at every position, in both
 // layouts.
-func TestExportLoadReproducesTrainer(t *testing.T) {
+func TestExportLoadReproducesTrainer(t *testing.T) { exportLoadReproducesTrainer(t, deagle3.Norms{}) }
+
+// TestExportLoadReproducesTrainer31 is TestExportLoadReproducesTrainer for
+// every EAGLE-3.1 switch combination: the drafting session's norms before
+// fc and its post-norm feedback through the tree compute what the
+// trainer's unroll does.
+func TestExportLoadReproducesTrainer31(t *testing.T) {
+	for _, n := range norms31() {
+		t.Run(normsName(n), func(t *testing.T) { exportLoadReproducesTrainer(t, n) })
+	}
+}
+
+func exportLoadReproducesTrainer(t *testing.T, norms deagle3.Norms) {
 	g := tinyGeometry()
+	g.Norms = norms
 	tt := newTinyTarget(21, g)
 	samples := tt.samples(22, 3, 6, 10)
 	const steps = 4
@@ -448,5 +461,81 @@ func TestTrainRefusesUnorderedLayers(t *testing.T) {
 		if _, err := os.Stat(out); !os.IsNotExist(err) {
 			t.Fatalf("layers %v: the refused run created %s (%v)", ids, out, err)
 		}
+	}
+}
+
+// TestTrainEAGLE31 trains with each EAGLE-3.1 switch combination: the run
+// learns, drafter.json and the export's config say which variant it is and
+// which switches, the export loads back with them, and a resume with other
+// switches is refused.
+func TestTrainEAGLE31(t *testing.T) {
+	g := tinyGeometry()
+	tt := newTinyTarget(51, g)
+	ds := memory(g.Hidden, tt.samples(52, 20, 8, 16))
+	for _, n := range append([]deagle3.Norms{{}}, norms31()...) {
+		t.Run(normsName(n), func(t *testing.T) {
+			cfg := trainConfig()
+			cfg.Epochs = 2
+			cfg.FCNorm, cfg.NormBeforeFC, cfg.NormOutput = n.FCNorm, n.NormBeforeFC, n.NormOutput
+			out := t.TempDir()
+			res, err := train(context.Background(), cfg, tt, ds, out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Geometry.Norms != n {
+				t.Fatalf("trained norms %+v, want %+v", res.Geometry.Norms, n)
+			}
+			var prov map[string]any
+			b, _ := os.ReadFile(filepath.Join(out, ProvenanceFile))
+			if err := json.Unmarshal(b, &prov); err != nil {
+				t.Fatal(err)
+			}
+			wantVariant := map[bool]string{false: "eagle3", true: "eagle3.1"}[n.Any()]
+			if prov["variant"] != wantVariant || prov["fc_norm"] != n.FCNorm || prov["norm_before_fc"] != n.NormBeforeFC || prov["norm_output"] != n.NormOutput {
+				t.Errorf("drafter.json: variant %v fc_norm %v norm_before_fc %v norm_output %v, want %s %+v",
+					prov["variant"], prov["fc_norm"], prov["norm_before_fc"], prov["norm_output"], wantVariant, n)
+			}
+			d, err := deagle3.LoadDraft(res.ExportDir, tensor.F32Matrix(tt.embed, g.Vocab, g.Hidden), cpu.New(nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Geometry.Norms != n {
+				t.Errorf("export loads with norms %+v, want %+v", d.Geometry.Norms, n)
+			}
+			// Resuming the finished run with another switch set is refused.
+			other := cfg
+			other.Resume, other.NormOutput = true, !n.NormOutput
+			if _, err := train(context.Background(), other, tt, ds, out); err == nil || !strings.Contains(err.Error(), "norm_output") {
+				t.Errorf("resume with norm_output %v: err = %v, want a refusal naming norm_output", other.NormOutput, err)
+			}
+		})
+	}
+	cfg := trainConfig()
+	cfg.FCNorm, cfg.NormBeforeFC = true, true
+	if _, err := train(context.Background(), cfg, tt, ds, t.TempDir()); err == nil || !strings.Contains(err.Error(), "mutually exclusive") {
+		t.Fatalf("fc_norm with norm_before_fc: err = %v", err)
+	}
+}
+
+// TestSameArgsNorms: a run recorded before the EAGLE-3.1 switches existed
+// (plain EAGLE-3) resumes with them off, and not with one on.
+func TestSameArgsNorms(t *testing.T) {
+	tt := newTinyTarget(53, tinyGeometry())
+	cfg := trainConfig()
+	saved, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"fc_norm", "norm_before_fc", "norm_output"} {
+		if strings.Contains(string(saved), k) {
+			t.Fatalf("a plain EAGLE-3 run records %s: %s", k, saved)
+		}
+	}
+	if err := sameArgs(t, tt, saved, cfg); err != nil {
+		t.Fatalf("plain EAGLE-3: %v", err)
+	}
+	cfg.FCNorm = true
+	if err := sameArgs(t, tt, saved, cfg); err == nil || !strings.Contains(err.Error(), "fc_norm: was false, now true") {
+		t.Fatalf("fc_norm resumed a plain EAGLE-3 run: %v", err)
 	}
 }

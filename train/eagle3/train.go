@@ -48,6 +48,13 @@ type Config struct {
 	// (docs/performance.md); a sampled draft must match the plain softmax,
 	// which the serving rule then warps as it warps the target's.
 	TargetTemperature float64 `json:"target_temperature,omitempty"`
+	// FCNorm, NormBeforeFC and NormOutput are the EAGLE-3.1 switches on the
+	// draft layer (deagle3.Norms, the export's fc_norm, norm_before_fc and
+	// norm_output); all false trains plain EAGLE-3. FCNorm and NormBeforeFC
+	// exclude each other.
+	FCNorm       bool `json:"fc_norm,omitempty"`
+	NormBeforeFC bool `json:"norm_before_fc,omitempty"`
+	NormOutput   bool `json:"norm_output,omitempty"`
 	// Steps is the TTT unroll length; StepDecay the per-step loss weight base
 	// (step k weighs StepDecay^k).
 	Steps     int     `json:"ttt_steps"`
@@ -103,6 +110,11 @@ type Config struct {
 // and matched 0.25 (docs/performance.md).
 const GreedyTargetTemperature = 0.5
 
+// norms returns the draft layer's EAGLE-3.1 switches.
+func (c *Config) norms() deagle3.Norms {
+	return deagle3.Norms{FCNorm: c.FCNorm, NormBeforeFC: c.NormBeforeFC, NormOutput: c.NormOutput}
+}
+
 // targetTemp returns τ, with 0 read as 1.
 func (c *Config) targetTemp() float64 {
 	if c.TargetTemperature == 0 {
@@ -142,6 +154,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("eagle3: draft MLP width must be >= 1 (or 0 for the target's), got %d", c.Intermediate)
 	case !(c.TargetTemperature >= 0 && c.TargetTemperature <= 100):
 		return fmt.Errorf("eagle3: target temperature must lie in (0, 100] (or 0 for 1), got %g", c.TargetTemperature)
+	case c.FCNorm && c.NormBeforeFC:
+		return errors.New("eagle3: fc_norm and norm_before_fc are mutually exclusive: one norm per feature layer before fc, or one over their concatenation")
 	case c.Steps < 1:
 		return fmt.Errorf("eagle3: TTT steps must be >= 1, got %d", c.Steps)
 	case !(c.StepDecay > 0 && c.StepDecay <= 1):
@@ -231,7 +245,14 @@ const (
 
 // provenance is drafter.json.
 type provenance struct {
-	Method            string            `json:"method"`
+	Method string `json:"method"`
+	// Variant is deagle3.VariantEAGLE3 or deagle3.VariantEAGLE31 (any of
+	// the norm switches on), and the switches follow: what the export's
+	// config says, for engines that predate EAGLE-3.1 and would ignore them.
+	Variant           string            `json:"variant"`
+	FCNorm            bool              `json:"fc_norm"`
+	NormBeforeFC      bool              `json:"norm_before_fc"`
+	NormOutput        bool              `json:"norm_output"`
 	Formats           []string          `json:"formats"`
 	Format            string            `json:"format"`
 	Hidden            int               `json:"hidden_size"`
@@ -265,9 +286,11 @@ func Train(ctx context.Context, cfg Config, target deagle3.Geometry, embed, lmHe
 	if err != nil {
 		return nil, err
 	}
-	// Runs recorded before --intermediate and --target-temperature existed
-	// trained at the target's width toward the plain softmax.
-	unrecorded := map[string]any{"intermediate_size": target.Intermediate, "target_temperature": 1}
+	// Runs recorded before --intermediate, --target-temperature and the
+	// EAGLE-3.1 switches existed trained at the target's width toward the
+	// plain softmax, as plain EAGLE-3.
+	unrecorded := map[string]any{"intermediate_size": target.Intermediate, "target_temperature": 1,
+		"fc_norm": false, "norm_before_fc": false, "norm_output": false}
 	lc := loop.Config[*EvalMetrics]{Method: string(deagle3.Kind), Settings: cfg, Unrecorded: unrecorded,
 		LR: cfg.LR, MinLRRatio: cfg.MinLRRatio, ClipNorm: cfg.ClipNorm, MaxSteps: cfg.MaxSteps, Patience: cfg.Patience,
 		EvalEvery: cfg.EvalEvery, CheckpointEvery: cfg.CheckpointEvery, LogEvery: cfg.LogEvery, Resume: cfg.Resume, Progress: cfg.Progress}
@@ -310,6 +333,7 @@ func newTrainer(cfg Config, target deagle3.Geometry, embed, lmHead []float32, ds
 	}
 	g := target
 	g.DraftVocab = min(cfg.DraftVocab, g.Vocab)
+	g.Norms = cfg.norms()
 	if cfg.Intermediate > 0 {
 		g.Intermediate = cfg.Intermediate
 	}
@@ -481,7 +505,8 @@ func (t *trainer) Export(job *loop.Job, r *loop.Result[*EvalMetrics]) error {
 		manifests = map[string]string{}
 	}
 	err := atomicfile.WriteJSON(filepath.Join(job.Out, ProvenanceFile), provenance{
-		Method: string(deagle3.Kind), Formats: []string{ExportDir}, Format: format,
+		Method: string(deagle3.Kind), Variant: g.Variant(), FCNorm: g.FCNorm, NormBeforeFC: g.NormBeforeFC, NormOutput: g.NormOutput,
+		Formats: []string{ExportDir}, Format: format,
 		Hidden: g.Hidden, Vocab: g.Vocab, DraftVocab: g.DraftVocab, DraftVocabSeen: voc.Seen, TTTSteps: cfg.Steps,
 		FeatureLayers: layers, DefaultLayers: cfg.Export.DefaultLayers,
 		BaseModel: p.BaseModel, TargetFingerprint: p.TargetFingerprint, DataManifests: manifests,
