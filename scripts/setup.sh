@@ -66,4 +66,20 @@ if ! ls build/wheels/nvidia_cuda_nvcc_cu12-$wheel_version-*.whl >/dev/null 2>&1;
   fi
 fi
 
+# The engine-style reference forwards (scripts/enginecheck: numpy re-implementations
+# of how the serving engines load and run an exported draft), in a venv of their
+# own at build/pyenv with numpy and safetensors from PyPI. The Go tests that
+# compare drafter's logits with them skip without it (DRAFTER_REQUIRE_PYTHON=1
+# makes them fail instead).
+if [ ! -x build/pyenv/bin/python ] || ! build/pyenv/bin/python -c 'import numpy, safetensors' >/dev/null 2>&1; then
+  if command -v python3 >/dev/null 2>&1 && python3 -m venv --help >/dev/null 2>&1; then
+    echo "setup: creating build/pyenv (numpy, safetensors) for the engine-style reference forwards"
+    python3 -m venv build/pyenv &&
+      build/pyenv/bin/python -m pip install --quiet --disable-pip-version-check numpy safetensors ||
+      echo "setup: could not create build/pyenv; the engine-style forward comparisons will skip"
+  else
+    echo "setup: no python3 with venv: the engine-style forward comparisons will skip (install python3-venv to enable them)"
+  fi
+fi
+
 go mod download
