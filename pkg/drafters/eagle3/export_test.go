@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/drafter-ai/drafter/pkg/drafters"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 )
@@ -310,6 +311,36 @@ func TestLoadRefusesNorms(t *testing.T) {
 			if !strings.Contains(err.Error(), w) {
 				t.Errorf("%s: error %q lacks %q", c.name, err, w)
 			}
+		}
+	}
+}
+
+// TestProvenanceNorms: eval refuses an export whose norm switches or variant
+// disagree with the drafter.json found for it, and accepts a drafter.json
+// written before the switches existed (it records none of them).
+func TestProvenanceNorms(t *testing.T) {
+	dir, g := exportNorms31(t, Norms{FCNorm: true, NormOutput: true}, FormatNative)
+	d, err := LoadDraft(dir, tensor.F32Matrix(make([]float32, g.Vocab*g.Hidden), g.Vocab, g.Hidden), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		rec  string
+		want string
+	}{
+		{`{"method":"eagle3"}`, ""},
+		{`{"method":"eagle3","variant":"eagle3.1","fc_norm":true,"norm_before_fc":false,"norm_output":true}`, ""},
+		{`{"method":"eagle3","variant":"eagle3"}`, "records variant eagle3, but the export"},
+		{`{"method":"eagle3","fc_norm":false}`, "records fc_norm false, but the export"},
+		{`{"method":"eagle3","norm_before_fc":true}`, "records norm_before_fc true"},
+		{`{"method":"eagle3","norm_output":false}`, "records norm_output false"},
+	} {
+		err := checkProvenance(&drafters.Provenance{Path: "drafter.json", Data: []byte(c.rec)}, dir, FormatNative, d)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: %v", c.rec, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s: err = %v, want %q", c.rec, err, c.want)
 		}
 	}
 }

@@ -59,7 +59,8 @@ func (Method) Wants() string {
 
 // Load implements drafters.Method: the export's config and weights must
 // agree exactly (see LoadDraft), the drafter.json found for it must describe
-// it (method, layout, sizes, feature layers) and it must fit the target.
+// it (method, layout, sizes, feature layers, variant and norm switches) and
+// it must fit the target.
 func (Method) Load(dir, layout string, m *model.Model, prov *drafters.Provenance) (drafters.Drafter, error) {
 	f := formatNamed(layout)
 	if f == nil {
@@ -91,6 +92,10 @@ func checkProvenance(prov *drafters.Provenance, dir, layout string, d *Draft) er
 		DraftVocab    *int    `json:"draft_vocab_size"`
 		FeatureLayers []int   `json:"feature_layers"`
 		DefaultLayers *bool   `json:"default_feature_layers"`
+		Variant       *string `json:"variant"`
+		FCNorm        *bool   `json:"fc_norm"`
+		NormBeforeFC  *bool   `json:"norm_before_fc"`
+		NormOutput    *bool   `json:"norm_output"`
 	}
 	if err := prov.Decode(&p); err != nil {
 		return err
@@ -111,6 +116,13 @@ func checkProvenance(prov *drafters.Provenance, dir, layout string, d *Draft) er
 		{Key: "vocab_size", Recorded: drafters.Value(p.Vocab), Export: g.Vocab, File: cfg},
 		{Key: "draft_vocab_size", Recorded: drafters.Value(p.DraftVocab), Export: g.DraftVocab, File: cfg},
 		{Key: "feature_layers", Recorded: layers, Export: d.LayerIDs, File: cfg},
+		// A drafter.json written before the EAGLE-3.1 switches has none of
+		// these: its draft is plain EAGLE-3, which LoadDraft's reading of a
+		// config without them also gives.
+		{Key: "variant", Recorded: drafters.Value(p.Variant), Export: g.Variant(), File: cfg},
+		{Key: fcNormKey, Recorded: drafters.Value(p.FCNorm), Export: g.FCNorm, File: cfg},
+		{Key: normBeforeFCKey, Recorded: drafters.Value(p.NormBeforeFC), Export: g.NormBeforeFC, File: cfg},
+		{Key: normOutputKey, Recorded: drafters.Value(p.NormOutput), Export: g.NormOutput, File: cfg},
 	})
 }
 
