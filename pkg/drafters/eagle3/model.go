@@ -9,8 +9,9 @@
 // The draft layer is one Llama decoder layer with the target's geometry whose
 // attention reads the 2H concatenation [input_layernorm(embedding),
 // hidden_norm(h)] (embedding first), fed at the first step by fc over the fused
-// three-layer target feature and afterwards by its own previous pre-norm output;
-// it scores a reduced draft vocabulary with its own lm_head. Forward and
+// three-layer target feature and afterwards by its own previous pre-norm output
+// (EAGLE-3.1's switches, Norms, add norms before fc and feed the normed output
+// instead); it scores a reduced draft vocabulary with its own lm_head. Forward and
 // backward sit side by side in the style of llm.c, as ops of a tensor.Device;
 // host parameters are carved once from a contiguous buffer (Params), a
 // trainer's master weights and gradients are allocated on the device
