@@ -8,6 +8,7 @@ import (
 
 	"github.com/drafter-ai/drafter/internal/testdevice"
 	"github.com/drafter-ai/drafter/internal/testmodel"
+	deagle3 "github.com/drafter-ai/drafter/pkg/drafters/eagle3"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 	"github.com/drafter-ai/drafter/train/loop"
@@ -19,11 +20,25 @@ import (
 // the exports, the losses and evaluations of metrics.jsonl and the
 // checkpoint's state are those of the same runs on the CPU device, bit for
 // bit.
-func TestTrainOnADeviceOfItsOwn(t *testing.T) {
+func TestTrainOnADeviceOfItsOwn(t *testing.T) { trainOnADeviceOfItsOwn(t, trainConfig()) }
+
+// TestTrainOnADeviceOfItsOwn31 is TestTrainOnADeviceOfItsOwn for EAGLE-3.1
+// (each norm before fc, with norm_output): the norms' activations and
+// gradients stay on the device, and an interrupted run resumes bit for bit.
+func TestTrainOnADeviceOfItsOwn31(t *testing.T) {
+	for _, n := range []deagle3.Norms{{FCNorm: true, NormOutput: true}, {NormBeforeFC: true, NormOutput: true}} {
+		t.Run(normsName(n), func(t *testing.T) {
+			cfg := trainConfig()
+			cfg.FCNorm, cfg.NormBeforeFC, cfg.NormOutput = n.FCNorm, n.NormBeforeFC, n.NormOutput
+			trainOnADeviceOfItsOwn(t, cfg)
+		})
+	}
+}
+
+func trainOnADeviceOfItsOwn(t *testing.T, cfg Config) {
 	g := tinyGeometry()
 	tt := newTinyTarget(45, g)
 	ds := memory(g.Hidden, tt.samples(46, 30, 8, 20))
-	cfg := trainConfig()
 	cfg.Epochs, cfg.Patience = 3, 2
 	run := func(dev tensor.Device, cut bool) string {
 		out := t.TempDir()
