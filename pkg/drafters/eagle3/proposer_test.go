@@ -39,7 +39,14 @@ func promptTokens(t testing.TB) []int {
 // one) over a random draft vocabulary of n ids.
 func randomDraft(t testing.TB, m *model.Model, n int, seed uint64) *Draft {
 	t.Helper()
+	return randomDraftNorms(t, m, n, seed, Norms{})
+}
+
+// randomDraftNorms is randomDraft with the EAGLE-3.1 switches norms.
+func randomDraftNorms(t testing.TB, m *model.Model, n int, seed uint64, norms Norms) *Draft {
+	t.Helper()
 	g := TargetGeometry(m.Config, n)
+	g.Norms = norms
 	r := rand.New(rand.NewPCG(seed, 3))
 	p := NewParams(g)
 	for _, tn := range p.Tensors(g) {
@@ -235,5 +242,39 @@ func TestSessionAllocatesNothing(t *testing.T) {
 	})
 	if a != 0 {
 		t.Fatalf("a drafting step allocates %v times", a)
+	}
+}
+
+// TestSession31AllocatesNothing is TestSessionAllocatesNothing for EAGLE-3.1
+// drafts, with committing a position (the norms before fc) measured too.
+func TestSession31AllocatesNothing(t *testing.T) {
+	m := loadTarget(t)
+	H := m.HiddenSize()
+	for _, norms := range []Norms{{FCNorm: true, NormOutput: true}, {NormBeforeFC: true, NormOutput: true}} {
+		d := randomDraftNorms(t, m, 100, 4, norms)
+		s := d.NewSession(32, 8)
+		feats := make([]float32, 5*3*H)
+		for i := range feats {
+			feats[i] = float32(i%7) - 3
+		}
+		if err := s.Extend(feats, []int32{5, 6, 7, 8, 9}); err != nil {
+			t.Fatal(err)
+		}
+		par, tok := []int{-1}, []int32{11}
+		ids, logp := make([]int32, 4), make([]float32, 4)
+		a := testing.AllocsPerRun(5, func() {
+			s.Truncate(4)
+			if err := s.Extend(feats[4*3*H:], tok); err != nil {
+				t.Fatal(err)
+			}
+			nodes, err := s.AddNodes(par, tok)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.TopK(nodes[0], 4, ids, logp)
+		})
+		if a != 0 {
+			t.Fatalf("%+v: committing a position and a drafting step allocate %v times", norms, a)
+		}
 	}
 }
