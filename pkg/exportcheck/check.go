@@ -17,6 +17,7 @@
 package exportcheck
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -167,6 +168,10 @@ func detect(dir string) (*layout, error) {
 	return nil, nil
 }
 
+// ErrNoExport is wrapped by Check's error for a folder holding no export of
+// a layout it has rules for.
+var ErrNoExport = errors.New("no export of a known layout")
+
 // Options says what Check checks for.
 type Options struct {
 	// Engines are the engines to check for (nil: all of them).
@@ -186,7 +191,8 @@ type Options struct {
 // training run recorded: a disagreement with what an engine would run is an
 // Error.
 //
-// An error is returned only when dir cannot be read or holds no export.
+// An error is returned only when dir cannot be read or holds no export
+// (then it wraps ErrNoExport).
 func Check(dir string, o Options) (*Report, error) {
 	engines := o.Engines
 	if len(engines) == 0 {
@@ -231,7 +237,7 @@ func Check(dir string, o Options) (*Report, error) {
 		}
 	}
 	if len(exports) == 0 {
-		return nil, fmt.Errorf("exportcheck: %s holds no drafter export (an EAGLE-3 config.json, a vLLM Medusa config.json, or %s), nor do its subfolders", dir, fdWeights)
+		return nil, fmt.Errorf("exportcheck: %s holds no drafter export (an EAGLE-3 config.json, a vLLM Medusa config.json, or %s), nor do its subfolders: %w", dir, fdWeights, ErrNoExport)
 	}
 	prov, err := readProvenance(dir)
 	if err != nil {

@@ -712,16 +712,21 @@ func (c *checker) eagle3Vocab(v *e3view, w *weights) {
 	if ti, ok := w.infos["t2d"]; ok && len(ti.Shape) == 1 && ti.Shape[0] == v.V && ti.DType == "BOOL" {
 		t2d, _, _ = w.set.Bool("t2d")
 	}
+	// The engines scatter draft logit i to target id i + d2t[i]: an id out
+	// of range fails, a repeated one overwrites another draft id's logit.
+	// One mark per target id, allocated once.
+	taken := make([]bool, v.V)
 	bad := -1
 	for i, off := range d2t {
 		t := int64(i) + off
-		if t < 0 || t >= int64(v.V) || (i > 0 && t <= int64(i-1)+d2t[i-1]) {
+		if t < 0 || t >= int64(v.V) || taken[t] {
 			bad = i
 			break
 		}
+		taken[t] = true
 	}
 	if bad >= 0 {
-		msg := fmt.Sprintf("d2t[%d] = %d gives target id %d: the engines read d2t as offsets (target id = i + d2t[i]: vLLM compute_logits, SGLang load_weights hot_token_id), which must give distinct ascending ids in [0, %d)", bad, d2t[bad], int64(bad)+d2t[bad], v.V)
+		msg := fmt.Sprintf("d2t[%d] = %d gives target id %d: the engines read d2t as offsets (target id = i + d2t[i]: vLLM compute_logits, SGLang load_weights hot_token_id), which must give distinct ids in [0, %d)", bad, d2t[bad], int64(bad)+d2t[bad], v.V)
 		if looksLikeIDs(d2t, t2d, v.V) {
 			msg += "; d2t holds the target ids themselves: write d2t[i] = id_i - i"
 		}
@@ -757,7 +762,8 @@ func (c *checker) eagle3Vocab(v *e3view, w *weights) {
 }
 
 // looksLikeIDs reports whether d2t holds target ids rather than offsets:
-// ascending ids in [0, V), matching t2d when there is one.
+// ascending ids in [0, V) (the order every EAGLE-3 tool writes the draft
+// vocabulary in), matching t2d when there is one.
 func looksLikeIDs(d2t []int64, t2d []bool, V int) bool {
 	for i, id := range d2t {
 		if id < 0 || id >= int64(V) || (i > 0 && id <= d2t[i-1]) {

@@ -2,6 +2,7 @@ package exportcheck
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -427,6 +428,12 @@ func TestPrintFindings(t *testing.T) {
 	d := exportEAGLE3(t, t.TempDir(), deagle3.FormatNative, nil)
 	writeEAGLE31(t, d, true, false, true)
 	t.Log("\n" + strings.Join(check(t, d).Lines(), "\n"))
+}
+
+func TestNoExport(t *testing.T) {
+	if _, err := Check(t.TempDir(), Options{}); !errors.Is(err, ErrNoExport) {
+		t.Fatalf("err %v, want ErrNoExport", err)
+	}
 }
 
 func TestFindingLine(t *testing.T) {
