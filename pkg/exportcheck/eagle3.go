@@ -509,6 +509,13 @@ func (c *checker) eagle3LayerIDs(v *e3view, cfgPath string, top object, L int) {
 			}
 		}
 	}
+	// The spelling each engine does not read, noted once per engine.
+	switch {
+	case v.engine == VLLM && ecOK && len(ecIDs) > 0:
+		c.add(Note, es, cfgPath, "eagle_config."+keyLayerIDs, "vLLM does not capture by this key (it reads the top-level one); it only sizes fc by its length when num_aux_hidden_states is absent")
+	case v.engine == SGLang && topOK && len(topIDs) > 0:
+		c.add(Note, es, cfgPath, keyLayerIDs, "SGLang does not capture by this key (ModelRunner reads eagle_config's); versions with EAGLE-3.1 size fc by its length")
+	}
 	want, from := c.describedLayers(top)
 	var wantL []int
 	if want != nil {
@@ -742,6 +749,7 @@ func (c *checker) eagle3Vocab(v *e3view, w *weights) {
 		}
 	}
 	if t2d != nil {
+		c.add(Note, es, w.file, "t2d", "no engine reads t2d (vLLM, SGLang and TensorRT-LLM map draft ids through d2t only); checked against d2t for the tools that do")
 		n := 0
 		for _, in := range t2d {
 			if in {
