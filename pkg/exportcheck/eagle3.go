@@ -195,8 +195,11 @@ func (c *checker) view(e Engine, cfgPath string, top object, speculatorsLayout b
 	if v.layers != 1 {
 		c.add(Error, es, cfgPath, where+"num_hidden_layers", fmt.Sprintf("%d: the engine builds that many decoder layers, and an EAGLE-3 export holds one", v.layers))
 	}
-	if e == SGLang && v.tie {
+	switch {
+	case e == SGLang && v.tie:
 		c.add(Error, es, cfgPath, "tie_word_embeddings", "true: SGLang's LlamaForCausalLMEagle3 then uses the embedding as the lm_head and never loads lm_head.weight; write false")
+	case e == TRTLLM && v.tie:
+		c.add(Error, es, cfgPath, "tie_word_embeddings", "true: TensorRT-LLM's _load_weights_impl (modeling_utils.py) then skips the lm_head, and the draft's own lm_head.weight is never loaded; write false")
 	}
 	if e == SGLang && !slices.Contains(top.strs("architectures"), "LlamaForCausalLMEagle3") {
 		c.add(Error, es, cfgPath, "architectures", fmt.Sprintf("%v: SGLang picks the draft's model class by architecture, and its EAGLE-3 Llama draft is LlamaForCausalLMEagle3", top.strs("architectures")))
@@ -662,8 +665,12 @@ func (c *checker) eagle3Tensors(v *e3view, cfgPath string, top object, w *weight
 		}
 		return "not a parameter of the engine's EAGLE-3 layer: it " + skipVerb(v.engine, name)
 	}
-	c.compare(es, w, wants, rename, unused,
-		"its loader checks the names the file has, not those it lacks, so the parameter keeps its initial value (vLLM AutoWeightsLoader, SGLang load_weights, TensorRT-LLM's module walk)")
+	missing := map[Engine]string{
+		VLLM:   "vLLM's AutoWeightsLoader (model_executor/models/utils.py) loads the names the file has and never asks for those it lacks, so the parameter keeps its initial value",
+		SGLang: "SGLang's load_weights loads the names the file has and never asks for those it lacks, so the parameter keeps its initial value",
+		TRTLLM: "TensorRT-LLM's loader (modeling_utils.py _load_weights_impl) walks its modules and looks this one up: the load fails, or, for a module with its own load_weights, the parameter keeps its initial value",
+	}[v.engine]
+	c.compare(es, w, wants, rename, unused, missing)
 	if _, ok := w.infos["embed_tokens.weight"]; ok {
 		c.add(Note, es, w.file, "embed_tokens.weight", map[Engine]string{
 			VLLM:   "vLLM loads it and embeds the draft's tokens with it instead of the target's embedding",
@@ -680,11 +687,11 @@ func skipVerb(e Engine, name string) string {
 		if strings.HasPrefix(name, "input_norm.") {
 			return "skips it without a word (Eagle3LlamaForCausalLM.load_weights adds input_norm. to skip_substrs)"
 		}
-		return "refuses the checkpoint (AutoWeightsLoader raises on a name with no parameter)"
+		return "refuses the checkpoint (AutoWeightsLoader in model_executor/models/utils.py raises \"There is no module or parameter named ...\")"
 	case SGLang:
 		return "skips it without a word (llama_eagle3.py load_weights keeps only names in params_dict)"
 	}
-	return "never reads it (its loader walks its own modules, so unknown names are left unread)"
+	return "never reads it (_load_weights_impl in modeling_utils.py walks the model's own modules and looks up their names, so a name no module has is never read)"
 }
 
 // eagle3Vocab checks d2t and t2d: d2t[i] is the OFFSET of draft id i's

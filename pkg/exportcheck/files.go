@@ -307,6 +307,6 @@ func (c *checker) compare(es []Engine, w *weights, wants map[string]want, rename
 	}
 	slices.Sort(missing)
 	for _, k := range missing {
-		c.add(Error, es, w.file, k, fmt.Sprintf("missing: the engine builds this parameter from %s; %s", wants[k].why, missingMsg))
+		c.add(Error, es, w.file, k, fmt.Sprintf("missing: the engine builds this parameter from %s, and %s", wants[k].why, missingMsg))
 	}
 }
