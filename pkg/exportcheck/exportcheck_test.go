@@ -415,21 +415,6 @@ func TestMedusaBiasWithoutFlag(t *testing.T) {
 	caught(t, check(t, dir), VLLM, "blocks.0.layers.0.bias", "medusa_fc_bias is false")
 }
 
-func TestPrintFindings(t *testing.T) {
-	if os.Getenv("EXPORTCHECK_PRINT") == "" {
-		t.Skip()
-	}
-	dir := t.TempDir()
-	exportMedusa(t, dir)
-	t.Log("\n" + strings.Join(check(t, dir).Lines(), "\n"))
-	for _, f := range []string{deagle3.FormatNative, deagle3.FormatSpeculators} {
-		t.Log("\n" + strings.Join(check(t, exportEAGLE3(t, t.TempDir(), f, []int{2, 4, 9})).Lines(), "\n"))
-	}
-	d := exportEAGLE3(t, t.TempDir(), deagle3.FormatNative, nil)
-	writeEAGLE31(t, d, true, false, true)
-	t.Log("\n" + strings.Join(check(t, d).Lines(), "\n"))
-}
-
 func TestNoExport(t *testing.T) {
 	if _, err := Check(t.TempDir(), Options{}); !errors.Is(err, ErrNoExport) {
 		t.Fatalf("err %v, want ErrNoExport", err)
