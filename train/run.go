@@ -13,6 +13,7 @@ import (
 
 	"github.com/drafter-ai/drafter/capture"
 	"github.com/drafter-ai/drafter/pkg/drafters"
+	"github.com/drafter-ai/drafter/pkg/exportcheck"
 	"github.com/drafter-ai/drafter/pkg/filecache"
 	"github.com/drafter-ai/drafter/pkg/outlock"
 	"github.com/drafter-ai/drafter/pkg/target"
@@ -163,12 +164,60 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		return nil, err
 	}
 	rep.Finish()
+	if err := checkExports(opt.Out, out.Exports, tg.Config.NumLayers); err != nil {
+		return nil, err
+	}
 	rep.Line(fmt.Sprintf("trained %d steps over %d epochs (%s); exports in %s", out.Steps, out.Epochs, out.Stopped, strings.Join(out.Exports, ", ")))
 	prov, err := readJSONMap(filepath.Join(opt.Out, ProvenanceFile))
 	if err != nil {
 		return nil, err
 	}
 	return &Result{Method: m.Kind(), Out: opt.Out, Exports: out.Exports, Steps: out.Steps, Provenance: prov, Trainer: out.Result}, nil
+}
+
+// checkExports checks each export folder the method wrote against the
+// loading rules of every serving engine its layout targets
+// (pkg/exportcheck). On a mismatch it removes what the export wrote (the
+// folders, drafter.json, SHA256SUMS: an export an engine would load and run
+// wrong must not be left to be served) and returns the findings; the
+// checkpoint stays, so the run can be looked into. Notes do not fail the
+// run and are not shown: drafter check-export prints them.
+func checkExports(out string, exports []string, targetLayers int) error {
+	var lines []string
+	failed := false
+	for _, dir := range exports {
+		r, err := exportcheck.Check(dir, exportcheck.Options{TargetLayers: targetLayers})
+		if errors.Is(err, exportcheck.ErrNoExport) {
+			// A method exportcheck has no engine rules for.
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("train: checking the export: %w", err)
+		}
+		failed = failed || r.Failed()
+		lines = append(lines, r.Lines()...)
+	}
+	if !failed {
+		return nil
+	}
+	var errs []error
+	for _, dir := range exports {
+		errs = append(errs, os.RemoveAll(dir))
+	}
+	for _, f := range []string{ProvenanceFile, drafters.SumsFile} {
+		if err := os.Remove(filepath.Join(out, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	var bad []string
+	for _, l := range lines {
+		if strings.HasPrefix(l, string(exportcheck.Error)+":") {
+			bad = append(bad, l)
+		}
+	}
+	err := fmt.Errorf("train: the export breaks a serving engine's loading rules, so it was removed (%s); the checkpoint in %s is kept:\n  %s",
+		strings.Join(exports, ", "), out, strings.Join(bad, "\n  "))
+	return errors.Join(append([]error{err}, errs...)...)
 }
 
 func readJSONMap(path string) (map[string]any, error) {

@@ -4,7 +4,8 @@
 //
 //	5  cmd, scripts                       the binary and the tools
 //	4  capture/distill, train, eval       the three stages
-//	3  pkg/drafters, pkg/target, pkg/generate, pkg/inspect, capture, data
+//	3  pkg/drafters, pkg/target, pkg/generate, pkg/inspect, pkg/exportcheck,
+//	   capture, data
 //	2  pkg/model, pkg/nn, pkg/kvcache, pkg/spec, pkg/sample
 //	1  the file formats and configurations under pkg/ (safetensors,
 //	   checkpoint, arch, tokenizer, chat, fingerprint, ...)
@@ -61,7 +62,7 @@ var layers = []layer{
 	{1, []string{"pkg/devices", "pkg/finite", "pkg/atomicfile", "pkg/filecache", "pkg/outlock", "pkg/safetensors",
 		"pkg/arch", "pkg/checkpoint", "pkg/tokenizer", "pkg/chat", "pkg/fingerprint", "pkg/completions"}},
 	{2, []string{"pkg/nn", "pkg/kvcache", "pkg/sample", "pkg/spec", "pkg/model"}},
-	{3, []string{"pkg/drafters", "pkg/target", "pkg/generate", "pkg/inspect", "capture", "data"}},
+	{3, []string{"pkg/drafters", "pkg/target", "pkg/generate", "pkg/inspect", "pkg/exportcheck", "capture", "data"}},
 	{4, stages},
 	{5, []string{"cmd", "scripts"}},
 	{6, []string{"internal"}},
