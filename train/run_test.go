@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -24,6 +25,7 @@ import (
 	dmedusa "github.com/drafter-ai/drafter/pkg/drafters/medusa"
 	"github.com/drafter-ai/drafter/pkg/model"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
+	"github.com/drafter-ai/drafter/pkg/spec"
 	"github.com/drafter-ai/drafter/pkg/target"
 	"github.com/drafter-ai/drafter/train/dataset"
 	"github.com/drafter-ai/drafter/train/eagle3"
@@ -277,6 +279,30 @@ func TestMedusaEndToEnd(t *testing.T) {
 	checkSums(t, out, ProvenanceFile, "medusa/config.json", "medusa/medusa_lm_head.safetensors", "vllm/config.json", "vllm/model.safetensors")
 	if s := bar.String(); !strings.Contains(s, "loss") || !strings.Contains(s, "tok/s") || !strings.Contains(s, "eval step") {
 		t.Errorf("progress output lacks loss, tok/s or eval lines: %q", s)
+	}
+	// drafter.json's tree is the calibrated tree of the best evaluation's
+	// rank accuracies, DefaultTreeNodes paths, and is what eval would use.
+	var prov struct {
+		Tree spec.Choices `json:"tree"`
+	}
+	if b, err := os.ReadFile(filepath.Join(out, ProvenanceFile)); err != nil || json.Unmarshal(b, &prov) != nil {
+		t.Fatalf("reading drafter.json: %v", err)
+	}
+	want, err := spec.CalibratedChoices(mres.Best.RankAccuracy, medusa.DefaultTreeNodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(want) < 10 || !reflect.DeepEqual(prov.Tree, want) {
+		t.Errorf("drafter.json tree %v, want the calibrated %v", prov.Tree, want)
+	}
+	for h, acc := range mres.Best.RankAccuracy {
+		sum := 0.0
+		for _, a := range acc {
+			sum += a
+		}
+		if len(acc) != medusa.RankBins || acc[0] != mres.Best.Top1[h] || sum > 1+1e-12 {
+			t.Errorf("head %d rank accuracies %v: want %d ranks starting at top-1 %v, summing to at most 1", h, acc, medusa.RankBins, mres.Best.Top1[h])
+		}
 	}
 	// The export reloads and is the returned (best) heads.
 	h, err := dmedusa.LoadHeads(out)

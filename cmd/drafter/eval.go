@@ -44,9 +44,11 @@ refused as stale unless --allow-mismatch.
 
 Draft shapes (--mode):
   Medusa  chain  top-1 of each head (--depth heads, default all)
-          tree   static sparse tree: the default tree for the head count (3/2/2/1 candidates
-                 per depth, 33 nodes for 4 heads), or --tree '[[0],[1],[0,0],...]' (a JSON
-                 list of paths of top-k indices, Medusa's medusa_choices; or a file holding one)
+          tree   static sparse tree: the calibrated tree train recorded in drafter.json (the
+                 --tree-nodes paths most likely accepted given each head's held-out rank
+                 accuracies), else 3/2/2/1 candidates per depth (33 nodes for 4 heads), or
+                 --tree '[[0],[1],[0,0],...]' (a JSON list of paths of top-k indices, Medusa's
+                 medusa_choices; or a file holding one)
   EAGLE-3 chain  chain of --depth tokens (default 4): the draft's top-1 at temperature 0,
                  sampled from the draft's distribution (warped like the target's) above it
           tree   EAGLE-2 dynamic tree: --depth expansion rounds (default 7), --topk children

@@ -90,10 +90,10 @@ type trainFlags struct {
 	method, model, out string
 	data               []string
 	// Medusa.
-	heads, blocks, warmupSteps int
-	sharedLMHead               bool
-	headDecay                  float64
-	dtype                      string
+	heads, blocks, warmupSteps, treeNodes int
+	sharedLMHead                          bool
+	headDecay                             float64
+	dtype                                 string
 	// EAGLE-3.
 	tttSteps, draftVocab, intermediate, maxLength int
 	tttDecay, targetTemp, warmupFrac              float64
@@ -140,6 +140,7 @@ func (f *trainFlags) register(fs *pflag.FlagSet, sp trainSpelling) {
 		fs.BoolVar(&f.sharedLMHead, "shared-lm-head", m.SharedLMHead, sp.only("medusa", "keep the target's lm_head for every head, frozen (a much smaller export)"))
 		floatVar(fs, &f.headDecay, "head-decay", m.Decay, sp.only("medusa", "loss weight of head h is decay^h, in (0,1] (1 = equal weights)"))
 		fs.StringVar(&f.dtype, "dtype", "f32", sp.only("medusa", "dtype of the exported weights: f32, bf16 or f16"))
+		fs.IntVar(&f.treeNodes, "tree-nodes", m.TreeNodes, sp.only("medusa", "size of the calibrated tree written to drafter.json, eval's default tree for the heads (the paths most likely accepted given the held-out rank accuracies of each head); 0 writes none"))
 	}
 	if sp.has(methodEAGLE3) {
 		fs.IntVar(&f.tttSteps, "ttt-steps", e.Steps, sp.only("eagle3", "training-time-test unroll length, 1 or more"))
@@ -253,6 +254,7 @@ func (f *trainFlags) options(c *cobra.Command, sp trainSpelling, progress io.Wri
 	case methodMedusa:
 		checks = append(checks,
 			flagCheck{"heads", f.heads < 1 || f.heads > maxHeads, fmt.Sprintf("1 to %d heads (head h predicts the token h+2 ahead; further heads rarely hit and each adds an output layer to the export)", maxHeads)},
+			flagCheck{"tree-nodes", f.treeNodes < 0 || f.treeNodes > 256, "0 (no calibrated tree) to 256 paths"},
 			flagCheck{blocks, f.blocks < 0, "the number of residual blocks per head, 0 or more"},
 			flagCheck{"head-decay", !(f.headDecay > 0 && f.headDecay <= 1), "a loss decay per head in (0,1]"},
 			flagCheck{warmupSteps, f.warmupSteps < 0, "a number of optimiser steps, 0 or more (0 turns the warm-up off)"},
@@ -268,6 +270,7 @@ func (f *trainFlags) options(c *cobra.Command, sp trainSpelling, progress io.Wri
 		assign(set, blocks, &cfg.Layers, f.blocks)
 		assign(set, "shared-lm-head", &cfg.SharedLMHead, f.sharedLMHead)
 		assign(set, "head-decay", &cfg.Decay, f.headDecay)
+		assign(set, "tree-nodes", &cfg.TreeNodes, f.treeNodes)
 		assign(set, warmupSteps, &cfg.WarmupSteps, f.warmupSteps)
 		f.assignShared(set, shared{lr: &cfg.LR, minLRRatio: &cfg.MinLRRatio, weightDecay: &cfg.WeightDecay, clipNorm: &cfg.ClipNorm,
 			valFraction: &cfg.HeldOut, epochs: &cfg.MaxEpochs, maxSteps: &cfg.MaxSteps, patience: &cfg.Patience, evalEvery: &cfg.EvalEvery,

@@ -55,8 +55,13 @@ func (e *evaluator) startSample(T int) {
 
 // evaluate runs the heads over every position of the held-out samples idx.
 func (e *evaluator) evaluate(ws *Workspace, b *Batch, data dataset.Dataset, idx []int, heads, H, vocab int, w []float64, step, epoch int) (*Metrics, error) {
-	mt := &Metrics{Step: step, Epoch: epoch, HeadLoss: make([]float64, heads), Top1: make([]float64, heads), Top5: make([]float64, heads), Tokens: make([]int, heads)}
+	mt := &Metrics{Step: step, Epoch: epoch, HeadLoss: make([]float64, heads), Top1: make([]float64, heads), Top5: make([]float64, heads), Tokens: make([]int, heads),
+		RankAccuracy: make([][]float64, heads)}
 	t1, t5 := make([]int, heads), make([]int, heads)
+	ranks := make([][]int, heads)
+	for h := range ranks {
+		ranks[h] = make([]int, RankBins)
+	}
 	p := &positions{data: data, heads: heads, hidden: H, vocab: vocab, order: idx, loaded: -1, rowT: e.rowT, rowS: e.rowS}
 	e.walked, e.steps = 0, 0
 	// Rows arrive in held-out order; sample k collects leads until a row of a
@@ -105,6 +110,9 @@ func (e *evaluator) evaluate(ws *Workspace, b *Batch, data dataset.Dataset, idx 
 			mt.HeadLoss[h] += ce[h]
 			t1[h] += top1[h]
 			t5[h] += top5[h]
+			for r, n := range ws.RankCounts()[h] {
+				ranks[h][r] += n
+			}
 		}
 	}
 	for h := 0; h < heads; h++ {
@@ -112,6 +120,10 @@ func (e *evaluator) evaluate(ws *Workspace, b *Batch, data dataset.Dataset, idx 
 			k := float64(mt.Tokens[h])
 			mt.HeadLoss[h] /= k
 			mt.Top1[h], mt.Top5[h] = float64(t1[h])/k, float64(t5[h])/k
+			mt.RankAccuracy[h] = make([]float64, RankBins)
+			for r, n := range ranks[h] {
+				mt.RankAccuracy[h][r] = float64(n) / k
+			}
 		}
 		mt.Loss += w[h] * mt.HeadLoss[h]
 	}

@@ -35,7 +35,12 @@ type Workspace struct {
 	headLoss           []float64
 	headRows           []int
 	headTop1, headTop5 []int
+	headRank           [][]int // [heads][RankBins] positions whose target the head ranked r (evaluation)
 }
+
+// RankBins is how many ranks the held-out evaluation counts per head: the
+// widest a calibrated tree (spec.CalibratedChoices) may go at one depth.
+const RankBins = 10
 
 // NewWorkspace allocates activations of heads m for up to maxRows positions
 // on dev, which the workspace then owns (a device serves one caller), and
@@ -83,6 +88,10 @@ func NewWorkspace(dev tensor.Device, m *dmedusa.Heads, maxRows, chunk int) (*Wor
 	ws.headRows = make([]int, m.Heads)
 	ws.headTop1 = make([]int, m.Heads)
 	ws.headTop5 = make([]int, m.Heads)
+	ws.headRank = make([][]int, m.Heads)
+	for h := range ws.headRank {
+		ws.headRank[h] = make([]int, RankBins)
+	}
 	return ws, nil
 }
 
@@ -157,6 +166,11 @@ func (ws *Workspace) Stats() (rows []int, ceSum []float64, top1, top5 []int) {
 	return ws.headRows, ws.headLoss, ws.headTop1, ws.headTop5
 }
 
+// RankCounts returns, for the last Evaluate, per head and rank r below
+// RankBins, the number of positions whose target the head ranked r (ties
+// count in the target's favour). The slices are owned by the workspace.
+func (ws *Workspace) RankCounts() [][]int { return ws.headRank }
+
 // Leads returns, for the last Evaluate, per batch row the length k of the
 // run of leading heads 0..k-1 that all ranked their target first; a head
 // without a target there ends the run. 1+k is what a greedy chain of the
@@ -177,6 +191,7 @@ func (ws *Workspace) pass(b *Batch, w []float64, train bool) float64 {
 	xs, zs := ws.viewX, ws.viewZ
 	for h := 0; h < m.Heads; h++ {
 		ws.headLoss[h], ws.headRows[h], ws.headTop1[h], ws.headTop5[h] = 0, 0, 0, 0
+		clear(ws.headRank[h])
 		n := ws.gather(b, h, H)
 		ws.headRows[h] = n
 		if n == 0 {
@@ -223,6 +238,9 @@ func (ws *Workspace) pass(b *Batch, w []float64, train bool) float64 {
 					}
 					if rank[i] < 5 {
 						ws.headTop5[h]++
+					}
+					if rank[i] < RankBins {
+						ws.headRank[h][rank[i]]++
 					}
 				}
 				continue

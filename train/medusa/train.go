@@ -15,6 +15,7 @@ import (
 
 	dmedusa "github.com/drafter-ai/drafter/pkg/drafters/medusa"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
+	"github.com/drafter-ai/drafter/pkg/spec"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 	"github.com/drafter-ai/drafter/train/dataset"
@@ -53,6 +54,13 @@ type Config struct {
 	// DType is the export's dtype: F32 (when empty), BF16 or F16 (not
 	// recorded: it does not change the training).
 	DType safetensors.DType `json:"-"`
+	// TreeNodes is the size of the tree written into drafter.json as the
+	// heads' default for tree decoding: the TreeNodes paths most likely to
+	// be accepted given the best evaluation's per-head rank accuracies
+	// (spec.CalibratedChoices, Medusa's calibrated sparse tree); 0 writes
+	// none (eval then uses spec.DefaultChoices). Not recorded: it does not
+	// change the training.
+	TreeNodes int `json:"-"`
 	// Progress, when set, is called after every step and evaluation (not
 	// recorded).
 	Progress func(Progress) `json:"-"`
@@ -109,9 +117,13 @@ func DefaultConfig() Config {
 		Heads: 4, Layers: 3, Decay: 0.8,
 		LR: 1e-2, MinLRRatio: 0.1, WarmupSteps: -1, ClipNorm: 1, BatchTokens: 0,
 		MaxEpochs: 0, Patience: 10, HeldOut: 0.05, Seed: 1,
-		LogEvery: 10,
+		LogEvery: 10, TreeNodes: DefaultTreeNodes,
 	}
 }
+
+// DefaultTreeNodes is the default size of the calibrated tree: the size of
+// Medusa's own default tree (mc_sim_7b_63).
+const DefaultTreeNodes = 63
 
 // AutoBatchTokens is the batch, in positions, used when Config.BatchTokens is
 // 0: the largest power of two not above positions/256, within [64, 4096].
@@ -170,6 +182,10 @@ type Metrics struct {
 	Top5       []float64 `json:"top5"`
 	Acceptance float64   `json:"acceptance"` // 1 + sum_k prod_{j<=k} top1_j: expected tokens per step of a greedy chain if heads erred independently
 	Tokens     []int     `json:"tokens"`     // evaluated positions per head
+	// RankAccuracy[h][r] is the share of head h's evaluated positions whose
+	// target it ranked r-th (r < RankBins): the calibration from which the
+	// export's default tree is built (spec.CalibratedChoices).
+	RankAccuracy [][]float64 `json:"rank_accuracy"`
 	// Chain is the greedy chain acceptance length measured on the held-out
 	// samples. Each response is walked the way speculative decoding with a
 	// chain of the heads' top-1 guesses would walk it: from the state before
@@ -379,6 +395,13 @@ func (t *trainer) TrainLine(s loop.StepStats) any {
 func (t *trainer) Export(job *loop.Job, r *loop.Result[*Metrics]) error {
 	t.ws.n.ReadWeights()
 	p := job.Provenance
+	var tree spec.Choices
+	if r.Best != nil && t.cfg.TreeNodes > 0 {
+		var err error
+		if tree, err = spec.CalibratedChoices(r.Best.RankAccuracy, t.cfg.TreeNodes); err != nil {
+			return fmt.Errorf("medusa: the calibrated tree: %w", err)
+		}
+	}
 	return dmedusa.Export(job.Out, t.heads, dmedusa.ExportInfo{BaseModel: p.BaseModel, TargetFingerprint: p.TargetFingerprint,
-		DataManifests: p.DataManifests, Args: p.Args, Metrics: r.Best, DType: t.cfg.DType})
+		DataManifests: p.DataManifests, Args: p.Args, Metrics: r.Best, DType: t.cfg.DType, Tree: tree})
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/drafter-ai/drafter/pkg/atomicfile"
 	"github.com/drafter-ai/drafter/pkg/drafters"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
+	"github.com/drafter-ai/drafter/pkg/spec"
 )
 
 // The layouts Export writes, each a folder loadable as is:
@@ -39,6 +40,10 @@ type ExportInfo struct {
 	Metrics any
 	// DType of the exported weights: F32 (default), BF16 or F16.
 	DType safetensors.DType
+	// Tree is the heads' calibrated static tree (spec.CalibratedChoices),
+	// written to drafter.json as "tree": eval's default tree for these
+	// heads, and the medusa_choices to give an engine. Nil writes none.
+	Tree spec.Choices
 }
 
 type provenance struct {
@@ -55,6 +60,7 @@ type provenance struct {
 	DataManifests     map[string]string `json:"data_manifests"`
 	Args              any               `json:"args"`
 	Metrics           any               `json:"metrics,omitempty"`
+	Tree              spec.Choices      `json:"tree,omitempty"`
 }
 
 // Export writes the heads into dir in both layouts plus drafter.json, and
@@ -115,7 +121,7 @@ func Export(dir string, m *Heads, info ExportInfo) error {
 		Method: string(Kind), Format: names,
 		Heads: m.Heads, Layers: m.Layers, Hidden: m.Hidden, Vocab: m.Vocab, SharedLMHead: m.SharedLMHead, DType: dt,
 		BaseModel: info.BaseModel, TargetFingerprint: info.TargetFingerprint, DataManifests: manifests,
-		Args: info.Args, Metrics: nilIfNilPointer(info.Metrics),
+		Args: info.Args, Metrics: nilIfNilPointer(info.Metrics), Tree: info.Tree,
 	})
 	if err != nil {
 		return err

@@ -55,31 +55,43 @@ func (Method) Load(dir, layout string, m *model.Model, prov *drafters.Provenance
 	if err != nil {
 		return nil, fmt.Errorf("loading Medusa heads: %w", err)
 	}
-	if err := checkProvenance(prov, dir, ld); err != nil {
+	tree, err := checkProvenance(prov, dir, ld)
+	if err != nil {
 		return nil, err
 	}
 	d, err := NewDrafter(ld.Heads, m)
 	if err != nil {
 		return nil, fmt.Errorf("%w (heads from %s)", err, ld.Weights)
 	}
+	d.tree = tree
 	return d, nil
 }
 
 // checkProvenance compares an export in dir with the drafter.json found for
-// it (nil: nothing to compare).
-func checkProvenance(prov *drafters.Provenance, dir string, ld *Loaded) error {
+// it (nil: nothing to compare) and returns the calibrated tree it records
+// (nil when it records none).
+func checkProvenance(prov *drafters.Provenance, dir string, ld *Loaded) (spec.Choices, error) {
 	if prov == nil {
-		return nil
+		return nil, nil
 	}
 	var p struct {
 		drafters.Common
-		Heads        *int    `json:"num_heads"`
-		Layers       *int    `json:"num_layers"`
-		SharedLMHead *bool   `json:"shared_lm_head"`
-		DType        *string `json:"dtype"`
+		Heads        *int         `json:"num_heads"`
+		Layers       *int         `json:"num_layers"`
+		SharedLMHead *bool        `json:"shared_lm_head"`
+		DType        *string      `json:"dtype"`
+		Tree         spec.Choices `json:"tree"`
 	}
 	if err := prov.Decode(&p); err != nil {
-		return err
+		return nil, err
+	}
+	if p.Tree != nil {
+		if err := p.Tree.Validate(); err != nil {
+			return nil, fmt.Errorf("%s: tree: %w", prov.Path, err)
+		}
+		if p.Tree.Depth() > ld.Heads.Heads {
+			return nil, fmt.Errorf("%s: tree: paths reach depth %d but the export has %d Medusa heads", prov.Path, p.Tree.Depth(), ld.Heads.Heads)
+		}
 	}
 	h := ld.Heads
 	fields := []drafters.Recorded{
@@ -93,7 +105,7 @@ func checkProvenance(prov *drafters.Provenance, dir string, ld *Loaded) error {
 	if ld.Layout == VLLMDir { // FasterDecoding's layout has no shared lm_head
 		fields = append(fields, drafters.Recorded{Key: "shared_lm_head", Recorded: drafters.Value(p.SharedLMHead), Export: h.SharedLMHead, File: ld.Config})
 	}
-	return prov.Agree(fields)
+	return p.Tree, prov.Agree(fields)
 }
 
 // Shape implements drafters.Method.
@@ -108,6 +120,9 @@ func (Method) Shape(d drafters.Decoding, nodes int) string {
 type Drafter struct {
 	m *model.Model
 	h *Heads
+	// tree is the calibrated tree recorded with the heads (drafter.json's
+	// "tree"), the default in tree mode; nil: spec.DefaultChoices.
+	tree spec.Choices
 }
 
 // NewDrafter wraps heads held in memory (for example a trainer's) as a
@@ -149,6 +164,9 @@ func (d *Drafter) Configure(c drafters.Decoding) (drafters.Decoding, error) {
 	}
 	if c.Depth != 0 {
 		return c, drafters.Refuse([]drafters.Setting{drafters.SettingDepth}, "does not apply to a Medusa tree (its depth is the longest path of the tree)")
+	}
+	if c.Tree == nil {
+		c.Tree = d.tree
 	}
 	if c.Tree == nil {
 		c.Tree = spec.DefaultChoices(heads)
