@@ -5,9 +5,11 @@
 //
 //	go run ./data/prompts/genstories
 //
-// It writes data/prompts/stories.jsonl (all prompts), stories-train.jsonl
-// (the first 400) and stories-eval.jsonl (the 40 held-out ones), one
-// {"prompt": "..."} per line.
+// It writes data/prompts/stories.jsonl (the first 440 prompts),
+// stories-train.jsonl (the first 400), stories-eval.jsonl (the 40 held-out
+// ones) and stories-train-8k.jsonl (the 400 training prompts and the next
+// 8000, none of them an eval prompt: the data behind docs/acceptance.md),
+// one {"prompt": "..."} per line.
 package main
 
 import (
@@ -17,6 +19,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/drafter-ai/drafter/pkg/atomicfile"
@@ -26,6 +29,7 @@ import (
 const (
 	numTrain = 400
 	numEval  = 40
+	numMore  = 8000 // further training prompts of stories-train-8k.jsonl
 	seed     = 0x5eed_57_0e1e5
 )
 
@@ -138,7 +142,7 @@ func generate() []string {
 	r := &rng{s: seed}
 	seen := make(map[string]bool)
 	var out []string
-	for len(out) < numTrain+numEval {
+	for len(out) < numTrain+numEval+numMore {
 		s := r.opening()
 		if n := len(strings.Fields(s)); n < 5 || n > 15 || seen[s] {
 			continue
@@ -168,11 +172,13 @@ func encode(prompts []string) ([]byte, error) {
 // files returns the contents of the three output files by name.
 func files() (map[string][]byte, error) {
 	all := generate()
-	out := make(map[string][]byte, 3)
+	out := make(map[string][]byte, 4)
+	first := all[:numTrain+numEval]
 	for name, ps := range map[string][]string{
-		"stories.jsonl":       all,
-		"stories-train.jsonl": all[:numTrain],
-		"stories-eval.jsonl":  all[numTrain:],
+		"stories.jsonl":          first,
+		"stories-train.jsonl":    first[:numTrain],
+		"stories-eval.jsonl":     first[numTrain:],
+		"stories-train-8k.jsonl": append(slices.Clip(first[:numTrain]), all[numTrain+numEval:]...),
 	} {
 		b, err := encode(ps)
 		if err != nil {

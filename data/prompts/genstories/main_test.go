@@ -65,8 +65,19 @@ func TestPromptsAreValid(t *testing.T) {
 			t.Errorf("prompt %d differs between stories.jsonl and its split", i)
 		}
 	}
+	large := read("stories-train-8k.jsonl")
+	inLarge := make(map[string]bool, len(large))
+	for i, p := range large {
+		if i < numTrain && p.Text != train[i].Text {
+			t.Fatalf("stories-train-8k.jsonl prompt %d is not stories-train.jsonl's", i)
+		}
+		inLarge[p.Text] = true
+	}
+	if len(large) != numTrain+numMore || len(inLarge) != len(large) {
+		t.Fatalf("stories-train-8k.jsonl: %d prompts, %d distinct, want %d", len(large), len(inLarge), numTrain+numMore)
+	}
 	for _, p := range eval {
-		if inTrain[p.Text] {
+		if inTrain[p.Text] || inLarge[p.Text] {
 			t.Errorf("eval prompt %q is also a training prompt", p.Text)
 		}
 	}
