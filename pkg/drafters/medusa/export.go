@@ -39,6 +39,10 @@ type ExportInfo struct {
 	Metrics any
 	// DType of the exported weights: F32 (default), BF16 or F16.
 	DType safetensors.DType
+	// Loss is the loss the heads trained with (train/lkloss's canonical
+	// spelling; empty: not recorded), LKEta lk_hybrid's η where it weighs.
+	Loss  string
+	LKEta float64
 }
 
 type provenance struct {
@@ -54,6 +58,8 @@ type provenance struct {
 	TargetFingerprint string            `json:"target_fingerprint"`
 	DataManifests     map[string]string `json:"data_manifests"`
 	Args              any               `json:"args"`
+	Loss              string            `json:"loss,omitempty"`
+	LKEta             float64           `json:"lk_eta,omitempty"`
 	Metrics           any               `json:"metrics,omitempty"`
 }
 
@@ -115,7 +121,7 @@ func Export(dir string, m *Heads, info ExportInfo) error {
 		Method: string(Kind), Format: names,
 		Heads: m.Heads, Layers: m.Layers, Hidden: m.Hidden, Vocab: m.Vocab, SharedLMHead: m.SharedLMHead, DType: dt,
 		BaseModel: info.BaseModel, TargetFingerprint: info.TargetFingerprint, DataManifests: manifests,
-		Args: info.Args, Metrics: nilIfNilPointer(info.Metrics),
+		Args: info.Args, Loss: info.Loss, LKEta: info.LKEta, Metrics: nilIfNilPointer(info.Metrics),
 	})
 	if err != nil {
 		return err
