@@ -95,13 +95,19 @@ func (j *lossJob) lkRow(r int, w float32) (loss, alpha float64) {
 	var psum, plogp, px float64
 	if j.p != nil {
 		pr = j.p[r*v : r*v+v]
+		// Σp·log p is KL's constant, which only the loss's value needs:
+		// its logarithms cost more than the rest of the row, so TV and
+		// NLA skip them.
+		needKL := l.KL != 0 || l.Hybrid != 0
 		for i, x := range row {
 			// A zero p leaves out its column's x, which may be -Inf (a
 			// masked logit): 0·-Inf would be NaN.
 			if pj := float64(pr[i]); pj != 0 {
 				psum += pj
-				plogp += pj * math.Log(pj)
 				px += pj * float64(x)
+				if needKL {
+					plogp += pj * math.Log(pj)
+				}
 			}
 		}
 	} else {

@@ -415,13 +415,18 @@ extern "C" __global__ void drafter_loss_lk(float* d, const float* x, const float
   double ps = 0.0, plp = 0.0, px = 0.0;
   float m = -INFINITY;
   if (pr) {
+    // Σp·log p is KL's constant, which only the loss's value needs: TV and
+    // NLA skip its logarithms.
+    bool needKL = wkl != 0.0 || whyb != 0.0;
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
       float xi = row[i];
       double pj = (double)pr[i];
       if (pj != 0.0) {  // leaves out a masked (-Inf) logit's 0·-Inf
         ps += pj;
-        plp += pj * loss_log(pj);
         px += pj * (double)xi;
+        if (needKL) {
+          plp += pj * loss_log(pj);
+        }
       }
       m = fmaxf(m, xi);
     }
