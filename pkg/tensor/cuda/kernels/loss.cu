@@ -487,11 +487,13 @@ extern "C" __global__ void drafter_loss_lk(float* d, const float* x, const float
     rowAlpha[r] = (double)w * alpha;
   }
   if (dr) {
+    // w·(cK·(q·Σp - p) + cT·q·(S - s)) = q·(c0 - cb·s) - ca·p.
     double ca = (double)w * cK, cb = (double)w * cT;
+    double c0 = ca * psum + cb * share;
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
       double q = (double)dr[i] * inv;
       double pj = pr ? (double)pr[i] : (i == t ? 1.0 : 0.0);
-      dr[i] = (float)(ca * (q * psum - pj) + cb * q * (share - lk_share(pj, q)));
+      dr[i] = (float)(q * (c0 - cb * lk_share(pj, q)) - ca * pj);
     }
   }
 }
