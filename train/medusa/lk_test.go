@@ -197,8 +197,20 @@ func TestTrainLKLoss(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.BatchTokens, cfg.MaxEpochs, cfg.LogEvery, cfg.Loss = 128, 2, 1, lkloss.NLA
 	dir := t.TempDir()
-	if _, err := Train(context.Background(), cfg, st.LM, data, cpu.New(nil), &loop.Job{Out: dir}); err != nil {
+	r, err := Train(context.Background(), cfg, st.LM, data, cpu.New(nil), &loop.Job{Out: dir})
+	if err != nil {
 		t.Fatal(err)
+	}
+	// Held out: α per head, the mean of e^-CE over the rows (the heads'
+	// probability of their tokens), so at least e^-(mean CE) (Jensen), and
+	// falling with the head's distance.
+	if a := r.Best.Alpha; len(a) != cfg.Heads || !(a[0] > a[cfg.Heads-1]) {
+		t.Fatalf("held-out α %v, want %d values falling with the head", a, cfg.Heads)
+	}
+	for h, a := range r.Best.Alpha {
+		if !(a > 0 && a >= math.Exp(-r.Best.HeadLoss[h])-1e-12) {
+			t.Fatalf("head %d: held-out α %g, mean cross-entropy %g: want α >= e^-CE", h, a, r.Best.HeadLoss[h])
+		}
 	}
 	raw, err := os.ReadFile(filepath.Join(dir, loop.MetricsFile))
 	if err != nil {

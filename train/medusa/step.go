@@ -98,9 +98,10 @@ func NewWorkspace(dev tensor.Device, m *dmedusa.Heads, maxRows, chunk int) (*Wor
 // mean α.
 func (ws *Workspace) UseLK(l tensor.LK) { ws.lk, ws.useLK = l, true }
 
-// Alpha returns, for the last TrainStep with an LK loss (UseLK), each head's
-// mean α over its positions (0 for a head without any). The slice is owned
-// by the workspace.
+// Alpha returns, for the last TrainStep or Evaluate with an LK loss
+// (UseLK), each head's mean α over its positions (0 for a head without
+// any): the probability the head gives its target. The slice is owned by
+// the workspace.
 func (ws *Workspace) Alpha() []float64 { return ws.headAlpha }
 
 // Batch is a set of positions: their final hidden states and, per head, the
@@ -233,6 +234,10 @@ func (ws *Workspace) pass(b *Batch, w []float64, train bool) float64 {
 				rowOf := ws.rowOf[c0 : c0+c]
 				for i, l := range rl {
 					ws.headLoss[h] += l
+					if ws.useLK {
+						// α = q_t = e^-CE: what the LK loss trains, held out.
+						ws.headAlpha[h] += math.Exp(-l)
+					}
 					if rank[i] == 0 {
 						ws.headTop1[h]++
 						// Heads run in order: lead == h means heads 0..h-1 were all right.
@@ -261,8 +266,8 @@ func (ws *Workspace) pass(b *Batch, w []float64, train bool) float64 {
 			}
 			ws.n.LogitsBackward(dx, lt, x, h)
 		}
+		ws.headAlpha[h] /= float64(n)
 		if train {
-			ws.headAlpha[h] /= float64(n)
 			total += w[h] * ws.headLoss[h] / float64(n)
 			if m.Layers > 0 {
 				ws.n.Backward(ws.dx.RowRange(0, n), ws.dz.RowRange(0, n), xs, zs, h)

@@ -195,9 +195,10 @@ func (c Config) settings() Config {
 type Metrics struct {
 	Step       int       `json:"step"`
 	Epoch      int       `json:"epoch"`
-	Loss       float64   `json:"eval_loss"`      // sum_h w_h * mean CE of head h: the training loss's definition
-	HeadLoss   []float64 `json:"eval_head_loss"` // mean CE per head
-	Top1       []float64 `json:"top1"`           // per head
+	Loss       float64   `json:"eval_loss"`       // sum_h w_h * mean CE of head h: the training loss's definition with --loss ce (the cross-entropy whatever the loss)
+	HeadLoss   []float64 `json:"eval_head_loss"`  // mean CE per head
+	Alpha      []float64 `json:"alpha,omitempty"` // with an LK loss: mean α = q_t per head, what it trains
+	Top1       []float64 `json:"top1"`            // per head
 	Top5       []float64 `json:"top5"`
 	Acceptance float64   `json:"acceptance"` // 1 + sum_k prod_{j<=k} top1_j: expected tokens per step of a greedy chain if heads erred independently
 	Tokens     []int     `json:"tokens"`     // evaluated positions per head
