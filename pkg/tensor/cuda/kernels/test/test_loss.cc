@@ -1,8 +1,8 @@
 // Kernel tests of loss.cu (Softmax, ArgMax, GatherCols, the cross-entropies,
-// the LK losses, their row-loss sum, CrossEntropyEval and TopK) through the CPU-thread
-// simulator, against double-precision C++ references on random inputs:
-// widths that are not multiples of the block, -Inf entries, ties, negative
-// targets, zero weights. The tolerances are the conformance suite's
+// the LK losses, their row-loss sum, CrossEntropyEval and TopK) through the
+// CPU-thread simulator, against double-precision C++ references on random
+// inputs: widths that are not multiples of the block, -Inf entries, ties,
+// negative targets, zero weights. The tolerances are the conformance suite's
 // (pkg/tensor/tensortest: 1e-6 on probabilities and gradients, 1e-6
 // relative on losses), so a kernel that passes here can pass there.
 // Prints "ok <case>" per case; exits 1 on the first failure.
