@@ -214,9 +214,10 @@ type Progress = loop.Progress[*EvalMetrics]
 // accuracy acc_k (draft argmax == target argmax among rows whose predicted
 // token is a response token; a target argmax outside the draft vocabulary
 // is a miss) and the chain acceptance length they imply, 1 + sum_k
-// prod_{j<=k} acc_j; with an LK loss also the per-step mean α (the
-// probability that step k's sampled draft token is accepted, over the rows
-// the loss weighs).
+// prod_{j<=k} acc_j; with an LK loss also the per-step mean α = Σ min(p, q)
+// over the rows the loss weighs (the probability that step k's sampled
+// draft token is accepted against the target distribution renormalised
+// over the draft vocabulary, the p both losses train toward).
 type EvalMetrics struct {
 	Loss       float64   `json:"loss"`
 	StepLoss   []float64 `json:"step_loss"`
