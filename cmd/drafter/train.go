@@ -19,6 +19,7 @@ import (
 	"github.com/drafter-ai/drafter/pkg/safetensors"
 	"github.com/drafter-ai/drafter/train"
 	"github.com/drafter-ai/drafter/train/eagle3"
+	"github.com/drafter-ai/drafter/train/lkloss"
 	"github.com/drafter-ai/drafter/train/medusa"
 )
 
@@ -104,6 +105,8 @@ type trainFlags struct {
 	// reads them.
 	layersText, warmupText string
 	// Both.
+	loss                                                                          string
+	lkEta                                                                         float64
 	lr, minLRRatio, weightDecay, clipNorm, valFraction                            float64
 	epochs, maxSteps, patience, evalEvery, batchTokens, checkpointEvery, logEvery int
 	seed                                                                          uint64
@@ -155,6 +158,13 @@ func (f *trainFlags) register(fs *pflag.FlagSet, sp trainSpelling) {
 		fs.BoolVar(&f.normOutput, "norm-output", e.NormOutput, sp.only("eagle3", "EAGLE-3.1: each step feeds the next the final norm's output, the lm_head's input, instead of the pre-norm output (exported as norm_output)"))
 	}
 
+	lossTarget := map[trainSpelling]string{
+		byMethodFlag: "medusa: against the data's tokens; eagle3: against the target's distribution over the draft vocabulary",
+		medusaCmd:    "against the data's tokens",
+		eagle3Cmd:    "against the target's distribution over the draft vocabulary",
+	}[sp]
+	fs.StringVar(&f.loss, "loss", lkloss.CE, fmt.Sprintf("training loss, %s: ce (cross-entropy), or an LK loss (arXiv 2602.23881) that trains toward the acceptance rate α: kl, tv (1-α), nla (-log α), lk_hybrid (λ·kl + (1-λ)·tv, λ = exp(-η·α)), or a JSON object of them to weights such as '{\"kl\":0.1,\"tv\":0.9}'", lossTarget))
+	floatVar(fs, &f.lkEta, "lk-eta", lkloss.DefaultEta, "η of lk_hybrid's λ = exp(-η·α), 0 or more; only with a --loss that weighs lk_hybrid")
 	metric := map[trainSpelling]string{byMethodFlag: "medusa: greedy chain acceptance; eagle3: loss", medusaCmd: "greedy chain acceptance", eagle3Cmd: "loss"}[sp]
 	epochsAuto := medusaAuto(m.MaxEpochs, "enough epochs to see 1.5M positions, 2 to 40")
 	batchAuto := medusaAuto(m.BatchTokens, "training positions/256 as a power of two, 64 to 4096")
@@ -266,6 +276,9 @@ func (f *trainFlags) options(c *cobra.Command, sp trainSpelling, progress io.Wri
 			return o, err
 		}
 		cfg := medusa.DefaultConfig()
+		if err := f.assignLoss(set, &cfg.Loss, &cfg.LKEta); err != nil {
+			return o, err
+		}
 		assign(set, "heads", &cfg.Heads, f.heads)
 		assign(set, blocks, &cfg.Layers, f.blocks)
 		assign(set, "shared-lm-head", &cfg.SharedLMHead, f.sharedLMHead)
@@ -316,6 +329,9 @@ func (f *trainFlags) options(c *cobra.Command, sp trainSpelling, progress io.Wri
 			opts.Layers = f.layers
 		}
 		cfg := &opts.Config
+		if err := f.assignLoss(set, &cfg.Loss, &cfg.LKEta); err != nil {
+			return o, err
+		}
 		assign(set, "ttt-steps", &cfg.Steps, f.tttSteps)
 		assign(set, "ttt-decay", &cfg.StepDecay, f.tttDecay)
 		assign(set, "draft-vocab", &cfg.DraftVocab, f.draftVocab)
@@ -459,6 +475,27 @@ func (f *trainFlags) assignShared(set func(string) bool, s shared) {
 	assign(set, "seed", s.seed, f.seed)
 }
 
+// assignLoss checks --loss and --lk-eta and sets the trainer's Loss and
+// LKEta from those given, canonically spelt (lkloss.Canonical), so that
+// both spellings of the same loss record the same settings.
+func (f *trainFlags) assignLoss(set func(string) bool, loss *string, eta *float64) error {
+	if !set("loss") && !set("lk-eta") {
+		return nil // the trainer's default
+	}
+	spec, e := *loss, *eta
+	assign(set, "loss", &spec, f.loss)
+	assign(set, "lk-eta", &e, f.lkEta)
+	l, err := lkloss.Parse(spec, e)
+	if err != nil {
+		return usagef("--%v", err)
+	}
+	*loss, *eta = lkloss.Canonical(l), 0
+	if l.UsesEta() {
+		*eta = l.LK.Eta
+	}
+	return nil
+}
+
 // assign sets *dst to v when the flag name was given: a flag left out keeps
 // the trainer's default.
 func assign[T any](set func(string) bool, name string, dst *T, v T) {
@@ -496,6 +533,10 @@ sample per update (SpecForge's recipe) up to an epoch cap; training stops when t
 metric stops improving (medusa: the chain acceptance its heads give on held-out responses;
 eagle3: the held-out loss), and the best weights are exported. Flags left out keep the
 method's trainer defaults.
+
+--loss picks the training loss of either method: ce (the cross-entropy, the default) or an LK
+loss (kl, tv, nla, lk_hybrid with --lk-eta, or a JSON object of them to weights), which trains
+toward the acceptance rate α of speculative sampling; with an LK loss metrics.jsonl logs α.
 
 out/ also receives metrics.jsonl, checkpoint.safetensors and drafter.json (method, target
 fingerprint, the data manifests' SHA-256, all arguments, final held-out metrics). Ctrl-C

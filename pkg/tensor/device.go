@@ -160,6 +160,20 @@ type Device interface {
 	// When dlogits is not empty it receives w_r·(softmax(logits[r])·Σ_j p[r,j]
 	// - p[r]), overwritten; it may be logits itself.
 	SoftCrossEntropy(dlogits, logits, p, weights Tensor) float64
+	// LKLoss returns the weighted sum over rows of the LK loss l (see LK)
+	// of logits against the target distributions p ([rows, v]; α is taken
+	// over p as given, which need not sum to 1: a draft vocabulary's share
+	// of the target), and the weighted sum of the rows' α, skipping rows of
+	// zero weight. q's values are the float32 exponentials over their
+	// float64 sum, as SoftCrossEntropy's, and α, the losses and λ's argument
+	// are float64 (λ's exponential is the float32 one). When dlogits is not
+	// empty it receives w_r·dL_r/dlogits[r] (λ held constant), overwritten
+	// (zero in skipped rows); it may be logits itself.
+	LKLoss(dlogits, logits, p, weights Tensor, l LK) (loss, alpha float64)
+	// LKLossHard is LKLoss against one-hot targets (an I32 tensor of one
+	// token per row), skipping rows whose weight is zero or whose target is
+	// negative, as CrossEntropy: α is then q's probability of the target.
+	LKLossHard(dlogits, logits, targets, weights Tensor, l LK) (loss, alpha float64)
 	// CrossEntropyEval is CrossEntropy's forward for evaluation: logits stay
 	// intact, and row r's loss -log softmax(logits[r])[t_r] goes to
 	// rowLoss[r] and the target's rank (how many logits are strictly larger:

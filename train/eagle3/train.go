@@ -18,6 +18,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"sort"
 
 	"github.com/drafter-ai/drafter/pkg/atomicfile"
@@ -25,6 +26,7 @@ import (
 	deagle3 "github.com/drafter-ai/drafter/pkg/drafters/eagle3"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 	"github.com/drafter-ai/drafter/train/dataset"
+	"github.com/drafter-ai/drafter/train/lkloss"
 	"github.com/drafter-ai/drafter/train/loop"
 	"github.com/drafter-ai/drafter/train/optim"
 )
@@ -59,6 +61,15 @@ type Config struct {
 	// (step k weighs StepDecay^k).
 	Steps     int     `json:"ttt_steps"`
 	StepDecay float64 `json:"step_decay"`
+	// Loss is the loss each step trains (lkloss.Parse's spelling): "" or
+	// lkloss.CE, the soft cross-entropy toward the target distribution (the
+	// default, and what runs recorded before the setting existed), or an LK
+	// loss, whose α is over the draft vocabulary's target distribution as
+	// the soft cross-entropy's (renormalised over the draft vocabulary).
+	// LKEta is lk_hybrid's η (0: lkloss.DefaultEta), set only with a loss
+	// that weighs lk_hybrid. A run records both canonically (settings).
+	Loss  string  `json:"loss,omitempty"`
+	LKEta float64 `json:"lk_eta,omitempty"`
 	// LR is the peak learning rate; WarmupFrac the linear warm-up share of the
 	// scheduled updates (0: none); MinLRRatio the floor of the cosine decay as
 	// a fraction of LR; ClipNorm the global gradient-norm clip (<= 0
@@ -179,6 +190,9 @@ func (c *Config) validate() error {
 	case c.MaxSteps < 0 || c.Patience < 0 || c.EvalEvery < 0 || c.CheckpointEvery < 0 || c.LogEvery < 0:
 		return errors.New("eagle3: max steps, patience and the eval/checkpoint/log intervals must not be negative")
 	}
+	if _, err := lkloss.Parse(c.Loss, c.LKEta); err != nil {
+		return fmt.Errorf("eagle3: %w", err)
+	}
 	if !c.Export.DefaultLayers { // refused before training rather than at the export
 		if err := deagle3.CheckLayerIDs(c.Export.LayerIDs, 0); err != nil {
 			return fmt.Errorf("eagle3: feature layers %v: %w", c.Export.LayerIDs, err)
@@ -187,18 +201,42 @@ func (c *Config) validate() error {
 	return nil
 }
 
+// loss returns the parsed Loss (validate has checked it).
+func (c *Config) loss() lkloss.Loss {
+	l, _ := lkloss.Parse(c.Loss, c.LKEta)
+	return l
+}
+
+// settings returns c as the run records it: the loss in its canonical
+// spelling and η as used (DefaultEta for 0), only with a loss that weighs
+// lk_hybrid, so that every spelling of the same training records the
+// same settings.
+func (c Config) settings() Config {
+	l := c.loss()
+	c.Loss, c.LKEta = lkloss.Canonical(l), 0
+	if l.UsesEta() {
+		c.LKEta = l.LK.Eta
+	}
+	return c
+}
+
 // Progress reports where a run is (Eval is set after an evaluation).
 type Progress = loop.Progress[*EvalMetrics]
 
 // EvalMetrics are held-out results: the loss (as trained: sum over steps of
-// 0.8^k times the step's mean soft cross-entropy), the per-step accuracy
-// acc_k (draft argmax == target argmax among rows whose predicted token is a
-// response token; a target argmax outside the draft vocabulary is a miss) and
-// the chain acceptance length they imply, 1 + sum_k prod_{j<=k} acc_j.
+// 0.8^k times the step's mean soft cross-entropy or LK loss), the per-step
+// accuracy acc_k (draft argmax == target argmax among rows whose predicted
+// token is a response token; a target argmax outside the draft vocabulary
+// is a miss) and the chain acceptance length they imply, 1 + sum_k
+// prod_{j<=k} acc_j; with an LK loss also the per-step mean α = Σ min(p, q)
+// over the rows the loss weighs (the probability that step k's sampled
+// draft token is accepted against the target distribution renormalised
+// over the draft vocabulary, the p both losses train toward).
 type EvalMetrics struct {
 	Loss       float64   `json:"loss"`
 	StepLoss   []float64 `json:"step_loss"`
 	Accuracy   []float64 `json:"accuracy"`
+	Alpha      []float64 `json:"alpha,omitempty"`
 	AcceptLen  float64   `json:"accept_length"`
 	Tokens     int       `json:"tokens"`
 	Epoch      int       `json:"epoch"`
@@ -215,8 +253,12 @@ func (m *EvalMetrics) Better(b *EvalMetrics) bool { return m.Loss < b.Loss }
 // returns its metrics.jsonl line.
 func (m *EvalMetrics) Record(best bool) any {
 	m.BestSoFar = best
-	return map[string]any{"kind": "eval", "epoch": m.Epoch, "step": m.Step, "loss": m.Loss, "step_loss": m.StepLoss,
+	line := map[string]any{"kind": "eval", "epoch": m.Epoch, "step": m.Step, "loss": m.Loss, "step_loss": m.StepLoss,
 		"accuracy": m.Accuracy, "accept_length": m.AcceptLen, "train_loss": m.TrainLoss, "best": m.BestSoFar, "elapsed_s": m.ElapsedSec}
+	if m.Alpha != nil {
+		line["alpha"] = m.Alpha
+	}
+	return line
 }
 
 // Summary describes the evaluation for the progress report.
@@ -260,6 +302,8 @@ type provenance struct {
 	DraftVocab        int               `json:"draft_vocab_size"`
 	DraftVocabSeen    int               `json:"draft_vocab_seen"`
 	TTTSteps          int               `json:"ttt_steps"`
+	Loss              string            `json:"loss"`
+	LKEta             float64           `json:"lk_eta,omitempty"`
 	FeatureLayers     []int             `json:"feature_layers,omitempty"`
 	DefaultLayers     bool              `json:"default_feature_layers"`
 	BaseModel         string            `json:"base_model_name_or_path,omitempty"`
@@ -286,12 +330,13 @@ func Train(ctx context.Context, cfg Config, target deagle3.Geometry, embed, lmHe
 	if err != nil {
 		return nil, err
 	}
-	// Runs recorded before --intermediate, --target-temperature and the
-	// EAGLE-3.1 switches existed trained at the target's width toward the
-	// plain softmax, as plain EAGLE-3.
+	// Runs recorded before --intermediate, --target-temperature, the
+	// EAGLE-3.1 switches and --loss existed trained at the target's width
+	// toward the plain softmax, as plain EAGLE-3, with the soft
+	// cross-entropy.
 	unrecorded := map[string]any{"intermediate_size": target.Intermediate, "target_temperature": 1,
-		"fc_norm": false, "norm_before_fc": false, "norm_output": false}
-	lc := loop.Config[*EvalMetrics]{Method: string(deagle3.Kind), Settings: cfg, Unrecorded: unrecorded,
+		"fc_norm": false, "norm_before_fc": false, "norm_output": false, "loss": lkloss.CE}
+	lc := loop.Config[*EvalMetrics]{Method: string(deagle3.Kind), Settings: cfg.settings(), Unrecorded: unrecorded,
 		LR: cfg.LR, MinLRRatio: cfg.MinLRRatio, ClipNorm: cfg.ClipNorm, MaxSteps: cfg.MaxSteps, Patience: cfg.Patience,
 		EvalEvery: cfg.EvalEvery, CheckpointEvery: cfg.CheckpointEvery, LogEvery: cfg.LogEvery, Resume: cfg.Resume, Progress: cfg.Progress}
 	r, err := loop.Run(ctx, lc, job, t)
@@ -383,6 +428,9 @@ func newTrainer(cfg Config, target deagle3.Geometry, embed, lmHead []float32, ds
 		return nil, err
 	}
 	t.n.invTau = 1 / cfg.targetTemp()
+	if l := cfg.loss(); !l.CE {
+		t.n.lk, t.n.useLK = l.LK, true
+	}
 	grads := t.n.grW.Named(g)
 	for i, w := range t.n.layer.Weights().Named(g) {
 		t.params = append(t.params, optim.Param{Name: w.Name, Data: w.Tensor, Grad: grads[i].Tensor})
@@ -475,8 +523,14 @@ func (t *trainer) TrainLine(s loop.StepStats) any {
 		acc[k] = ratio(t.n.correctK[k], t.n.maskedK[k])
 	}
 	tps := float64(s.Tokens) / s.Took.Seconds()
-	return map[string]any{"kind": "train", "epoch": s.Epoch, "step": s.Step, "loss": s.Loss, "lr": s.LR,
+	line := map[string]any{"kind": "train", "epoch": s.Epoch, "step": s.Step, "loss": s.Loss, "lr": s.LR,
 		"grad_norm": s.GradNorm, "accuracy": acc, "tokens": s.Tokens, "tokens_per_s": tps, "gflops": t.flops * tps / 1e9}
+	if t.n.useLK {
+		// The step's mean α per unrolled step: the LK losses' own measure
+		// of acceptance, which their kernel computes anyway.
+		line["alpha"] = slices.Clone(t.n.alphaK)
+	}
+	return line
 }
 
 // Export reads the layer's weights back from the device and writes the
@@ -484,6 +538,7 @@ func (t *trainer) TrainLine(s loop.StepStats) any {
 // over them (deleting an earlier one first: see drafters.RemoveSums).
 func (t *trainer) Export(job *loop.Job, r *loop.Result[*EvalMetrics]) error {
 	cfg, g, voc := t.cfg, t.g, t.voc
+	set := cfg.settings()
 	t.n.layer.ReadWeights(t.n.dev)
 	if err := drafters.RemoveSums(job.Out); err != nil {
 		return err
@@ -508,6 +563,7 @@ func (t *trainer) Export(job *loop.Job, r *loop.Result[*EvalMetrics]) error {
 		Method: string(deagle3.Kind), Variant: g.Variant(), FCNorm: g.FCNorm, NormBeforeFC: g.NormBeforeFC, NormOutput: g.NormOutput,
 		Formats: []string{ExportDir}, Format: format,
 		Hidden: g.Hidden, Vocab: g.Vocab, DraftVocab: g.DraftVocab, DraftVocabSeen: voc.Seen, TTTSteps: cfg.Steps,
+		Loss: set.Loss, LKEta: set.LKEta,
 		FeatureLayers: layers, DefaultLayers: cfg.Export.DefaultLayers,
 		BaseModel: p.BaseModel, TargetFingerprint: p.TargetFingerprint, DataManifests: manifests,
 		Args: p.Args, Steps: r.Steps, Stopped: r.Stopped, Metrics: r.Best,
@@ -568,7 +624,7 @@ func fillBatch(n *net, ds dataset.Dataset, idx []int, s *dataset.Sample) error {
 // evaluate runs the held-out batches without gradients.
 func evaluate(n *net, ds dataset.Dataset, batches [][]int) (EvalMetrics, error) {
 	T := n.steps
-	lossSum := make([]float64, T)
+	lossSum, alphaSum := make([]float64, T), make([]float64, T)
 	count, correct, masked := make([]int, T), make([]int, T), make([]int, T)
 	tokens := 0
 	var s dataset.Sample
@@ -580,16 +636,23 @@ func evaluate(n *net, ds dataset.Dataset, batches [][]int) (EvalMetrics, error) 
 		tokens += n.rows
 		for k := 0; k < T; k++ {
 			lossSum[k] += n.lossK[k] * float64(n.countK[k])
+			alphaSum[k] += n.alphaK[k] * float64(n.countK[k])
 			count[k] += n.countK[k]
 			correct[k] += n.correctK[k]
 			masked[k] += n.maskedK[k]
 		}
 	}
 	em := EvalMetrics{StepLoss: make([]float64, T), Accuracy: make([]float64, T), Tokens: tokens, AcceptLen: 1}
+	if n.useLK {
+		em.Alpha = make([]float64, T)
+	}
 	prod := 1.0
 	for k := 0; k < T; k++ {
 		if count[k] > 0 {
 			em.StepLoss[k] = lossSum[k] / float64(count[k])
+			if em.Alpha != nil {
+				em.Alpha[k] = alphaSum[k] / float64(count[k])
+			}
 		}
 		em.Loss += math.Pow(n.decay, float64(k)) * em.StepLoss[k]
 		em.Accuracy[k] = ratio(correct[k], masked[k])

@@ -45,6 +45,10 @@ type net struct {
 	maxRow int
 	maxLen int
 	invTau float64 // 1/τ: the target distribution is softmax(logits·invTau)
+	// lk is the LK loss trained instead of the soft cross-entropy when
+	// useLK (--loss other than ce).
+	lk    tensor.LK
+	useLK bool
 
 	// The batch.
 	rows   int
@@ -58,7 +62,8 @@ type net struct {
 	act    []stepAct
 
 	// Per-step statistics of the last forward.
-	lossK    []float64 // mean soft cross-entropy over kept rows
+	lossK    []float64 // mean soft cross-entropy (or LK loss) over kept rows
+	alphaK   []float64 // with an LK loss, mean α over kept rows
 	countK   []int     // kept rows
 	maskedK  []int     // rows whose predicted token is a response token
 	correctK []int     // of those, rows where draft argmax == target argmax
@@ -145,6 +150,7 @@ func newNet(g deagle3.Geometry, steps int, decay float64, dev tensor.Device, p *
 		}
 	}
 	t.lossK, t.countK, t.maskedK, t.correctK = make([]float64, steps), make([]int, steps), make([]int, steps), make([]int, steps)
+	t.alphaK = make([]float64, steps)
 	if t.scratch, err = layer.NewScratch(dev, R, false); err != nil {
 		return nil, err
 	}
@@ -285,7 +291,8 @@ func (t *net) targetDist(final []float32, r0, n int) {
 }
 
 // forward runs the unrolled draft over the loaded batch and returns the loss
-// (sum over steps of decay^k times the step's mean soft cross-entropy). With
+// (sum over steps of decay^k times the step's mean soft cross-entropy, or
+// mean LK loss with useLK, whose mean α per step goes to alphaK). With
 // grad it also back-propagates each step's loss through the draft lm_head
 // right away (into grW.LMHead and the step's dfn), so no [R, N] logits are
 // kept.
@@ -307,7 +314,16 @@ func (t *net) forward(grad bool) float64 {
 		if grad {
 			dl = logits
 		}
-		lk := dev.SoftCrossEntropy(dl, logits, t.pT.RowRange(1+k, 1+k+R), st.wt.RowRange(0, R))
+		var lk float64
+		if t.useLK {
+			// The same rows, targets and weights; α over the draft
+			// vocabulary's target distribution as pT holds it.
+			var alpha float64
+			lk, alpha = dev.LKLoss(dl, logits, t.pT.RowRange(1+k, 1+k+R), st.wt.RowRange(0, R), t.lk)
+			t.alphaK[k] = alpha / math.Pow(t.decay, float64(k))
+		} else {
+			lk = dev.SoftCrossEntropy(dl, logits, t.pT.RowRange(1+k, 1+k+R), st.wt.RowRange(0, R))
+		}
 		total += lk
 		t.lossK[k] = lk / math.Pow(t.decay, float64(k))
 		if grad {

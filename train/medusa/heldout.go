@@ -62,6 +62,9 @@ func (e *evaluator) evaluate(ws *Workspace, b *Batch, data dataset.Dataset, idx 
 	for h := range ranks {
 		ranks[h] = make([]int, RankBins)
 	}
+	if ws.useLK {
+		mt.Alpha = make([]float64, heads)
+	}
 	p := &positions{data: data, heads: heads, hidden: H, vocab: vocab, order: idx, loaded: -1, rowT: e.rowT, rowS: e.rowS}
 	e.walked, e.steps = 0, 0
 	// Rows arrive in held-out order; sample k collects leads until a row of a
@@ -108,6 +111,9 @@ func (e *evaluator) evaluate(ws *Workspace, b *Batch, data dataset.Dataset, idx 
 		for h := 0; h < heads; h++ {
 			mt.Tokens[h] += rows[h]
 			mt.HeadLoss[h] += ce[h]
+			if mt.Alpha != nil {
+				mt.Alpha[h] += ws.Alpha()[h] * float64(rows[h])
+			}
 			t1[h] += top1[h]
 			t5[h] += top5[h]
 			for r, n := range ws.RankCounts()[h] {
@@ -119,6 +125,9 @@ func (e *evaluator) evaluate(ws *Workspace, b *Batch, data dataset.Dataset, idx 
 		if mt.Tokens[h] > 0 {
 			k := float64(mt.Tokens[h])
 			mt.HeadLoss[h] /= k
+			if mt.Alpha != nil {
+				mt.Alpha[h] /= k
+			}
 			mt.Top1[h], mt.Top5[h] = float64(t1[h])/k, float64(t5[h])/k
 			mt.RankAccuracy[h] = make([]float64, RankBins)
 			for r, n := range ranks[h] {

@@ -31,8 +31,13 @@ type Workspace struct {
 	rank           []int32         // [Chunk] per-row rank of the target (evaluation)
 	rowOf          []int32         // [MaxRows] batch row of each gathered row
 	lead           []int32         // [MaxRows] per batch row: heads 0..lead-1 all ranked their target first (evaluation)
+	// lk is the LK loss TrainStep trains instead of the cross-entropy
+	// when useLK (UseLK).
+	lk    tensor.LK
+	useLK bool
 	// statistics of the last pass, per head
 	headLoss           []float64
+	headAlpha          []float64 // summed α of the head's rows (TrainStep with an LK loss)
 	headRows           []int
 	headTop1, headTop5 []int
 	headRank           [][]int // [heads][RankBins] positions whose target the head ranked r (evaluation)
@@ -85,6 +90,7 @@ func NewWorkspace(dev tensor.Device, m *dmedusa.Heads, maxRows, chunk int) (*Wor
 	ws.rowOf = make([]int32, maxRows)
 	ws.lead = make([]int32, maxRows)
 	ws.headLoss = make([]float64, m.Heads)
+	ws.headAlpha = make([]float64, m.Heads)
 	ws.headRows = make([]int, m.Heads)
 	ws.headTop1 = make([]int, m.Heads)
 	ws.headTop5 = make([]int, m.Heads)
@@ -94,6 +100,18 @@ func NewWorkspace(dev tensor.Device, m *dmedusa.Heads, maxRows, chunk int) (*Wor
 	}
 	return ws, nil
 }
+
+// UseLK makes TrainStep train the LK loss l (tensor.LK, against the heads'
+// one-hot targets: α is the probability a head gives its target) instead of
+// the cross-entropy; Stats then reports its sums, and Alpha each head's
+// mean α.
+func (ws *Workspace) UseLK(l tensor.LK) { ws.lk, ws.useLK = l, true }
+
+// Alpha returns, for the last TrainStep or Evaluate with an LK loss
+// (UseLK), each head's mean α over its positions (0 for a head without
+// any): the probability the head gives its target. The slice is owned by
+// the workspace.
+func (ws *Workspace) Alpha() []float64 { return ws.headAlpha }
 
 // Batch is a set of positions: their final hidden states and, per head, the
 // token each head must predict there (-1 where that head has no target: beyond
@@ -146,8 +164,9 @@ func Weights(heads int, decay float64) []float64 {
 //	L = sum_h w_h * (1/n_h) * sum_{t valid for h} CE_h(t)
 //
 // with n_h the number of positions in the batch where head h has a target
-// (heads without any contribute nothing): each head's mean cross-entropy,
-// weighted by w_h (Weights). It returns L; per-head means are in ws.HeadLoss.
+// (heads without any contribute nothing): each head's mean cross-entropy
+// (or LK loss: UseLK), weighted by w_h (Weights). It returns L; per-head
+// sums are in Stats.
 func (ws *Workspace) TrainStep(b *Batch, w []float64) float64 {
 	return ws.pass(b, w, true)
 }
@@ -159,7 +178,8 @@ func (ws *Workspace) Evaluate(b *Batch) {
 }
 
 // Stats returns, for the last TrainStep or Evaluate, per head: the number of
-// positions with a target, the summed cross-entropy over them (unweighted), and
+// positions with a target, the summed cross-entropy over them (unweighted;
+// a TrainStep with an LK loss sums that loss), and
 // how many had the target ranked first and within the top five (ties count in
 // the target's favour). The slices are owned by the workspace.
 func (ws *Workspace) Stats() (rows []int, ceSum []float64, top1, top5 []int) {
@@ -190,7 +210,7 @@ func (ws *Workspace) pass(b *Batch, w []float64, train bool) float64 {
 	}
 	xs, zs := ws.viewX, ws.viewZ
 	for h := 0; h < m.Heads; h++ {
-		ws.headLoss[h], ws.headRows[h], ws.headTop1[h], ws.headTop5[h] = 0, 0, 0, 0
+		ws.headLoss[h], ws.headRows[h], ws.headTop1[h], ws.headTop5[h], ws.headAlpha[h] = 0, 0, 0, 0, 0
 		clear(ws.headRank[h])
 		n := ws.gather(b, h, H)
 		ws.headRows[h] = n
@@ -229,6 +249,10 @@ func (ws *Workspace) pass(b *Batch, w []float64, train bool) float64 {
 				rowOf := ws.rowOf[c0 : c0+c]
 				for i, l := range rl {
 					ws.headLoss[h] += l
+					if ws.useLK {
+						// α = q_t = e^-CE: what the LK loss trains, held out.
+						ws.headAlpha[h] += math.Exp(-l)
+					}
 					if rank[i] == 0 {
 						ws.headTop1[h]++
 						// Heads run in order: lead == h means heads 0..h-1 were all right.
@@ -245,14 +269,22 @@ func (ws *Workspace) pass(b *Batch, w []float64, train bool) float64 {
 				}
 				continue
 			}
-			// Fused softmax-CE: the logits buffer becomes d(loss)/d(logits).
-			ws.headLoss[h] += dev.CrossEntropy(lt, lt, tg, ws.rowWT.RowRange(0, c)) / float64(rowW)
+			// Fused softmax-CE (or LK loss): the logits buffer becomes
+			// d(loss)/d(logits).
+			if ws.useLK {
+				l, a := dev.LKLossHard(lt, lt, tg, ws.rowWT.RowRange(0, c), ws.lk)
+				ws.headLoss[h] += l / float64(rowW)
+				ws.headAlpha[h] += a / float64(rowW)
+			} else {
+				ws.headLoss[h] += dev.CrossEntropy(lt, lt, tg, ws.rowWT.RowRange(0, c)) / float64(rowW)
+			}
 			var dx tensor.Tensor
 			if m.Layers > 0 {
 				dx = ws.dx.RowRange(c0, c0+c)
 			}
 			ws.n.LogitsBackward(dx, lt, x, h)
 		}
+		ws.headAlpha[h] /= float64(n)
 		if train {
 			total += w[h] * ws.headLoss[h] / float64(n)
 			if m.Layers > 0 {

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	dmedusa "github.com/drafter-ai/drafter/pkg/drafters/medusa"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
@@ -19,6 +20,7 @@ import (
 	"github.com/drafter-ai/drafter/pkg/tensor"
 	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 	"github.com/drafter-ai/drafter/train/dataset"
+	"github.com/drafter-ai/drafter/train/lkloss"
 	"github.com/drafter-ai/drafter/train/loop"
 	"github.com/drafter-ai/drafter/train/optim"
 )
@@ -32,6 +34,14 @@ type Config struct {
 	Layers       int     `json:"layers"`         // residual blocks per head
 	SharedLMHead bool    `json:"shared_lm_head"` // use the target's lm_head, frozen
 	Decay        float64 `json:"decay"`          // loss weight of head h is Decay^h (1 = equal)
+	// Loss is the heads' loss (lkloss.Parse's spelling): "" or lkloss.CE,
+	// the cross-entropy toward the data's tokens (the default, and what
+	// runs recorded before the setting existed), or an LK loss against the
+	// same tokens as one-hot targets (α = the head's probability of its
+	// token). LKEta is lk_hybrid's η (0: lkloss.DefaultEta), set only with
+	// a loss that weighs lk_hybrid. A run records both canonically.
+	Loss  string  `json:"loss,omitempty"`
+	LKEta float64 `json:"lk_eta,omitempty"`
 
 	LR          float64 `json:"lr"`           // peak learning rate
 	MinLRRatio  float64 `json:"min_lr_ratio"` // cosine floor as a fraction of LR
@@ -169,16 +179,38 @@ func (c *Config) validate() error {
 	case c.Patience < 0 || c.MaxSteps < 0 || c.EvalEvery < 0 || c.CheckpointEvery < 0 || c.LogEvery < 0 || c.WarmupSteps < -1:
 		return fmt.Errorf("medusa: patience, max steps, eval/checkpoint/log intervals and warm-up must not be negative")
 	}
+	if _, err := lkloss.Parse(c.Loss, c.LKEta); err != nil {
+		return fmt.Errorf("medusa: %w", err)
+	}
 	return nil
+}
+
+// loss returns the parsed Loss (validate has checked it).
+func (c *Config) loss() lkloss.Loss {
+	l, _ := lkloss.Parse(c.Loss, c.LKEta)
+	return l
+}
+
+// settings returns c as the run records it: the loss in its canonical
+// spelling and η as used, only with a loss that weighs lk_hybrid, so that
+// every spelling of the same training records the same settings.
+func (c Config) settings() Config {
+	l := c.loss()
+	c.Loss, c.LKEta = lkloss.Canonical(l), 0
+	if l.UsesEta() {
+		c.LKEta = l.LK.Eta
+	}
+	return c
 }
 
 // Metrics is one held-out evaluation.
 type Metrics struct {
 	Step       int       `json:"step"`
 	Epoch      int       `json:"epoch"`
-	Loss       float64   `json:"eval_loss"`      // sum_h w_h * mean CE of head h: the training loss's definition
-	HeadLoss   []float64 `json:"eval_head_loss"` // mean CE per head
-	Top1       []float64 `json:"top1"`           // per head
+	Loss       float64   `json:"eval_loss"`       // sum_h w_h * mean CE of head h: the training loss's definition with --loss ce (the cross-entropy whatever the loss)
+	HeadLoss   []float64 `json:"eval_head_loss"`  // mean CE per head
+	Alpha      []float64 `json:"alpha,omitempty"` // with an LK loss: mean α = q_t per head, what it trains
+	Top1       []float64 `json:"top1"`            // per head
 	Top5       []float64 `json:"top5"`
 	Acceptance float64   `json:"acceptance"` // 1 + sum_k prod_{j<=k} top1_j: expected tokens per step of a greedy chain if heads erred independently
 	Tokens     []int     `json:"tokens"`     // evaluated positions per head
@@ -245,7 +277,9 @@ func Train(ctx context.Context, cfg Config, lmHead []float32, data dataset.Datas
 	if err != nil {
 		return nil, err
 	}
-	lc := loop.Config[*Metrics]{Method: string(dmedusa.Kind), Settings: cfg, LR: cfg.LR, MinLRRatio: cfg.MinLRRatio, ClipNorm: cfg.ClipNorm,
+	// Runs recorded before --loss existed trained with the cross-entropy.
+	unrecorded := map[string]any{"loss": lkloss.CE}
+	lc := loop.Config[*Metrics]{Method: string(dmedusa.Kind), Settings: cfg.settings(), Unrecorded: unrecorded, LR: cfg.LR, MinLRRatio: cfg.MinLRRatio, ClipNorm: cfg.ClipNorm,
 		MaxSteps: cfg.MaxSteps, Patience: cfg.Patience, EvalEvery: cfg.EvalEvery, CheckpointEvery: cfg.CheckpointEvery,
 		LogEvery: cfg.LogEvery, Resume: cfg.Resume, Progress: cfg.Progress}
 	r, err := loop.Run(ctx, lc, job, t)
@@ -324,6 +358,9 @@ func newTrainer(cfg Config, lmHead []float32, data dataset.Dataset, dev tensor.D
 	if t.ws, err = NewWorkspace(cpu.SiblingOf(dev), t.heads, t.batchTokens, 0); err != nil {
 		return nil, err
 	}
+	if l := cfg.loss(); !l.CE {
+		t.ws.UseLK(l.LK)
+	}
 	t.batch = &Batch{X: make([]float32, t.batchTokens*H), Targets: make([][]int32, cfg.Heads)}
 	for h := range t.batch.Targets {
 		t.batch.Targets[h] = make([]int32, t.batchTokens)
@@ -387,7 +424,13 @@ func (t *trainer) Evaluate(e loop.Eval) (*Metrics, error) {
 
 // TrainLine is a step's metrics.jsonl line.
 func (t *trainer) TrainLine(s loop.StepStats) any {
-	return map[string]any{"step": s.Step, "epoch": s.Epoch, "loss": s.Loss, "lr": s.LR, "grad_norm": s.GradNorm, "tokens_per_sec": s.TokensPerSec}
+	line := map[string]any{"step": s.Step, "epoch": s.Epoch, "loss": s.Loss, "lr": s.LR, "grad_norm": s.GradNorm, "tokens_per_sec": s.TokensPerSec}
+	if t.ws.useLK {
+		// Each head's mean α over the step's positions: the LK losses'
+		// own measure of acceptance, which their kernel computes anyway.
+		line["alpha"] = slices.Clone(t.ws.Alpha())
+	}
+	return line
 }
 
 // Export reads the heads' weights back from the device and writes them in
@@ -395,6 +438,7 @@ func (t *trainer) TrainLine(s loop.StepStats) any {
 func (t *trainer) Export(job *loop.Job, r *loop.Result[*Metrics]) error {
 	t.ws.n.ReadWeights()
 	p := job.Provenance
+	set := t.cfg.settings()
 	var tree spec.Choices
 	if r.Best != nil && t.cfg.TreeNodes > 0 {
 		var err error
@@ -403,5 +447,5 @@ func (t *trainer) Export(job *loop.Job, r *loop.Result[*Metrics]) error {
 		}
 	}
 	return dmedusa.Export(job.Out, t.heads, dmedusa.ExportInfo{BaseModel: p.BaseModel, TargetFingerprint: p.TargetFingerprint,
-		DataManifests: p.DataManifests, Args: p.Args, Metrics: r.Best, DType: t.cfg.DType, Tree: tree})
+		DataManifests: p.DataManifests, Args: p.Args, Metrics: r.Best, DType: t.cfg.DType, Loss: set.Loss, LKEta: set.LKEta, Tree: tree})
 }

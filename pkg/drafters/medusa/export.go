@@ -44,6 +44,10 @@ type ExportInfo struct {
 	// written to drafter.json as "tree": eval's default tree for these
 	// heads, and the medusa_choices to give an engine. Nil writes none.
 	Tree spec.Choices
+	// Loss is the loss the heads trained with (train/lkloss's canonical
+	// spelling; empty: not recorded), LKEta lk_hybrid's η where it weighs.
+	Loss  string
+	LKEta float64
 }
 
 type provenance struct {
@@ -59,6 +63,8 @@ type provenance struct {
 	TargetFingerprint string            `json:"target_fingerprint"`
 	DataManifests     map[string]string `json:"data_manifests"`
 	Args              any               `json:"args"`
+	Loss              string            `json:"loss,omitempty"`
+	LKEta             float64           `json:"lk_eta,omitempty"`
 	Metrics           any               `json:"metrics,omitempty"`
 	Tree              spec.Choices      `json:"tree,omitempty"`
 }
@@ -121,7 +127,7 @@ func Export(dir string, m *Heads, info ExportInfo) error {
 		Method: string(Kind), Format: names,
 		Heads: m.Heads, Layers: m.Layers, Hidden: m.Hidden, Vocab: m.Vocab, SharedLMHead: m.SharedLMHead, DType: dt,
 		BaseModel: info.BaseModel, TargetFingerprint: info.TargetFingerprint, DataManifests: manifests,
-		Args: info.Args, Metrics: nilIfNilPointer(info.Metrics), Tree: info.Tree,
+		Args: info.Args, Loss: info.Loss, LKEta: info.LKEta, Metrics: nilIfNilPointer(info.Metrics), Tree: info.Tree,
 	})
 	if err != nil {
 		return err

@@ -24,17 +24,19 @@ type lossJob struct {
 	rank       []int32
 	rows, v    int
 	chunk      int // CrossEntropy's and SoftCrossEntropy's rows per chunk
-	// partial holds each chunk's loss, added in chunk order afterwards.
-	partial [maxCEChunks]float64
+	lk         tensor.LK
+	// partial holds each chunk's loss, added in chunk order afterwards;
+	// partialAlpha the LK losses' weighted α, likewise.
+	partial, partialAlpha [maxCEChunks]float64
 }
 
 // lossOps is the CPU device's state for the losses and casts: the job in
 // flight and its chunk functions stored once, so that a split allocates
 // nothing, and the casts' float32 block.
 type lossOps struct {
-	job                                       lossJob
-	softmaxFn, argmaxFn, ceFn, softFn, evalFn func(lo, hi int)
-	cast                                      []float32 // allocated by the first 16-bit to 16-bit cast
+	job                                             lossJob
+	softmaxFn, argmaxFn, ceFn, softFn, evalFn, lkFn func(lo, hi int)
+	cast                                            []float32 // allocated by the first 16-bit to 16-bit cast
 }
 
 func (l *lossOps) init() {
@@ -43,6 +45,7 @@ func (l *lossOps) init() {
 	l.ceFn = l.ceChunk
 	l.softFn = l.softChunk
 	l.evalFn = l.evalChunk
+	l.lkFn = l.lkChunk
 }
 
 // Softmax computes each row's (x - max)·scale, their exponentials with

@@ -111,6 +111,9 @@ func (a *argBuf) i32(v int) *argBuf {
 // f32 appends a float argument.
 func (a *argBuf) f32(v float32) *argBuf { return a.u64(uint64(math.Float32bits(v))) }
 
+// f64 appends a double argument.
+func (a *argBuf) f64(v float64) *argBuf { return a.u64(math.Float64bits(v)) }
+
 // launch runs k on the device's stream with the arguments of args (a grid
 // with no blocks launches nothing). A failed launch panics: it is a device
 // fault or a kernel's bad configuration, not bad input.

@@ -9,13 +9,14 @@ import (
 )
 
 // lossOps are the kernels of kernels/loss.cu: softmax, the cross-entropies
-// and their row-loss sum, argmax, column gathers and top-k. The row kernels
+// and the LK losses and their row-loss sum, argmax, column gathers and top-k. The row kernels
 // run a block per row, its size a function of the row's width only
 // (lossBlock), so that a row's float64 sums, and a loss summed by one block
 // in a fixed order, are the same bits on every call with the same inputs.
 type lossOps struct {
 	softmax, argmax, gatherCols *kernel
 	ce, softCE, sum, ceEval     *kernel
+	lk                          *kernel
 	topk                        *kernel
 	maxBlocks                   int // the most blocks of GatherCols' grid-stride grid
 }
@@ -28,6 +29,7 @@ func (o *lossOps) init(d *Device) {
 	o.gatherCols = d.fn("drafter_loss_gather_cols")
 	o.ce = d.fn("drafter_loss_ce")
 	o.softCE = d.fn("drafter_loss_soft_ce")
+	o.lk = d.fn("drafter_loss_lk")
 	o.sum = d.fn("drafter_loss_sum")
 	o.ceEval = d.fn("drafter_loss_ce_eval")
 	o.topk = d.fn("drafter_loss_topk")
@@ -184,6 +186,47 @@ func (d *Device) SoftCrossEntropy(dlogits, logits, p, weights tensor.Tensor) flo
 	d.args().ptr(dlogits).ptr(logits).ptr(p).ptr(weights).addr(buf + 8).i32(v)
 	d.launch(d.loss.softCE, lossGrid(rows), lossBlock(v), 0)
 	return d.lossTotal(buf, rows)
+}
+
+// LKLoss returns the weighted LK loss l of logits against the target
+// distributions p and the weighted sum of the rows' α, skipping rows of zero
+// weight, and writes its gradient into dlogits when dlogits is not empty
+// (overwritten; it may be logits), with CrossEntropy's fixed-order float64
+// sums: one kernel for the rows, then drafter_loss_sum for the losses and
+// for the α.
+func (d *Device) LKLoss(dlogits, logits, p, weights tensor.Tensor, l tensor.LK) (loss, alpha float64) {
+	if p.DType() != tensor.F32 || p.Rows() != logits.Rows() || p.Cols() != logits.Cols() {
+		panic(fmt.Sprintf("cuda: LKLoss: target distributions %s %dx%d for logits %dx%d", p.DType(), p.Rows(), p.Cols(), logits.Rows(), logits.Cols()))
+	}
+	lossOperands("LKLoss", dlogits, logits, weights)
+	return d.lkLoss(dlogits, logits, p, tensor.Tensor{}, weights, l)
+}
+
+// LKLossHard is LKLoss against one-hot targets (the same kernel, without
+// distributions), skipping rows of zero weight or negative target; a
+// target past the row (the CPU panics) gives a NaN loss.
+func (d *Device) LKLossHard(dlogits, logits, targets, weights tensor.Tensor, l tensor.LK) (loss, alpha float64) {
+	if targets.DType() != tensor.I32 || targets.Len() != logits.Rows() {
+		panic(fmt.Sprintf("cuda: LKLossHard: %d %s targets for %d rows", targets.Len(), targets.DType(), logits.Rows()))
+	}
+	lossOperands("LKLossHard", dlogits, logits, weights)
+	return d.lkLoss(dlogits, logits, tensor.Tensor{}, targets, weights, l)
+}
+
+// lkLoss launches drafter_loss_lk over the rows: the rows' losses at buf+8
+// and their α after them, each summed into the slot before it.
+func (d *Device) lkLoss(dlogits, logits, p, targets, weights tensor.Tensor, l tensor.LK) (loss, alpha float64) {
+	rows, v := logits.Rows(), logits.Cols()
+	if rows == 0 || v == 0 {
+		return 0, 0
+	}
+	buf := d.scratch(scratchA, 16*(1+rows))
+	abuf := buf + uint64(8*(1+rows))
+	d.args().ptr(dlogits).ptr(logits).ptr(p).ptr(targets).ptr(weights).addr(buf + 8).addr(abuf + 8).i32(v).
+		f64(l.KL).f64(l.TV).f64(l.NLA).f64(l.Hybrid).f64(l.Eta)
+	d.launch(d.loss.lk, lossGrid(rows), lossBlock(v), 0)
+	loss = d.lossTotal(buf, rows)
+	return loss, d.lossTotal(abuf, rows)
 }
 
 // CrossEntropyEval writes each row's loss -log softmax(logits[r])[t_r]

@@ -137,6 +137,24 @@ func TestLossesWide(t *testing.T) {
 	la, lb = d.SoftCrossEntropy(g, sx, p, w), cpu.SoftCrossEntropy(gc, sxc, pc, wc)
 	closeTo("SoftCrossEntropy", la, lb)
 	near("SoftCrossEntropy dlogits", g, gc)
+	// The LK losses: against the same target weights (α over a support
+	// whose mass is not 1) and against the one-hot targets, the -Inf logit
+	// in the skipped row.
+	for _, l := range []tensor.LK{{KL: 1}, {TV: 1}, {NLA: 1}, {Hybrid: 1, Eta: 3}, {KL: 0.1, TV: 0.9, NLA: 0.3, Hybrid: 0.5, Eta: 1.5}} {
+		la, aa := d.LKLoss(g, sx, p, w, l)
+		lb, ab := cpu.LKLoss(gc, sxc, pc, wc, l)
+		closeTo("LKLoss", la, lb)
+		closeTo("LKLoss α", aa, ab)
+		near("LKLoss dlogits", g, gc)
+		if again, _ := d.LKLoss(tensor.Tensor{}, sx, p, w, l); again != la {
+			t.Fatalf("LKLoss %v, then without dlogits %v", la, again)
+		}
+		la, aa = d.LKLossHard(g, x, tg, w, l)
+		lb, ab = cpu.LKLossHard(gc, xc, tgc, wc, l)
+		closeTo("LKLossHard", la, lb)
+		closeTo("LKLossHard α", aa, ab)
+		near("LKLossHard dlogits", g, gc)
+	}
 
 	ra, rb := make([]float64, rows), make([]float64, rows)
 	ka, kb := make([]int32, rows), make([]int32, rows)
@@ -182,6 +200,8 @@ func TestLossNoAllocs(t *testing.T) {
 		d.GatherCols(out, x, cols)
 		d.CrossEntropy(g, x, tg, tensor.Tensor{})
 		d.SoftCrossEntropy(g, x, x, tensor.Tensor{})
+		d.LKLoss(g, x, x, tensor.Tensor{}, tensor.LK{Hybrid: 1, Eta: 3})
+		d.LKLossHard(g, x, tg, tensor.Tensor{}, tensor.LK{NLA: 1})
 		d.CrossEntropyEval(rl, rk, x, tg)
 		d.Softmax(g, 1)
 	})

@@ -9,12 +9,13 @@ import (
 	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
-// losses checks Softmax, the cross-entropies, TopK and Cast.
+// losses checks Softmax, the cross-entropies, the LK losses, TopK and Cast.
 func losses(t *testing.T, dev tensor.Device) {
 	t.Run("Softmax", func(t *testing.T) { softmax(t, dev) })
 	t.Run("selection", func(t *testing.T) { selection(t, dev) })
 	t.Run("CrossEntropy", func(t *testing.T) { crossEntropy(t, dev) })
 	t.Run("SoftCrossEntropy", func(t *testing.T) { softCrossEntropy(t, dev) })
+	t.Run("LKLoss", func(t *testing.T) { lkLoss(t, dev) })
 	t.Run("CrossEntropyEval", func(t *testing.T) { crossEntropyEval(t, dev) })
 	t.Run("TopK", func(t *testing.T) { topK(t, dev) })
 	t.Run("Cast", func(t *testing.T) { cast(t, dev) })

@@ -2,8 +2,9 @@
 #include "cpuexp.h"
 
 // Losses and selection: Softmax, ArgMax, GatherCols, CrossEntropy,
-// SoftCrossEntropy, CrossEntropyEval and TopK (pkg/tensor/cpu_loss.go is the
-// reference every kernel here follows).
+// SoftCrossEntropy, the LK losses, CrossEntropyEval and TopK
+// (pkg/tensor/cpu/cpu_loss.go and cpu_lk.go are the references every kernel
+// here follows).
 //
 // The row kernels run one block per row, blockDim.x any multiple of 32 up to
 // 1024 (the caller picks it from the row's width only). Each thread walks
@@ -360,6 +361,139 @@ extern "C" __global__ void drafter_loss_soft_ce(float* d, const float* x, const 
     float scale = (float)((double)w * psum / sum);
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
       dr[i] = dr[i] * scale - w * pr[i];
+    }
+  }
+}
+
+// lk_share is TV's gradient share s_j of a column (dα/dq_j): 1 where q < p,
+// 0 where q > p, and half on a tie (tensor.LKTie, torch.minimum's
+// subgradient).
+static __device__ __forceinline__ double lk_share(double p, double q) {
+  return q < p ? 1.0 : (q > p ? 0.0 : 0.5);
+}
+
+// LK_EPSILON is NLA's floor on α (tensor.LKEpsilon).
+#define LK_EPSILON 1e-5
+
+// drafter_loss_lk computes row r's weighted LK loss (tensor.LK: the weights
+// wkl, wtv, wnla and whyb of KL, TV, NLA and Hybrid, Hybrid's eta) into
+// rowLoss[r] and its weighted α = Σ min(p, q) into rowAlpha[r] (float64),
+// and, when d is not null, the gradient into d's row, as the CPU's lkRow:
+// with q = e/Σe (ExpShift's float32 exponentials, stored in d's row) and
+// the TV share s_j (lk_share), S = Σ q·s, the gradient is
+// w·(cK·(q·Σp - p) + cT·q·(S - s)), where cK weighs KL and cT -α (NLA's
+// 1/α while α >= LK_EPSILON), and λ = exp(-eta·α) is the float32
+// exponential of a detached α. p is the rows' target distributions, or
+// null for one-hot targets (targets[r], a negative one skipping the row; a
+// target past the row gives a NaN loss, as drafter_loss_ce). The first pass
+// reads the logits (Σp, Σp·log p, Σp·x and the maximum) before the
+// exponentials may overwrite them (d may be x; each thread rewrites only
+// the columns it read). A row of zero weight gets loss and α 0 and a zero
+// gradient; weights may be null. Grid: one block per row; each of
+// rowLoss and rowAlpha is summed by drafter_loss_sum.
+extern "C" __global__ void drafter_loss_lk(float* d, const float* x, const float* p, const int* targets,
+                                           const float* weights, double* rowLoss, double* rowAlpha, int n, double wkl,
+                                           double wtv, double wnla, double whyb, double eta) {
+  __shared__ float shf[32];
+  __shared__ double shd[32];
+  int r = blockIdx.x;
+  float w = weights ? weights[r] : 1.0f;
+  int t = p ? -1 : targets[r];
+  if (w == 0.0f || (!p && t < 0) || (!p && t >= n)) {
+    loss_skip_row(d, rowLoss, n);
+    if (threadIdx.x == 0) {
+      rowAlpha[r] = 0.0;
+      if (!p && t >= n) {
+        rowLoss[r] = __builtin_nan("");
+      }
+    }
+    return;
+  }
+  const float* row = x + (long long)r * n;
+  const float* pr = p ? p + (long long)r * n : 0;
+  float* dr = d ? d + (long long)r * n : 0;
+  double ps = 0.0, plp = 0.0, px = 0.0;
+  float m = -INFINITY;
+  if (pr) {
+    // Σp·log p is KL's constant, which only the loss's value needs: TV and
+    // NLA skip its logarithms.
+    bool needKL = wkl != 0.0 || whyb != 0.0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+      float xi = row[i];
+      double pj = (double)pr[i];
+      if (pj != 0.0) {  // leaves out a masked (-Inf) logit's 0·-Inf
+        ps += pj;
+        px += pj * (double)xi;
+        if (needKL) {
+          plp += pj * loss_log(pj);
+        }
+      }
+      m = fmaxf(m, xi);
+    }
+  } else {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+      m = fmaxf(m, row[i]);
+    }
+    if (threadIdx.x == 0) {
+      ps = 1.0;
+      px = (double)row[t];  // before any thread's exponentials may overwrite it
+    }
+  }
+  float mx = loss_block_max(m, shf);
+  double psum = loss_block_sum(ps, shd);
+  double plogp = loss_block_sum(plp, shd);
+  double pxs = loss_block_sum(px, shd);
+  double sum = loss_exp_sum(row, dr, n, mx, shd);
+  double inv = 1.0 / sum;
+  double a = 0.0, s = 0.0;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    float e = dr ? dr[i] : loss_exp_shift(row[i] - mx);
+    double q = (double)e * inv;
+    double pj = pr ? (double)pr[i] : (i == t ? 1.0 : 0.0);
+    a += pj < q ? pj : q;
+    s += q * lk_share(pj, q);
+  }
+  double alpha = loss_block_sum(a, shd);
+  double share = loss_block_sum(s, shd);
+  double kl = plogp - pxs + psum * (loss_log(sum) + (double)mx);
+  double tv = 1.0 - alpha;
+  double lam = whyb != 0.0 ? (double)cpu_expf((float)(-eta * alpha)) : 0.0;
+  // A form of weight 0 adds nothing, not 0·Inf (KL of a masked column).
+  double loss = 0.0, cK = 0.0, cT = 0.0;
+  if (wkl != 0.0) {
+    loss += wkl * kl;
+    cK += wkl;
+  }
+  if (wtv != 0.0) {
+    loss += wtv * tv;
+    cT += wtv;
+  }
+  if (wnla != 0.0) {
+    loss -= wnla * loss_log(alpha > LK_EPSILON ? alpha : LK_EPSILON);
+    if (alpha >= LK_EPSILON) {
+      cT += wnla / alpha;
+    }
+  }
+  if (whyb != 0.0) {
+    if (lam != 0.0) {
+      loss += whyb * lam * kl;
+    }
+    loss += whyb * (1.0 - lam) * tv;
+    cK += whyb * lam;
+    cT += whyb * (1.0 - lam);
+  }
+  if (threadIdx.x == 0) {
+    rowLoss[r] = (double)w * loss;
+    rowAlpha[r] = (double)w * alpha;
+  }
+  if (dr) {
+    // w·(cK·(q·Σp - p) + cT·q·(S - s)) = q·(c0 - cb·s) - ca·p.
+    double ca = (double)w * cK, cb = (double)w * cT;
+    double c0 = ca * psum + cb * share;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+      double q = (double)dr[i] * inv;
+      double pj = pr ? (double)pr[i] : (i == t ? 1.0 : 0.0);
+      dr[i] = (float)(q * (c0 - cb * lk_share(pj, q)) - ca * pj);
     }
   }
 }

@@ -1,8 +1,8 @@
 // Kernel tests of loss.cu (Softmax, ArgMax, GatherCols, the cross-entropies,
-// their row-loss sum, CrossEntropyEval and TopK) through the CPU-thread
-// simulator, against double-precision C++ references on random inputs:
-// widths that are not multiples of the block, -Inf entries, ties, negative
-// targets, zero weights. The tolerances are the conformance suite's
+// the LK losses, their row-loss sum, CrossEntropyEval and TopK) through the
+// CPU-thread simulator, against double-precision C++ references on random
+// inputs: widths that are not multiples of the block, -Inf entries, ties,
+// negative targets, zero weights. The tolerances are the conformance suite's
 // (pkg/tensor/tensortest: 1e-6 on probabilities and gradients, 1e-6
 // relative on losses), so a kernel that passes here can pass there.
 // Prints "ok <case>" per case; exits 1 on the first failure.
@@ -639,6 +639,189 @@ void test_topk() {
 
 }  // namespace
 
+// LK is tensor.LK: the forms' weights and Hybrid's η.
+struct LK {
+  double kl, tv, nla, hyb, eta;
+};
+
+// lk_row_ref returns one row's LK loss and α in double (p any non-negative
+// values), writing dL/dz into grad; λ = exp(-η·α) with α detached.
+double lk_row_ref(const float* x, const double* p, int n, LK l, double* alpha, double* grad) {
+  std::vector<double> ls = log_softmax(x, n), q(n), s(n);
+  double a = 0, kl = 0, psum = 0, S = 0;
+  for (int j = 0; j < n; j++) {
+    q[j] = std::exp(ls[j]);
+    a += std::min(p[j], q[j]);
+    psum += p[j];
+    if (p[j] > 0) {
+      kl += p[j] * (std::log(p[j]) - ls[j]);
+    }
+  }
+  for (int j = 0; j < n; j++) {
+    s[j] = q[j] < p[j] ? 1.0 : (q[j] > p[j] ? 0.0 : 0.5);
+    S += q[j] * s[j];
+  }
+  double lam = std::exp(-l.eta * a), tv = 1 - a, loss = 0, cK = 0, cT = 0;
+  if (l.kl != 0) {
+    loss += l.kl * kl;
+    cK += l.kl;
+  }
+  if (l.tv != 0) {
+    loss += l.tv * tv;
+    cT += l.tv;
+  }
+  if (l.nla != 0) {
+    loss -= l.nla * std::log(std::max(a, 1e-5));
+    if (a >= 1e-5) {
+      cT += l.nla / a;
+    }
+  }
+  if (l.hyb != 0) {
+    loss += l.hyb * (lam * kl + (1 - lam) * tv);
+    cK += l.hyb * lam;
+    cT += l.hyb * (1 - lam);
+  }
+  for (int j = 0; j < n; j++) {
+    grad[j] = cK * (q[j] * psum - p[j]) + cT * q[j] * (S - s[j]);
+  }
+  *alpha = a;
+  return loss;
+}
+
+// test_lk checks drafter_loss_lk against lk_row_ref for every form, with
+// distributions (one not summing to 1, zeros, a masked logit where p is 0)
+// and with one-hot targets (negative ones skipped, a row whose α is below
+// NLA's floor), and the loss's bits the same without a gradient, in place
+// and repeated.
+void test_lk() {
+  const LK forms[] = {{1, 0, 0, 0, 0}, {0, 1, 0, 0, 0}, {0, 0, 1, 0, 0}, {0, 0, 0, 1, 3}, {0.1, 0.9, 0.3, 0.5, 1.5}};
+  struct Case {
+    int rows, n, block;
+    bool weighted, hard;
+  };
+  int nc = 0;
+  for (Case c : {Case{6, 11, 32, true, false}, Case{40, 90, 64, true, false}, Case{5, 1234, 96, false, false},
+                 Case{7, 13, 32, true, true}, Case{30, 300, 64, false, true}}) {
+    if (kTSan && c.rows > 10) {
+      c.rows = 10;
+    }
+    int rows = c.rows, n = c.n;
+    std::vector<float> x = randn((size_t)rows * n, 2);
+    std::vector<float> p((size_t)rows * n);
+    std::vector<int> t(rows);
+    std::uniform_real_distribution<float> u(0, 1);
+    for (int r = 0; r < rows; r++) {
+      float sum = 0;
+      for (int j = 0; j < n; j++) {
+        p[(size_t)r * n + j] = u(rng);
+        sum += p[(size_t)r * n + j];
+      }
+      float total = r == 2 ? 0.7f : 1.0f;  // row 2: a draft vocabulary's share
+      for (int j = 0; j < n; j++) {
+        p[(size_t)r * n + j] *= total / sum;
+      }
+      t[r] = std::max(randint(-3, n - 1), -1);
+    }
+    p[n + 4] = 0;
+    x[n + 4] = kNegInf;  // masked where p is 0
+    t[0] = 5;
+    t[1] = -1;
+    t[2] = 6;
+    x[2 * n + 6] = -40;  // α = q_t below NLA's floor
+    std::vector<float> w(rows);
+    for (auto& wr : w) {
+      wr = 0.2f + u(rng);
+    }
+    w[3] = 0;
+    const float* wp = c.weighted ? w.data() : nullptr;
+    const float* pp = c.hard ? nullptr : p.data();
+    std::vector<double> prow(n), grow(n);
+    for (const LK& l : forms) {
+      double want = 0, wantAlpha = 0;
+      std::vector<double> wantGrad((size_t)rows * n, 0);
+      std::vector<double> scale((size_t)rows * n, 1);
+      for (int r = 0; r < rows; r++) {
+        double wr = wp ? wp[r] : 1.0;
+        if (wr == 0 || (c.hard && t[r] < 0)) {
+          continue;
+        }
+        for (int j = 0; j < n; j++) {
+          prow[j] = c.hard ? (j == t[r] ? 1.0 : 0.0) : (double)p[(size_t)r * n + j];
+        }
+        double a;
+        want += wr * lk_row_ref(&x[(size_t)r * n], prow.data(), n, l, &a, grow.data());
+        wantAlpha += wr * a;
+        // NLA's gradient is TV's over α, and so is its rounding.
+        double sc = std::max(1.0, wr * (l.kl + l.tv + l.hyb + l.nla / std::max(a, 1e-5)));
+        for (int j = 0; j < n; j++) {
+          wantGrad[(size_t)r * n + j] = wr * grow[j];
+          scale[(size_t)r * n + j] = sc;
+        }
+      }
+      std::vector<float> d = randn((size_t)rows * n, 1);
+      std::vector<float> x0 = x;
+      std::vector<double> rl(rows, -7), ra(rows, -7);
+      sim::launch(dim3(rows), dim3(c.block), 0, drafter_loss_lk, d.data(), (const float*)x.data(), pp,
+                  (const int*)t.data(), wp, rl.data(), ra.data(), n, l.kl, l.tv, l.nla, l.hyb, l.eta);
+      double got = loss_sum(rl, 64), gotAlpha = loss_sum(ra, 64);
+      std::string name = std::string(c.hard ? "lk hard " : "lk ") + std::to_string(rows) + "x" + std::to_string(n) +
+                         " form " + std::to_string(nc++ % 5);
+      close_to(name, got, want, 1e-6);
+      close_to(name + " alpha", gotAlpha, wantAlpha, 1e-6);
+      for (size_t i = 0; i < wantGrad.size(); i++) {
+        double diff = std::fabs((double)d[i] - wantGrad[i]);
+        if (!(diff <= 1e-6 * scale[i])) {
+          fail(name + " dlogits: value " + std::to_string(i) + " is " + std::to_string(d[i]) + ", want " +
+               std::to_string(wantGrad[i]));
+        }
+      }
+      for (size_t i = 0; i < x.size(); i++) {
+        if (!same_bits(x[i], x0[i])) {
+          fail(name + ": logits changed");
+        }
+      }
+      for (int r = 0; r < rows; r++) {
+        bool skipped = (wp && w[r] == 0) || (c.hard && t[r] < 0);
+        if (skipped && (rl[r] != 0 || ra[r] != 0)) {
+          fail(name + ": skipped row's loss");
+        }
+      }
+      // Without a gradient, and in place: the same bits.
+      std::vector<double> rl2(rows, -7), ra2(rows, -7);
+      sim::launch(dim3(rows), dim3(c.block), 0, drafter_loss_lk, (float*)nullptr, (const float*)x.data(), pp,
+                  (const int*)t.data(), wp, rl2.data(), ra2.data(), n, l.kl, l.tv, l.nla, l.hyb, l.eta);
+      if (!same_bits(loss_sum(rl2, 64), got) || !same_bits(loss_sum(ra2, 64), gotAlpha)) {
+        fail(name + ": loss without dlogits differs");
+      }
+      std::vector<float> xi = x;
+      sim::launch(dim3(rows), dim3(c.block), 0, drafter_loss_lk, xi.data(), (const float*)xi.data(), pp,
+                  (const int*)t.data(), wp, rl2.data(), ra2.data(), n, l.kl, l.tv, l.nla, l.hyb, l.eta);
+      if (!same_bits(loss_sum(rl2, 64), got) || !same_bits(loss_sum(ra2, 64), gotAlpha)) {
+        fail(name + ": loss in place differs");
+      }
+      for (size_t i = 0; i < x.size(); i++) {
+        if (!same_bits(xi[i], d[i])) {
+          fail(name + ": gradient in place differs at " + std::to_string(i));
+        }
+      }
+      ok(name);
+    }
+  }
+  // A target past the row: a NaN loss (the CPU panics), the gradient zero.
+  {
+    int n = 10;
+    std::vector<float> x = randn(n, 1), d(n, 5);
+    std::vector<int> t = {n};
+    std::vector<double> rl(1), ra(1, -7);
+    sim::launch(dim3(1), dim3(32), 0, drafter_loss_lk, d.data(), (const float*)x.data(), (const float*)nullptr,
+                (const int*)t.data(), (const float*)nullptr, rl.data(), ra.data(), n, 0.0, 0.0, 0.0, 1.0, 3.0);
+    if (!std::isnan(rl[0]) || ra[0] != 0 || std::any_of(d.begin(), d.end(), [](float v) { return v != 0; })) {
+      fail("lk target past the row");
+    }
+  }
+  ok("lk bad target");
+}
+
 int main() {
   test_math();
   test_softmax();
@@ -647,6 +830,7 @@ int main() {
   test_loss_sum();
   test_cross_entropy();
   test_soft_cross_entropy();
+  test_lk();
   test_cross_entropy_eval();
   test_topk();
   std::printf("ok all\n");
