@@ -101,6 +101,7 @@ type trainFlags struct {
 	format                                        string
 	layers                                        []int
 	fcNorm, normBeforeFC, normOutput              bool
+	variant                                       string
 	// --layers and --warmup of drafter train --method, read as the method
 	// reads them.
 	layersText, warmupText string
@@ -153,8 +154,9 @@ func (f *trainFlags) register(fs *pflag.FlagSet, sp trainSpelling) {
 		floatVar(fs, &f.targetTemp, "target-temperature", 0, sp.only("eagle3", fmt.Sprintf("the draft learns softmax(target logits / this), in (0, 100] (default %g when all --data was distilled greedily, else 1)", eagle3.GreedyTargetTemperature)))
 		fs.IntVar(&f.maxLength, "max-length", 0, sp.only("eagle3", fmt.Sprintf("truncate samples to this many tokens, 3 or more (default %d); a sample longer than --batch-tokens trains as a batch of its own", e.MaxLength)))
 		fs.StringVar(&f.format, "format", deagle3.FormatNative, sp.only("eagle3", "export layout: native (EAGLE/SpecForge/SGLang, also loaded by vLLM) or speculators"))
+		fs.StringVar(&f.variant, "variant", variantOf(e), sp.only("eagle3", "eagle3.1 (--fc-norm and --norm-output, the default: the most accepted on held-out prompts, docs/acceptance.md) or eagle3 (plain EAGLE-3, for engines that predate EAGLE-3.1); --fc-norm, --norm-before-fc and --norm-output given with it refine it"))
 		fs.BoolVar(&f.fcNorm, "fc-norm", e.FCNorm, sp.only("eagle3", "EAGLE-3.1: an RMSNorm on each feature layer before fc (exported as fc_norm); excludes --norm-before-fc. Engines that predate EAGLE-3.1 ignore it"))
-		fs.BoolVar(&f.normBeforeFC, "norm-before-fc", e.NormBeforeFC, sp.only("eagle3", "one RMSNorm over the fused features before fc (exported as norm_before_fc); excludes --fc-norm"))
+		fs.BoolVar(&f.normBeforeFC, "norm-before-fc", e.NormBeforeFC, sp.only("eagle3", "one RMSNorm over the fused features before fc (exported as norm_before_fc) instead of --fc-norm's per-feature ones (given alone, it turns --fc-norm off)"))
 		fs.BoolVar(&f.normOutput, "norm-output", e.NormOutput, sp.only("eagle3", "EAGLE-3.1: each step feeds the next the final norm's output, the lm_head's input, instead of the pre-norm output (exported as norm_output)"))
 	}
 
@@ -166,17 +168,18 @@ func (f *trainFlags) register(fs *pflag.FlagSet, sp trainSpelling) {
 	fs.StringVar(&f.loss, "loss", lkloss.CE, fmt.Sprintf("training loss, %s: ce (cross-entropy), or an LK loss (arXiv 2602.23881) that trains toward the acceptance rate α: kl, tv (1-α), nla (-log α), lk_hybrid (λ·kl + (1-λ)·tv, λ = exp(-η·α)), or a JSON object of them to weights such as '{\"kl\":0.1,\"tv\":0.9}'", lossTarget))
 	floatVar(fs, &f.lkEta, "lk-eta", lkloss.DefaultEta, "η of lk_hybrid's λ = exp(-η·α), 0 or more; only with a --loss that weighs lk_hybrid")
 	metric := map[trainSpelling]string{byMethodFlag: "medusa: greedy chain acceptance; eagle3: loss", medusaCmd: "greedy chain acceptance", eagle3Cmd: "loss"}[sp]
-	epochsAuto := medusaAuto(m.MaxEpochs, "enough epochs to see 1.5M positions, 2 to 40")
+	epochsAuto := medusaAuto(m.MaxEpochs, fmt.Sprintf("enough epochs to see %gM positions, 2 to 40", float64(medusa.AutoPositions)/1e6))
 	batchAuto := medusaAuto(m.BatchTokens, "training positions/256 as a power of two, 64 to 4096")
 	floatVar(fs, &f.lr, "lr", 0, "peak learning rate, above 0 "+sp.def(m.LR, e.LR))
 	floatVar(fs, &f.minLRRatio, "min-lr-ratio", 0, "floor of the cosine decay as a fraction of --lr, in [0,1] "+sp.def(m.MinLRRatio, e.MinLRRatio))
 	floatVar(fs, &f.weightDecay, "weight-decay", 0, "AdamW decoupled weight decay, 0 or more "+sp.def(m.WeightDecay, e.WeightDecay))
 	floatVar(fs, &f.clipNorm, "clip-norm", 0, "global gradient-norm clip, 0 disables "+sp.def(m.ClipNorm, e.ClipNorm))
-	epochs := "epoch cap, 1 or more"
-	if sp == medusaCmd {
-		epochs = "epoch cap, 1 or more, or 0 to choose it from the data"
+	epochs := "epoch cap, 1 or more, or 0 to choose it from the data"
+	e3EpochsAuto := fmt.Sprintf("from the data: enough epochs to see %gM tokens, 2 to 40", float64(eagle3.AutoTokens)/1e6)
+	if e.Epochs != 0 {
+		e3EpochsAuto = fmt.Sprint(e.Epochs)
 	}
-	fs.IntVar(&f.epochs, "epochs", 0, epochs+"; training stops earlier when the held-out metric stops improving ("+metric+") "+sp.def(epochsAuto, e.Epochs))
+	fs.IntVar(&f.epochs, "epochs", 0, epochs+"; training stops earlier when the held-out metric stops improving ("+metric+") "+sp.def(epochsAuto, e3EpochsAuto))
 	fs.IntVar(&f.maxSteps, "max-steps", 0, "stop after this many optimiser steps in total, 0 = no limit (the schedule still spans --epochs) "+sp.def(m.MaxSteps, e.MaxSteps))
 	fs.IntVar(&f.patience, "patience", 0, "evaluations without held-out improvement before stopping, 0 = never stop early "+sp.def(m.Patience, e.Patience))
 	fs.IntVar(&f.evalEvery, "eval-every", 0, "optimiser steps between held-out evaluations, 0 = once per epoch "+sp.def(m.EvalEvery, e.EvalEvery))
@@ -311,17 +314,28 @@ func (f *trainFlags) options(c *cobra.Command, sp trainSpelling, progress io.Wri
 			flagCheck{"target-temperature", !(f.targetTemp > 0 && f.targetTemp <= 100), "a temperature in (0, 100]"},
 			flagCheck{"max-length", f.maxLength < 3, "3 or more tokens (a sample needs 3 tokens to train a step)"},
 			flagCheck{"warmup", !(f.warmupFrac >= 0 && f.warmupFrac < 1), "the warm-up fraction of all updates, in [0,1) (0 turns it off)"},
-			flagCheck{"epochs", f.epochs < 1, "an epoch cap of 1 or more"},
+			flagCheck{"epochs", f.epochs < 0, "an epoch cap of 1 or more, or 0 to choose it from the data"},
 			flagCheck{"batch-tokens", f.batchTokens < 3, "3 or more tokens per step"},
 			flagCheck{"val-fraction", !(f.valFraction > 0 && f.valFraction < 1), "a fraction in (0,1): the trainer keeps the best weights by held-out loss"},
 		)
 		if err := checkFlags(c, checks); err != nil {
 			return o, err
 		}
-		if f.fcNorm && f.normBeforeFC {
-			return o, usagef("--fc-norm and --norm-before-fc exclude each other: one norm per feature layer before fc (EAGLE-3.1), or one over their concatenation")
-		}
 		opts := eagle3.Options{Config: eagle3.DefaultConfig()}
+		if set("variant") {
+			switch f.variant {
+			case variantEAGLE3:
+				opts.Config.FCNorm, opts.Config.NormOutput = false, false
+			case variantEAGLE31:
+				opts.Config.FCNorm, opts.Config.NormOutput = true, true
+			default:
+				return o, usagef("--variant %q: want %s or %s", f.variant, variantEAGLE31, variantEAGLE3)
+			}
+		}
+		if set("norm-before-fc") && f.normBeforeFC && !set("fc-norm") {
+			// One norm over the fused features replaces the per-feature ones.
+			opts.Config.FCNorm = false
+		}
 		if set("layers") {
 			if err := eagle3Layers(f.layers); err != nil {
 				return o, err
@@ -342,6 +356,9 @@ func (f *trainFlags) options(c *cobra.Command, sp trainSpelling, progress io.Wri
 		assign(set, "fc-norm", &cfg.FCNorm, f.fcNorm)
 		assign(set, "norm-before-fc", &cfg.NormBeforeFC, f.normBeforeFC)
 		assign(set, "norm-output", &cfg.NormOutput, f.normOutput)
+		if cfg.FCNorm && cfg.NormBeforeFC {
+			return o, usagef("--fc-norm and --norm-before-fc exclude each other: one norm per feature layer before fc (EAGLE-3.1, on by default: --norm-before-fc alone turns it off), or one over their concatenation")
+		}
 		f.assignShared(set, shared{lr: &cfg.LR, minLRRatio: &cfg.MinLRRatio, weightDecay: &cfg.WeightDecay, clipNorm: &cfg.ClipNorm,
 			valFraction: &cfg.EvalFraction, epochs: &cfg.Epochs, maxSteps: &cfg.MaxSteps, patience: &cfg.Patience, evalEvery: &cfg.EvalEvery,
 			batchTokens: &cfg.BatchTokens, checkpointEvery: &cfg.CheckpointEvery, logEvery: &cfg.LogEvery, seed: &cfg.Seed})
@@ -498,6 +515,22 @@ func (f *trainFlags) assignLoss(set func(string) bool, loss *string, eta *float6
 
 // assign sets *dst to v when the flag name was given: a flag left out keeps
 // the trainer's default.
+// The --variant names: EAGLE-3.1's norms (fc_norm and norm_output) or plain
+// EAGLE-3.
+const (
+	variantEAGLE31 = "eagle3.1"
+	variantEAGLE3  = "eagle3"
+)
+
+// variantOf names the variant c's switches make (the default's, for the
+// help).
+func variantOf(c eagle3.Config) string {
+	if c.FCNorm && c.NormOutput && !c.NormBeforeFC {
+		return variantEAGLE31
+	}
+	return variantEAGLE3
+}
+
 func assign[T any](set func(string) bool, name string, dst *T, v T) {
 	if set(name) {
 		*dst = v

@@ -133,7 +133,7 @@ func TestTrainHelpQuotesTrainerDefaults(t *testing.T) {
 		text string
 	}{
 		{lookup("train"), "lr", fmt.Sprintf("medusa %v, eagle3 %v", m.LR, e.LR)},
-		{lookup("train"), "epochs", fmt.Sprintf("medusa %s, eagle3 %v", medusaAuto(m.MaxEpochs, "enough epochs to see 1.5M positions, 2 to 40"), e.Epochs)},
+		{lookup("train"), "epochs", fmt.Sprintf("medusa from the data: enough epochs to see %gM positions, 2 to 40, eagle3 from the data: enough epochs to see %gM tokens, 2 to 40", float64(medusa.AutoPositions)/1e6, float64(eagle3.AutoTokens)/1e6)},
 		{lookup("train"), "patience", fmt.Sprintf("medusa %v, eagle3 %v", m.Patience, e.Patience)},
 		{lookup("train"), "clip-norm", fmt.Sprintf("medusa %v, eagle3 %v", m.ClipNorm, e.ClipNorm)},
 		{lookup("train"), "warmup", fmt.Sprintf("(default %g)", e.WarmupFrac)},
@@ -292,19 +292,23 @@ func TestTrainResumeWithoutCheckpoint(t *testing.T) {
 	}
 }
 
-// TestTrainEAGLE31Flags: --fc-norm, --norm-before-fc and --norm-output
-// reach the EAGLE-3 trainer's configuration in both spellings, default to
-// plain EAGLE-3, exclude one another where the recipes do, and are refused
-// for Medusa.
+// TestTrainEAGLE31Flags: --variant, --fc-norm, --norm-before-fc and
+// --norm-output reach the EAGLE-3 trainer's configuration in both
+// spellings, default to EAGLE-3.1 (fc_norm and norm_output), exclude one
+// another where the recipes do, and are refused for Medusa.
 func TestTrainEAGLE31Flags(t *testing.T) {
 	for _, c := range []struct {
 		flags []string
 		want  [3]bool
 	}{
-		{nil, [3]bool{}},
+		{nil, [3]bool{true, false, true}},
+		{[]string{"--variant", "eagle3.1"}, [3]bool{true, false, true}},
+		{[]string{"--variant", "eagle3"}, [3]bool{}},
 		{[]string{"--fc-norm", "--norm-output"}, [3]bool{true, false, true}},
-		{[]string{"--norm-before-fc"}, [3]bool{false, true, false}},
+		{[]string{"--norm-before-fc"}, [3]bool{false, true, true}},
+		{[]string{"--variant", "eagle3", "--norm-before-fc"}, [3]bool{false, true, false}},
 		{[]string{"--norm-output=true", "--fc-norm=false"}, [3]bool{false, false, true}},
+		{[]string{"--variant", "eagle3", "--norm-output"}, [3]bool{false, false, true}},
 	} {
 		a := trainOpts(t, append(append([]string{}, eagle3Args...), c.flags...)...).Run
 		b := trainOpts(t, append(append([]string{}, byEAGLE3...), c.flags...)...).Run
@@ -320,6 +324,8 @@ func TestTrainEAGLE31Flags(t *testing.T) {
 	}{
 		{with(eagle3Args, "--fc-norm", "--norm-before-fc"), "--fc-norm and --norm-before-fc exclude each other"},
 		{with(byEAGLE3, "--fc-norm", "--norm-before-fc"), "--fc-norm and --norm-before-fc exclude each other"},
+		{with(eagle3Args, "--variant", "eagle3.2"), `--variant "eagle3.2": want eagle3.1 or eagle3`},
+		{with(byMedusa, "--variant", "eagle3"), "--variant is an EAGLE-3 setting"},
 		{with(byMedusa, "--norm-output"), "--norm-output is an EAGLE-3 setting"},
 		{with(medusaArgs, "--fc-norm"), "unknown flag: --fc-norm"},
 	} {

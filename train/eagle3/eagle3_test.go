@@ -522,6 +522,7 @@ func TestTrainEAGLE31(t *testing.T) {
 func TestSameArgsNorms(t *testing.T) {
 	tt := newTinyTarget(53, tinyGeometry())
 	cfg := trainConfig()
+	cfg.FCNorm, cfg.NormOutput = false, false // plain EAGLE-3
 	saved, err := json.Marshal(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -537,5 +538,16 @@ func TestSameArgsNorms(t *testing.T) {
 	cfg.FCNorm = true
 	if err := sameArgs(t, tt, saved, cfg); err == nil || !strings.Contains(err.Error(), "fc_norm: was false, now true") {
 		t.Fatalf("fc_norm resumed a plain EAGLE-3 run: %v", err)
+	}
+}
+
+// TestAutoEpochs pins the data-derived epoch cap documented on AutoEpochs.
+func TestAutoEpochs(t *testing.T) {
+	for _, c := range []struct{ tokens, epochs int }{
+		{0, 40}, {40_000, 40}, {125_000, 40}, {125_001, 40}, {200_000, 25}, {840_000, 6}, {2_499_999, 3}, {2_500_000, 2}, {1e9, 2},
+	} {
+		if e := AutoEpochs(c.tokens); e != c.epochs {
+			t.Errorf("%d tokens: %d epochs, want %d", c.tokens, e, c.epochs)
+		}
 	}
 }

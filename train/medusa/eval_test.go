@@ -228,7 +228,8 @@ func TestHeldOutChainWalk(t *testing.T) {
 func TestAutoBatchAndEpochs(t *testing.T) {
 	for _, c := range []struct{ pos, batch, epochs int }{
 		{0, 64, 40}, {1000, 64, 40}, {32767, 64, 40}, {32768, 128, 40},
-		{36900, 128, 40}, {100_000, 256, 15}, {1_048_575, 2048, 2}, {1_048_576, 4096, 2}, {100_000_000, 4096, 2},
+		{36900, 128, 40}, {100_000, 256, 40}, {200_000, 512, 25}, {800_000, 2048, 7}, {1_048_575, 2048, 5}, {1_048_576, 4096, 5},
+		{2_500_000, 4096, 2}, {100_000_000, 4096, 2},
 	} {
 		if b, e := AutoBatchTokens(c.pos), AutoEpochs(c.pos); b != c.batch || e != c.epochs {
 			t.Errorf("%d positions: batch %d, epochs %d; want %d, %d", c.pos, b, e, c.batch, c.epochs)
