@@ -3,6 +3,7 @@
 #   make demo   set up, build, and run the pipeline on the bundled stories260k model
 #   make test   set up, vet, and run every test on both compute paths (OpenBLAS and pure Go)
 #   make bench  print one table of the benchmarks (see docs/performance.md)
+#   make acceptance  the acceptance measurement of docs/acceptance.md (about 50 minutes)
 
 GO        ?= go
 BIN       := bin/drafter
@@ -10,7 +11,7 @@ MODEL     := models/stories260k
 DEMO_OUT  := demo-out
 export GOFLAGS ?= -mod=mod
 
-.PHONY: all build setup demo test test-openblas test-purego vet bench fuzz clean
+.PHONY: all build setup demo acceptance test test-openblas test-purego vet bench fuzz clean
 .PHONY: ptx ptx-check cuda-standin cuda-standin-test cuda-kernel-test cuda-check gpu-check-build
 
 all: build
@@ -27,6 +28,11 @@ build:
 
 demo: setup build
 	@scripts/demo.sh $(BIN) $(MODEL) $(DEMO_OUT)
+
+# The acceptance measurement of docs/acceptance.md (every training default, 8400 distilled
+# prompts; about 50 minutes on 2 cores).
+acceptance: setup build
+	@scripts/acceptance.sh $(BIN) $(MODEL) acceptance-out
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
