@@ -158,7 +158,8 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		"settings": set,
 	}
 	job := loop.Job{Out: opt.Out, Settings: set, Report: rep,
-		Provenance: loop.Provenance{BaseModel: tg.Name(), TargetFingerprint: tg.Fingerprint, DataManifests: manifests, Args: args}}
+		Provenance: loop.Provenance{BaseModel: tg.Name(), TargetFingerprint: tg.Fingerprint, DataManifests: manifests, Args: args,
+			TargetLayers: tg.Config.NumLayers}}
 	out, err := m.Train(ctx, &loop.Setup{Target: tg, Captures: captures, Data: data, Device: dev, Resume: opt.Resume, Job: job})
 	if err != nil {
 		return nil, err

@@ -351,6 +351,10 @@ func TestEAGLE3EndToEnd(t *testing.T) {
 		t.Errorf("drafter.json written inside the export folder too; it belongs at the top of --out only")
 	}
 	checkProvenance(t, out, "eagle3", fp, dir)
+	// The target's depth is recorded, for check-export's layer-id range check.
+	if p := readProv(t, filepath.Join(out, ProvenanceFile)); p["target_num_hidden_layers"] != 5.0 {
+		t.Errorf("drafter.json target_num_hidden_layers = %v, want stories260k's 5", p["target_num_hidden_layers"])
+	}
 	checkSums(t, out, ProvenanceFile, "eagle3/config.json", "eagle3/model.safetensors")
 	cfg := readProv(t, filepath.Join(out, "eagle3", "config.json"))
 	if _, ok := cfg["eagle_aux_hidden_state_layer_ids"]; ok {

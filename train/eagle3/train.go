@@ -327,6 +327,7 @@ type provenance struct {
 	DefaultLayers     bool              `json:"default_feature_layers"`
 	BaseModel         string            `json:"base_model_name_or_path,omitempty"`
 	TargetFingerprint string            `json:"target_fingerprint"`
+	TargetLayers      int               `json:"target_num_hidden_layers,omitempty"`
 	DataManifests     map[string]string `json:"data_manifests"`
 	Args              any               `json:"args"`
 	Steps             int               `json:"steps"`
@@ -592,7 +593,7 @@ func (t *trainer) Export(job *loop.Job, r *loop.Result[*EvalMetrics]) error {
 		Hidden: g.Hidden, Vocab: g.Vocab, DraftVocab: g.DraftVocab, DraftVocabSeen: voc.Seen, TTTSteps: cfg.Steps,
 		Loss: set.Loss, LKEta: set.LKEta,
 		FeatureLayers: layers, DefaultLayers: cfg.Export.DefaultLayers,
-		BaseModel: p.BaseModel, TargetFingerprint: p.TargetFingerprint, DataManifests: manifests,
+		BaseModel: p.BaseModel, TargetFingerprint: p.TargetFingerprint, TargetLayers: p.TargetLayers, DataManifests: manifests,
 		Args: p.Args, Steps: r.Steps, Stopped: r.Stopped, Metrics: r.Best,
 	})
 	if err != nil {

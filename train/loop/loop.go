@@ -201,6 +201,9 @@ type Provenance struct {
 	DataManifests map[string]string
 	// Args are the arguments of the run.
 	Args any
+	// TargetLayers is the target's num_hidden_layers, recorded so that
+	// drafter check-export can check feature-layer ids against it.
+	TargetLayers int
 }
 
 // Result is what a run did.
