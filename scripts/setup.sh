@@ -72,10 +72,21 @@ fi
 # compare drafter's logits with them skip without it (DRAFTER_REQUIRE_PYTHON=1
 # makes them fail instead).
 if [ ! -x build/pyenv/bin/python ] || ! build/pyenv/bin/python -c 'import numpy, safetensors' >/dev/null 2>&1; then
-  if command -v python3 >/dev/null 2>&1 && python3 -m venv --help >/dev/null 2>&1; then
+  # Debian's python3 lacks venv's ensurepip until python3-venv is installed.
+  if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1 &&
+    command -v apt-get >/dev/null 2>&1 && { [ "$(id -u)" = 0 ] || command -v sudo >/dev/null 2>&1; }; then
+    sudo=""
+    [ "$(id -u)" = 0 ] || sudo=sudo
+    echo "setup: installing python3-venv"
+    $sudo apt-get install -y -qq python3-venv >/dev/null || echo "setup: could not install python3-venv"
+  fi
+  if command -v python3 >/dev/null 2>&1 && python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
     echo "setup: creating build/pyenv (numpy, safetensors) for the engine-style reference forwards"
+    rm -rf build/pyenv
+    # Versions pinned to those the comparisons were written against, as npm's lock files pin
+    # the JavaScript references.
     python3 -m venv build/pyenv &&
-      build/pyenv/bin/python -m pip install --quiet --disable-pip-version-check numpy safetensors ||
+      build/pyenv/bin/python -m pip install --quiet --disable-pip-version-check numpy==2.4.6 safetensors==0.8.0 ||
       echo "setup: could not create build/pyenv; the engine-style forward comparisons will skip"
   else
     echo "setup: no python3 with venv: the engine-style forward comparisons will skip (install python3-venv to enable them)"
