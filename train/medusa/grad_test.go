@@ -13,6 +13,14 @@ import (
 // sum_h w_h * mean over valid rows of -log softmax(lm_h * blocks_h(x))[target].
 // p lists every parameter in Params order, as float64.
 func refLoss(g dmedusa.Geometry, p [][]float64, shared []float64, b *Batch, w []float64) float64 {
+	return refHeadMeans(g, p, shared, b, w, func(_, _ int, logq float64) float64 { return -logq })
+}
+
+// refHeadMeans runs the float64 forward of every head over the batch and
+// returns sum_h w_h * mean over head h's valid rows r of rowLoss(h, r,
+// log softmax(lm_h * blocks_h(x_r))[target]): the shape every loss the
+// heads train with shares.
+func refHeadMeans(g dmedusa.Geometry, p [][]float64, shared []float64, b *Batch, w []float64, rowLoss func(h, r int, logq float64) float64) float64 {
 	H, V := g.Hidden, g.Vocab
 	var total float64
 	k := 0
@@ -62,7 +70,7 @@ func refLoss(g dmedusa.Geometry, p [][]float64, shared []float64, b *Batch, w []
 			for _, l := range logits {
 				z += math.Exp(l - mx)
 			}
-			sum += math.Log(z) + mx - logits[t]
+			sum += rowLoss(h, r, logits[t]-mx-math.Log(z))
 		}
 		if n > 0 {
 			total += w[h] * sum / float64(n)

@@ -28,72 +28,18 @@ import (
 // parameters'), else it is computed and stored there when lam is given
 // empty rows.
 func refLossLK(g dmedusa.Geometry, p [][]float64, shared []float64, b *Batch, w []float64, l tensor.LK, lam [][]float64, fill bool) float64 {
-	H, V := g.Hidden, g.Vocab
-	var total float64
-	k := 0
-	for h := 0; h < g.Heads; h++ {
-		ws, bs := make([][]float64, g.Layers), make([][]float64, g.Layers)
-		for i := 0; i < g.Layers; i++ {
-			ws[i], bs[i] = p[k], p[k+1]
-			k += 2
+	return refHeadMeans(g, p, shared, b, w, func(h, r int, logq float64) float64 {
+		alpha := math.Exp(logq)
+		if fill {
+			lam[h][r] = math.Exp(-l.Eta * alpha)
 		}
-		lm := shared
-		if !g.SharedLMHead {
-			lm = p[k]
-			k++
+		kl, tv := -logq, 1-alpha
+		row := l.KL*kl + l.TV*tv - l.NLA*math.Log(math.Max(alpha, tensor.LKEpsilon))
+		if l.Hybrid != 0 {
+			row += l.Hybrid * (lam[h][r]*kl + (1-lam[h][r])*tv)
 		}
-		var sum float64
-		n := 0
-		for r := 0; r < b.Rows; r++ {
-			t := b.Targets[h][r]
-			if t < 0 {
-				continue
-			}
-			n++
-			x := make([]float64, H)
-			for i := range x {
-				x[i] = float64(b.X[r*H+i])
-			}
-			for i := 0; i < g.Layers; i++ {
-				nx := make([]float64, H)
-				for o := 0; o < H; o++ {
-					z := bs[i][o]
-					for j := 0; j < H; j++ {
-						z += ws[i][o*H+j] * x[j]
-					}
-					nx[o] = x[o] + z/(1+math.Exp(-z))
-				}
-				x = nx
-			}
-			logits := make([]float64, V)
-			mx := math.Inf(-1)
-			for v := 0; v < V; v++ {
-				for i := 0; i < H; i++ {
-					logits[v] += lm[v*H+i] * x[i]
-				}
-				mx = math.Max(mx, logits[v])
-			}
-			var z float64
-			for _, lv := range logits {
-				z += math.Exp(lv - mx)
-			}
-			logq := logits[t] - mx - math.Log(z)
-			alpha := math.Exp(logq)
-			if fill {
-				lam[h][r] = math.Exp(-l.Eta * alpha)
-			}
-			kl, tv := -logq, 1-alpha
-			row := l.KL*kl + l.TV*tv - l.NLA*math.Log(math.Max(alpha, tensor.LKEpsilon))
-			if l.Hybrid != 0 {
-				row += l.Hybrid * (lam[h][r]*kl + (1-lam[h][r])*tv)
-			}
-			sum += row
-		}
-		if n > 0 {
-			total += w[h] * sum / float64(n)
-		}
-	}
-	return total
+		return row
+	})
 }
 
 // TestLKGradientsAgainstFiniteDifferences checks TrainStep with each LK form
