@@ -3,10 +3,10 @@ package exportcheck
 import (
 	"fmt"
 	"path/filepath"
-	"slices"
 	"sort"
-	"strconv"
 	"strings"
+
+	"github.com/drafter-ai/drafter/pkg/safetensors"
 )
 
 // The Medusa layouts:
@@ -138,11 +138,11 @@ func checkMedusaVLLM(c *checker) {
 	unused := func(name string) string {
 		n := rename(name)
 		why := "not a parameter of vLLM's Medusa"
-		if ix := numbers(n, "blocks.#.layers.#.bias"); ix != nil && ix[0] < heads && ix[1] < layers && !bias {
+		if ix := safetensors.NameIndices(n, "blocks.#.layers.#.bias"); ix != nil && ix[0] < heads && ix[1] < layers && !bias {
 			why = "medusa_fc_bias is false (or absent), so vLLM's blocks have no bias"
-		} else if ix := numbers(n, "blocks.#.layers.#.weight"); ix != nil {
+		} else if ix := safetensors.NameIndices(n, "blocks.#.layers.#.weight"); ix != nil {
 			why = fmt.Sprintf("num_heads is %d and num_hidden_layers %d", heads, layers)
-		} else if ix := numbers(n, "lm_heads.#.weight"); ix != nil {
+		} else if ix := safetensors.NameIndices(n, "lm_heads.#.weight"); ix != nil {
 			if shared && ix[0] < heads {
 				why = "original_lm_head is true: vLLM builds one lm_head from lm_heads.0.weight"
 			} else {
@@ -228,37 +228,13 @@ func checkMedusaFD(c *checker) {
 		wants[fmt.Sprintf("%d.%d.weight", h, layers)] = want{shape: []int{V, H}, why: fmt.Sprintf("vocab_size %d, hidden_size %d, at block index medusa_num_layers %d", V, H, layers)}
 	}
 	unused := func(name string) string {
-		if ix := numbers(name, "#.#.linear.weight"); ix != nil && ix[0] >= heads {
+		if ix := safetensors.NameIndices(name, "#.#.linear.weight"); ix != nil && ix[0] >= heads {
 			return fmt.Sprintf("a head beyond medusa_num_heads %d: converted with --num_medusa_heads %d it is never read, converted with more the config is wrong", heads, heads)
 		}
-		if ix := numbers(name, "#.#.weight"); ix != nil && ix[0] >= heads {
+		if ix := safetensors.NameIndices(name, "#.#.weight"); ix != nil && ix[0] >= heads {
 			return fmt.Sprintf("the lm_head of a head beyond medusa_num_heads %d: never read", heads)
 		}
 		return fmt.Sprintf("not a tensor TensorRT-LLM's load_medusa_hf reads with %d heads of %d blocks: never read", heads, layers)
 	}
 	c.compare(es, w, wants, nil, unused, "TensorRT-LLM's load_medusa_hf indexes it and fails with a KeyError")
-}
-
-// numbers matches name against pattern, whose "#" parts stand for decimal
-// numbers, and returns them, nil when name does not match.
-func numbers(name, pattern string) []int {
-	np, pp := strings.Split(name, "."), strings.Split(pattern, ".")
-	if len(np) != len(pp) {
-		return nil
-	}
-	var out []int
-	for i, p := range pp {
-		if p != "#" {
-			if np[i] != p {
-				return nil
-			}
-			continue
-		}
-		n, err := strconv.Atoi(np[i])
-		if err != nil || n < 0 || strconv.Itoa(n) != np[i] {
-			return nil
-		}
-		out = append(out, n)
-	}
-	return slices.Clip(out)
 }

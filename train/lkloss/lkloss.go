@@ -140,3 +140,19 @@ func Canonical(l Loss) string {
 	b, _ := json.Marshal(w) // a map of finite floats always encodes
 	return string(b)
 }
+
+// Recorded returns the loss spec and η (both as Parse takes them) as a run
+// records them: the canonical spelling, and η as used (DefaultEta for 0) only
+// when the loss weighs Hybrid (0 otherwise), so that every spelling of the
+// same training records the same settings. A spec Parse refuses is returned
+// as it is: the trainers validate it before.
+func Recorded(spec string, eta float64) (string, float64) {
+	l, err := Parse(spec, eta)
+	if err != nil {
+		return spec, eta
+	}
+	if l.UsesEta() {
+		return Canonical(l), l.LK.Eta
+	}
+	return Canonical(l), 0
+}

@@ -61,3 +61,24 @@ func TestParse(t *testing.T) {
 		}
 	}
 }
+
+// TestRecorded: every spelling of one loss records one setting, and η only
+// where the hybrid uses it.
+func TestRecorded(t *testing.T) {
+	for _, c := range []struct {
+		spec    string
+		eta     float64
+		want    string
+		wantEta float64
+	}{
+		{CE, 0, CE, 0},
+		{"lk_hybrid", 0, "lk_hybrid", DefaultEta},
+		{`{"lk_hybrid":1}`, 2, "lk_hybrid", 2},
+		{`{"tv":1}`, 0, "tv", 0},
+		{`{"tv":0.9,"kl":0.1}`, 0, `{"kl":0.1,"tv":0.9}`, 0},
+	} {
+		if got, eta := Recorded(c.spec, c.eta); got != c.want || eta != c.wantEta {
+			t.Errorf("Recorded(%q, %g) = %q, %g; want %q, %g", c.spec, c.eta, got, eta, c.want, c.wantEta)
+		}
+	}
+}

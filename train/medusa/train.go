@@ -197,11 +197,7 @@ func (c *Config) loss() lkloss.Loss {
 // spelling and η as used, only with a loss that weighs lk_hybrid, so that
 // every spelling of the same training records the same settings.
 func (c Config) settings() Config {
-	l := c.loss()
-	c.Loss, c.LKEta = lkloss.Canonical(l), 0
-	if l.UsesEta() {
-		c.LKEta = l.LK.Eta
-	}
+	c.Loss, c.LKEta = lkloss.Recorded(c.Loss, c.LKEta)
 	return c
 }
 

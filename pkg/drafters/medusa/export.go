@@ -6,8 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"strconv"
-	"strings"
 
 	"github.com/drafter-ai/drafter/pkg/atomicfile"
 	"github.com/drafter-ai/drafter/pkg/drafters"
@@ -303,31 +301,6 @@ func readExact(set *safetensors.Set, file, cfgPath, cfgDesc string, wants []tens
 		}
 	}
 	return dt, nil
-}
-
-// indices matches name against pattern, whose "#" parts stand for decimal
-// numbers ("blocks.#.layers.#.weight"), and returns those numbers, or nil when
-// name does not match.
-func indices(name, pattern string) []int {
-	np, pp := strings.Split(name, "."), strings.Split(pattern, ".")
-	if len(np) != len(pp) {
-		return nil
-	}
-	var out []int
-	for i, p := range pp {
-		if p != "#" {
-			if np[i] != p {
-				return nil
-			}
-			continue
-		}
-		n, err := strconv.Atoi(np[i])
-		if err != nil || n < 0 || strconv.Itoa(n) != np[i] {
-			return nil
-		}
-		out = append(out, n)
-	}
-	return out
 }
 
 // span says what a count field allows: "num_heads is 4: heads 0 to 3".

@@ -77,14 +77,14 @@ type fdConfig struct {
 func (c *fdConfig) unused(name string) string {
 	H, L := *c.Heads, *c.Layers
 	for _, p := range []string{"#.#.linear.weight", "#.#.linear.bias"} {
-		if ix := indices(name, p); ix != nil {
+		if ix := safetensors.NameIndices(name, p); ix != nil {
 			if ix[0] >= H {
 				return span("medusa_num_heads", H, "heads", "")
 			}
 			return span("medusa_num_layers", L, "blocks", " in each head")
 		}
 	}
-	if ix := indices(name, "#.#.weight"); ix != nil {
+	if ix := safetensors.NameIndices(name, "#.#.weight"); ix != nil {
 		if ix[0] >= H {
 			return span("medusa_num_heads", H, "heads", "")
 		}
@@ -115,7 +115,7 @@ func (fasterDecoding) load(dir string) (*Loaded, error) {
 	// they differ or sit where the config puts none.
 	var info safetensors.Info
 	for _, name := range set.Names() {
-		if indices(name, "#.#.weight") != nil {
+		if safetensors.NameIndices(name, "#.#.weight") != nil {
 			info, _ = set.Info(name)
 			break
 		}

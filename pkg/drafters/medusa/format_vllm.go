@@ -110,7 +110,7 @@ type vllmConfig struct {
 // unused explains why the config has no use for tensor name.
 func (c *vllmConfig) unused(name string) string {
 	for _, p := range []string{"blocks.#.layers.#.weight", "blocks.#.layers.#.bias"} {
-		if ix := indices(name, p); ix != nil {
+		if ix := safetensors.NameIndices(name, p); ix != nil {
 			switch {
 			case ix[0] >= *c.Heads:
 				return span("num_heads", *c.Heads, "heads", "")
@@ -120,7 +120,7 @@ func (c *vllmConfig) unused(name string) string {
 			return "medusa_fc_bias is false (blocks without bias, as vLLM builds them by default)"
 		}
 	}
-	if ix := indices(name, "lm_heads.#.weight"); ix != nil {
+	if ix := safetensors.NameIndices(name, "lm_heads.#.weight"); ix != nil {
 		if ix[0] >= *c.Heads {
 			return span("num_heads", *c.Heads, "heads", "")
 		}
