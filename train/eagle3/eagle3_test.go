@@ -544,7 +544,7 @@ func TestSameArgsNorms(t *testing.T) {
 // TestAutoEpochs pins the data-derived epoch cap documented on AutoEpochs.
 func TestAutoEpochs(t *testing.T) {
 	for _, c := range []struct{ tokens, epochs int }{
-		{0, 40}, {40_000, 40}, {125_000, 40}, {125_001, 40}, {200_000, 25}, {840_000, 6}, {2_499_999, 3}, {2_500_000, 2}, {1e9, 2},
+		{0, 40}, {40_000, 40}, {212_500, 40}, {212_501, 40}, {400_000, 22}, {890_000, 10}, {4_249_999, 3}, {4_250_000, 2}, {1e9, 2},
 	} {
 		if e := AutoEpochs(c.tokens); e != c.epochs {
 			t.Errorf("%d tokens: %d epochs, want %d", c.tokens, e, c.epochs)
