@@ -3,7 +3,7 @@
 #   make demo   set up, build, and run the pipeline on the bundled stories260k model
 #   make test   set up, vet, and run every test on both compute paths (OpenBLAS and pure Go)
 #   make bench  print one table of the benchmarks (see docs/performance.md)
-#   make acceptance  the acceptance measurement of docs/acceptance.md (about 50 minutes)
+#   make acceptance  the acceptance measurement of docs/acceptance.md (about 30 minutes)
 
 GO        ?= go
 BIN       := bin/drafter
@@ -30,7 +30,7 @@ demo: setup build
 	@scripts/demo.sh $(BIN) $(MODEL) $(DEMO_OUT)
 
 # The acceptance measurement of docs/acceptance.md (every training default, 8400 distilled
-# prompts; about 50 minutes on 2 cores).
+# prompts; about 30 minutes on 2 cores).
 acceptance: setup build
 	@scripts/acceptance.sh $(BIN) $(MODEL) acceptance-out
 

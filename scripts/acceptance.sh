@@ -2,7 +2,7 @@
 # The acceptance measurement of docs/acceptance.md: drafter end to end on the bundled
 # stories260k model with every training default, on the 8400 distilled prompts of
 # data/prompts/stories-train-8k.jsonl, evaluated on the 40 held-out prompts of the demo at
-# temperature 0 and at temperature 1. About 50 minutes on 2 cores.
+# temperature 0 and at temperature 1. About 30 minutes on 2 cores.
 #   1. distill: greedy 96-token continuations of the 8400 prompts (the serving temperature is 0)
 #   2. train Medusa-1 heads and an EAGLE-3 draft with no flag but the data
 #   3. eval: Medusa chain and tree, EAGLE-3 chain 4, chain 7 and tree, at temperature 0 and 1
