@@ -214,20 +214,9 @@ func lkLoss(t *testing.T, dev tensor.Device) {
 				lkFiniteDifferences(t, name, lv, p64, rows, v, f.l)
 			}
 			want, wantAlpha, wantGrad, scale := lkRef(lv, p, nil, rows, v, w, f.l)
-			d := e.tensor(e.rand(rows*v, 1), rows, v)
-			got, alpha := dev.LKLoss(d, logits, pt, wt, f.l)
-			e.closeTo(name, got, want, 1e-6)
-			e.closeTo(name+" α", alpha, wantAlpha, 1e-6)
-			e.near(name+" dlogits", e.read(d), wantGrad, scale)
-			e.same(name+"'s logits", e.read(logits), lv)
-			if l, a := dev.LKLoss(tensor.Tensor{}, logits, pt, wt, f.l); l != got || a != alpha {
-				t.Fatalf("%s without dlogits %v α %v, with %v α %v", name, l, a, got, alpha)
-			}
-			in := e.tensor(lv, rows, v)
-			if l, a := dev.LKLoss(in, in, pt, wt, f.l); l != got || a != alpha {
-				t.Fatalf("%s in place %v α %v, into a separate tensor %v α %v", name, l, a, got, alpha)
-			}
-			e.same(name+" in place", e.read(in), e.read(d))
+			e.lkCall(name, lv, logits, rows, v, want, wantAlpha, wantGrad, scale, func(d, in tensor.Tensor) (float64, float64) {
+				return dev.LKLoss(d, in, pt, wt, f.l)
+			})
 		}
 	}
 	// Without weights every row weighs 1; with p one-hot LKLoss is
@@ -249,6 +238,27 @@ func lkLoss(t *testing.T, dev tensor.Device) {
 		e.closeTo("LKLossHard against one-hot LKLoss "+f.name+" α", alpha, wantAlpha, 1e-6)
 	}
 	lkLossHard(t, dev)
+}
+
+// lkCall checks one LK loss call, call(dlogits, logits), against the
+// reference's loss, α and gradient: into a separate gradient tensor with
+// the logits (lv in logits) left as they are, without a gradient (the same
+// loss and α), and in place (the same gradient).
+func (e *env) lkCall(name string, lv []float32, logits tensor.Tensor, rows, v int, want, wantAlpha float64, wantGrad, scale []float64, call func(d, in tensor.Tensor) (float64, float64)) {
+	d := e.tensor(e.rand(rows*v, 1), rows, v)
+	got, alpha := call(d, logits)
+	e.closeTo(name, got, want, 1e-6)
+	e.closeTo(name+" α", alpha, wantAlpha, 1e-6)
+	e.near(name+" dlogits", e.read(d), wantGrad, scale)
+	e.same(name+"'s logits", e.read(logits), lv)
+	if l, a := call(tensor.Tensor{}, logits); l != got || a != alpha {
+		e.t.Fatalf("%s without dlogits %v α %v, with %v α %v", name, l, a, got, alpha)
+	}
+	in := e.tensor(lv, rows, v)
+	if l, a := call(in, in); l != got || a != alpha {
+		e.t.Fatalf("%s in place %v α %v, into a separate tensor %v α %v", name, l, a, got, alpha)
+	}
+	e.same(name+" in place", e.read(in), e.read(d))
 }
 
 // lkLossHard checks LKLossHard against the reference: negative targets and
@@ -283,20 +293,9 @@ func lkLossHard(t *testing.T, dev tensor.Device) {
 				lkFiniteDifferences(t, name, lv, p64, rows, v, f.l)
 			}
 			want, wantAlpha, wantGrad, scale := lkRef(lv, nil, tg, rows, v, w, f.l)
-			d := e.tensor(e.rand(rows*v, 1), rows, v)
-			got, alpha := dev.LKLossHard(d, logits, targets, wt, f.l)
-			e.closeTo(name, got, want, 1e-6)
-			e.closeTo(name+" α", alpha, wantAlpha, 1e-6)
-			e.near(name+" dlogits", e.read(d), wantGrad, scale)
-			e.same(name+"'s logits", e.read(logits), lv)
-			if l, a := dev.LKLossHard(tensor.Tensor{}, logits, targets, wt, f.l); l != got || a != alpha {
-				t.Fatalf("%s without dlogits %v α %v, with %v α %v", name, l, a, got, alpha)
-			}
-			in := e.tensor(lv, rows, v)
-			if l, a := dev.LKLossHard(in, in, targets, wt, f.l); l != got || a != alpha {
-				t.Fatalf("%s in place %v α %v, into a separate tensor %v α %v", name, l, a, got, alpha)
-			}
-			e.same(name+" in place", e.read(in), e.read(d))
+			e.lkCall(name, lv, logits, rows, v, want, wantAlpha, wantGrad, scale, func(d, in tensor.Tensor) (float64, float64) {
+				return dev.LKLossHard(d, in, targets, wt, f.l)
+			})
 		}
 	}
 	// KL against one-hot targets is the cross-entropy, gradient included.
