@@ -342,6 +342,7 @@ func (r *run[M]) restore() error {
 	r.keepBest()
 	r.st = &optim.TrainState{Buffers: []optim.Param{{Name: "best", Data: all}}}
 	r.ckpt = filepath.Join(r.job.Out, CheckpointFile)
+	r.s.PlanSteps = r.total
 	if !r.cfg.Resume {
 		return nil
 	}
@@ -352,7 +353,14 @@ func (r *run[M]) restore() error {
 	if !found {
 		return nil
 	}
-	return r.s.readLegacy(r.st.Extra)
+	if err := r.s.readLegacy(r.st.Extra); err != nil {
+		return err
+	}
+	if r.s.PlanSteps != 0 && r.s.PlanSteps != r.total {
+		return fmt.Errorf("train: %s: the checkpoint's schedule spans %d steps, this run's %d: the epoch cap or the batch was chosen from the data by another build's rule; resume with the --epochs and --batch-tokens the run started with (train_args.json, metrics.jsonl), or start over", r.ckpt, r.s.PlanSteps, r.total)
+	}
+	r.s.PlanSteps = r.total
+	return nil
 }
 
 // train runs the epochs from where the state stands.

@@ -367,3 +367,26 @@ func TestResumeSettingsCheck(t *testing.T) {
 		t.Fatalf("%s after the resume: %s (%v), want the width recorded", ArgsFile, rec, err)
 	}
 }
+
+// TestResumeRefusesAnotherPlan: a resume whose trainer plans another number
+// of steps (an epoch cap or batch chosen from the data by another build's
+// rule) is refused before it trains, naming both; the same plan resumes.
+func TestResumeRefusesAnotherPlan(t *testing.T) {
+	dir := t.TempDir()
+	cfg := quadConfig()
+	cfg.MaxSteps = 3
+	if _, err := runQuad(t, context.Background(), cfg, dir); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Resume = true
+	q := newQuad()
+	q.epochs = append(q.epochs, q.epochs[0])
+	_, err := Run(context.Background(), cfg, &Job{Out: dir}, q)
+	if err == nil || !strings.Contains(err.Error(), "the checkpoint's schedule spans") || !strings.Contains(err.Error(), "--epochs") {
+		t.Fatalf("resume with one more epoch: %v", err)
+	}
+	cfg.MaxSteps = 0
+	if _, err := runQuad(t, context.Background(), cfg, dir); err != nil {
+		t.Fatalf("resume with the same plan: %v", err)
+	}
+}

@@ -23,6 +23,12 @@ type state[M any] struct {
 	// evaluation.
 	LossSum   float64 `json:"loss_sum"`
 	LossCount int     `json:"loss_count"`
+	// PlanSteps is the number of steps the run's schedule spans (the sum
+	// of Plan.EpochSteps). A resume whose plan spans another number (an
+	// epoch cap or batch chosen from the data by another build's rule) is
+	// refused: it would change the learning-rate schedule mid-run.
+	// Checkpoints written before it existed lack it (0) and are not checked.
+	PlanSteps int `json:"plan_steps,omitempty"`
 }
 
 // legacyState holds the fields that checkpoints written by each trainer's
