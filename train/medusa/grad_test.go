@@ -101,6 +101,39 @@ func randomHeads(t *testing.T, g dmedusa.Geometry, seed uint64) (*dmedusa.Heads,
 	return m, target
 }
 
+// randomBatch returns rows random positions with a random target per head
+// for heads of geometry g.
+func randomBatch(r *rand.Rand, g dmedusa.Geometry, rows int) *Batch {
+	b := &Batch{Rows: rows, X: make([]float32, rows*g.Hidden), Targets: make([][]int32, g.Heads)}
+	randFill(r, b.X, 1)
+	for h := range b.Targets {
+		b.Targets[h] = make([]int32, rows)
+		for i := range b.Targets[h] {
+			b.Targets[h][i] = int32(r.IntN(g.Vocab))
+		}
+	}
+	return b
+}
+
+// gradsAndParams reads the workspace's gradients back and returns them with
+// the heads' parameters as float64, both in Tensors order.
+func gradsAndParams(ws *Workspace, m *dmedusa.Heads) ([][]float32, [][]float64) {
+	params := m.Tensors()
+	grads := make([][]float32, len(params))
+	for i, p := range ws.n.Params() {
+		grads[i] = make([]float32, p.Grad.Len())
+		ws.dev.Read(grads[i], p.Grad)
+	}
+	p64 := make([][]float64, len(params))
+	for i, p := range params {
+		p64[i] = make([]float64, len(p.Data))
+		for j, v := range p.Data {
+			p64[i][j] = float64(v)
+		}
+	}
+	return grads, p64
+}
+
 func randFill(r *rand.Rand, s []float32, scale float64) {
 	for i := range s {
 		s[i] = float32(r.NormFloat64() * scale)
@@ -128,32 +161,14 @@ func TestGradientsAgainstFiniteDifferences(t *testing.T) {
 			}
 		}
 		rows := 7
-		b := &Batch{Rows: rows, X: make([]float32, rows*g.Hidden), Targets: [][]int32{make([]int32, rows), make([]int32, rows)}}
-		randFill(r, b.X, 1)
-		for h := range b.Targets {
-			for i := range b.Targets[h] {
-				b.Targets[h][i] = int32(r.IntN(g.Vocab))
-			}
-		}
+		b := randomBatch(r, g, rows)
 		b.Targets[0][2], b.Targets[1][5], b.Targets[1][6] = -1, -1, -1 // heads see different row sets
 		w := Weights(g.Heads, 0.8)
 		ws := mustWorkspace(t, cpu.DefaultBackend(), m, rows, 3) // chunks of 3, 3, 1 rows
 		ws.n.ZeroGrad()
 		loss := ws.TrainStep(b, w)
-
 		params := m.Tensors()
-		grads := make([][]float32, len(params))
-		for i, p := range ws.n.Params() {
-			grads[i] = make([]float32, p.Grad.Len())
-			ws.dev.Read(grads[i], p.Grad)
-		}
-		p64 := make([][]float64, len(params))
-		for i, p := range params {
-			p64[i] = make([]float64, len(p.Data))
-			for j, v := range p.Data {
-				p64[i][j] = float64(v)
-			}
-		}
+		grads, p64 := gradsAndParams(ws, m)
 		sh64 := make([]float64, len(target))
 		for j, v := range target {
 			sh64[j] = float64(v)

@@ -62,13 +62,7 @@ func TestLKGradientsAgainstFiniteDifferences(t *testing.T) {
 				randFill(r, p.Data, 0.5)
 			}
 			rows := 7
-			b := &Batch{Rows: rows, X: make([]float32, rows*g.Hidden), Targets: [][]int32{make([]int32, rows), make([]int32, rows)}}
-			randFill(r, b.X, 1)
-			for h := range b.Targets {
-				for i := range b.Targets[h] {
-					b.Targets[h][i] = int32(r.IntN(g.Vocab))
-				}
-			}
+			b := randomBatch(r, g, rows)
 			b.Targets[0][2], b.Targets[1][5] = -1, -1
 			w := Weights(g.Heads, 0.8)
 			ws := mustWorkspace(t, cpu.DefaultBackend(), m, rows, 3)
@@ -76,18 +70,7 @@ func TestLKGradientsAgainstFiniteDifferences(t *testing.T) {
 			ws.n.ZeroGrad()
 			loss := ws.TrainStep(b, w)
 			params := m.Tensors()
-			grads := make([][]float32, len(params))
-			for i, p := range ws.n.Params() {
-				grads[i] = make([]float32, p.Grad.Len())
-				ws.dev.Read(grads[i], p.Grad)
-			}
-			p64 := make([][]float64, len(params))
-			for i, p := range params {
-				p64[i] = make([]float64, len(p.Data))
-				for j, v := range p.Data {
-					p64[i][j] = float64(v)
-				}
-			}
+			grads, p64 := gradsAndParams(ws, m)
 			lam := [][]float64{make([]float64, rows), make([]float64, rows)}
 			ref := refLossLK(g, p64, nil, b, w, l, lam, true)
 			if math.Abs(ref-loss) > 1e-5*math.Abs(ref) {
