@@ -93,4 +93,34 @@ if [ ! -x build/pyenv/bin/python ] || ! build/pyenv/bin/python -c 'import numpy,
   fi
 fi
 
+# Hugging Face transformers and torch in the same venv: the reference the target
+# architectures are compared with (scripts/hfref/tiny.py builds tiny random-weight
+# checkpoints with transformers' own classes and records their logits and greedy ids;
+# pkg/model/hfref_test.go and cmd/drafter/arch_e2e_test.go run drafter on them). Used on
+# the CPU only, but PyPI's Linux torch wheel is the CUDA build and does not import without
+# its nvidia-* wheels (libtorch_global_deps.so links libcudart and the rest; the CPU-only
+# wheels live on download.pytorch.org, not PyPI), so this is the full install: about 5.6 GB
+# and two minutes. Pinned like numpy and safetensors above: a new transformers may change a
+# default these references were recorded with. Only what is missing or at another version
+# is installed. The released tool needs none of this.
+hf_pins=(torch==2.15.0 transformers==5.25.0 huggingface-hub==2.4.0 tokenizers==0.23.3)
+if [ -x build/pyenv/bin/python ]; then
+  if ! build/pyenv/bin/python - "${hf_pins[@]}" >/dev/null 2>&1 <<'PY'
+import sys
+from importlib.metadata import version
+for pin in sys.argv[1:]:
+    name, want = pin.split("==")
+    if version(name) != want:
+        sys.exit(1)
+import torch, transformers  # noqa: E401,F401  (the wheels import, not only their metadata)
+PY
+  then
+    echo "setup: installing torch and transformers into build/pyenv (about 5.6 GB, a few minutes) for the Hugging Face reference tests"
+    build/pyenv/bin/python -m pip install --quiet --disable-pip-version-check "${hf_pins[@]}" ||
+      echo "setup: could not install torch and transformers into build/pyenv (disk space? network?); the Hugging Face reference tests will skip (fail under DRAFTER_REQUIRE_PYTHON=1)"
+  fi
+else
+  echo "setup: no build/pyenv: the Hugging Face reference tests will skip (fail under DRAFTER_REQUIRE_PYTHON=1)"
+fi
+
 go mod download
