@@ -307,7 +307,10 @@ def make(outdir, name):
     for dt, path in (("f32", f32), ("bf16", bf16)):
         # Loaded back from the files, as drafter reads them; bf16 upcast to float32.
         m = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager").eval()
+        # Counted by transformers (a tied embedding once); matrix_parameters are those
+        # in tensors of two or more dimensions, which a bf16 checkpoint stores in bf16.
         ref["parameters"] = sum(p.numel() for p in m.parameters())
+        ref["matrix_parameters"] = sum(p.numel() for p in m.parameters() if p.dim() >= 2)
         ref[dt] = run(m, f"{name} {dt}", ps, ref["features"])
     with open(os.path.join(d, "reference.json"), "w") as f:
         json.dump(ref, f)

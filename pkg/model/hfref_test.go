@@ -1,0 +1,237 @@
+package model_test
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/drafter-ai/drafter/internal/hfref"
+	"github.com/drafter-ai/drafter/pkg/arch"
+	"github.com/drafter-ai/drafter/pkg/devices"
+	"github.com/drafter-ai/drafter/pkg/model"
+	"github.com/drafter-ai/drafter/pkg/tensor"
+)
+
+// hfTolerance is the largest accepted |drafter - transformers| logit
+// difference, relative to the prompt's logit scale (max(1, the largest
+// |logit| transformers gives over the prompt's positions)). Both compute in
+// float32 (bf16 weights upcast exactly), only in other orders: differences
+// are rounding, of order 1e-6 of the scale; a wrong feature (a window, a
+// bias, a norm, a RoPE variant) moves logits by a sizeable fraction of it.
+const hfTolerance = 1e-4
+
+// TestHFReference compares drafter's forward with Hugging Face transformers'
+// on the tiny checkpoints transformers made (internal/hfref): for each
+// supported architecture (hfref.Archs), the f32 checkpoint and the sharded
+// bf16 one, on the CPU device, and on the CUDA device when a driver is
+// configured (make cuda-check's stand-in, or a GPU): every position's logits
+// of each prompt (LogitsAll), the last position's from a pass that asks for
+// it alone, and the greedy ids of a cached decode, one token per pass, which
+// must equal transformers' (its top-2 gaps exceed 1e-3, far above the
+// tolerance, so equal ids are required, not hoped for).
+//
+// Every other architecture tiny.py makes must be refused by model.Load with
+// an error naming its model_type and the supported ones; one that pkg/arch
+// supports but hfref.Archs lacks fails, so that a new family cannot go
+// untested.
+func TestHFReference(t *testing.T) {
+	c := hfref.Checkpoints(t)
+	for _, a := range hfref.Archs {
+		t.Run(a.Name, func(t *testing.T) {
+			ref := c.Reference(t, a.Name)
+			for _, dt := range hfref.DTypes {
+				t.Run(dt+"/cpu", func(t *testing.T) {
+					m, err := model.Load(c.Model(a.Name, dt), nil)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer m.Close()
+					compareHF(t, m, a, ref, dt)
+				})
+				t.Run(dt+"/cuda", func(t *testing.T) {
+					dev := cudaDevice(t)
+					m, err := model.Load(c.Model(a.Name, dt), dev)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer m.Close()
+					compareHF(t, m, a, ref, dt)
+				})
+			}
+		})
+	}
+	for _, name := range c.Names(t) {
+		if hfref.Supported(name) {
+			continue
+		}
+		t.Run(name+"/refused", func(t *testing.T) {
+			ref := c.Reference(t, name)
+			if _, ok := arch.Lookup(ref.ModelType); ok {
+				t.Fatalf("pkg/arch supports model_type %s, but internal/hfref.Archs has no line for %s: add it, so that it is compared with transformers", ref.ModelType, name)
+			}
+			m, err := model.Load(c.Model(name, "f32"), nil)
+			if err == nil {
+				m.Close()
+				t.Fatalf("model.Load of a %s checkpoint succeeded; drafter does not support it", ref.ModelType)
+			}
+			for _, want := range []string{fmt.Sprintf("%q", ref.ModelType), arch.Supported()} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("the refusal %q does not name %s", err, want)
+				}
+			}
+		})
+	}
+}
+
+// cudaDevice opens CUDA device 0 when DRAFTER_LIBCUDA names a driver (make
+// cuda-check: the stand-in, whose kernels run on CPU threads), and skips
+// otherwise, or fails where DRAFTER_REQUIRE_CUDA is set.
+func cudaDevice(t *testing.T) tensor.Device {
+	t.Helper()
+	if os.Getenv("DRAFTER_LIBCUDA") == "" {
+		if os.Getenv("DRAFTER_REQUIRE_CUDA") != "" {
+			t.Fatal("DRAFTER_REQUIRE_CUDA is set but DRAFTER_LIBCUDA is not: run through make cuda-check")
+		}
+		t.Skip("no CUDA driver configured (make cuda-check sets DRAFTER_LIBCUDA to the stand-in)")
+	}
+	d, err := devices.Open(devices.Spec{Kind: devices.CUDA}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+// compareHF runs every reference prompt through m and compares with
+// transformers' run of the same checkpoint.
+func compareHF(t *testing.T, m *model.Model, a hfref.Arch, ref *hfref.Reference, dtype string) {
+	t.Helper()
+	runs := ref.Runs(dtype)
+	worstAll, worstLast, worstRel := 0.0, 0.0, 0.0
+	for i, p := range ref.Prompts {
+		want := runs[i]
+		n := len(p.IDs)
+		if a.WindowCapped {
+			w := windowOf(t, ref)
+			if m.MaxPositions() != w {
+				t.Fatalf("model context %d, want the sliding window %d (hfref.Archs says drafter caps %s at it)", m.MaxPositions(), w, a.Name)
+			}
+			if _, err := m.NewSequence(n); err == nil {
+				t.Fatalf("a %d-token sequence was accepted past the %d-token window drafter can compute", n, w)
+			}
+			n = w
+		}
+		scale := 1.0
+		for _, row := range want.Logits[:n] {
+			for _, v := range row {
+				scale = math.Max(scale, math.Abs(v))
+			}
+		}
+		tol := hfTolerance * scale
+		compare := func(what string, got []float32, rows [][]float64) float64 {
+			t.Helper()
+			V := m.VocabSize()
+			if len(got) != len(rows)*V {
+				t.Fatalf("prompt %d %s: %d logits, want %d rows of %d", i, what, len(got), len(rows), V)
+			}
+			worst := 0.0
+			for r, row := range rows {
+				for v, w := range row {
+					d := math.Abs(float64(got[r*V+v]) - w)
+					if d > tol || math.IsNaN(d) {
+						t.Fatalf("prompt %d %s: position %d token %d: drafter %.7g, transformers %.7g (difference %.3g > %.3g = %g x logit scale %.3g)",
+							i, what, r, v, got[r*V+v], w, d, tol, hfTolerance, scale)
+					}
+					worst = math.Max(worst, d)
+				}
+			}
+			worstRel = math.Max(worstRel, worst/scale)
+			return worst
+		}
+		ids := p.IDs[:n]
+		seq, err := m.NewSequence(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := m.Forward([]model.Input{{Seq: seq, Tokens: ids, Logits: model.LogitsAll}}, model.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		worstAll = math.Max(worstAll, compare("all positions", res.LogitsOf(0), want.Logits[:n]))
+
+		if a.WindowCapped {
+			// No room past the prompt's first n tokens to decode into:
+			// the last position from a pass of its own.
+			seq, err := m.NewSequence(n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := m.Forward([]model.Input{{Seq: seq, Tokens: ids}}, model.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			worstLast = math.Max(worstLast, compare("last position", res.LogitsOf(0), want.Logits[n-1:n]))
+			continue
+		}
+		seq, err = m.NewSequence(n + p.NewTokens)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := []model.Input{{Seq: seq, Tokens: ids}}
+		var got []int
+		for step := range p.NewTokens {
+			res, err := m.Forward(in, model.Options{})
+			if err != nil {
+				t.Fatalf("prompt %d greedy step %d: %v", i, step, err)
+			}
+			lg := res.LogitsOf(0)
+			if step == 0 {
+				worstLast = math.Max(worstLast, compare("last position", lg, want.Logits[n-1:n]))
+			}
+			id := argmax(lg)
+			got = append(got, id)
+			in[0].Tokens = []int{id}
+		}
+		if !slices.Equal(got, want.GreedyIDs) {
+			t.Errorf("prompt %d: greedy ids\n%v\ntransformers\n%v (its top-2 gaps %v)", i, got, want.GreedyIDs, want.GreedyGaps)
+		}
+	}
+	t.Logf("%s %s on %s: %d prompts, max |logit difference| %.3g at all positions, %.3g at the last (%.3g of the logit scale; tolerance %g of it)%s",
+		a.Name, dtype, m.Device().Name(), len(ref.Prompts), worstAll, worstLast, worstRel, hfTolerance, greedyNote(a, ref))
+}
+
+func greedyNote(a hfref.Arch, ref *hfref.Reference) string {
+	if a.WindowCapped {
+		return fmt.Sprintf("; only the first %d positions: drafter caps the context at the sliding window, so no greedy ids", windowOf(nil, ref))
+	}
+	n := 0
+	for _, p := range ref.Prompts {
+		n += p.NewTokens
+	}
+	return fmt.Sprintf("; %d greedy ids equal", n)
+}
+
+// windowOf returns the reference's sliding window.
+func windowOf(t *testing.T, ref *hfref.Reference) int {
+	w, ok := ref.Features["sliding_window"].(float64)
+	if !ok || w <= 0 {
+		if t != nil {
+			t.Fatalf("%s: the reference records no sliding window", ref.Name)
+		}
+		return 0
+	}
+	return int(w)
+}
+
+func argmax(x []float32) int {
+	best := 0
+	for i, v := range x {
+		if v > x[best] {
+			best = i
+		}
+	}
+	return best
+}
