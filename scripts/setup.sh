@@ -99,10 +99,11 @@ fi
 # pkg/model/hfref_test.go and cmd/drafter/arch_e2e_test.go run drafter on them). Used on
 # the CPU only, but PyPI's Linux torch wheel is the CUDA build and does not import without
 # its nvidia-* wheels (libtorch_global_deps.so links libcudart and the rest; the CPU-only
-# wheels live on download.pytorch.org, not PyPI), so this is the full install: about 5.6 GB
-# and two minutes. Pinned like numpy and safetensors above: a new transformers may change a
-# default these references were recorded with. Only what is missing or at another version
-# is installed. The released tool needs none of this.
+# wheels live on download.pytorch.org, not PyPI), so this is the full install: 5.5 GB and
+# about two and a half minutes (measured from an empty pip cache). Pinned like numpy and
+# safetensors above: a new transformers may change a default these references were recorded
+# with. Only what is missing or at another version is installed. The released tool needs
+# none of this.
 hf_pins=(torch==2.15.0 transformers==5.25.0 huggingface-hub==2.4.0 tokenizers==0.23.3)
 if [ -x build/pyenv/bin/python ]; then
   if ! build/pyenv/bin/python - "${hf_pins[@]}" >/dev/null 2>&1 <<'PY'
@@ -115,8 +116,9 @@ for pin in sys.argv[1:]:
 import torch, transformers  # noqa: E401,F401  (the wheels import, not only their metadata)
 PY
   then
-    echo "setup: installing torch and transformers into build/pyenv (about 5.6 GB, a few minutes) for the Hugging Face reference tests"
-    build/pyenv/bin/python -m pip install --quiet --disable-pip-version-check "${hf_pins[@]}" ||
+    echo "setup: installing torch and transformers into build/pyenv (5.5 GB, a few minutes) for the Hugging Face reference tests"
+    # --no-cache-dir: pip's cache would keep another 3 GB of wheels in ~/.cache/pip.
+    build/pyenv/bin/python -m pip install --quiet --disable-pip-version-check --no-cache-dir "${hf_pins[@]}" ||
       echo "setup: could not install torch and transformers into build/pyenv (disk space? network?); the Hugging Face reference tests will skip (fail under DRAFTER_REQUIRE_PYTHON=1)"
   fi
 else
