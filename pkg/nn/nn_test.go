@@ -206,6 +206,76 @@ func TestRoPEForwardBackward(t *testing.T) {
 	assertClose(t, "rope dx", dx, numGrad(x64, func(v []float64) float64 { return dot(g64, rope64(v, rows, heads, d, pos, inv)) }), 1e-5)
 }
 
+// TestRoPEPartial checks NewRoPEWith's partial rotary with an attention
+// factor on a device: each head's first RotaryDims values turn as a head of
+// RotaryDims values (frequencies spread over RotaryDims, as Hugging Face's
+// partial rotary spreads them), times the factor, inside and past the
+// tables, and the others are left exactly as they were; bad options are
+// errors.
+func TestRoPEPartial(t *testing.T) {
+	r := rand.New(rand.NewPCG(6, 7))
+	rows, heads, hd, dims := 4, 3, 10, 4
+	const factor = 0.7
+	pos := []int32{0, 5, 17, 40}
+	rp, err := NewRoPEWith(hd, 10000, nil, 32, RoPEOptions{RotaryDims: dims, AttnFactor: factor})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rp.HeadDim() != hd || rp.RotaryDims() != dims {
+		t.Fatalf("head %d, rotary %d; want %d, %d", rp.HeadDim(), rp.RotaryDims(), hd, dims)
+	}
+	inv := make([]float64, dims/2)
+	for i := range inv {
+		inv[i] = math.Pow(10000, -float64(2*i)/float64(dims))
+	}
+	x := testutil.RandNormal(r, rows*heads*hd, 1)
+	// The reference: rope64 over each head's first dims values (gathered
+	// as heads of dims values), times the factor; the rest unchanged.
+	part := make([]float64, rows*heads*dims)
+	for h := 0; h < rows*heads; h++ {
+		for i := 0; i < dims; i++ {
+			part[h*dims+i] = float64(x[h*hd+i])
+		}
+	}
+	rot64 := rope64(part, rows, heads, dims, pos, inv)
+	want := to64(x)
+	for h := 0; h < rows*heads; h++ {
+		for i := 0; i < dims; i++ {
+			want[h*hd+i] = factor * rot64[h*dims+i]
+		}
+	}
+	dev := cpu.New(cpu.PureGo())
+	rot, err := rp.On(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pt, _ := dev.Alloc(tensor.I32, rows, 1)
+	dev.WriteI32(pt, pos)
+	y := append([]float32(nil), x...)
+	dev.RoPE(cpu.HostTensor(y, rows, heads*hd), heads, pt, rot)
+	assertClose(t, "partial rope", y, want, 1e-5)
+	for h := 0; h < rows*heads; h++ {
+		for i := dims; i < hd; i++ {
+			if y[h*hd+i] != x[h*hd+i] {
+				t.Fatalf("partial rope changed head %d value %d: %v -> %v", h, i, x[h*hd+i], y[h*hd+i])
+			}
+		}
+	}
+	// The zero options are NewRoPE's tables.
+	a, _ := NewRoPE(hd, 10000, nil, 8)
+	b, _ := NewRoPEWith(hd, 10000, nil, 8, RoPEOptions{})
+	for i := range a.cos {
+		if a.cos[i] != b.cos[i] || a.sin[i] != b.sin[i] {
+			t.Fatalf("NewRoPEWith with no options differs from NewRoPE at %d", i)
+		}
+	}
+	for _, o := range []RoPEOptions{{RotaryDims: 3}, {RotaryDims: hd + 2}, {RotaryDims: -2}, {AttnFactor: -1}, {AttnFactor: math.NaN()}} {
+		if _, err := NewRoPEWith(hd, 10000, nil, 8, o); err == nil {
+			t.Fatalf("options %+v accepted; want an error", o)
+		}
+	}
+}
+
 func TestRoPEScaling(t *testing.T) {
 	d := 128
 	base, err := NewRoPE(d, 500000, nil, 0)

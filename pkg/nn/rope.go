@@ -19,8 +19,9 @@ type RopeScaling struct {
 
 // RoPE holds the tables of rotary position embeddings, which a device's RoPE
 // and RoPEBackward apply (On), in the rotate_half convention of Hugging Face
-// Llama: within each head of dimension d, element i < d/2 is paired
-// with element i + d/2 and rotated by the angle pos * invFreq[i].
+// Llama: within each head, of the first d values (d the rotary dimensions:
+// the head dimension, or fewer for a partial rotary), element i < d/2 is
+// paired with element i + d/2 and rotated by the angle pos * invFreq[i].
 //
 // Angles follow the reference arithmetic: invFreq is rounded to float32 and the
 // product pos*invFreq is taken in float32 (as torch does), then cos and sin are
@@ -28,25 +29,60 @@ type RopeScaling struct {
 // it are computed on the fly.
 type RoPE struct {
 	headDim int
+	dims    int // rotated values per head: headDim, or fewer (partial)
+	factor  float32
 	invFreq []float32
-	cos     []float32 // [maxPos][headDim/2]
+	cos     []float32 // [maxPos][dims/2]
 	sin     []float32
 	maxPos  int
+}
+
+// RoPEOptions are the rotary variants of architectures beyond Llama's, for
+// NewRoPEWith; the zero value is Llama's rotary, so that NewRoPE's callers
+// keep their numbers.
+type RoPEOptions struct {
+	// RotaryDims is the number of rotated values per head (Phi-3/Phi-4's
+	// partial_rotary_factor times the head dimension): even, positive and at
+	// most the head dimension; 0 means the head dimension. The inverse
+	// frequencies are spread over RotaryDims as Hugging Face spreads a
+	// partial rotary's (base^(-2i/RotaryDims)).
+	RotaryDims int
+	// AttnFactor multiplies every cos and sin (LongRoPE's and YaRN's
+	// attention factor); 0 means 1. The device applies it (see
+	// tensor.Rotary.AttnFactor), to the tables and past them alike.
+	AttnFactor float64
 }
 
 // NewRoPE builds the rotation tables for heads of dimension headDim with base
 // theta, optional scaling, and positions [0, maxPos).
 func NewRoPE(headDim int, theta float64, s *RopeScaling, maxPos int) (*RoPE, error) {
+	return NewRoPEWith(headDim, theta, s, maxPos, RoPEOptions{})
+}
+
+// NewRoPEWith is NewRoPE with the variants of o: a partial rotary, an
+// attention factor. A user's configuration reaches it, so bad values are
+// errors.
+func NewRoPEWith(headDim int, theta float64, s *RopeScaling, maxPos int, o RoPEOptions) (*RoPE, error) {
 	if headDim <= 0 || headDim%2 != 0 {
 		return nil, fmt.Errorf("rope: head dimension %d must be positive and even", headDim)
 	}
 	if theta <= 0 {
 		return nil, fmt.Errorf("rope: rope_theta %g must be positive", theta)
 	}
-	half := headDim / 2
+	dims := o.RotaryDims
+	if dims == 0 {
+		dims = headDim
+	}
+	if dims <= 0 || dims%2 != 0 || dims > headDim {
+		return nil, fmt.Errorf("rope: %d rotary dimensions of a head of %d: they must be even, positive and at most the head dimension", dims, headDim)
+	}
+	if o.AttnFactor < 0 || math.IsNaN(o.AttnFactor) || math.IsInf(o.AttnFactor, 0) {
+		return nil, fmt.Errorf("rope: attention factor %g must be positive and finite (0: none)", o.AttnFactor)
+	}
+	half := dims / 2
 	inv := make([]float64, half)
 	for i := range inv {
-		inv[i] = 1 / math.Pow(theta, float64(float32(2*i)/float32(headDim)))
+		inv[i] = 1 / math.Pow(theta, float64(float32(2*i)/float32(dims)))
 	}
 	if s != nil {
 		switch s.Type {
@@ -79,7 +115,7 @@ func NewRoPE(headDim int, theta float64, s *RopeScaling, maxPos int) (*RoPE, err
 			return nil, fmt.Errorf("rope: unsupported rope_scaling type %q (supported: llama3, linear)", s.Type)
 		}
 	}
-	r := &RoPE{headDim: headDim, invFreq: make([]float32, half), maxPos: maxPos}
+	r := &RoPE{headDim: headDim, dims: dims, factor: float32(o.AttnFactor), invFreq: make([]float32, half), maxPos: maxPos}
 	for i, f := range inv {
 		r.invFreq[i] = float32(f)
 	}
@@ -99,12 +135,19 @@ func NewRoPE(headDim int, theta float64, s *RopeScaling, maxPos int) (*RoPE, err
 // HeadDim returns the head dimension the tables were built for.
 func (r *RoPE) HeadDim() int { return r.headDim }
 
+// RotaryDims returns the rotated values per head: the head dimension, or
+// fewer for a partial rotary.
+func (r *RoPE) RotaryDims() int { return r.dims }
+
 func (r *RoPE) angle(pos, i int) (float32, float32) { return tensor.RoPEAngle(pos, r.invFreq[i]) }
 
 // On returns the rotation tables in dev's memory, for dev.RoPE.
 func (r *RoPE) On(dev tensor.Device) (*tensor.Rotary, error) {
-	half := r.headDim / 2
-	rt := &tensor.Rotary{HeadDim: r.headDim, MaxPos: r.maxPos}
+	half := r.dims / 2
+	rt := &tensor.Rotary{HeadDim: r.headDim, MaxPos: r.maxPos, AttnFactor: r.factor}
+	if r.dims != r.headDim {
+		rt.Dims = r.dims
+	}
 	var err error
 	if rt.InvFreq, err = dev.Upload(tensor.F32Matrix(r.invFreq, 1, half)); err != nil {
 		return nil, fmt.Errorf("rope: %w", err)

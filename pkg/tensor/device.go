@@ -84,6 +84,19 @@ type Device interface {
 	// holds both side by side in each row ([rows, 2·I]: a fused product)
 	// and out is [rows, I].
 	SwiGLU(out, gate, up Tensor)
+	// GELUTanhGLU computes out = gelu_tanh(gate)·up element-wise, with
+	// SwiGLU's conventions (up empty: gate is [rows, 2·I], each row's gate
+	// part first, its up part second), where gelu_tanh(x) =
+	// 0.5·x·(1+tanh(√(2/π)·(x+0.044715·x³))) in float32, PyTorch's
+	// gelu(approximate='tanh'): the MLP activation of Gemma's targets. It is
+	// forward only: it serves frozen target layers, which training never
+	// differentiates, so no backward exists.
+	GELUTanhGLU(out, gate, up Tensor)
+	// Softcap replaces each value v of x with c·tanh(v/c) in place (c > 0),
+	// in float32 and in Hugging Face's order (divide, tanh, multiply):
+	// Gemma-2's final logit soft-capping, which bounds the logits to (-c, c)
+	// before any softmax or loss reads them.
+	Softcap(x Tensor, c float32)
 
 	// Training: products of either operand transposed, and the backward
 	// passes of the ops above. A backward ACCUMULATES into the gradients it
@@ -311,13 +324,59 @@ type AttnSeq struct {
 }
 
 // Rotary holds the rotation tables of rotate_half RoPE (Hugging Face Llama's
-// convention: within each head of HeadDim values, value i < HeadDim/2 pairs
-// with value i + HeadDim/2 and turns by pos·InvFreq[i]) in a device's
-// memory; positions from MaxPos on are computed from InvFreq.
+// convention: within each head of HeadDim values, value i < RotDims()/2
+// pairs with value i + RotDims()/2 and turns by pos·InvFreq[i]) in a
+// device's memory; positions from MaxPos on are computed from InvFreq.
 type Rotary struct {
 	HeadDim, MaxPos int
-	// Cos and Sin are [MaxPos, HeadDim/2], InvFreq [1, HeadDim/2].
+	// Dims is the number of rotated values per head (even, at most
+	// HeadDim); 0 means HeadDim, so that tables built before partial
+	// rotaries keep their meaning. A partial rotary (Phi-3/Phi-4's
+	// partial_rotary_factor) rotates each head's first Dims values as a
+	// head of Dims values (Hugging Face's q[..., :rotary_dim], then
+	// rotate_half on that part) and leaves values Dims..HeadDim-1 as they
+	// are.
+	Dims int
+	// AttnFactor, when not 0 (0 means 1), multiplies every cos and sin, of
+	// the tables and of the positions past MaxPos computed on the fly
+	// (LongRoPE's and YaRN's attention factor, which Hugging Face folds into
+	// its cos and sin): the tables hold the plain RoPEAngle values and the
+	// device multiplies them, in float32, as it reads them.
+	AttnFactor float32
+	// Cos and Sin are [MaxPos, RotDims()/2], InvFreq [1, RotDims()/2].
 	Cos, Sin, InvFreq Tensor
+}
+
+// RotDims returns the rotated values per head: Dims, or HeadDim when Dims
+// is 0.
+func (r *Rotary) RotDims() int {
+	if r.Dims == 0 {
+		return r.HeadDim
+	}
+	return r.Dims
+}
+
+// Factor returns the multiplier of cos and sin: AttnFactor, or 1 when it is
+// 0 (multiplying by 1 changes no value, so a kernel may always multiply).
+func (r *Rotary) Factor() float32 {
+	if r.AttnFactor == 0 {
+		return 1
+	}
+	return r.AttnFactor
+}
+
+// Check panics unless r describes a rotary the devices apply: HeadDim
+// positive, RotDims() even, positive and at most HeadDim, and tables of at
+// least RotDims()/2 values per position (a caller's programming error
+// otherwise). op names the op in the message.
+func (r *Rotary) Check(op string) {
+	d := r.RotDims()
+	half := d / 2
+	if r.HeadDim <= 0 || d <= 0 || d%2 != 0 || d > r.HeadDim || r.MaxPos < 0 || r.InvFreq.Len() < half ||
+		r.Cos.Len() < r.MaxPos*half || r.Sin.Len() < r.MaxPos*half {
+		panic(fmt.Sprintf("tensor: %s: a rotary of %d of %d values per head with %d inverse frequencies and tables of %d and %d values for %d positions",
+			op, d, r.HeadDim, r.InvFreq.Len(), r.Cos.Len(), r.Sin.Len(), r.MaxPos))
+	}
 }
 
 // Tensor is a row-major [rows, cols] array of one dtype in a device's

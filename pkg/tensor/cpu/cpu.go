@@ -156,7 +156,7 @@ func (c *Device) RMSNorm(out, x, w tensor.Tensor, eps float32) {
 
 // RoPE runs RotateHalf forward over x's rows.
 func (c *Device) RoPE(x tensor.Tensor, heads int, pos tensor.Tensor, r *tensor.Rotary) {
-	RotateHalf(f32s(x), x.Rows(), heads, i32s(pos), f32s(r.Cos), f32s(r.Sin), f32s(r.InvFreq), r.MaxPos, 1)
+	rotate("RoPE", x, heads, pos, r, 1)
 }
 
 // Scale multiplies x by s.
@@ -174,18 +174,28 @@ func (c *Device) AddBias(x, b tensor.Tensor) {
 	}
 }
 
-// swigluJob is the SwiGLU being split over the workers.
+// swigluJob is the SwiGLU (or GELUTanhGLU) being split over the workers.
 type swigluJob struct {
 	out, gate, up []float32
-	inter         int // I of a fused gate, 0 for separate gate and up
+	inter         int  // I of a fused gate, 0 for separate gate and up
+	gelu          bool // gelu_tanh instead of silu
 }
 
 // SwiGLU computes out = silu(gate)·up with SwiGLU's kernel, split over the
 // workers when large.
-func (c *Device) SwiGLU(out, gate, up tensor.Tensor) {
+func (c *Device) SwiGLU(out, gate, up tensor.Tensor) { c.glu2(out, gate, up, false) }
+
+// GELUTanhGLU computes out = gelu_tanh(gate)·up with GELUTanhGLU's
+// arithmetic, split over the workers as SwiGLU is.
+func (c *Device) GELUTanhGLU(out, gate, up tensor.Tensor) { c.glu2(out, gate, up, true) }
+
+// glu2 runs a gated activation (silu, or gelu_tanh when gelu), split over
+// the workers when large: with up empty, gate holds each row's gate and up
+// side by side.
+func (c *Device) glu2(out, gate, up tensor.Tensor, gelu bool) {
 	if up.Empty() {
 		I := out.Cols()
-		c.glu = swigluJob{out: f32s(out), gate: f32s(gate), inter: I}
+		c.glu = swigluJob{out: f32s(out), gate: f32s(gate), inter: I, gelu: gelu}
 		if rows := out.Rows(); rows*I < 1<<15 {
 			c.gluFn(0, rows)
 		} else {
@@ -193,7 +203,7 @@ func (c *Device) SwiGLU(out, gate, up tensor.Tensor) {
 		}
 	} else {
 		n := out.Len()
-		c.glu = swigluJob{out: f32s(out)[:n], gate: f32s(gate)[:n], up: f32s(up)[:n]}
+		c.glu = swigluJob{out: f32s(out)[:n], gate: f32s(gate)[:n], up: f32s(up)[:n], gelu: gelu}
 		if n < 1<<15 {
 			c.gluFn(0, n)
 		} else {
@@ -203,17 +213,21 @@ func (c *Device) SwiGLU(out, gate, up tensor.Tensor) {
 	c.glu = swigluJob{}
 }
 
-// swigluChunk computes rows [lo, hi) of a fused SwiGLU, or values [lo, hi)
-// of a separate one.
+// swigluChunk computes rows [lo, hi) of a fused SwiGLU (or GELUTanhGLU), or
+// values [lo, hi) of a separate one.
 func (c *Device) swigluChunk(lo, hi int) {
 	j := &c.glu
+	glu := SwiGLU
+	if j.gelu {
+		glu = GELUTanhGLU
+	}
 	if I := j.inter; I > 0 {
 		for r := lo; r < hi; r++ {
-			SwiGLU(j.out[r*I:(r+1)*I], j.gate[2*r*I:(2*r+1)*I], j.gate[(2*r+1)*I:(2*r+2)*I])
+			glu(j.out[r*I:(r+1)*I], j.gate[2*r*I:(2*r+1)*I], j.gate[(2*r+1)*I:(2*r+2)*I])
 		}
 		return
 	}
-	SwiGLU(j.out[lo:hi], j.gate[lo:hi], j.up[lo:hi])
+	glu(j.out[lo:hi], j.gate[lo:hi], j.up[lo:hi])
 }
 
 // NewKV allocates the cache in one block: per layer K, V and K transposed.

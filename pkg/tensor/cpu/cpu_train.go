@@ -44,7 +44,7 @@ func (c *Device) RMSNormBackward(dx, dw, dout, x, w tensor.Tensor, eps float32) 
 
 // RoPEBackward runs RotateHalf backward (the opposite angles) over x's rows.
 func (c *Device) RoPEBackward(x tensor.Tensor, heads int, pos tensor.Tensor, r *tensor.Rotary) {
-	RotateHalf(f32s(x), x.Rows(), heads, i32s(pos), f32s(r.Cos), f32s(r.Sin), f32s(r.InvFreq), r.MaxPos, -1)
+	rotate("RoPEBackward", x, heads, pos, r, -1)
 }
 
 // actJob is the activation op being split over the workers, read by
@@ -53,6 +53,7 @@ type actJob struct {
 	op                       actOp
 	out, z, dout, dgate, dup []float32
 	gate, up                 []float32
+	softcap                  float32 // Softcap's c
 }
 
 // actOp says which op an actJob runs.
@@ -62,6 +63,7 @@ const (
 	opAddSiLU actOp = iota
 	opSiLUBackward
 	opSwiGLUBackward
+	opSoftcap
 )
 
 // actChunk is the least number of values an activation op hands a worker:
@@ -98,6 +100,15 @@ func (c *Device) SiLUBackward(dz, dout, z tensor.Tensor) {
 	c.runAct(actJob{op: opSiLUBackward, out: f32s(dz), dout: f32s(dout), z: f32s(z)}, z.Len())
 }
 
+// Softcap replaces x by c·tanh(x/c), split over the workers when large (a
+// logits tensor is the vocabulary wide).
+func (c *Device) Softcap(x tensor.Tensor, limit float32) {
+	if !(limit > 0) {
+		panic(fmt.Sprintf("tensor: Softcap by %v, want a positive cap", limit))
+	}
+	c.runAct(actJob{op: opSoftcap, out: f32s(x), softcap: limit}, x.Len())
+}
+
 // actChunkFn computes values [lo, hi) of c.act.
 func (c *Device) actChunkFn(lo, hi int) {
 	j := &c.act
@@ -124,6 +135,11 @@ func (c *Device) actChunkFn(lo, hi int) {
 			if j.dup != nil {
 				j.dup[i] += j.dout[i] * (g / (1 + e))
 			}
+		}
+	case opSoftcap:
+		x := j.out[lo:hi]
+		for i, v := range x {
+			x[i] = SoftcapValue(v, j.softcap)
 		}
 	}
 }

@@ -20,6 +20,7 @@ type elementwiseOps struct {
 	rope                                  *kernel
 	scale, add, addBias, sumRows          *kernel
 	swiGLU, swiGLUBack, addSiLU, siLUBack *kernel
+	geluGLU, softcap                      *kernel
 	ssPartial, sumDoubles, adamW          *kernel
 	castF32BF16, castF32F16               *kernel
 	castBF16F32, castF16F32               *kernel
@@ -55,6 +56,8 @@ func (o *elementwiseOps) init(d *Device) {
 	o.swiGLUBack = d.fn("drafter_ew_swiglu_backward")
 	o.addSiLU = d.fn("drafter_ew_add_silu")
 	o.siLUBack = d.fn("drafter_ew_silu_backward")
+	o.geluGLU = d.fn("drafter_ew_gelu_glu")
+	o.softcap = d.fn("drafter_ew_softcap")
 	o.ssPartial = d.fn("drafter_ew_sum_squares_partial")
 	o.sumDoubles = d.fn("drafter_ew_sum_doubles")
 	o.adamW = d.fn("drafter_ew_adamw")
@@ -272,14 +275,16 @@ func (d *Device) RoPEBackward(x tensor.Tensor, heads int, pos tensor.Tensor, r *
 }
 
 // rotate is RoPE with sign +1 and its transpose with sign -1: one thread per
-// pair of values, the tables' angles below MaxPos, computed ones past it.
+// pair of rotated values (the first RotDims() of each head), the tables'
+// angles below MaxPos, computed ones past it, both times the rotary's
+// attention factor.
 func (d *Device) rotate(op string, x tensor.Tensor, heads int, pos tensor.Tensor, r *tensor.Rotary, sign float32) {
 	o := &d.ew
 	needF32(op, x, r.Cos, r.Sin, r.InvFreq)
-	half := r.HeadDim / 2
+	r.Check(op)
+	half := r.RotDims() / 2
 	rows := x.Rows()
-	if r.HeadDim%2 != 0 || x.Cols() != heads*r.HeadDim || pos.DType() != tensor.I32 || pos.Len() < rows ||
-		r.InvFreq.Len() < half || r.Cos.Len() < r.MaxPos*half || r.Sin.Len() < r.MaxPos*half {
+	if x.Cols() != heads*r.HeadDim || pos.DType() != tensor.I32 || pos.Len() < rows {
 		panic(fmt.Sprintf("cuda: %s of a %dx%d tensor of %d heads of %d, %d positions (%s), tables of %d positions",
 			op, rows, x.Cols(), heads, r.HeadDim, pos.Len(), pos.DType(), r.MaxPos))
 	}
@@ -287,7 +292,7 @@ func (d *Device) rotate(op string, x tensor.Tensor, heads int, pos tensor.Tensor
 		return
 	}
 	grid, block := o.rowTiled(rows, heads*half)
-	d.args().ptr(x).ptr(pos).ptr(r.Cos).ptr(r.Sin).ptr(r.InvFreq).i32(rows).i32(heads).i32(half).i32(r.MaxPos).f32(sign)
+	d.args().ptr(x).ptr(pos).ptr(r.Cos).ptr(r.Sin).ptr(r.InvFreq).i32(rows).i32(heads).i32(r.HeadDim).i32(half).i32(r.MaxPos).f32(r.Factor()).f32(sign)
 	d.launch(o.rope, grid, block, 0)
 }
 
@@ -319,9 +324,19 @@ func (d *Device) AddBias(x, b tensor.Tensor) {
 // SwiGLU computes out = silu(gate)·up; with up empty, gate holds each row's
 // gate and up side by side ([rows, 2·I]). A fused call must not write over
 // its input (out beside gate): the rows run in parallel, unlike the CPU's.
-func (d *Device) SwiGLU(out, gate, up tensor.Tensor) {
+func (d *Device) SwiGLU(out, gate, up tensor.Tensor) { d.glu("SwiGLU", d.ew.swiGLU, out, gate, up) }
+
+// GELUTanhGLU computes out = gelu_tanh(gate)·up with SwiGLU's layouts and
+// its rule on fused calls (see tensor.Device.GELUTanhGLU).
+func (d *Device) GELUTanhGLU(out, gate, up tensor.Tensor) {
+	d.glu("GELUTanhGLU", d.ew.geluGLU, out, gate, up)
+}
+
+// glu launches the gated activation k (drafter_ew_swiglu's arguments) of
+// out, gate and up, fused when up is empty.
+func (d *Device) glu(op string, k *kernel, out, gate, up tensor.Tensor) {
 	o := &d.ew
-	needF32("SwiGLU", out, gate, up)
+	needF32(op, out, gate, up)
 	rows, cols := out.Rows(), out.Cols()
 	if out.Empty() {
 		return
@@ -329,20 +344,33 @@ func (d *Device) SwiGLU(out, gate, up tensor.Tensor) {
 	var ga, ua uint64
 	var ldg, ldu int
 	if up.Empty() {
-		needLen("SwiGLU", "the fused gate", gate, 2*rows*cols)
+		needLen(op, "the fused gate", gate, 2*rows*cols)
 		ga, ua, ldg, ldu = tensor.DeviceAddr(gate), tensor.DeviceAddr(gate)+uint64(4*cols), 2*cols, 2*cols
 		oa := tensor.DeviceAddr(out)
 		if oa < ga+uint64(8*rows*cols) && ga < oa+uint64(4*rows*cols) {
-			panic("cuda: SwiGLU of a fused gate into memory that overlaps it")
+			panic("cuda: " + op + " of a fused gate into memory that overlaps it")
 		}
 	} else {
-		needLen("SwiGLU", "gate", gate, rows*cols)
-		needLen("SwiGLU", "up", up, rows*cols)
+		needLen(op, "gate", gate, rows*cols)
+		needLen(op, "up", up, rows*cols)
 		ga, ua, ldg, ldu = tensor.DeviceAddr(gate), tensor.DeviceAddr(up), cols, cols
 	}
 	grid, block := o.rowTiled(rows, cols)
 	d.args().ptr(out).addr(ga).addr(ua).i32(rows).i32(cols).i32(ldg).i32(ldu)
-	d.launch(o.swiGLU, grid, block, 0)
+	d.launch(k, grid, block, 0)
+}
+
+// Softcap replaces x by c·tanh(x/c) in place (see tensor.Device.Softcap).
+func (d *Device) Softcap(x tensor.Tensor, c float32) {
+	needF32("Softcap", x)
+	if !(c > 0) {
+		panic(fmt.Sprintf("cuda: Softcap by %v, want a positive cap", c))
+	}
+	if n := x.Len(); n > 0 {
+		o := &d.ew
+		d.args().ptr(x).u64(uint64(n)).f32(c)
+		d.launch(o.softcap, o.grid1(n), dim3{x: ewBlock, y: 1, z: 1}, 0)
+	}
 }
 
 // SwiGLUBackward accumulates SwiGLU's gradients into dgate and dup (either

@@ -240,6 +240,9 @@ func TestElementwiseNoAllocs(t *testing.T) {
 	rot := &tensor.Rotary{HeadDim: hd, MaxPos: 8,
 		Cos: devTensor(t, d, randVals(r, 8*hd/2, 1), 8, hd/2), Sin: devTensor(t, d, randVals(r, 8*hd/2, 1), 8, hd/2),
 		InvFreq: devTensor(t, d, randVals(r, hd/2, 0.1), 1, hd/2)}
+	partial := &tensor.Rotary{HeadDim: hd, MaxPos: 8, Dims: hd / 2, AttnFactor: 0.9,
+		Cos: devTensor(t, d, randVals(r, 8*hd/4, 1), 8, hd/4), Sin: devTensor(t, d, randVals(r, 8*hd/4, 1), 8, hd/4),
+		InvFreq: devTensor(t, d, randVals(r, hd/4, 0.1), 1, hd/4)}
 	parts := []tensor.Tensor{a, b}
 	step := tensor.AdamWStep{Decay: 1, Beta1: 0.9, Beta2: 0.99, OneMinusBeta1: 0.1, OneMinusBeta2: 0.01, StepSize: 1e-3, SqrtBC2: 0.1, Eps: 1e-8}
 	m, v := z.RowRange(0, 1), z.RowRange(1, 2)
@@ -257,6 +260,10 @@ func TestElementwiseNoAllocs(t *testing.T) {
 		d.SwiGLU(y, fused, tensor.Tensor{})
 		d.SwiGLU(y, x, z)
 		d.SwiGLUBackward(z, y, x, x, y)
+		d.GELUTanhGLU(y, fused, tensor.Tensor{})
+		d.GELUTanhGLU(y, x, z)
+		d.Softcap(y, 3)
+		d.RoPE(x, heads, pos, partial)
 		d.AddSiLU(y, x)
 		d.SiLUBackward(z, y, x)
 		d.Add(y, x)

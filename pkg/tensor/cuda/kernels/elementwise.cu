@@ -322,18 +322,20 @@ static __device__ __forceinline__ void ew_sincos(double a, double* cs, double* s
     }
 }
 
-// drafter_ew_rope rotates x [rows, heads·2·half] in place, rotate_half style:
-// in each head value i < half pairs with i+half and turns by the angle of
-// the row's position pos[r] (the tables cos/sin [maxPos, half] below maxPos,
-// else computed from invFreq as the CPU's RoPEAngle does); sign -1 turns by
-// the opposite angle (the backward). Block rows over the rows (grid-stride
-// in y), one thread per pair of a row's heads·half pairs.
+// drafter_ew_rope rotates x [rows, heads·hd] in place, rotate_half style:
+// in each head of hd values, value i < half pairs with i+half and turns by
+// the angle of the row's position pos[r] (the tables cos/sin [maxPos, half]
+// below maxPos, else computed from invFreq as the CPU's RoPEAngle does), and
+// values 2·half..hd-1 stay as they are (a partial rotary); cos and sin are
+// multiplied by factor (a rotary's attention factor: 1 changes nothing);
+// sign -1 turns by the opposite angle (the backward). Block rows over the
+// rows (grid-stride in y), one thread per pair of a row's heads·half pairs.
 extern "C" __global__ void drafter_ew_rope(float* x, const int* pos, const float* cosT, const float* sinT, const float* invFreq,
-                                           int rows, int heads, int half, int maxPos, float sign) {
+                                           int rows, int heads, int hd, int half, int maxPos, float factor, float sign) {
     int pairs = heads * half;
     for (int r = blockIdx.y; r < rows; r += gridDim.y) {
         int p = pos[r];
-        float* xr = x + (long long)r * 2 * pairs;
+        float* xr = x + (long long)r * heads * hd;
         for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < pairs; t += gridDim.x * blockDim.x) {
             int h = t / half, i = t - h * half;
             float c, s;
@@ -346,8 +348,10 @@ extern "C" __global__ void drafter_ew_rope(float* x, const int* pos, const float
                 c = (float)cd;
                 s = (float)sd;
             }
+            c *= factor;
+            s *= factor;
             s *= sign;
-            float* v = xr + 2 * h * half;
+            float* v = xr + h * hd;
             float a = v[i], b = v[i + half];
             v[i] = a * c - b * s;
             v[i + half] = b * c + a * s;
@@ -397,6 +401,38 @@ extern "C" __global__ void drafter_ew_swiglu(float* out, const float* gate, cons
             float e = cpu_expf(-gv);
             o[c] = gv / (1.0f + e) * u[c];
         }
+    }
+}
+
+// EW_GELU_BETA and EW_GELU_KAPPA are PyTorch's constants of
+// gelu(approximate='tanh'): sqrt(2/pi) (M_SQRT2·M_2_SQRTPI·0.5) and 0.044715,
+// rounded to float32.
+#define EW_GELU_BETA 0.7978845608028654f
+#define EW_GELU_KAPPA 0.044715f
+
+// drafter_ew_gelu_glu computes out[r,c] = gelu_tanh(gate[r,c])·up[r,c] with
+// drafter_ew_swiglu's layout (ldg, ldu; a fused product has up = gate + cols),
+// gelu_tanh(g) = 0.5·g·(1+tanh(beta·(g+kappa·g³))) in PyTorch's order of
+// operations: the gated MLP of Gemma's targets (forward only).
+extern "C" __global__ void drafter_ew_gelu_glu(float* out, const float* gate, const float* up, int rows, int cols, int ldg, int ldu) {
+    for (int r = blockIdx.y; r < rows; r += gridDim.y) {
+        float* o = out + (long long)r * cols;
+        const float* g = gate + (long long)r * ldg;
+        const float* u = up + (long long)r * ldu;
+        for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x) {
+            float gv = g[c];
+            float cube = gv * gv * gv;
+            float inner = EW_GELU_BETA * (gv + EW_GELU_KAPPA * cube);
+            o[c] = 0.5f * gv * (1.0f + tanhf(inner)) * u[c];
+        }
+    }
+}
+
+// drafter_ew_softcap replaces x [n] by c·tanh(x/c) in place, in Hugging
+// Face's order (divide, tanh, multiply): Gemma-2's final logit soft-capping.
+extern "C" __global__ void drafter_ew_softcap(float* x, long long n, float c) {
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+        x[i] = tanhf(x[i] / c) * c;
     }
 }
 

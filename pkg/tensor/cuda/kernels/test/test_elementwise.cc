@@ -262,7 +262,7 @@ void testRoPE() {
     auto x0 = randn(rows * w, 1);
     auto x = x0;
     sim::launch(dim3(1, 4), dim3(32), 0, drafter_ew_rope, x.data(), (const int*)pos.data(), (const float*)cosT.data(), (const float*)sinT.data(), (const float*)inv.data(), rows,
-                heads, half, maxPos, 1.0f);
+                heads, hd, half, maxPos, 1.0f, 1.0f);
     for (int r = 0; r < rows; r++)
         for (int h = 0; h < heads; h++) {
             int o = r * w + h * hd;
@@ -287,9 +287,77 @@ void testRoPE() {
             }
         }
     sim::launch(dim3(2, 3), dim3(32), 0, drafter_ew_rope, x.data(), (const int*)pos.data(), (const float*)cosT.data(), (const float*)sinT.data(), (const float*)inv.data(), rows,
-                heads, half, maxPos, -1.0f);
+                heads, hd, half, maxPos, 1.0f, -1.0f);
     for (size_t i = 0; i < x.size(); i++) near("rope backward undoes rope", i, x[i], x0[i]);
     ok("rope and backward");
+}
+
+// testPartialRoPE checks a partial rotary (the first dims of each head of hd
+// values turn, the others stay bit for bit) with an attention factor, at
+// positions inside and past the tables, forward and backward.
+void testPartialRoPE() {
+    const int hd = 14, dims = 8, half = dims / 2, heads = 3, maxPos = 10;
+    const float factor = 0.8f;
+    std::vector<float> inv(half), cosT(maxPos * half), sinT(maxPos * half);
+    for (int i = 0; i < half; i++) {
+        inv[i] = (float)(1 / std::pow(10000.0, 2.0 * i / dims));
+        for (int p = 0; p < maxPos; p++) {
+            double a = (double)((float)p * inv[i]);
+            cosT[p * half + i] = (float)std::cos(a), sinT[p * half + i] = (float)std::sin(a);
+        }
+    }
+    std::vector<int> pos = {0, 9, 10, 40, 3, 1000, 7};
+    int rows = (int)pos.size(), w = heads * hd;
+    for (float sign : {1.0f, -1.0f}) {
+        auto x0 = randn(rows * w, 1);
+        auto x = x0;
+        sim::launch(dim3(2, 3), dim3(32), 0, drafter_ew_rope, x.data(), (const int*)pos.data(), (const float*)cosT.data(),
+                    (const float*)sinT.data(), (const float*)inv.data(), rows, heads, hd, half, maxPos, factor, sign);
+        for (int r = 0; r < rows; r++)
+            for (int h = 0; h < heads; h++) {
+                int o = r * w + h * hd;
+                for (int i = 0; i < half; i++) {
+                    double a = (double)((float)pos[r] * inv[i]);
+                    double c = factor * std::cos(a), s = sign * factor * std::sin(a), x1 = x0[o + i], x2 = x0[o + i + half];
+                    near("partial rope", o + i, x[o + i], x1 * c - x2 * s);
+                    near("partial rope", o + i + half, x[o + i + half], x2 * c + x1 * s);
+                }
+                for (int i = dims; i < hd; i++)
+                    if (bits(x[o + i]) != bits(x0[o + i])) fail("partial rope: row %d head %d value %d changed", r, h, i);
+            }
+    }
+    ok("partial rope with an attention factor");
+}
+
+double geluTanh64(double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }
+
+// testGemma checks GELUTanhGLU's kernel (separate, fused, in place) and
+// Softcap's, with values large enough that tanh saturates.
+void testGemma() {
+    const int rows = 13, I = 301;
+    auto g = randn(rows * I, 3), u = randn(rows * I, 1);
+    std::vector<float> out(rows * I), out2(rows * I);
+    sim::launch(dim3(1, 5), dim3(128), 0, drafter_ew_gelu_glu, out.data(), (const float*)g.data(), (const float*)u.data(), rows, I, I, I);
+    for (int i = 0; i < rows * I; i++) near("gelu glu", i, out[i], geluTanh64(g[i]) * u[i]);
+    std::vector<float> fused(2 * rows * I);
+    for (int r = 0; r < rows; r++) {
+        memcpy(&fused[2 * r * I], &g[r * I], I * 4);
+        memcpy(&fused[(2 * r + 1) * I], &u[r * I], I * 4);
+    }
+    sim::launch(dim3(2, 3), dim3(64), 0, drafter_ew_gelu_glu, out2.data(), (const float*)fused.data(), (const float*)fused.data() + I, rows, I, 2 * I, 2 * I);
+    if (memcmp(out.data(), out2.data(), out.size() * 4) != 0) fail("gelu glu fused differs from separate");
+    auto inplace = g;
+    sim::launch(dim3(1, 5), dim3(128), 0, drafter_ew_gelu_glu, inplace.data(), (const float*)inplace.data(), (const float*)u.data(), rows, I, I, I);
+    if (memcmp(out.data(), inplace.data(), out.size() * 4) != 0) fail("gelu glu into gate differs");
+    ok("gelu glu (separate, fused, in place)");
+
+    long long n = 70001;
+    const float c = 5;
+    auto x0 = randn(n, 20);
+    auto x = x0;
+    sim::launch(grid1(n, 128, 7), dim3(128), 0, drafter_ew_softcap, x.data(), n, c);
+    for (long long i = 0; i < n; i++) near("softcap", i, x[i], c * std::tanh((double)x0[i] / c));
+    ok("softcap");
 }
 
 double silu64(double g) { return g / (1 + std::exp(-g)); }
@@ -497,6 +565,8 @@ int main() {
     testCopyCols();
     testRMSNorm();
     testRoPE();
+    testPartialRoPE();
+    testGemma();
     testActivations();
     testArithmetic();
     testOptimizer();
