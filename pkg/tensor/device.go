@@ -1,6 +1,9 @@
 package tensor
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // Device is where a model's tensors live and its ops run. It owns the
 // memory of the tensors it allocates (Alloc, Upload, NewKV) and every
@@ -220,6 +223,8 @@ type Device interface {
 	// pass at layer l: for each, its T new rows of q (already scaled by
 	// 1/√d) attend to the N committed positions of its cache and to the new
 	// positions its mask allows, and out gets the result in the same rows.
+	// shape.Softcap caps the scores and shape.Window limits each row to the
+	// last Window positions (see AttnShape).
 	Attend(out, q Tensor, l int, shape AttnShape, seqs []AttnSeq)
 
 	// Training-time-test attention (EAGLE-3's unrolled draft).
@@ -247,7 +252,10 @@ type Device interface {
 	//
 	// lse [R, Heads] gets each row and head's log-sum-exp of the scores,
 	// which AttendTTTBackward reads instead of keeping the probabilities.
-	// Rows outside seqs are left as they were.
+	// Rows outside seqs are left as they were. shape's Softcap and Window
+	// must be zero (as for AttendTTTBackward): the drafts trained here are
+	// Llama-style layers, and a device panics on a shape that sets them
+	// rather than silently ignore them.
 	AttendTTT(out, lse, q Tensor, keys, vals []Tensor, shape AttnShape, seqs []Span)
 	// AttendTTTBackward is the derivative of AttendTTT: given dout, the
 	// gradient at the output out of AttendTTT(out, lse, q, keys, vals, ...)
@@ -296,11 +304,75 @@ type AdamWStep struct {
 	Decay, Beta1, Beta2, OneMinusBeta1, OneMinusBeta2, StepSize, SqrtBC2, Eps float32
 }
 
-// AttnShape is an attention's head layout.
+// AttnShape is an attention's head layout and the variants of its scores
+// that Attend applies (Gemma-2/3's soft-capping and sliding windows); both
+// are off at zero, where Attend computes exactly what it did before they
+// existed.
 type AttnShape struct {
 	// Heads and KVHeads are the query and key/value heads; HeadDim their
 	// width.
 	Heads, KVHeads, HeadDim int
+	// Softcap, when not 0, replaces each score s (q already scaled by the
+	// caller) with Softcap·tanh(s/Softcap) before the mask and softmax, in
+	// float32 and in Hugging Face's order (divide, tanh, multiply): Gemma-2's
+	// attn_logit_softcapping.
+	Softcap float32
+	// Window, when not 0, is a sliding window as Hugging Face masks it: a
+	// row at position p sees position j only if p-j < Window, besides the
+	// causal or tree mask. A chain's row i is at position N+i and slot j at
+	// position j; a tree's row is at position N+depth, depth being its set
+	// mask entries less one, and sees committed slot j iff
+	// j >= N+depth-Window+1 and, of the tree slots its mask sets, its last
+	// Window ones (its ancestors at depth >= depth-Window+1, and itself).
+	// Each row thus has a first visible slot (WindowStart). A row must see
+	// itself: Window is at least 1 when set, and a negative Window panics.
+	Window int
+}
+
+// WindowStart returns the first slot that a row sees under a sliding window
+// of w positions (w > 0, see AttnShape.Window). For a chain's row at
+// position p (mk nil) it is max(0, p-w+1). For a tree's row, mk is its row
+// of the AttnSeq's Mask (over the pending and new slots after the n
+// committed ones): n+depth-w+1 (at least 0) while the window reaches the
+// committed slots, else the slot of its ancestor at depth depth-w+1. Every
+// device takes a row's window from it, so that all agree on what a row
+// sees; it runs once per row of a pass and allocates nothing.
+func WindowStart(mk []bool, n, p, w int) int {
+	if mk == nil {
+		return max(0, p-w+1)
+	}
+	depth := -1
+	for _, ok := range mk {
+		if ok {
+			depth++
+		}
+	}
+	first := depth - w + 1 // the shallowest visible ancestor's depth
+	if first <= 0 {
+		return max(0, n+depth-w+1)
+	}
+	k := 0
+	for c, ok := range mk {
+		if ok {
+			if k == first {
+				return n + c
+			}
+			k++
+		}
+	}
+	return n + len(mk) // unreachable: first <= depth
+}
+
+// CheckAttnShape panics unless shape's Window is 0 or positive and its
+// Softcap is 0 or positive and finite: either is a caller's programming
+// error, which the devices report alike.
+func CheckAttnShape(op string, shape AttnShape) {
+	if shape.Window < 0 {
+		panic(fmt.Sprintf("tensor: %s: attention window %d is negative (0 is off; a row must see itself)", op, shape.Window))
+	}
+	if !(shape.Softcap >= 0) || math.IsInf(float64(shape.Softcap), 1) {
+		panic(fmt.Sprintf("tensor: %s: attention softcap %v (0 is off; else positive and finite)", op, shape.Softcap))
+	}
 }
 
 // AttnSeq is one sequence's share of an Attend call.

@@ -20,7 +20,12 @@ import (
 // decode step at its position, so verification scores it bit for bit as
 // decoding would; other tree nodes mask their non-ancestors. Long chains
 // (prefill) go through the backend per head in row blocks that only multiply
-// against the keys the block can see.
+// against the keys the block can see. A sliding window (AttnShape.Window)
+// gives each row a first visible key (tensor.WindowStart): attendRow scores
+// only the keys from it on, in the same places for a decode step and the
+// tree node at its position, and a row block of the backend path skips the
+// keys before its first row's window. A softcap (AttnShape.Softcap) caps
+// each computed score before the mask and the softmax.
 
 // blasMinRows is the number of new rows from which a sequence's attention
 // uses the backend's matrix multiplies.
@@ -49,6 +54,8 @@ type attnScratch struct {
 	l              int
 	hd, qd, kv     int // head width, query and key/value widths
 	nHeads, nKV    int
+	window         int     // AttnShape.Window: 0, or the positions a row sees
+	softcap        float32 // AttnShape.Softcap: 0, or the scores' cap
 	seqs           []tensor.AttnSeq
 	items          []int32     // (sequence, head) work items of the small-row path
 	gitems         []int32     // (sequence, KV group) work items of the grouped path
@@ -76,19 +83,24 @@ type groupBuf struct {
 
 // softmaxJob describes one score block of the BLAS attention path.
 type softmaxJob struct {
-	s       []float32 // [rows, ld] scores
+	s       []float32 // [rows, ld] scores of the keys from lo0 on
 	ld      int
-	visible int // keys visible to block row 0 in a chain (prefix + 1 + i0)
+	visible int // keys from lo0 visible to block row 0 in a chain
 	tree    bool
 	mask    []bool // [t, t] tree mask rows of this sequence
 	t, n    int
+	lo0     int     // the block's first key (its first row's window start)
+	window  int     // AttnShape.Window
+	softcap float32 // AttnShape.Softcap
 }
 
 // Attend computes out for every sequence of the pass at layer l.
 func (c *Device) Attend(out, q tensor.Tensor, l int, shape tensor.AttnShape, seqs []tensor.AttnSeq) {
+	tensor.CheckAttnShape("Attend", shape)
 	a := &c.att
 	a.out, a.q, a.l, a.seqs = f32s(out), f32s(q), l, seqs
 	a.hd, a.nHeads, a.nKV = shape.HeadDim, shape.Heads, shape.KVHeads
+	a.window, a.softcap = shape.Window, shape.Softcap
 	a.qd, a.kv = a.nHeads*a.hd, a.nKV*a.hd
 	a.items = a.items[:0]
 	a.gitems = a.gitems[:0]
@@ -151,34 +163,51 @@ func (a *attnScratch) attendItems(worker, lo, hi int) {
 		for i := 0; i < in.T; i++ {
 			row := in.Row0 + i
 			ctx := in.N + i + 1
-			a.attendRow(a.out[row*qd+h*hd:row*qd+h*hd+hd], a.q[row*qd+h*hd:row*qd+h*hd+hd], a.scores[worker][:ctx], kt, vc, c0, nil, in.N)
+			lo := 0
+			if a.window > 0 {
+				lo = tensor.WindowStart(nil, in.N, ctx-1, a.window)
+			}
+			a.attendRow(a.out[row*qd+h*hd:row*qd+h*hd+hd], a.q[row*qd+h*hd:row*qd+h*hd+hd], a.scores[worker][:ctx], lo, kt, vc, c0, nil, in.N)
 		}
 	}
 }
 
 // attendRow computes one head's attention output out [hd] for the (already
-// scaled) query q over the first len(sc) keys of a KV group, whose keys kt
-// are stored transposed with row stride c0 and whose values vc have row
-// stride kvDim: scores q·K^T, softmax, P·V, in sc's space. mask, when not
-// nil, hides the new keys n+c whose mask[c] is false (a tree node's
-// non-ancestors). Every row of every path goes through here, so a row
-// scores the same in a decode step as in a chain or a verification tree
-// that gives it the same keys.
-func (a *attnScratch) attendRow(out, q, sc, kt, vc []float32, c0 int, mask []bool, n int) {
+// scaled) query q over keys [lo, len(sc)) of a KV group, whose keys kt are
+// stored transposed with row stride c0 and whose values vc have row stride
+// kvDim: scores q·K^T (capped when a.softcap is set), softmax, P·V, in
+// sc[lo:]'s space. mask, when not nil, hides the new keys n+c whose mask[c]
+// is false (a tree node's non-ancestors). Every row of every path but the
+// backend's goes through here, so a row scores the same in a decode step as
+// in a chain or a verification tree that gives it the same keys (the same
+// lo and len(sc)).
+func (a *attnScratch) attendRow(out, q, sc []float32, lo int, kt, vc []float32, c0 int, mask []bool, n int) {
 	hd, kv := a.hd, a.kv
 	ctx := len(sc)
-	WeightedSum(sc, q, kt[:(hd-1)*c0+ctx], c0, hd, ctx, false)
+	s := sc[lo:]
+	w := ctx - lo
+	WeightedSum(s, q, kt[lo:(hd-1)*c0+ctx], c0, hd, w, false)
+	if a.softcap != 0 {
+		capScores(s, a.softcap)
+	}
 	if mask != nil {
 		negInf := float32(math.Inf(-1))
 		for c, ok := range mask {
-			if !ok {
-				sc[n+c] = negInf
+			if !ok && n+c >= lo {
+				s[n+c-lo] = negInf
 			}
 		}
 	}
-	sum := SoftmaxUnscaled(sc)
-	WeightedSum(out, sc, vc[:(ctx-1)*kv+hd], kv, ctx, hd, false)
+	sum := SoftmaxUnscaled(s)
+	WeightedSum(out, s, vc[lo*kv:(ctx-1)*kv+hd], kv, w, hd, false)
 	Scale(out, 1/sum)
+}
+
+// capScores replaces each score s with c·tanh(s/c) (AttnShape.Softcap).
+func capScores(s []float32, c float32) {
+	for i, v := range s {
+		s[i] = SoftcapValue(v, c)
+	}
 }
 
 // visible returns how many keys a tree node with ancestor mask mk (over the
@@ -245,15 +274,21 @@ func (a *attnScratch) attendHeads(worker, lo, hi int) {
 		for i0 := 0; i0 < in.T; i0 += block {
 			bt := min(block, in.T-i0)
 			// Keys this block can see: a chain's rows see up to their own
-			// position; a tree's rows see all new nodes, masked.
-			width := ctx
+			// position, and with a window from its first row's window
+			// start; a tree's rows see all new nodes, masked.
+			width, lo0 := ctx, 0
 			if !tree {
 				width = in.N + i0 + bt
+				if a.window > 0 {
+					lo0 = tensor.WindowStart(nil, in.N, in.N+i0, a.window)
+				}
 			}
-			sc := a.bigs[worker][:bt*width]
+			w := width - lo0
+			sc := a.bigs[worker][:bt*w]
 			row := in.Row0 + i0
-			be.Sgemm(false, true, bt, width, hd, 1, a.q[row*qd+h*hd:], qd, kc[g*hd:], kv, 0, sc, width)
-			j := softmaxJob{s: sc, ld: width, visible: in.N + i0 + 1, tree: tree, mask: in.Mask, t: in.T, n: in.N}
+			be.Sgemm(false, true, bt, w, hd, 1, a.q[row*qd+h*hd:], qd, kc[lo0*kv+g*hd:], kv, 0, sc, w)
+			j := softmaxJob{s: sc, ld: w, visible: in.N + i0 + 1 - lo0, tree: tree, mask: in.Mask, t: in.T, n: in.N,
+				lo0: lo0, window: a.window, softcap: a.softcap}
 			if !a.c.mm.ParallelCalls() && bt*width >= 1<<14 {
 				// The heads run one after another (the backend threads each
 				// call itself): spread the softmax over the workers instead.
@@ -262,26 +297,42 @@ func (a *attnScratch) attendHeads(worker, lo, hi int) {
 			} else {
 				j.rows(0, bt)
 			}
-			be.Sgemm(false, false, bt, hd, width, 1, sc, width, vc[g*hd:], kv, 0, a.out[row*qd+h*hd:], qd)
+			be.Sgemm(false, false, bt, hd, w, 1, sc, w, vc[lo0*kv+g*hd:], kv, 0, a.out[row*qd+h*hd:], qd)
 		}
 	}
 }
 
-// rows masks and normalises rows [lo, hi) of the score block.
+// rows caps, masks and normalises rows [lo, hi) of the score block.
 func (j *softmaxJob) rows(lo, hi int) {
 	negInf := float32(math.Inf(-1))
 	for i := lo; i < hi; i++ {
 		r := j.s[i*j.ld : (i+1)*j.ld]
 		if !j.tree {
 			vis := j.visible + i
-			Softmax(r[:vis])
+			start := 0 // the row's first key, from lo0
+			if j.window > 0 {
+				start = max(0, j.lo0+vis-j.window) - j.lo0
+			}
+			if j.softcap != 0 {
+				capScores(r[start:vis], j.softcap)
+			}
+			Softmax(r[start:vis])
+			clear(r[:start])
 			clear(r[vis:])
 			continue
+		}
+		if j.softcap != 0 {
+			capScores(r, j.softcap)
 		}
 		mk := j.mask[i*j.t : (i+1)*j.t]
 		for c, ok := range mk {
 			if !ok {
 				r[j.n+c] = negInf
+			}
+		}
+		if j.window > 0 {
+			for c := range tensor.WindowStart(mk, j.n, 0, j.window) {
+				r[c] = negInf
 			}
 		}
 		Softmax(r)
@@ -328,18 +379,24 @@ func (a *attnScratch) attendGroups(worker, lo, hi int) {
 		w := in.P + in.T
 		for i := 0; i < in.T; i++ {
 			vis := in.N + in.P + i + 1
+			lo := 0
 			var mk []bool
 			if in.Mask != nil {
 				mk = in.Mask[i*w : (i+1)*w]
+				if a.window > 0 {
+					lo = tensor.WindowStart(mk, in.N, 0, a.window)
+				}
 				var masked bool
 				if vis, masked = visible(mk, in.N); !masked {
 					mk = nil
 				}
+			} else if a.window > 0 {
+				lo = tensor.WindowStart(nil, in.N, vis-1, a.window)
 			}
 			row := in.Row0 + i
 			for h := g * rep; h < (g+1)*rep; h++ {
 				o := row*qd + h*hd
-				a.attendRow(a.out[o:o+hd], a.q[o:o+hd], gb.s[:vis], kt, vc, c0, mk, in.N)
+				a.attendRow(a.out[o:o+hd], a.q[o:o+hd], gb.s[:vis], lo, kt, vc, c0, mk, in.N)
 			}
 		}
 	}

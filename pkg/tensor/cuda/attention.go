@@ -29,7 +29,7 @@ const (
 	attChunk    = 256
 	attMaxSteps = 64
 	attSeqVals  = 8
-	attRowVals  = 4
+	attRowVals  = 5
 	attQT       = 16
 	attBT       = 16
 	attTileDim  = 128
@@ -122,10 +122,14 @@ func checkF32(op, what string, t tensor.Tensor, cols int) {
 // context spans several: a row's result depends only on its own query and
 // the keys it sees, so a draft-tree node that sees a prefix is scored bit for
 // bit as the decode step at its position. Longer chains run in tiles of
-// attQT rows.
+// attQT rows. A sliding window gives each row a first visible position
+// (tensor.WindowStart, computed here into the row table): its chunks start
+// at that position's chunk, so that a long context's rows load only their
+// window; a softcap is applied to each score as the kernels compute it.
 func (d *Device) Attend(out, q tensor.Tensor, l int, shape tensor.AttnShape, seqs []tensor.AttnSeq) {
 	const op = "Attend"
 	checkShape(op, shape)
+	tensor.CheckAttnShape(op, shape)
 	qd, kvd := shape.Heads*shape.HeadDim, shape.KVHeads*shape.HeadDim
 	checkF32(op, "q", q, qd)
 	checkF32(op, "out", out, qd)
@@ -158,8 +162,8 @@ func (d *Device) Attend(out, q tensor.Tensor, l int, shape tensor.AttnShape, seq
 
 	// Stage the tables: the sequences (attSeqVals int64 each), the rows
 	// (attRowVals int32 each: sequence, index, limit, first partial record
-	// or -1), the prefill tiles (two int32 each: sequence, first row), then
-	// the masks as bytes.
+	// or -1, first visible position), the prefill tiles (two int32 each:
+	// sequence, first row), then the masks as bytes.
 	seqOff, rowOff := 0, 8*attSeqVals*len(seqs)
 	tileOff := rowOff + 4*attRowVals*rows
 	maskOff := tileOff + 8*tiles
@@ -204,22 +208,28 @@ func (d *Device) Attend(out, q tensor.Tensor, l int, shape tensor.AttnShape, seq
 			// its last ancestor (the positions after it are masked
 			// anyway: skipping them changes no bit of the result).
 			limit := s.N + s.P + i + 1
+			var mk []bool
 			if s.Mask != nil {
+				mk = s.Mask[i*w : (i+1)*w]
 				limit = s.N
-				for c, ok := range s.Mask[i*w : (i+1)*w] {
+				for c, ok := range mk {
 					if ok {
 						limit = s.N + c + 1
 					}
 				}
 			}
+			lo := 0
+			if shape.Window > 0 {
+				lo = tensor.WindowStart(mk, s.N, limit-1, shape.Window)
+			}
 			part := -1
-			if n := (limit + attChunk - 1) / attChunk; decodeClass && n > 1 {
+			if n := (limit-1)/attChunk - lo/attChunk + 1; decodeClass && n > 1 {
 				part = records
 				records += n
 				chunks = max(chunks, n)
 			}
 			rt := rtab[r*attRowVals : (r+1)*attRowVals]
-			rt[0], rt[1], rt[2], rt[3] = int32(b), int32(i), int32(limit), int32(part)
+			rt[0], rt[1], rt[2], rt[3], rt[4] = int32(b), int32(i), int32(limit), int32(part), int32(lo)
 			r++
 		}
 	}
@@ -231,12 +241,12 @@ func (d *Device) Attend(out, q tensor.Tensor, l int, shape tensor.AttnShape, seq
 	}
 	a := d.args()
 	a.ptr(out).ptr(q).addr(dev + uint64(rowOff)).addr(dev + uint64(seqOff)).addr(dev + uint64(maskOff)).addr(part)
-	a.i32(l).i32(shape.Heads).i32(shape.KVHeads).i32(shape.HeadDim).i32(b2i(vec))
+	a.i32(l).i32(shape.Heads).i32(shape.KVHeads).i32(shape.HeadDim).i32(b2i(vec)).f32(shape.Softcap)
 	d.launch(d.att.attend, dim3{uint32(rows), uint32(shape.Heads), uint32(chunks)}, dim3{attThreads, 1, 1}, 0)
 	if tiles > 0 {
 		a := d.args()
 		a.ptr(out).ptr(q).addr(dev + uint64(tileOff)).addr(dev + uint64(seqOff))
-		a.i32(l).i32(shape.Heads).i32(shape.KVHeads).i32(shape.HeadDim)
+		a.i32(l).i32(shape.Heads).i32(shape.KVHeads).i32(shape.HeadDim).i32(shape.Window).f32(shape.Softcap)
 		d.launch(d.att.prefill, dim3{uint32(tiles), uint32(shape.Heads), 1}, dim3{attThreads, 1, 1}, 0)
 	}
 	if records > 0 {
@@ -287,6 +297,9 @@ func aligned16(p uint64) bool { return p%16 == 0 }
 // cover.
 func checkTTT(op string, out, lse, q tensor.Tensor, keys, vals []tensor.Tensor, shape tensor.AttnShape, seqs []tensor.Span) int {
 	checkShape(op, shape)
+	if shape.Softcap != 0 || shape.Window != 0 {
+		panic(fmt.Sprintf("cuda: %s: softcap %v and window %d: the training-time-test attention takes neither", op, shape.Softcap, shape.Window))
+	}
 	qd, kvd := shape.Heads*shape.HeadDim, shape.KVHeads*shape.HeadDim
 	if len(keys) == 0 || len(vals) != len(keys) {
 		panic(fmt.Sprintf("cuda: %s: %d key and %d value tensors (want the same number, at least one)", op, len(keys), len(vals)))

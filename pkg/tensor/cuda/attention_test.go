@@ -94,7 +94,7 @@ func closeTo(t *testing.T, what string, got, want []float32, tol float64) {
 // TestAttendLong checks Attend against the CPU device on contexts that span
 // several chunks (decode rows, chains and trees with pending nodes), prefill
 // chains that run in tiles, and heads of 64 and 128 values (vector loads),
-// all kinds in one call.
+// all kinds in one call, with and without a sliding window and a softcap.
 func TestAttendLong(t *testing.T) {
 	d := openTest(t)
 	cpu := cpu.New(nil)
@@ -105,8 +105,12 @@ func TestAttendLong(t *testing.T) {
 		{n: attChunk + 40, t: attChainRows + 37},
 		{n: 0, t: 1},
 	}
-	for _, shape := range []tensor.AttnShape{{Heads: 8, KVHeads: 2, HeadDim: 64}, {Heads: 4, KVHeads: 4, HeadDim: 128}, {Heads: 2, KVHeads: 1, HeadDim: 160}} {
-		t.Run(fmt.Sprintf("hd%d", shape.HeadDim), func(t *testing.T) {
+	for _, shape := range []tensor.AttnShape{{Heads: 8, KVHeads: 2, HeadDim: 64}, {Heads: 4, KVHeads: 4, HeadDim: 128}, {Heads: 2, KVHeads: 1, HeadDim: 160},
+		// Gemma-2/3's variants: windows that start past a chunk or a
+		// prefill tile's first keys, a softcap.
+		{Heads: 8, KVHeads: 2, HeadDim: 64, Window: attChunk + 10, Softcap: 2}, {Heads: 4, KVHeads: 4, HeadDim: 128, Window: 30},
+		{Heads: 2, KVHeads: 1, HeadDim: 160, Window: 3, Softcap: 0.5}} {
+		t.Run(fmt.Sprintf("hd%d window %d softcap %v", shape.HeadDim, shape.Window, shape.Softcap), func(t *testing.T) {
 			got := attnRun(t, d, shape, cases, 5)
 			want := attnRun(t, cpu, shape, cases, 5)
 			closeTo(t, "Attend", got, want, 2e-5)

@@ -26,6 +26,14 @@
 // (probability 0, and 0·v to the sums), so a draft-tree node whose ancestors
 // form a prefix is scored bit for bit as the decode step at its position
 // would be: speculative decoding stays lossless within the GPU.
+//
+// Attend's variants (Gemma-2/3): a softcap replaces each score s by
+// cap·tanh(s/cap) as it is computed, and a sliding window gives each row a
+// first visible position lo (the host computes it per row, from the row's
+// position or tree depth): a row kernel's chunks start at lo's chunk and its
+// positions at lo, a prefill tile's steps at its first row's lo, so nothing
+// before a row's window is loaded. A tree node whose ancestors form a prefix
+// has the decode step's lo and limit, hence still its bits.
 
 #include "compat.h"
 
@@ -49,7 +57,7 @@
 // ATT_SEQ is the number of 64-bit values per sequence in Attend's table,
 // ATT_ROW the number of ints per row in its row table.
 #define ATT_SEQ 8
-#define ATT_ROW 4
+#define ATT_ROW 5
 
 // att_layer returns the address of layer's keys (kv 0) or values (kv 1) of
 // the sequence whose Attend table entry is sq: layer 0's address plus layer
@@ -171,7 +179,8 @@ static __device__ __forceinline__ float att_merge_groups(float a, const att_lane
 // Online softmax over positions [j0, j1) for one query (qs, hd values in
 // shared memory) against keys and values that Src locates: Src::key(j) and
 // Src::val(j) return position j's key and value rows (hd values each), and
-// Src::sees(j) whether the row attends to j. Scores are scale·q·k. On return
+// Src::sees(j) whether the row attends to j. Scores are Src::score(scale·q·k)
+// (the identity but where Attend caps them). On return
 // m and l hold the running maximum and sum of exp(s - m), a0 and a1 the
 // thread's share of Σ exp(s - m)·v (values ln.d and ln.d + ATT_THREADS,
 // partial over the thread's group: merge with att_merge_groups).
@@ -184,7 +193,7 @@ static __device__ __forceinline__ void att_online(const Src& src, const float* q
     for (int t0 = j0; t0 < j1; t0 += ATT_THREADS) {
         const int j = t0 + tid;
         float s = -INFINITY;
-        if (j < j1 && src.sees(j)) s = scale * att_dot(qs, src.key(j), hd, vec);
+        if (j < j1 && src.sees(j)) s = src.score(scale * att_dot(qs, src.key(j), hd, vec));
         const float mn = fmaxf(m, att_block_max(s, redA));
         // A position the row does not see gets exactly 0, as does every
         // position while nothing has been seen (mn still -inf).
@@ -233,44 +242,62 @@ static __device__ __forceinline__ void att_online(const Src& src, const float* q
     }
 }
 
+// att_softcap returns cap·tanh(s/cap) (Hugging Face's order: divide, tanh,
+// multiply), or s when cap is 0: AttnShape.Softcap.
+static __device__ __forceinline__ float att_softcap(float s, float cap) {
+    return cap == 0.f ? s : tanhf(s / cap) * cap;
+}
+
 // att_kv_src locates Attend's keys and values in a KV cache layer (row-major
 // [cap, kvDim], the head's group at column offset off) and applies the row's
 // mask: positions below n are committed and always seen; position n+c is seen
-// where mask[c] (mask null: every position up to the row's limit).
+// where mask[c] (mask null: every position up to the row's limit). The
+// caller starts at the row's window (lo). Scores are capped by softcap.
 struct att_kv_src {
     const float* k;
     const float* v;
     long long kvd;
     int n;
     const unsigned char* mask;
+    float softcap;
     __device__ __forceinline__ bool sees(int j) const { return j < n || mask == 0 || mask[j - n] != 0; }
+    __device__ __forceinline__ float score(float s) const { return att_softcap(s, softcap); }
     __device__ __forceinline__ const float* key(int j) const { return k + (long long)j * kvd; }
     __device__ __forceinline__ const float* val(int j) const { return v + (long long)j * kvd; }
 };
+
+// att_chunks returns the chunks of ATT_CHUNK positions that [lo, limit)
+// meets (limit > lo): ceil(limit/ATT_CHUNK) when lo is 0.
+static __device__ __forceinline__ int att_chunks(int lo, int limit) {
+    return (limit - 1) / ATT_CHUNK - lo / ATT_CHUNK + 1;
+}
 
 // drafter_attend computes Attend for one (row, head, chunk) per block: grid
 // (rows, heads, most chunks of a row), ATT_THREADS threads.
 //
 // rows holds ATT_ROW ints per row of the launch: its sequence, its index i
-// among the sequence's new rows, limit (one past the last position it sees)
-// and part (-1, or its first record in part). seqs holds ATT_SEQ 64-bit values
+// among the sequence's new rows, limit (one past the last position it sees),
+// part (-1, or its first record in part) and lo (the first position it sees:
+// 0, or its sliding window's start). seqs holds ATT_SEQ 64-bit values
 // per sequence: layer 0's K and V addresses ([cap, kvDim] float32 each), N,
 // P, T, the offset of its [T, P+T] mask in masks (-1: a chain), Row0 and the
 // bytes from one layer's K (or V) to the next's; layer picks the layer. The
 // row sees positions [0, N) and, of N..limit-1, those its mask allows (a
-// chain: all). q and out are [*, heads·hd]; q is already scaled. vec says
-// that hd is a multiple of 4 and q and the caches are 16-byte aligned.
+// chain: all). q and out are [*, heads·hd]; q is already scaled; softcap
+// (0: none) caps the scores. vec says that hd is a multiple of 4 and q and
+// the caches are 16-byte aligned.
 //
-// A row with part -1 runs in one block over [0, limit) and writes out; any
-// other (a decode-class row of several chunks) runs ceil(limit/ATT_CHUNK)
-// blocks, chunk c over positions [c·ATT_CHUNK, (c+1)·ATT_CHUNK), each writing
-// its partial state (max, sum, then hd weighted sums) to record
-// (part + c)·heads + head of part, for drafter_attend_combine. Blocks past a
-// row's chunks return at once.
+// A row with part -1 runs in one block over [lo, limit) and writes out; any
+// other (a decode-class row of several chunks) runs one block per chunk of
+// ATT_CHUNK positions that [lo, limit) meets (att_chunks), chunk c of them
+// over positions [(c0+c)·ATT_CHUNK, (c0+c+1)·ATT_CHUNK) from lo on, c0 =
+// lo/ATT_CHUNK, each writing its partial state (max, sum, then hd weighted
+// sums) to record (part + c)·heads + head of part, for
+// drafter_attend_combine. Blocks past a row's chunks return at once.
 extern "C" __global__ void drafter_attend(float* __restrict__ out, const float* __restrict__ q,
                                           const int* __restrict__ rows, const long long* __restrict__ seqs,
                                           const unsigned char* __restrict__ masks, float* __restrict__ part,
-                                          int layer, int heads, int kvHeads, int hd, int vec) {
+                                          int layer, int heads, int kvHeads, int hd, int vec, float softcap) {
     __shared__ float qs[ATT_MAXD] __attribute__((aligned(16)));
     __shared__ float ps[ATT_THREADS];
     __shared__ float comb[ATT_THREADS];
@@ -279,8 +306,8 @@ extern "C" __global__ void drafter_attend(float* __restrict__ out, const float* 
     const int tid = threadIdx.x;
     const int ri = blockIdx.x, h = blockIdx.y, chunk = blockIdx.z;
     const int* rw = rows + ATT_ROW * ri;
-    const int si = rw[0], i = rw[1], limit = rw[2], pbase = rw[3];
-    const int nch = pbase < 0 ? 1 : (limit + ATT_CHUNK - 1) / ATT_CHUNK;
+    const int si = rw[0], i = rw[1], limit = rw[2], pbase = rw[3], lo = rw[4];
+    const int nch = pbase < 0 ? 1 : att_chunks(lo, limit);
     if (chunk >= nch) return; // the whole block: no barrier is skipped
     const long long* sq = seqs + (long long)ATT_SEQ * si;
     const int n = (int)sq[2], pend = (int)sq[3], t = (int)sq[4];
@@ -295,8 +322,10 @@ extern "C" __global__ void drafter_attend(float* __restrict__ out, const float* 
     src.v = att_layer(sq, 1, layer) + g * hd;
     src.n = n;
     src.mask = moff < 0 ? 0 : masks + moff + (long long)i * (pend + t);
-    const int j0 = pbase < 0 ? 0 : chunk * ATT_CHUNK;
-    const int j1 = pbase < 0 ? limit : min(limit, j0 + ATT_CHUNK);
+    src.softcap = softcap;
+    const int cs = (lo / ATT_CHUNK + chunk) * ATT_CHUNK; // the chunk's first position
+    const int j0 = pbase < 0 ? lo : max(lo, cs);
+    const int j1 = pbase < 0 ? limit : min(limit, cs + ATT_CHUNK);
 
     const float* qr = q + row * qd + (long long)h * hd;
     for (int d = tid; d < hd; d += ATT_THREADS) qs[d] = qr[d];
@@ -337,9 +366,9 @@ extern "C" __global__ void drafter_attend_combine(float* __restrict__ out, const
                                                   const float* __restrict__ part, int heads, int hd) {
     const int ri = blockIdx.x, h = blockIdx.y;
     const int* rw = rows + ATT_ROW * ri;
-    const int si = rw[0], i = rw[1], limit = rw[2], pbase = rw[3];
+    const int si = rw[0], i = rw[1], limit = rw[2], pbase = rw[3], lo = rw[4];
     if (pbase < 0) return;
-    const int nch = (limit + ATT_CHUNK - 1) / ATT_CHUNK;
+    const int nch = att_chunks(lo, limit);
     const long long row = seqs[(long long)ATT_SEQ * si + 6] + i;
     const long long stride = (long long)heads * (hd + 2);
     const float* pp = part + ((long long)pbase * heads + h) * (hd + 2);
@@ -442,14 +471,17 @@ static __device__ __forceinline__ float att_tile_dot(const float* a, const float
 }
 
 // att_tile_causal runs the causal part of a tile's attention: rows r < nq
-// see key positions j <= first + r of K and V (rows of stride kvd), scores
-// scale·q·k, ATT_KT positions a step. Every thread of the block calls it.
+// see key positions j <= first + r of K and V (rows of stride kvd), and with
+// a sliding window (window > 0) only those with first + r - j < window,
+// scores scale·q·k capped by softcap (0: not capped), ATT_KT positions a
+// step from the first row's window on. Every thread of the block calls it.
 static __device__ __forceinline__ void att_tile_causal(att_tile& sh, att_tile_state& st, const float* __restrict__ K,
                                                        const float* __restrict__ V, long long kvd, int hd,
-                                                       float scale, int first, int nq) {
+                                                       float scale, int first, int nq, int window, float softcap) {
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int jEnd = first + nq;
-    for (int j0 = 0; j0 < jEnd; j0 += ATT_KT) {
+    const int jStart = window > 0 ? max(0, first - window + 1) : 0;
+    for (int j0 = jStart; j0 < jEnd; j0 += ATT_KT) {
         __syncthreads(); // the previous step's readers (and the callers' writers of sh.q) are done
         for (int x = tid; x < ATT_KT * hd; x += ATT_THREADS) {
             const int jj = x / hd, e = x - jj * hd;
@@ -462,7 +494,8 @@ static __device__ __forceinline__ void att_tile_causal(att_tile& sh, att_tile_st
         for (int u = 0; u < ATT_QT / ATT_WARPS; u++) {
             const int r = warp + ATT_WARPS * u;
             float s = -INFINITY;
-            if (r < nq && j0 + lane <= first + r) s = scale * att_tile_dot(sh.q[r], sh.k[lane], hd);
+            if (r < nq && j0 + lane <= first + r && (window <= 0 || first + r - (j0 + lane) < window))
+                s = att_softcap(scale * att_tile_dot(sh.q[r], sh.k[lane], hd), softcap);
             att_tile_update(sh, st, u, s);
         }
         __syncthreads();
@@ -512,12 +545,15 @@ static __device__ __forceinline__ void att_tile_load_q(att_tile& sh, const float
 // cache serves ATT_QT rows instead of one: grid (tiles, heads), ATT_THREADS
 // threads. tiles holds two ints per tile: its sequence and its first new row
 // i0; seqs is drafter_attend's table. Row i0+r sees positions up to
-// N+P+i0+r. Each step stages ATT_KT keys and values in shared memory; warp w
+// N+P+i0+r, and with a sliding window (window > 0) only the last window of
+// them; softcap (0: none) caps the scores. Each step stages ATT_KT keys and
+// values in shared memory; warp w
 // scores rows w, w+4, ... (lane = key) with an online softmax per row, then
 // each thread adds one value of the head for its rows.
 extern "C" __global__ void drafter_attend_prefill(float* __restrict__ out, const float* __restrict__ q,
                                                   const int* __restrict__ tiles, const long long* __restrict__ seqs,
-                                                  int layer, int heads, int kvHeads, int hd) {
+                                                  int layer, int heads, int kvHeads, int hd, int window,
+                                                  float softcap) {
     __shared__ att_tile sh;
     const int si = tiles[2 * blockIdx.x], i0 = tiles[2 * blockIdx.x + 1];
     const int h = blockIdx.y;
@@ -533,7 +569,7 @@ extern "C" __global__ void drafter_attend_prefill(float* __restrict__ out, const
     att_tile_load_q(sh, q + row0 * qd + (long long)h * hd, qd, hd, nq);
     att_tile_state st;
     att_tile_init(st, hd);
-    att_tile_causal(sh, st, K, V, kvd, hd, 1.f, n + pend + i0, nq);
+    att_tile_causal(sh, st, K, V, kvd, hd, 1.f, n + pend + i0, nq, window, softcap);
     att_tile_finish(sh, st);
     if (st.active) {
         ATT_UNROLL
@@ -569,7 +605,7 @@ extern "C" __global__ void drafter_attend_ttt_tiled(float* __restrict__ out, flo
     att_tile_state st;
     att_tile_init(st, hd);
     att_tile_causal(sh, st, (const float*)steps[0] + start * kvd + off, (const float*)steps[k + 1] + start * kvd + off,
-                    kvd, hd, scale, i0, nq);
+                    kvd, hd, scale, i0, nq, 0, 0.f);
     for (int m0 = 1; m0 <= k; m0 += ATT_KT) {
         __syncthreads(); // the previous step's readers of sh.p and sh.alpha are done
         const int mm = m0 + lane;
@@ -628,6 +664,7 @@ struct att_ttt_src {
     long long kvd, start, r, off;
     int i;
     __device__ __forceinline__ bool sees(int) const { return true; }
+    __device__ __forceinline__ float score(float s) const { return s; }
     __device__ __forceinline__ const float* at(const unsigned long long* s, int j) const {
         if (j <= i) return (const float*)s[0] + (start + j) * kvd + off;
         return (const float*)s[j - i] + r * kvd + off;

@@ -76,6 +76,29 @@ const int chainRows = 64;
 // scalar makes the launches below take the kernels' scalar loads.
 bool scalar = false;
 
+// window and softcap are the AttnShape variants of runAttend's launches and
+// testAttend's reference (0: off).
+int window = 0;
+float softcap = 0.f;
+
+// windowStart returns a row's first visible slot under the sliding window
+// (attention.go takes it from tensor.WindowStart): for a chain row at
+// position p (anc null) max(0, p-window+1); for a tree row with ancestor row
+// anc over w slots after n committed ones, n+depth-window+1 (at least 0)
+// while that reaches the committed slots, else the slot of its ancestor at
+// depth depth-window+1.
+int windowStart(const unsigned char* anc, int w, int n, int p) {
+    if (window <= 0) return 0;
+    if (!anc) return std::max(0, p - window + 1);
+    int depth = -1;
+    for (int c = 0; c < w; c++) depth += anc[c] != 0;
+    int first = depth - window + 1;
+    if (first <= 0) return std::max(0, n + depth - window + 1);
+    for (int c = 0, k = 0; c < w; c++)
+        if (anc[c] && k++ == first) return n + c;
+    return n + w;
+}
+
 // aligned reports whether every pointer is 16-byte aligned.
 bool aligned(std::initializer_list<const void*> ps) {
     for (const void* p : ps)
@@ -133,13 +156,14 @@ std::vector<float> runAttend(int heads, int kvHeads, int hd, std::vector<Seq>& s
                 for (int c = 0; c < w; c++)
                     if (a[(size_t)i * w + c]) limit = s.n + c + 1;
             }
-            int nch = (limit + ATT_CHUNK - 1) / ATT_CHUNK, part = -1;
+            int lo = windowStart(moff >= 0 ? &a[(size_t)i * w] : nullptr, w, s.n, limit - 1);
+            int nch = (limit - 1) / ATT_CHUNK - lo / ATT_CHUNK + 1, part = -1;
             if (decodeClass && nch > 1) {
                 part = records;
                 records += nch;
                 maxChunks = std::max(maxChunks, nch);
             }
-            rows.insert(rows.end(), {(int)b, i, limit, part});
+            rows.insert(rows.end(), {(int)b, i, limit, part, lo});
         }
     }
     if (masks.empty()) masks.push_back(0);
@@ -149,10 +173,11 @@ std::vector<float> runAttend(int heads, int kvHeads, int hd, std::vector<Seq>& s
     if (nrows > 0)
         sim::launch(dim3(nrows, heads, maxChunks), dim3(ATT_THREADS, 1, 1), 0, drafter_attend, out.data(),
                     q.data(), (const int*)rows.data(), (const long long*)tab.data(),
-                    (const unsigned char*)masks.data(), part.data(), 1, heads, kvHeads, hd, (int)vec);
+                    (const unsigned char*)masks.data(), part.data(), 1, heads, kvHeads, hd, (int)vec, softcap);
     if (!tiles.empty())
         sim::launch(dim3(tiles.size() / 2, heads, 1), dim3(ATT_THREADS, 1, 1), 0, drafter_attend_prefill, out.data(),
-                    q.data(), (const int*)tiles.data(), (const long long*)tab.data(), 1, heads, kvHeads, hd);
+                    q.data(), (const int*)tiles.data(), (const long long*)tab.data(), 1, heads, kvHeads, hd, window,
+                    softcap);
     if (records > 0)
         sim::launch(dim3(nrows, heads, 1), dim3(ATT_THREADS, 1, 1), 0, drafter_attend_combine, out.data(),
                     (const int*)rows.data(), (const long long*)tab.data(), (const float*)part.data(), heads, hd);
@@ -188,6 +213,16 @@ void testAttend(const char* name, int heads, int kvHeads, int hd, std::vector<Se
         if (!s.parents.empty()) anc = ancestors(s.parents);
         for (int i = 0; i < s.t; i++) {
             int row = row0[b] + i;
+            // The row's position and, per tree slot, its depth: a chain row
+            // at n+p+i sees slots within window of it; a tree row at
+            // n+depth sees the committed slots within window of it and its
+            // ancestors of depth > depth-window.
+            int depth = -1;
+            std::vector<int> slotDepth(w, -1);
+            if (!anc.empty())
+                for (int c = 0; c < w; c++)
+                    if (anc[(size_t)(s.p + i) * w + c]) slotDepth[c] = ++depth;
+            int pos = anc.empty() ? s.n + s.p + i : s.n + depth;
             for (int h = 0; h < heads; h++) {
                 int off = h / rep * hd;
                 std::vector<double> sc;
@@ -196,9 +231,12 @@ void testAttend(const char* name, int heads, int kvHeads, int hd, std::vector<Se
                     if (c >= s.n) {
                         if (anc.empty() ? c > s.n + s.p + i : !anc[(size_t)(s.p + i) * w + c - s.n]) continue;
                     }
+                    int cpos = (c < s.n || anc.empty()) ? c : s.n + slotDepth[c - s.n];
+                    if (window > 0 && pos - cpos >= window) continue;
                     double x = 0;
                     for (int d = 0; d < hd; d++)
                         x += (double)q[(size_t)row * qd + h * hd + d] * caches[b].k[(size_t)c * kvd + off + d];
+                    if (softcap != 0) x = softcap * std::tanh(x / softcap);
                     sc.push_back(x);
                     ks.push_back(c);
                 }
@@ -219,7 +257,7 @@ void testAttend(const char* name, int heads, int kvHeads, int hd, std::vector<Se
         }
     }
     if (check(std::string("Attend ") + name, out.data(), want, scale, 2e-5))
-        std::printf("ok Attend %s%s\n", name, scalar ? " scalar" : "");
+        std::printf("ok Attend %s%s window %d softcap %g\n", name, scalar ? " scalar" : "", window, softcap);
 }
 
 // testAttendSame checks that rows score bit for bit the same whatever the
@@ -251,7 +289,8 @@ void testAttendSame(int heads, int kvHeads, int hd, int n) {
                 return;
             }
         }
-        std::printf("ok Attend same bits %s n=%d hd=%d%s\n", what, n, hd, scalar ? " scalar" : "");
+        std::printf("ok Attend same bits %s n=%d hd=%d%s window %d softcap %g\n", what, n, hd, scalar ? " scalar" : "",
+                    window, softcap);
     };
     {
         std::vector<Seq> s{{n, t, 0, {}}};
@@ -505,6 +544,30 @@ int main() {
                    {{4 * ATT_CHUNK + 37, 1, 0, {}}, {ATT_CHUNK - 1, 1, 0, {}}, {5, 2, 0, {}}});
         testAttendSame(4, 2, 16, 10);
         testAttendSame(2, 1, 64, ATT_CHUNK - 2);
+
+        // Gemma-2/3's variants: softcaps small enough to saturate tanh,
+        // windows that end in the committed positions, in a tree's own
+        // slots, or past everything, over chunked decode rows, trees with
+        // pending nodes and prefill tiles whose windows start past their
+        // first keys.
+        for (auto [w, cap] : std::vector<std::pair<int, float>>{{0, 0.75f}, {5, 0.f}, {1, 0.f}, {37, 0.75f}, {300, 2.f}}) {
+            window = w;
+            softcap = cap;
+            testAttend("window decode", 4, 2, 16, {{10, 1, 0, {}}, {0, 1, 0, {}}, {7, 5, 0, {}}});
+            testAttend("window chunked decode", 2, 1, 64,
+                       {{2 * ATT_CHUNK + 88, 1, 0, {}}, {ATT_CHUNK + 3, 1, 0, {}}, {ATT_CHUNK - 2, 3, 0, {}}});
+            testAttend("window trees", 4, 2, 16,
+                       {{20, 6, 0, {-1, 0, 0, 1, 3, -1}}, {12, 4, 6, {-1, -1, 0, 1, 2, 3, 4, 5, 4, 0}},
+                        {ATT_CHUNK + 40, 2, 3, {-1, 0, 1, 2, 2}}});
+            if (!scalar) {
+                testAttend("window prefill", 4, 2, 16, {{3, 150, 0, {}}, {2 * ATT_CHUNK + 5, 70, 0, {}}});
+                testAttend("window prefill hd 160", 2, 1, 160, {{40, 66, 0, {}}});
+            }
+            testAttendSame(4, 2, 16, 10);
+            testAttendSame(2, 1, 64, 2 * ATT_CHUNK - 2);
+        }
+        window = 0;
+        softcap = 0.f;
 
         for (int tiled = 0; tiled < 2; tiled++) {
             if (tiled && scalar) continue;
