@@ -39,28 +39,20 @@ import (
 // cache (the model_type, or phi3_longrope for Phi-3 with LongRoPE).
 type Arch struct {
 	Name string
-	// WindowCapped means drafter runs the model only up to its sliding
-	// window (model.MaxPositions is the window: it attends over the whole
-	// sequence, exact only within the window) while the reference prompts
-	// are longer: the comparison covers each prompt's first MaxPositions
-	// tokens, requires longer sequences to be refused, and cannot compare
-	// greedy ids or run the pipeline. An architecture whose windows drafter
-	// implements must not set it.
-	WindowCapped bool
 }
 
 // Archs are the supported architectures the tests compare with
 // transformers. Adding an architecture to pkg/arch means adding its line
-// here (the tests fail while a model_type that pkg/arch knows has none):
-//
-//	{Name: "gemma2"}, {Name: "gemma3_text"}, {Name: "phi3"}, {Name: "phi3_longrope"},
+// here (the tests fail while a model_type that pkg/arch knows has none).
 var Archs = []Arch{
 	{Name: "llama"},
-	// pkg/arch's Mistral family: one window for every layer, and
-	// Family.Context caps the context at it.
-	{Name: "mistral", WindowCapped: true},
+	{Name: "mistral"},
 	{Name: "qwen2"},
 	{Name: "qwen3"},
+	{Name: "gemma2"},
+	{Name: "gemma3_text"},
+	{Name: "phi3"},
+	{Name: "phi3_longrope"},
 }
 
 // Supported reports whether the folder name is in Archs.

@@ -1,15 +1,17 @@
 // Package arch describes the architecture families drafter runs, one Family
 // per config.json model_type: how its config.json is read, which tensors its
 // checkpoints hold (names, shapes, biases, norms), its activation, and the
-// hooks the next families need (embedding scale, norm offset, extra norms,
-// soft-capping, sliding windows). It is the one place that knows them:
+// hooks where families compute differently (embedding scale, norm offset,
+// sandwich norms, activation, query scale, soft-capping, sliding windows and
+// their RoPE). It is the one place that knows them:
 // pkg/checkpoint derives its config checks and its required and unused
 // tensors from a Family, pkg/model binds its weights from Family.Tensors in
 // one generic pass and refuses what it does not implement, and every
 // "supported" message names Supported.
 //
-// Adding a family is one file here (a function returning its Family, listed
-// in Families) plus the forward-pass branches its hooks need in pkg/model.
+// Adding a family whose computation the hooks describe is one file here (a
+// function returning its Family, listed in Families); a new hook also needs
+// its branch in pkg/checkpoint (reading its keys) and pkg/model.
 package arch
 
 import (
@@ -30,41 +32,74 @@ type Family struct {
 	// (DefaultKVHeads 0: num_attention_heads; DefaultHeadDim 0:
 	// hidden_size / num_attention_heads).
 	DefaultKVHeads, DefaultHeadDim, DefaultMaxPositions int
+	// DefaultRopeTheta is rope_theta when config.json leaves it out (0:
+	// 10000); DefaultTied is tie_word_embeddings'.
+	DefaultRopeTheta float64
+	DefaultTied      bool
 
 	// QKVBias and OBias say when q_proj, k_proj and v_proj, and o_proj,
 	// carry a bias.
 	QKVBias, OBias Bias
+	// FusedQKV means a checkpoint holds q, k and v as one matrix,
+	// self_attn.qkv_proj.weight [heads·head_dim + 2·kv_heads·head_dim,
+	// hidden], and FusedGateUp gate and up as one, mlp.gate_up_proj.weight
+	// [2·intermediate, hidden], gate first (Phi-3).
+	FusedQKV, FusedGateUp bool
 	// QKNorm means per-head RMSNorms (self_attn.q_norm and k_norm,
 	// [head_dim]) apply to the queries and keys before RoPE.
 	QKNorm bool
-	// Activation is the gated MLP's activation: config.json's hidden_act
-	// when absent, and the only value accepted.
+	// Activation is the gated MLP's activation ("silu" or
+	// "gelu_pytorch_tanh"): config.json's ActivationKey when absent, and the
+	// only value accepted.
 	Activation string
-	// Sliding says how config.json describes sliding-window attention.
-	Sliding Sliding
+	// ActivationKey is the config.json key naming the activation:
+	// "hidden_act", or Gemma's "hidden_activation" (whose Transformers
+	// classes ignore hidden_act).
+	ActivationKey string
+	// Sliding says how config.json describes sliding-window attention;
+	// SlidingPeriod is, for SlidingLayerTypes, the layer period when
+	// config.json has neither layer_types nor sliding_window_pattern (every
+	// SlidingPeriod-th layer attends globally, the others slide).
+	Sliding       Sliding
+	SlidingPeriod int
+	// DefaultSlidingWindow is sliding_window when config.json leaves it
+	// out (0: none).
+	DefaultSlidingWindow int
+	// PartialRotary means partial_rotary_factor (config.json or
+	// rope_parameters) says how much of each head RoPE rotates (Phi-3);
+	// elsewhere a factor other than 1 is refused.
+	PartialRotary bool
+	// LocalRope means sliding layers rotate with their own RoPE base
+	// (rope_local_base_freq, or rope_parameters.sliding_attention) and no
+	// scaling, global layers with rope_theta and rope_scaling (Gemma-3).
+	LocalRope bool
 	// Buffers are name suffixes of tensors a checkpoint may hold that are
 	// computed, not learned, and that loading ignores (the rotary inverse
 	// frequencies older Transformers saved with the weights).
 	Buffers []string
 
-	// The hooks below are where the next families compute differently
-	// (Gemma-2 sets every one). Their zero values are what the families
-	// here compute; pkg/model refuses a family that sets one it does not
-	// implement yet, so a hook is never silently ignored.
-
 	// EmbedScale multiplies the embedding output.
 	EmbedScale EmbedScale
 	// NormOffset is added to every RMSNorm weight: x·(NormOffset+w)
-	// (Gemma's 1+w).
+	// (Gemma's 1+w), q/k norms included.
 	NormOffset float32
-	// ExtraNorms are per-layer RMSNorm weights ([hidden_size]) beyond
-	// input_layernorm and post_attention_layernorm, by name after the layer
-	// prefix (Gemma-2: pre_feedforward_layernorm.weight and
-	// post_feedforward_layernorm.weight).
-	ExtraNorms []string
-	// AttnSoftcap and FinalSoftcap cap the attention scores and the final
-	// logits at c·tanh(x/c); 0 is off (Gemma-2: 50 and 30).
-	AttnSoftcap, FinalSoftcap float64
+	// SandwichNorms means four norms per layer (Gemma-2, Gemma-3):
+	// input_layernorm before attention, post_attention_layernorm on the
+	// attention's output before the residual add, pre_feedforward_layernorm
+	// before the MLP and post_feedforward_layernorm on its output. Without
+	// it post_attention_layernorm is the MLP's input norm (Llama).
+	SandwichNorms bool
+	// QueryPreAttnScalar means attention scores are scaled by
+	// query_pre_attn_scalar^-½ (DefaultQueryPreAttnScalar when absent)
+	// instead of head_dim^-½.
+	QueryPreAttnScalar        bool
+	DefaultQueryPreAttnScalar float64
+	// Softcaps means config.json's attn_logit_softcapping and
+	// final_logit_softcapping (null: off) cap the attention scores and the
+	// final logits at c·tanh(x/c); DefaultAttnSoftcap and
+	// DefaultFinalSoftcap are the values when a key is absent (0: off).
+	Softcaps                                bool
+	DefaultAttnSoftcap, DefaultFinalSoftcap float64
 }
 
 // Bias says when a projection carries a bias.
@@ -92,37 +127,18 @@ const (
 	// NoSliding: the family has no sliding-window attention and reads no
 	// key for it.
 	NoSliding Sliding = iota
-	// SlidingAllLayers: sliding_window (default 4096, null for none) is
-	// the window of every layer (Mistral).
+	// SlidingAllLayers: sliding_window (null for none) is the window of
+	// every layer (Mistral, Phi-3).
 	SlidingAllLayers
 	// SlidingOff: use_sliding_window and layer_types may only say that no
 	// layer slides (Qwen2, Qwen3: their sliding layers are not supported).
 	SlidingOff
+	// SlidingLayerTypes: layer_types names each layer "sliding_attention"
+	// or "full_attention" (or, without it, sliding_window_pattern or the
+	// family's SlidingPeriod does), and sliding_window is the sliding
+	// layers' window (Gemma-2, Gemma-3).
+	SlidingLayerTypes
 )
-
-// Window returns layer's attention window given config.json's sliding
-// window (0 when none), 0 for full causal attention.
-func (f *Family) Window(layer, slidingWindow int) int {
-	if f.Sliding == SlidingAllLayers {
-		return slidingWindow
-	}
-	return 0
-}
-
-// Context returns the longest sequence that stays within every layer's
-// window: max_position_embeddings, or the smallest sliding window of any of
-// the layers when that is smaller. Within its window a sliding-window layer
-// attends to the whole sequence, as full causal attention does, so a model
-// that attends over the whole sequence is exact up to Context.
-func (f *Family) Context(layers, maxPositions, slidingWindow int) int {
-	n := maxPositions
-	for l := range layers {
-		if w := f.Window(l, slidingWindow); w > 0 && w < n {
-			n = w
-		}
-	}
-	return n
-}
 
 // EmbedScale is what multiplies the embedding output.
 type EmbedScale uint8
@@ -136,7 +152,7 @@ const (
 
 // Families returns every supported family, in the order messages list them.
 func Families() []Family {
-	return []Family{Llama(), Mistral(), Qwen2(), Qwen3()}
+	return []Family{Llama(), Mistral(), Qwen2(), Qwen3(), Gemma2(), Gemma3Text(), Phi3()}
 }
 
 // Lookup returns the family of a config.json model_type.
@@ -150,7 +166,7 @@ func Lookup(modelType string) (Family, bool) {
 }
 
 // Supported lists the supported model_type values, for messages:
-// "llama, mistral, qwen2, qwen3".
+// "llama, mistral, qwen2, qwen3, gemma2, gemma3_text, phi3".
 func Supported() string {
 	return list(func(f Family) string { return f.ModelType })
 }
@@ -186,25 +202,28 @@ type Role uint8
 
 // The roles. Linear weights use the Hugging Face [out, in] layout.
 const (
-	Embed     Role = iota // model.embed_tokens.weight [vocab, hidden]
-	AttnNorm              // input_layernorm.weight [hidden]
-	QProj                 // self_attn.q_proj.weight [heads·head_dim, hidden]
-	KProj                 // self_attn.k_proj.weight [kv_heads·head_dim, hidden]
-	VProj                 // self_attn.v_proj.weight [kv_heads·head_dim, hidden]
-	QBias                 // self_attn.q_proj.bias [heads·head_dim]
-	KBias                 // self_attn.k_proj.bias [kv_heads·head_dim]
-	VBias                 // self_attn.v_proj.bias [kv_heads·head_dim]
-	OProj                 // self_attn.o_proj.weight [hidden, heads·head_dim]
-	OProjBias             // self_attn.o_proj.bias [hidden]
-	QNorm                 // self_attn.q_norm.weight [head_dim]
-	KNorm                 // self_attn.k_norm.weight [head_dim]
-	MLPNorm               // post_attention_layernorm.weight [hidden]
-	ExtraNorm             // one of Family.ExtraNorms [hidden]
-	GateProj              // mlp.gate_proj.weight [intermediate, hidden]
-	UpProj                // mlp.up_proj.weight [intermediate, hidden]
-	DownProj              // mlp.down_proj.weight [hidden, intermediate]
-	FinalNorm             // model.norm.weight [hidden]
-	LMHead                // lm_head.weight [vocab, hidden]
+	Embed       Role = iota // model.embed_tokens.weight [vocab, hidden]
+	AttnNorm                // input_layernorm.weight [hidden]
+	QProj                   // self_attn.q_proj.weight [heads·head_dim, hidden]
+	KProj                   // self_attn.k_proj.weight [kv_heads·head_dim, hidden]
+	VProj                   // self_attn.v_proj.weight [kv_heads·head_dim, hidden]
+	QBias                   // self_attn.q_proj.bias [heads·head_dim]
+	KBias                   // self_attn.k_proj.bias [kv_heads·head_dim]
+	VBias                   // self_attn.v_proj.bias [kv_heads·head_dim]
+	OProj                   // self_attn.o_proj.weight [hidden, heads·head_dim]
+	OProjBias               // self_attn.o_proj.bias [hidden]
+	QNorm                   // self_attn.q_norm.weight [head_dim]
+	KNorm                   // self_attn.k_norm.weight [head_dim]
+	MLPNorm                 // post_attention_layernorm.weight [hidden] (SandwichNorms: pre_feedforward_layernorm)
+	AttnOutNorm             // SandwichNorms: post_attention_layernorm.weight [hidden]
+	MLPOutNorm              // SandwichNorms: post_feedforward_layernorm.weight [hidden]
+	QKVProj                 // FusedQKV: self_attn.qkv_proj.weight [heads·head_dim + 2·kv_heads·head_dim, hidden]
+	GateUpProj              // FusedGateUp: mlp.gate_up_proj.weight [2·intermediate, hidden]
+	GateProj                // mlp.gate_proj.weight [intermediate, hidden]
+	UpProj                  // mlp.up_proj.weight [intermediate, hidden]
+	DownProj                // mlp.down_proj.weight [hidden, intermediate]
+	FinalNorm               // model.norm.weight [hidden]
+	LMHead                  // lm_head.weight [vocab, hidden]
 )
 
 // Tensor is one tensor of a checkpoint.
@@ -227,8 +246,8 @@ const (
 	layerPrefix   = "model.layers."
 )
 
-// layerNames are the names of the per-layer roles after the layer prefix.
-func layerName(r Role) string {
+// layerName is the name of a per-layer role after the layer prefix.
+func (f *Family) layerName(r Role) string {
 	switch r {
 	case AttnNorm:
 		return "input_layernorm.weight"
@@ -253,7 +272,18 @@ func layerName(r Role) string {
 	case KNorm:
 		return "self_attn.k_norm.weight"
 	case MLPNorm:
+		if f.SandwichNorms {
+			return "pre_feedforward_layernorm.weight"
+		}
 		return "post_attention_layernorm.weight"
+	case AttnOutNorm:
+		return "post_attention_layernorm.weight"
+	case MLPOutNorm:
+		return "post_feedforward_layernorm.weight"
+	case QKVProj:
+		return "self_attn.qkv_proj.weight"
+	case GateUpProj:
+		return "mlp.gate_up_proj.weight"
 	case GateProj:
 		return "mlp.gate_proj.weight"
 	case UpProj:
@@ -267,21 +297,26 @@ func layerName(r Role) string {
 // Tensors lists every tensor a checkpoint of the family with dims holds, in
 // forward order: the embedding; per layer its input norm, the q, k and v
 // weights back to back and then their biases, o_proj (and its bias), the
-// q/k norms, the MLP norm and any extra norms, the gate and up weights back
-// to back, down_proj; the final norm; lm_head unless tied. pkg/model lays
+// q/k norms, the attention output norm (SandwichNorms), the MLP input norm
+// and the MLP output norm (SandwichNorms), the gate and up weights back to
+// back, down_proj; the final norm; lm_head unless tied. pkg/model lays
 // its weights out in this order, so that the matrices that share an input
 // (q/k/v, gate/up) are adjacent and multiply as one.
 func (f *Family) Tensors(d Dims) []Tensor {
 	h, q, kv, in := d.Hidden, d.Heads*d.HeadDim, d.KVHeads*d.HeadDim, d.Intermediate
-	out := make([]Tensor, 0, 3+d.Layers*(17+len(f.ExtraNorms)))
+	out := make([]Tensor, 0, 3+d.Layers*19)
 	out = append(out, Tensor{EmbedName, []int{d.Vocab, h}, Embed, -1})
 	for l := 0; l < d.Layers; l++ {
 		p := layerPrefix + strconv.Itoa(l) + "."
-		add := func(r Role, shape ...int) { out = append(out, Tensor{p + layerName(r), shape, r, l}) }
+		add := func(r Role, shape ...int) { out = append(out, Tensor{p + f.layerName(r), shape, r, l}) }
 		add(AttnNorm, h)
-		add(QProj, q, h)
-		add(KProj, kv, h)
-		add(VProj, kv, h)
+		if f.FusedQKV {
+			add(QKVProj, q+2*kv, h)
+		} else {
+			add(QProj, q, h)
+			add(KProj, kv, h)
+			add(VProj, kv, h)
+		}
 		if d.QKVBias {
 			add(QBias, q)
 			add(KBias, kv)
@@ -295,12 +330,19 @@ func (f *Family) Tensors(d Dims) []Tensor {
 			add(QNorm, d.HeadDim)
 			add(KNorm, d.HeadDim)
 		}
-		add(MLPNorm, h)
-		for _, name := range f.ExtraNorms {
-			out = append(out, Tensor{p + name, []int{h}, ExtraNorm, l})
+		if f.SandwichNorms {
+			add(AttnOutNorm, h)
 		}
-		add(GateProj, in, h)
-		add(UpProj, in, h)
+		add(MLPNorm, h)
+		if f.SandwichNorms {
+			add(MLPOutNorm, h)
+		}
+		if f.FusedGateUp {
+			add(GateUpProj, 2*in, h)
+		} else {
+			add(GateProj, in, h)
+			add(UpProj, in, h)
+		}
 		add(DownProj, h, in)
 	}
 	out = append(out, Tensor{FinalNormName, []int{h}, FinalNorm, -1})

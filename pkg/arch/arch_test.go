@@ -10,7 +10,7 @@ import (
 // TestSupportedListsEveryFamily: the supported list, the lookup and the
 // architectures names come from the same table.
 func TestSupportedListsEveryFamily(t *testing.T) {
-	if got, want := Supported(), "llama, mistral, qwen2, qwen3"; got != want {
+	if got, want := Supported(), "llama, mistral, qwen2, qwen3, gemma2, gemma3_text, phi3"; got != want {
 		t.Fatalf("Supported() = %q, want %q", got, want)
 	}
 	for _, f := range Families() {
@@ -22,17 +22,18 @@ func TestSupportedListsEveryFamily(t *testing.T) {
 			t.Errorf("SupportedArchitectures() %q lacks %s", SupportedArchitectures(), f.Architecture)
 		}
 	}
-	if _, ok := Lookup("gemma2"); ok {
-		t.Fatal("gemma2 is not a family yet")
+	if _, ok := Lookup("mixtral"); ok {
+		t.Fatal("mixtral is not a family yet")
 	}
 }
 
-// TestTensorsHooks: biases follow the dims, q/k norms the family, extra norms
-// are listed after the MLP norm, and a tied model has no lm_head.
+// TestTensorsHooks: biases follow the dims, q/k norms the family, sandwich
+// norms rename the MLP's input norm and add the two output norms, and a tied
+// model has no lm_head.
 func TestTensorsHooks(t *testing.T) {
 	d := Dims{Hidden: 8, Intermediate: 12, Layers: 2, Heads: 2, KVHeads: 1, HeadDim: 4, Vocab: 10, TiedEmbeddings: true, QKVBias: true}
 	f := Qwen3()
-	f.ExtraNorms = []string{"pre_feedforward_layernorm.weight"}
+	f.SandwichNorms = true
 	var names []string
 	for _, x := range f.Tensors(d) {
 		if x.Layer == 1 || x.Layer == -1 {
@@ -45,6 +46,7 @@ func TestTensorsHooks(t *testing.T) {
 		"model.layers.1.self_attn.q_proj.bias[8]", "model.layers.1.self_attn.k_proj.bias[4]", "model.layers.1.self_attn.v_proj.bias[4]",
 		"model.layers.1.self_attn.o_proj.weight[8 8]", "model.layers.1.self_attn.q_norm.weight[4]", "model.layers.1.self_attn.k_norm.weight[4]",
 		"model.layers.1.post_attention_layernorm.weight[8]", "model.layers.1.pre_feedforward_layernorm.weight[8]",
+		"model.layers.1.post_feedforward_layernorm.weight[8]",
 		"model.layers.1.mlp.gate_proj.weight[12 8]", "model.layers.1.mlp.up_proj.weight[12 8]", "model.layers.1.mlp.down_proj.weight[8 12]",
 		"model.norm.weight[8]"}
 	if !slices.Equal(names, want) {
@@ -52,7 +54,7 @@ func TestTensorsHooks(t *testing.T) {
 	}
 }
 
-func TestBiasAndWindowRules(t *testing.T) {
+func TestBiasRules(t *testing.T) {
 	for _, c := range []struct {
 		b          Bias
 		off, on    bool
@@ -60,20 +62,6 @@ func TestBiasAndWindowRules(t *testing.T) {
 	}{{NoBias, false, false, "mistral"}, {AlwaysBias, true, true, "qwen2 q/k/v"}, {ConfigBias, false, true, "llama"}} {
 		if c.b.Present(false) != c.off || c.b.Present(true) != c.on {
 			t.Errorf("%s rule: Present(false)=%v Present(true)=%v", c.familyName, c.b.Present(false), c.b.Present(true))
-		}
-	}
-	m, q := Mistral(), Qwen2()
-	if m.Window(3, 4096) != 4096 || q.Window(3, 4096) != 0 || m.Window(0, 0) != 0 {
-		t.Fatal("windows: mistral slides every layer by sliding_window, qwen2 none")
-	}
-	for _, c := range []struct {
-		f                    Family
-		maxPos, window, want int
-	}{
-		{m, 32768, 4096, 4096}, {m, 2048, 4096, 2048}, {m, 2048, 0, 2048}, {q, 32768, 4096, 32768},
-	} {
-		if got := c.f.Context(3, c.maxPos, c.window); got != c.want {
-			t.Errorf("%s Context(max %d, window %d) = %d, want %d", c.f.ModelType, c.maxPos, c.window, got, c.want)
 		}
 	}
 }

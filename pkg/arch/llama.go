@@ -13,6 +13,6 @@ func Llama() Family {
 		ModelType: "llama", Architecture: "LlamaForCausalLM",
 		DefaultMaxPositions: 2048,
 		QKVBias:             ConfigBias, OBias: ConfigBias,
-		Activation: "silu", Sliding: NoSliding, Buffers: rotaryBuffers(),
+		Activation: "silu", ActivationKey: "hidden_act", Sliding: NoSliding, Buffers: rotaryBuffers(),
 	}
 }

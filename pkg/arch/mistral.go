@@ -5,8 +5,8 @@ package arch
 func Mistral() Family {
 	return Family{
 		ModelType: "mistral", Architecture: "MistralForCausalLM",
-		DefaultKVHeads: 8, DefaultMaxPositions: 4096 * 32,
+		DefaultKVHeads: 8, DefaultMaxPositions: 4096 * 32, DefaultSlidingWindow: 4096,
 		QKVBias: NoBias, OBias: NoBias,
-		Activation: "silu", Sliding: SlidingAllLayers, Buffers: rotaryBuffers(),
+		Activation: "silu", ActivationKey: "hidden_act", Sliding: SlidingAllLayers, Buffers: rotaryBuffers(),
 	}
 }

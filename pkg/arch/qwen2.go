@@ -7,6 +7,6 @@ func Qwen2() Family {
 		ModelType: "qwen2", Architecture: "Qwen2ForCausalLM",
 		DefaultMaxPositions: 32768,
 		QKVBias:             AlwaysBias, OBias: NoBias,
-		Activation: "silu", Sliding: SlidingOff, Buffers: rotaryBuffers(),
+		Activation: "silu", ActivationKey: "hidden_act", Sliding: SlidingOff, Buffers: rotaryBuffers(),
 	}
 }

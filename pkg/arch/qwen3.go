@@ -8,6 +8,6 @@ func Qwen3() Family {
 		ModelType: "qwen3", Architecture: "Qwen3ForCausalLM",
 		DefaultHeadDim: 128, DefaultMaxPositions: 32768,
 		QKVBias: ConfigBias, OBias: ConfigBias, QKNorm: true,
-		Activation: "silu", Sliding: SlidingOff, Buffers: rotaryBuffers(),
+		Activation: "silu", ActivationKey: "hidden_act", Sliding: SlidingOff, Buffers: rotaryBuffers(),
 	}
 }

@@ -128,5 +128,35 @@ func (c *Config) Canonical() []byte {
 	kv("hidden_act", c.HiddenAct)
 	kv("bos_token_id", ids(c.BOS))
 	kv("eos_token_id", ids(c.EOS))
+	// The keys of the later families, only where they are set, so that the
+	// fingerprints of the families before them stay what they were.
+	if fam, ok := c.Family(); ok && fam.Sliding == arch.SlidingLayerTypes {
+		kv("windows", ids(c.Windows))
+	}
+	if c.LocalRopeTheta != 0 {
+		kv("local_rope_theta", num(c.LocalRopeTheta))
+		if r := c.LocalRopeScaling; r != nil {
+			kv("local_rope_scaling", fmt.Sprintf("%s,%s,%s,%s,%d", r.Type, num(r.Factor), num(r.LowFreqFactor), num(r.HighFreqFactor), r.OriginalMaxPositions))
+		}
+	}
+	if c.RotaryDims != c.HeadDim {
+		kv("rotary_dims", strconv.Itoa(c.RotaryDims))
+	}
+	if r := c.RopeScaling; r != nil && r.Type == "longrope" {
+		fs := func(v []float64) string {
+			s := make([]string, len(v))
+			for i, x := range v {
+				s[i] = num(x)
+			}
+			return strings.Join(s, ",")
+		}
+		kv("longrope", num(r.AttnFactor)+";"+fs(r.ShortFactor)+";"+fs(r.LongFactor))
+	}
+	if c.QueryPreAttnScalar != 0 {
+		kv("query_pre_attn_scalar", num(c.QueryPreAttnScalar))
+	}
+	if c.AttnSoftcap != 0 || c.FinalSoftcap != 0 {
+		kv("softcaps", num(c.AttnSoftcap)+","+num(c.FinalSoftcap))
+	}
 	return []byte(b.String())
 }

@@ -7,6 +7,8 @@
 package checkpoint
 
 import (
+	"math"
+
 	"github.com/drafter-ai/drafter/pkg/arch"
 )
 
@@ -38,12 +40,16 @@ type Config struct {
 	RopeTheta float64
 	// RopeScaling is the RoPE frequency scaling, nil when none.
 	RopeScaling *RopeScaling
+	// RotaryDims is the number of values per head RoPE rotates: HeadDim, or
+	// head_dim·partial_rotary_factor (Phi-3, Phi-4), the rest passed as
+	// they are.
+	RotaryDims int
 	// MaxPositions is max_position_embeddings.
 	MaxPositions int
 	// VocabSize is the number of embedding rows and logits.
 	VocabSize int
 	// TieWordEmbeddings means the output projection reuses model.embed_tokens.weight
-	// (default false for all four families).
+	// (default arch.Family.DefaultTied: true for Gemma, false for the others).
 	TieWordEmbeddings bool
 	// AttentionBias means q_proj, k_proj and v_proj carry a bias: always for qwen2,
 	// attention_bias for llama and qwen3, never for mistral.
@@ -54,10 +60,26 @@ type Config struct {
 	// QKNorm means per-head RMSNorms q_norm and k_norm are applied to queries and keys
 	// before RoPE (qwen3).
 	QKNorm bool
-	// SlidingWindow is the attention window in tokens for every layer, 0 for none
-	// (mistral's sliding_window).
+	// SlidingWindow is sliding_window, the window in tokens of the layers that
+	// slide, 0 for none.
 	SlidingWindow int
-	// HiddenAct is the MLP activation; only the family's (arch.Family.Activation) is accepted.
+	// Windows is each layer's attention window, SlidingWindow or 0 (global):
+	// every layer's for mistral, layer_types' sliding_attention layers for
+	// gemma2 and gemma3_text. Read it through Window.
+	Windows []int
+	// LocalRopeTheta and LocalRopeScaling are the sliding layers' RoPE base
+	// and scaling when their family rotates them apart (arch.Family.LocalRope:
+	// gemma3_text's rope_local_base_freq); LocalRopeTheta is 0 otherwise.
+	LocalRopeTheta   float64
+	LocalRopeScaling *RopeScaling
+	// QueryPreAttnScalar scales attention scores by its inverse square root
+	// (gemma2, gemma3_text); 0 means head_dim.
+	QueryPreAttnScalar float64
+	// AttnSoftcap and FinalSoftcap are attn_logit_softcapping and
+	// final_logit_softcapping (gemma2: 50 and 30 unless set), 0 for none.
+	AttnSoftcap, FinalSoftcap float64
+	// HiddenAct is the MLP activation (hidden_act, or the family's
+	// arch.Family.ActivationKey); only the family's Activation is accepted.
 	HiddenAct string
 	// DType is torch_dtype (or dtype), e.g. "bfloat16"; empty when absent.
 	DType string
@@ -69,14 +91,24 @@ type Config struct {
 
 // RopeScaling is a supported rope_scaling entry.
 type RopeScaling struct {
-	// Type is "llama3" or "linear".
+	// Type is "llama3", "linear" or "longrope".
 	Type string
-	// Factor divides the rotation frequencies (linear) or the low frequencies (llama3).
+	// Factor divides the rotation frequencies (linear) or the low
+	// frequencies (llama3); for longrope, max_position_embeddings over
+	// original_max_position_embeddings unless given.
 	Factor float64
 	// LowFreqFactor and HighFreqFactor bound llama3's smooth interpolation band.
 	LowFreqFactor, HighFreqFactor float64
-	// OriginalMaxPositions is llama3's original_max_position_embeddings.
+	// OriginalMaxPositions is llama3's and longrope's
+	// original_max_position_embeddings.
 	OriginalMaxPositions int
+	// ShortFactor and LongFactor are longrope's per-frequency divisors
+	// (RotaryDims/2 each): the short ones for positions below
+	// OriginalMaxPositions, the long ones from there on.
+	ShortFactor, LongFactor []float64
+	// AttnFactor multiplies longrope's cos and sin: attention_factor, or
+	// √(1 + ln(Factor)/ln(OriginalMaxPositions)) (1 when Factor <= 1).
+	AttnFactor float64
 }
 
 // LoadConfig reads and validates a config.json.
@@ -173,10 +205,10 @@ func parseConfig(path string, m map[string]any) (*Config, error) {
 	if !(c.RMSNormEps > 0) {
 		return nil, f.errorf("rms_norm_eps", "must be positive, got %v", c.RMSNormEps)
 	}
-	if err := parseRope(f, c); err != nil {
+	if err := parseRope(f, c, fam); err != nil {
 		return nil, err
 	}
-	if c.TieWordEmbeddings, err = f.bool("tie_word_embeddings", false); err != nil {
+	if c.TieWordEmbeddings, err = f.bool("tie_word_embeddings", fam.DefaultTied); err != nil {
 		return nil, err
 	}
 	attnBias, err := f.bool("attention_bias", false)
@@ -189,13 +221,16 @@ func parseConfig(path string, m map[string]any) (*Config, error) {
 	} else if mlpBias {
 		return nil, f.errorf("mlp_bias", "true is not supported (MLP projections with bias)")
 	}
-	if c.HiddenAct, err = f.string("hidden_act", fam.Activation); err != nil {
+	if c.HiddenAct, err = f.string(fam.ActivationKey, fam.Activation); err != nil {
 		return nil, err
 	}
 	if c.HiddenAct != fam.Activation {
-		return nil, f.errorf("hidden_act", "%q is not supported (only %s for model_type %s)", c.HiddenAct, fam.Activation, c.ModelType)
+		return nil, f.errorf(fam.ActivationKey, "%q is not supported (only %s for model_type %s)", c.HiddenAct, fam.Activation, c.ModelType)
 	}
 	if err := parseSliding(f, c, fam); err != nil {
+		return nil, err
+	}
+	if err := parseGemmaKeys(f, c, fam); err != nil {
 		return nil, err
 	}
 	if c.DType, err = f.string("torch_dtype", ""); err != nil {
@@ -225,15 +260,25 @@ func parseConfig(path string, m map[string]any) (*Config, error) {
 	return c, nil
 }
 
+// Window returns layer l's attention window, 0 for global attention: its
+// Windows entry, or 0 past them (a Config built in code without windows).
+func (c *Config) Window(l int) int {
+	if l < len(c.Windows) {
+		return c.Windows[l]
+	}
+	return 0
+}
+
 // parseSliding reads the sliding-window keys as the family's Sliding rule
-// says: mistral's window for every layer, Qwen's keys only to turn sliding
-// layers off.
+// says (mistral's window for every layer, Gemma's layer_types, Qwen's keys
+// only to turn sliding layers off) into SlidingWindow and Windows.
 func parseSliding(f fields, c *Config, fam arch.Family) error {
+	c.Windows = make([]int, c.NumLayers)
 	switch fam.Sliding {
 	case arch.NoSliding:
 		return nil
-	case arch.SlidingAllLayers:
-		w, err := f.int("sliding_window", 4096, false)
+	case arch.SlidingAllLayers, arch.SlidingLayerTypes:
+		w, err := f.int("sliding_window", fam.DefaultSlidingWindow, false)
 		if err != nil {
 			return err
 		}
@@ -246,6 +291,21 @@ func parseSliding(f fields, c *Config, fam arch.Family) error {
 			return f.errorf("sliding_window", "must not be negative, got %d", w)
 		}
 		c.SlidingWindow = w
+		if fam.Sliding == arch.SlidingAllLayers {
+			for l := range c.Windows {
+				c.Windows[l] = w
+			}
+			return nil
+		}
+		sliding, err := layerTypes(f, c.NumLayers, fam.SlidingPeriod)
+		if err != nil {
+			return err
+		}
+		for l, s := range sliding {
+			if s {
+				c.Windows[l] = w
+			}
+		}
 		return nil
 	}
 	use, err := f.bool("use_sliding_window", false)
@@ -269,8 +329,86 @@ func parseSliding(f fields, c *Config, fam arch.Family) error {
 	return nil
 }
 
-// parseRope reads rope_theta and rope_scaling (or Transformers 5's rope_parameters).
-func parseRope(f fields, c *Config) error {
+// layerTypes returns which of n layers slide: layer_types' entries
+// ("sliding_attention" or "full_attention", one per layer), else every
+// period-th layer global and the others sliding, period being
+// sliding_window_pattern when present (older Gemma-3 configs).
+func layerTypes(f fields, n, period int) ([]bool, error) {
+	sliding := make([]bool, n)
+	if f.present("layer_types") {
+		list, ok := f.m["layer_types"].([]any)
+		if !ok || len(list) != n {
+			return nil, f.errorf("layer_types", "expected a list of %d strings (one per layer), got %v", n, f.m["layer_types"])
+		}
+		for i, t := range list {
+			switch t {
+			case "sliding_attention":
+				sliding[i] = true
+			case "full_attention":
+			default:
+				return nil, f.errorf("layer_types", "layer %d is %v; want sliding_attention or full_attention", i, t)
+			}
+		}
+		return sliding, nil
+	}
+	p, err := f.int("sliding_window_pattern", period, false)
+	if err != nil {
+		return nil, err
+	}
+	if p <= 0 {
+		return nil, f.errorf("sliding_window_pattern", "must be positive, got %d", p)
+	}
+	for i := range sliding {
+		sliding[i] = (i+1)%p != 0
+	}
+	return sliding, nil
+}
+
+// parseGemmaKeys reads query_pre_attn_scalar and the soft-capping keys of
+// the families that have them (arch.Family.QueryPreAttnScalar, Softcaps).
+func parseGemmaKeys(f fields, c *Config, fam arch.Family) error {
+	if fam.QueryPreAttnScalar {
+		v, err := f.float("query_pre_attn_scalar", fam.DefaultQueryPreAttnScalar)
+		if err != nil {
+			return err
+		}
+		if !(v > 0) {
+			return f.errorf("query_pre_attn_scalar", "must be positive, got %v", v)
+		}
+		c.QueryPreAttnScalar = v
+	}
+	if !fam.Softcaps {
+		return nil
+	}
+	for _, k := range []struct {
+		key string
+		def float64
+		dst *float64
+	}{{"attn_logit_softcapping", fam.DefaultAttnSoftcap, &c.AttnSoftcap}, {"final_logit_softcapping", fam.DefaultFinalSoftcap, &c.FinalSoftcap}} {
+		v, err := f.float(k.key, k.def)
+		if err != nil {
+			return err
+		}
+		if _, set := f.m[k.key]; set && !f.present(k.key) { // explicit null: off
+			v = 0
+		}
+		if v < 0 || math.IsInf(v, 0) || math.IsNaN(v) {
+			return f.errorf(k.key, "must be a positive number or null, got %v", v)
+		}
+		*k.dst = v
+	}
+	return nil
+}
+
+// parseRope reads rope_theta and rope_scaling (or Transformers 5's
+// rope_parameters), and for a family whose sliding layers rotate apart
+// (arch.Family.LocalRope) rope_local_base_freq, or rope_parameters'
+// full_attention and sliding_attention entries.
+func parseRope(f fields, c *Config, fam arch.Family) error {
+	defTheta := fam.DefaultRopeTheta
+	if defTheta == 0 {
+		defTheta = 10000
+	}
 	params := fields{f.path, nil}
 	if f.present("rope_parameters") {
 		p, ok := f.m["rope_parameters"].(map[string]any)
@@ -279,11 +417,22 @@ func parseRope(f fields, c *Config) error {
 		}
 		params.m = p
 	}
+	if err := parsePartialRotary(f, params, c, fam); err != nil {
+		return err
+	}
+	if fam.LocalRope {
+		if err := parseLocalRope(f, params, c, defTheta); err != nil {
+			return err
+		}
+		if params.present("full_attention") {
+			return nil
+		}
+	}
 	var err error
 	if f.present("rope_theta") || params.m == nil {
-		c.RopeTheta, err = f.float("rope_theta", 10000)
+		c.RopeTheta, err = f.float("rope_theta", defTheta)
 	} else {
-		c.RopeTheta, err = params.float("rope_theta", 10000)
+		c.RopeTheta, err = params.float("rope_theta", defTheta)
 	}
 	if err != nil {
 		return err
@@ -291,29 +440,102 @@ func parseRope(f fields, c *Config) error {
 	if !(c.RopeTheta > 0) {
 		return f.errorf("rope_theta", "must be positive, got %v", c.RopeTheta)
 	}
-	key, obj := "rope_scaling", map[string]any(nil)
 	switch {
 	case f.present("rope_scaling"):
 		o, ok := f.m["rope_scaling"].(map[string]any)
 		if !ok {
 			return f.errorf("rope_scaling", "expected an object or null, got %v", f.m["rope_scaling"])
 		}
-		obj = o
+		c.RopeScaling, err = ropeScaling(f, c, "rope_scaling", o)
 	case params.m != nil:
-		key, obj = "rope_parameters", params.m
-	default:
+		c.RopeScaling, err = ropeScaling(f, c, "rope_parameters", params.m)
+	}
+	return err
+}
+
+// parsePartialRotary sets RotaryDims from partial_rotary_factor (in
+// config.json or rope_parameters) for a family that has it
+// (arch.Family.PartialRotary), and refuses a factor other than 1 elsewhere
+// rather than rotate every value.
+func parsePartialRotary(f, params fields, c *Config, fam arch.Family) error {
+	key, src := "partial_rotary_factor", f
+	if !f.present(key) && params.present(key) {
+		key, src = "rope_parameters.partial_rotary_factor", params
+	}
+	p, err := src.float("partial_rotary_factor", 1)
+	if err != nil {
+		return err
+	}
+	c.RotaryDims = c.HeadDim
+	if p == 1 {
 		return nil
 	}
+	if !fam.PartialRotary {
+		return f.errorf(key, "%v is not supported for model_type %s (only 1: every value rotated)", p, c.ModelType)
+	}
+	d := int(float64(c.HeadDim) * p)
+	if !(p > 0 && p <= 1) || d < 2 || d%2 != 0 {
+		return f.errorf(key, "%v of head_dim %d gives %d rotary dims; want a factor in (0, 1] giving an even number", p, c.HeadDim, d)
+	}
+	c.RotaryDims = d
+	return nil
+}
+
+// parseLocalRope reads the RoPE of a family whose sliding layers rotate
+// apart: Transformers 5's rope_parameters {full_attention: {...},
+// sliding_attention: {...}} (each a rope object with its rope_theta), or
+// rope_local_base_freq (default 10000, no scaling) beside the global keys,
+// which parseRope then reads.
+func parseLocalRope(f, params fields, c *Config, defTheta float64) error {
+	if params.present("full_attention") || params.present("sliding_attention") {
+		for _, e := range []struct {
+			key   string
+			def   float64
+			theta *float64
+			scale **RopeScaling
+		}{{"full_attention", defTheta, &c.RopeTheta, &c.RopeScaling}, {"sliding_attention", 10000, &c.LocalRopeTheta, &c.LocalRopeScaling}} {
+			o, ok := params.m[e.key].(map[string]any)
+			if !ok {
+				return f.errorf("rope_parameters", "%s: expected an object, got %v", e.key, params.m[e.key])
+			}
+			sub := fields{f.path, o}
+			var err error
+			if *e.theta, err = sub.float("rope_theta", e.def); err != nil {
+				return f.errorf("rope_parameters", "%s.rope_theta: %v", e.key, err)
+			}
+			if !(*e.theta > 0) {
+				return f.errorf("rope_parameters", "%s.rope_theta must be positive, got %v", e.key, *e.theta)
+			}
+			if *e.scale, err = ropeScaling(f, c, "rope_parameters."+e.key, o); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var err error
+	if c.LocalRopeTheta, err = f.float("rope_local_base_freq", 10000); err != nil {
+		return err
+	}
+	if !(c.LocalRopeTheta > 0) {
+		return f.errorf("rope_local_base_freq", "must be positive, got %v", c.LocalRopeTheta)
+	}
+	return nil
+}
+
+// ropeScaling reads a rope_scaling object (or rope_parameters, whose
+// rope_theta the caller reads), key naming it in errors: nil for the
+// default rotation.
+func ropeScaling(f fields, c *Config, key string, obj map[string]any) (*RopeScaling, error) {
 	s := fields{f.path, obj}
 	typ, err := s.string("rope_type", "")
 	if err != nil {
-		return f.errorf(key, "rope_type: expected a string, got %v", obj["rope_type"])
+		return nil, f.errorf(key, "rope_type: expected a string, got %v", obj["rope_type"])
 	}
 	if old, err := s.string("type", ""); err != nil {
-		return f.errorf(key, "type: expected a string, got %v", obj["type"])
+		return nil, f.errorf(key, "type: expected a string, got %v", obj["type"])
 	} else if old != "" {
 		if typ != "" && typ != old {
-			return f.errorf(key, "rope_type %q and type %q disagree", typ, old)
+			return nil, f.errorf(key, "rope_type %q and type %q disagree", typ, old)
 		}
 		typ = old
 	}
@@ -330,48 +552,98 @@ func parseRope(f fields, c *Config) error {
 	switch typ {
 	case "", "default":
 		if key == "rope_scaling" && typ == "" {
-			return f.errorf(key, "has no rope_type (supported: llama3, linear, default, or null for none)")
+			return nil, f.errorf(key, "has no rope_type (supported: llama3, linear, default, or null for none)")
 		}
-		return nil
+		return nil, nil
 	case "linear":
 		r := &RopeScaling{Type: typ}
 		if r.Factor, err = num("factor"); err != nil {
-			return err
+			return nil, err
 		}
 		if !(r.Factor >= 1) {
-			return f.errorf(key, "factor must be at least 1, got %v", r.Factor)
+			return nil, f.errorf(key, "factor must be at least 1, got %v", r.Factor)
 		}
-		c.RopeScaling = r
+		return r, nil
 	case "llama3":
 		r := &RopeScaling{Type: typ}
 		if r.Factor, err = num("factor"); err != nil {
-			return err
+			return nil, err
 		}
 		if r.LowFreqFactor, err = num("low_freq_factor"); err != nil {
-			return err
+			return nil, err
 		}
 		if r.HighFreqFactor, err = num("high_freq_factor"); err != nil {
-			return err
+			return nil, err
 		}
 		orig, err := num("original_max_position_embeddings")
 		if err != nil {
-			return err
+			return nil, err
 		}
 		r.OriginalMaxPositions = int(orig)
 		if float64(r.OriginalMaxPositions) != orig || orig <= 0 {
-			return f.errorf(key, "original_max_position_embeddings must be a positive integer, got %v", orig)
+			return nil, f.errorf(key, "original_max_position_embeddings must be a positive integer, got %v", orig)
 		}
 		if !(r.Factor >= 1) {
-			return f.errorf(key, "factor must be at least 1, got %v", r.Factor)
+			return nil, f.errorf(key, "factor must be at least 1, got %v", r.Factor)
 		}
 		if !(r.LowFreqFactor > 0 && r.HighFreqFactor > r.LowFreqFactor) {
-			return f.errorf(key, "needs 0 < low_freq_factor < high_freq_factor, got %v and %v", r.LowFreqFactor, r.HighFreqFactor)
+			return nil, f.errorf(key, "needs 0 < low_freq_factor < high_freq_factor, got %v and %v", r.LowFreqFactor, r.HighFreqFactor)
 		}
-		c.RopeScaling = r
-	default:
-		return f.errorf(key, "rope type %q is not supported (supported: llama3, linear, default, or null for none)", typ)
+		return r, nil
+	case "longrope", "su":
+		return longRope(f, c, key, s)
 	}
-	return nil
+	return nil, f.errorf(key, "rope type %q is not supported (supported: llama3, linear, longrope, default, or null for none)", typ)
+}
+
+// longRope reads a longrope scaling (Phi-3's "su" is its older name) as
+// Transformers computes it: original_max_position_embeddings from the
+// object or config.json, factor from the object or the ratio of the two
+// maxima, attention_factor from the object or from factor, and
+// short_factor and long_factor of RotaryDims/2 numbers each.
+func longRope(f fields, c *Config, key string, s fields) (*RopeScaling, error) {
+	r := &RopeScaling{Type: "longrope"}
+	orig, err := s.int("original_max_position_embeddings", 0, false)
+	if err == nil && orig == 0 {
+		orig, err = f.int("original_max_position_embeddings", 0, false)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if orig <= 1 {
+		return nil, f.errorf(key, "longrope scaling needs original_max_position_embeddings above 1 (in the object or config.json), got %d", orig)
+	}
+	r.OriginalMaxPositions = orig
+	if r.Factor, err = s.float("factor", float64(c.MaxPositions)/float64(orig)); err != nil {
+		return nil, f.errorf(key, "factor: %v", err)
+	}
+	def := 1.0
+	if r.Factor > 1 {
+		def = math.Sqrt(1 + math.Log(r.Factor)/math.Log(float64(orig)))
+	}
+	if r.AttnFactor, err = s.float("attention_factor", def); err != nil {
+		return nil, f.errorf(key, "attention_factor: %v", err)
+	}
+	if !(r.AttnFactor > 0) {
+		return nil, f.errorf(key, "attention_factor must be positive, got %v", r.AttnFactor)
+	}
+	for _, l := range []struct {
+		name string
+		dst  *[]float64
+	}{{"short_factor", &r.ShortFactor}, {"long_factor", &r.LongFactor}} {
+		list, ok := s.m[l.name].([]any)
+		if !ok || len(list) != c.RotaryDims/2 {
+			return nil, f.errorf(key, "%s: expected a list of %d numbers (rotary dims %d / 2), got %v", l.name, c.RotaryDims/2, c.RotaryDims, s.m[l.name])
+		}
+		for i, v := range list {
+			x, err := (fields{f.path, map[string]any{"x": v}}).float("x", 0)
+			if err != nil || !(x > 0) {
+				return nil, f.errorf(key, "%s[%d]: expected a positive number, got %v", l.name, i, v)
+			}
+			*l.dst = append(*l.dst, x)
+		}
+	}
+	return r, nil
 }
 
 // EAGLE3Layers returns the Hugging Face hidden_states indices EAGLE-3 reads by default:

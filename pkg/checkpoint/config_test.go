@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -157,7 +158,7 @@ func TestConfigErrors(t *testing.T) {
 		edit map[string]any
 		want []string
 	}{
-		{"unknown model_type", map[string]any{"model_type": "gemma2"}, []string{`"model_type"`, `"gemma2" is not supported`, "llama, mistral, qwen2, qwen3"}},
+		{"unknown model_type", map[string]any{"model_type": "mixtral"}, []string{`"model_type"`, `"mixtral" is not supported`, "llama, mistral, qwen2, qwen3, gemma2, gemma3_text"}},
 		{"missing model_type", map[string]any{"model_type": nil}, []string{`"model_type"`, "missing", "llama, mistral, qwen2, qwen3"}},
 		{"architecture", map[string]any{"architectures": []string{"LlamaForSequenceClassification"}}, []string{`"architectures"`, "LlamaForSequenceClassification", "LlamaForCausalLM, MistralForCausalLM"}},
 		{"arch mismatch", map[string]any{"architectures": []string{"Qwen2ForCausalLM"}}, []string{`"Qwen2ForCausalLM" is not supported for model_type "llama"`}},
@@ -244,4 +245,117 @@ func TestGenerationConfig(t *testing.T) {
 	os.WriteFile(p, []byte(`{"eos_token_id": "2"}`), 0o644)
 	_, err = LoadGenerationConfig(p)
 	testutil.WantErr(t, err, p, `"eos_token_id"`)
+}
+
+// TestGemmaConfigs reads Gemma configs as the Hub's Transformers 4
+// checkpoints write them (gemma-2-2b-it, gemma-3-1b-it: no layer_types, the
+// window pattern implied or given by sliding_window_pattern, the sliding
+// layers' RoPE base in rope_local_base_freq) and as Transformers 5's
+// save_pretrained does (layer_types, rope_parameters per layer type).
+func TestGemmaConfigs(t *testing.T) {
+	type want struct {
+		theta, localTheta         float64
+		scaling, localScaling     *RopeScaling
+		scalar, attnCap, finalCap float64
+		window                    int
+		sliding                   []int // layers that slide
+		tied                      bool
+	}
+	every := func(n, period int) []int {
+		var s []int
+		for i := 0; i < n; i++ {
+			if (i+1)%period != 0 {
+				s = append(s, i)
+			}
+		}
+		return s
+	}
+	cases := map[string]want{
+		"gemma2.json":         {10000, 0, nil, nil, 256, 50, 30, 4096, every(26, 2), true},
+		"gemma3_text.json":    {1e6, 10000, nil, nil, 256, 0, 0, 512, every(26, 6), true},
+		"gemma3_text_v5.json": {1e6, 10000, &RopeScaling{Type: "linear", Factor: 8}, nil, 24, 0, 20, 8, []int{0, 2}, true},
+	}
+	for file, w := range cases {
+		t.Run(file, func(t *testing.T) {
+			c, err := LoadConfig(filepath.Join("testdata", file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var sliding []int
+			for l, win := range c.Windows {
+				if win != 0 {
+					sliding = append(sliding, l)
+					if win != w.window {
+						t.Errorf("layer %d window %d, want %d", l, win, w.window)
+					}
+				}
+			}
+			got := want{c.RopeTheta, c.LocalRopeTheta, c.RopeScaling, c.LocalRopeScaling, c.QueryPreAttnScalar,
+				c.AttnSoftcap, c.FinalSoftcap, c.SlidingWindow, sliding, c.TieWordEmbeddings}
+			if !reflect.DeepEqual(got, w) {
+				t.Errorf("got  %+v\nwant %+v", got, w)
+			}
+			if c.HiddenAct != "gelu_pytorch_tanh" || len(c.Windows) != c.NumLayers {
+				t.Errorf("activation %q, %d windows for %d layers", c.HiddenAct, len(c.Windows), c.NumLayers)
+			}
+		})
+	}
+	// A layer type drafter does not know is refused by name and layer.
+	p := writeConfig(t, map[string]any{"model_type": "gemma2", "architectures": []any{"Gemma2ForCausalLM"}, "num_hidden_layers": 2,
+		"layer_types": []any{"sliding_attention", "chunked_attention"}})
+	if _, err := LoadConfig(p); err == nil || !strings.Contains(err.Error(), `"layer_types": layer 1 is chunked_attention`) {
+		t.Errorf("want layer 1's type refused, got %v", err)
+	}
+	p = writeConfig(t, map[string]any{"model_type": "gemma2", "architectures": []any{"Gemma2ForCausalLM"}, "hidden_activation": "gelu"})
+	if _, err := LoadConfig(p); err == nil || !strings.Contains(err.Error(), `"hidden_activation": "gelu" is not supported`) {
+		t.Errorf("want the activation refused, got %v", err)
+	}
+}
+
+// TestPhi3Configs reads Phi-3-mini-128k's and Phi-4-mini's configs as the
+// Hub has them (longrope scaling with its factors, original maxima at the
+// top level, Phi-4-mini's partial_rotary_factor 0.75): the attention factor
+// Transformers derives, √(1+ln 32/ln 4096), and the fused tensors.
+func TestPhi3Configs(t *testing.T) {
+	for file, rot := range map[string]int{"phi3_longrope.json": 96, "phi4_mini.json": 96} {
+		c, err := LoadConfig(filepath.Join("testdata", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := c.RopeScaling
+		if c.RotaryDims != rot || r == nil || r.Type != "longrope" || r.OriginalMaxPositions != 4096 || r.Factor != 32 ||
+			len(r.ShortFactor) != 48 || len(r.LongFactor) != 48 || r.LongFactor[1] != 1.6 {
+			t.Fatalf("%s: rotary dims %d, scaling %+v", file, c.RotaryDims, r)
+		}
+		if want := math.Sqrt(1 + math.Log(32)/math.Log(4096)); math.Abs(r.AttnFactor-want) > 1e-15 {
+			t.Errorf("%s: attention factor %v, want %v", file, r.AttnFactor, want)
+		}
+		for _, w := range c.Windows {
+			if w != 262144 {
+				t.Fatalf("%s: windows %v", file, c.Windows)
+			}
+		}
+		shapes := c.TensorShapes()
+		q, kv := c.NumHeads*c.HeadDim, c.NumKVHeads*c.HeadDim
+		if s := shapes["model.layers.3.self_attn.qkv_proj.weight"]; !reflect.DeepEqual(s, []int{q + 2*kv, c.HiddenSize}) {
+			t.Errorf("%s: qkv_proj shape %v", file, s)
+		}
+		if s := shapes["model.layers.3.mlp.gate_up_proj.weight"]; !reflect.DeepEqual(s, []int{2 * c.IntermediateSize, c.HiddenSize}) {
+			t.Errorf("%s: gate_up_proj shape %v", file, s)
+		}
+		if _, ok := shapes["model.layers.3.self_attn.q_proj.weight"]; ok {
+			t.Errorf("%s: lists q_proj beside qkv_proj", file)
+		}
+	}
+	// partial_rotary_factor is refused where the family does not rotate part of a head.
+	p := writeConfig(t, map[string]any{"partial_rotary_factor": 0.5})
+	if _, err := LoadConfig(p); err == nil || !strings.Contains(err.Error(), `"partial_rotary_factor": 0.5 is not supported for model_type llama`) {
+		t.Errorf("want partial_rotary_factor refused for llama, got %v", err)
+	}
+	// Factors of another length than rotary dims / 2.
+	p = writeConfig(t, map[string]any{"model_type": "phi3", "architectures": []any{"Phi3ForCausalLM"}, "original_max_position_embeddings": 1024,
+		"rope_scaling": map[string]any{"type": "longrope", "short_factor": []any{1, 1}, "long_factor": []any{1, 1}}})
+	if _, err := LoadConfig(p); err == nil || !strings.Contains(err.Error(), "short_factor: expected a list of 8 numbers") {
+		t.Errorf("want the factors' length refused, got %v", err)
+	}
 }

@@ -39,9 +39,17 @@ type Report struct {
 	HeadDim          int              `json:"head_dim"`
 	VocabSize        int              `json:"vocab_size"`
 	MaxPositions     int              `json:"max_position_embeddings"`
-	// Context is the longest sequence drafter runs: MaxPositions, or the
-	// sliding window when smaller (arch.Family.Context).
-	Context           int     `json:"context"`
+	// Context is the longest sequence drafter runs: MaxPositions (sliding
+	// layers attend within their window of it).
+	Context int `json:"context"`
+	// SlidingWindow is the window of the layers SlidingLayers lists, which
+	// attend to their last SlidingWindow positions only.
+	SlidingWindow int   `json:"sliding_window,omitempty"`
+	SlidingLayers []int `json:"sliding_layers,omitempty"`
+	// AttnSoftcap and FinalSoftcap are the soft-caps of the attention
+	// scores and the final logits (Gemma-2), 0 for none.
+	AttnSoftcap       float64 `json:"attn_logit_softcapping,omitempty"`
+	FinalSoftcap      float64 `json:"final_logit_softcapping,omitempty"`
 	TieWordEmbeddings bool    `json:"tie_word_embeddings"`
 	RopeTheta         float64 `json:"rope_theta"`
 	RopeScaling       string  `json:"rope_scaling,omitempty"`
@@ -67,18 +75,27 @@ func Inspect(dir string, cache *filecache.Cache) (*Report, error) {
 	}
 	defer t.Close()
 	c := t.Config
-	fam, _ := c.Family() // Open refused any other model_type
 	r := &Report{
 		Dir: dir, ModelType: c.ModelType, Architectures: c.Architectures, Parameters: c.NumParams(),
 		DTypes: map[string]int{}, Layers: c.NumLayers, HiddenSize: c.HiddenSize,
 		IntermediateSize: c.IntermediateSize, Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim,
-		VocabSize: c.VocabSize, MaxPositions: c.MaxPositions, Context: fam.Context(c.NumLayers, c.MaxPositions, c.SlidingWindow),
+		VocabSize: c.VocabSize, MaxPositions: c.MaxPositions, Context: c.MaxPositions,
+		AttnSoftcap: c.AttnSoftcap, FinalSoftcap: c.FinalSoftcap,
 		TieWordEmbeddings: c.TieWordEmbeddings,
 		RopeTheta:         c.RopeTheta, EOS: eosIDs(c, t.Gen), TokenizerFamily: t.Tok.Family(), TokenizerVocab: t.Tok.VocabSize(),
 		ChatTemplate: t.Template != nil, EAGLE3Layers: c.EAGLE3DraftLayers(), Fingerprint: t.Fingerprint, Fingerprinting: t.Fingerprinting,
 	}
 	if s := c.RopeScaling; s != nil {
 		r.RopeScaling = fmt.Sprintf("%s (factor %g)", s.Type, s.Factor)
+	}
+	if c.LocalRopeTheta != 0 {
+		r.RopeScaling = strings.TrimPrefix(r.RopeScaling+fmt.Sprintf("; sliding layers: theta %g", c.LocalRopeTheta), "; ")
+	}
+	for l := range c.NumLayers {
+		if w := c.Window(l); w > 0 {
+			r.SlidingWindow = w
+			r.SlidingLayers = append(r.SlidingLayers, l)
+		}
 	}
 	for _, spec := range c.Tensors() {
 		if info, ok := t.Weights.Info(spec.Name); ok {
@@ -128,9 +145,15 @@ func (r *Report) WriteText(w io.Writer) error {
 	if r.ChatTemplate {
 		tmpl = "yes"
 	}
-	context := fmt.Sprint(r.MaxPositions)
-	if r.Context < r.MaxPositions {
-		context = fmt.Sprintf("%d (the sliding window; max_position_embeddings %d: drafter attends over the whole sequence, which is exact within the window)", r.Context, r.MaxPositions)
+	context := fmt.Sprint(r.Context)
+	attn := fmt.Sprintf("%d heads, %d KV heads, head_dim %d", r.Heads, r.KVHeads, r.HeadDim)
+	if len(r.SlidingLayers) == r.Layers {
+		attn += fmt.Sprintf("; sliding window %d on every layer", r.SlidingWindow)
+	} else if len(r.SlidingLayers) > 0 {
+		attn += fmt.Sprintf("; sliding window %d on layers %v, the others global", r.SlidingWindow, r.SlidingLayers)
+	}
+	if r.AttnSoftcap > 0 || r.FinalSoftcap > 0 {
+		attn += fmt.Sprintf("; soft-caps: scores %g, logits %g (0: none)", r.AttnSoftcap, r.FinalSoftcap)
 	}
 	rope := fmt.Sprintf("theta %g", r.RopeTheta)
 	if r.RopeScaling != "" {
@@ -145,7 +168,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		{"layers", fmt.Sprint(r.Layers)},
 		{"hidden size", fmt.Sprint(r.HiddenSize)},
 		{"intermediate size", fmt.Sprint(r.IntermediateSize)},
-		{"attention", fmt.Sprintf("%d heads, %d KV heads, head_dim %d", r.Heads, r.KVHeads, r.HeadDim)},
+		{"attention", attn},
 		{"rope", rope},
 		{"context", context},
 		{"vocab", fmt.Sprintf("%d (tokenizer: %s BPE, %d tokens)", r.VocabSize, r.TokenizerFamily, r.TokenizerVocab)},

@@ -163,7 +163,8 @@ func TestTokenizeChatSpansDecodeToAssistantContent(t *testing.T) {
 }
 
 // TestInspectSlidingWindowContext: a Mistral whose sliding_window is below
-// max_position_embeddings shows the window as its context, and why.
+// max_position_embeddings runs the whole context, and shows its window on
+// every layer.
 func TestInspectSlidingWindowContext(t *testing.T) {
 	dir := testutil.CopyDir(t, testutil.Stories260k())
 	p := filepath.Join(dir, "config.json")
@@ -180,14 +181,15 @@ func TestInspectSlidingWindowContext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.ModelType != "mistral" || r.MaxPositions != 2048 || r.Context != 64 {
-		t.Fatalf("model_type %s, max_position_embeddings %d, context %d; want mistral, 2048, 64", r.ModelType, r.MaxPositions, r.Context)
+	if r.ModelType != "mistral" || r.MaxPositions != 2048 || r.Context != 2048 || r.SlidingWindow != 64 || len(r.SlidingLayers) != r.Layers {
+		t.Fatalf("model_type %s, max_position_embeddings %d, context %d, window %d on %v; want mistral, 2048, 2048, 64 on every layer",
+			r.ModelType, r.MaxPositions, r.Context, r.SlidingWindow, r.SlidingLayers)
 	}
 	var buf bytes.Buffer
 	if err := r.WriteText(&buf); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(buf.String(), "context:           64 (the sliding window; max_position_embeddings 2048") {
+	if !strings.Contains(buf.String(), "context:           2048\n") || !strings.Contains(buf.String(), "; sliding window 64 on every layer") {
 		t.Fatalf("text report:\n%s", buf.String())
 	}
 }

@@ -8,13 +8,13 @@ import (
 	"github.com/drafter-ai/drafter/pkg/checkpoint"
 )
 
-// TestSlidingWindowCapsContext: a Mistral whose sliding_window (4096) is
-// below max_position_embeddings (32768) computes exactly only up to the
-// window, since the model attends over the whole sequence; with
-// sliding_window null the whole context is usable, and a Qwen model's
+// TestSlidingWindowContext: a Mistral whose sliding_window (4096) is below
+// max_position_embeddings (32768) runs the whole context with the window on
+// every layer; with sliding_window null no layer slides, and a Qwen model's
 // sliding_window is not a window while use_sliding_window is false.
-func TestSlidingWindowCapsContext(t *testing.T) {
-	for file, want := range map[string]int{"mistral.json": 4096, "no_head_dim.json": 131072, "qwen2.json": 32768} {
+func TestSlidingWindowContext(t *testing.T) {
+	for file, c := range map[string]struct{ ctx, window int }{
+		"mistral.json": {32768, 4096}, "no_head_dim.json": {131072, 0}, "qwen2.json": {32768, 0}} {
 		cfg, err := checkpoint.LoadConfig("../checkpoint/testdata/" + file)
 		if err != nil {
 			t.Fatal(err)
@@ -23,11 +23,16 @@ func TestSlidingWindowCapsContext(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if m.MaxPositions() != want {
-			t.Errorf("%s: MaxPositions %d, want %d", file, m.MaxPositions(), want)
+		if m.MaxPositions() != c.ctx {
+			t.Errorf("%s: MaxPositions %d, want %d", file, m.MaxPositions(), c.ctx)
 		}
-		if _, err := m.NewSequence(want + 1); err == nil {
-			t.Errorf("%s: a sequence of %d positions was accepted", file, want+1)
+		for l := range m.Layers {
+			if m.Layers[l].window != c.window {
+				t.Errorf("%s: layer %d window %d, want %d", file, l, m.Layers[l].window, c.window)
+			}
+		}
+		if _, err := m.NewSequence(c.ctx + 1); err == nil {
+			t.Errorf("%s: a sequence of %d positions was accepted", file, c.ctx+1)
 		}
 	}
 }
@@ -45,19 +50,16 @@ func TestUnimplementedHooksRefused(t *testing.T) {
 		set  func(*arch.Family)
 		want string
 	}{
-		{func(f *arch.Family) { f.EmbedScale = arch.ScaleSqrtHidden }, "scaled embedding"},
-		{func(f *arch.Family) { f.NormOffset = 1 }, "offset by 1"},
-		{func(f *arch.Family) { f.ExtraNorms = []string{"pre_feedforward_layernorm.weight"} }, "extra norms pre_feedforward_layernorm.weight"},
-		{func(f *arch.Family) { f.AttnSoftcap = 50 }, "attention soft-capping at 50"},
-		{func(f *arch.Family) { f.FinalSoftcap = 30 }, "final logit soft-capping at 30"},
-		{func(f *arch.Family) { f.Activation = "gelu_pytorch_tanh" }, `activation "gelu_pytorch_tanh"`},
+		{func(f *arch.Family) { f.EmbedScale = 7 }, "embedding scale 7"},
+		{func(f *arch.Family) { f.Sliding = 9 }, "sliding rule 9"},
+		{func(f *arch.Family) { f.Activation = "relu2" }, `activation "relu2"`},
 	} {
 		f := arch.Llama()
-		f.ModelType = "gemma2"
+		f.ModelType = "nemotron"
 		c.set(&f)
 		err := implements(f)
-		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "gemma2") {
-			t.Errorf("want a refusal naming gemma2 and %q, got %v", c.want, err)
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "nemotron") {
+			t.Errorf("want a refusal naming nemotron and %q, got %v", c.want, err)
 		}
 	}
 }

@@ -14,8 +14,7 @@ import (
 func onDevice(t *testing.T, m *Model, dev tensor.Device) {
 	t.Helper()
 	m.dev = dev
-	var err error
-	if m.rot, err = m.rope.On(dev); err != nil {
+	if err := m.rotaries(); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.prepare(); err != nil {

@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/drafter-ai/drafter/pkg/nn"
 	"github.com/drafter-ai/drafter/pkg/tensor"
@@ -87,6 +88,7 @@ type scratch struct {
 	rows, lrows int
 	gen         int           // bumped when the tensors below are reallocated
 	x, xn       tensor.Tensor // [rows, H] residual stream and its norm
+	y           tensor.Tensor // [rows, H] a block's output before its norm (sandwich norms)
 	q, att      tensor.Tensor // [rows, qDim]
 	k, v        tensor.Tensor // [rows, kvDim]
 	gate, up    tensor.Tensor // [rows, I]
@@ -110,12 +112,12 @@ type scratch struct {
 
 // pass holds the views of one pass's rows.
 type pass struct {
-	gen                 int // scratch.gen the views were taken of
-	rows                int
-	x, xn, q, att, k, v tensor.Tensor
-	pos                 tensor.Tensor
-	mlp                 nn.MLPActs  // gate, up and their fused product
-	attn                nn.AttnActs // q, k, v, the attention output and their fused product
+	gen                    int // scratch.gen the views were taken of
+	rows                   int
+	x, xn, y, q, att, k, v tensor.Tensor
+	pos                    tensor.Tensor
+	mlp                    nn.MLPActs  // gate, up and their fused product
+	attn                   nn.AttnActs // q, k, v, the attention output and their fused product
 }
 
 // Forward runs one pass over batch and returns its outputs. Nothing is changed
@@ -309,6 +311,9 @@ func (m *Model) layout(batch []Input, rows int) {
 		} else {
 			layoutChain(s.hostPos[row:row+t], n)
 		}
+		if m.longFrom > 0 {
+			longRange(s.hostPos[row:row+t], m.longFrom)
+		}
 		s.addLogitRows(in.logitMode(), row, t)
 		s.aseqs = append(s.aseqs, as)
 		s.seqs = append(s.seqs, in.Seq)
@@ -324,6 +329,18 @@ func (m *Model) layout(batch []Input, rows int) {
 func layoutChain(pos []int32, n int) {
 	for i := range pos {
 		pos[i] = int32(n + i)
+	}
+}
+
+// longRange moves a pass's positions to the long rotary table (nn.RoPE's
+// LongFrom L) when any of them reaches L, as Transformers turns a whole pass
+// by longrope's long factors from there on.
+func longRange(pos []int32, l int) {
+	if int(slices.Max(pos)) < l {
+		return
+	}
+	for i := range pos {
+		pos[i] += int32(l)
 	}
 }
 
@@ -361,12 +378,16 @@ func (s *scratch) addLogitRows(mode LogitRows, row, t int) {
 }
 
 // embedRows writes each input's token embeddings into its rows of the
-// residual stream; layout must have placed the inputs.
+// residual stream, scaled where the family scales them; layout must have
+// placed the inputs.
 func (m *Model) embedRows(batch []Input) {
 	s := &m.s
 	for b := range batch {
 		row := s.start[b]
 		m.dev.Gather(s.x.RowRange(row, row+len(batch[b].Tokens)), &m.embed, batch[b].Tokens)
+	}
+	if m.embedScale != 1 {
+		m.dev.Scale(s.x.RowRange(0, s.start[len(batch)]), m.embedScale)
 	}
 }
 
@@ -409,6 +430,9 @@ func (m *Model) lmHead(lx tensor.Tensor) tensor.Tensor {
 	logits := m.s.logits.RowRange(0, len(m.s.lidx))
 	if len(m.s.lidx) > 0 {
 		m.dev.MulT(logits, lx, &m.lm, false)
+		if m.finalSoftcap > 0 {
+			m.dev.Softcap(logits, m.finalSoftcap)
+		}
 	}
 	return logits
 }
@@ -465,6 +489,9 @@ func (m *Model) views(rows int) *pass {
 	}
 	p.rows, p.gen = rows, s.gen
 	p.x, p.xn = s.x.RowRange(0, rows), s.xn.RowRange(0, rows)
+	if m.fam.SandwichNorms {
+		p.y = s.y.RowRange(0, rows)
+	}
 	p.q, p.att = s.q.RowRange(0, rows), s.att.RowRange(0, rows)
 	p.k, p.v = s.k.RowRange(0, rows), s.v.RowRange(0, rows)
 	p.pos = s.pos.RowRange(0, rows)
@@ -517,6 +544,9 @@ func (m *Model) growRows(al *tensor.Allocator, rows int) {
 	s.gen++
 	s.x = al.Alloc(tensor.F32, rows, m.h)
 	s.xn = al.Alloc(tensor.F32, rows, m.h)
+	if m.fam.SandwichNorms {
+		s.y = al.Alloc(tensor.F32, rows, m.h)
+	}
 	s.q = al.Alloc(tensor.F32, rows, m.qDim)
 	s.att = al.Alloc(tensor.F32, rows, m.qDim)
 	s.k = al.Alloc(tensor.F32, rows, m.kvDim)
@@ -578,18 +608,27 @@ func (s *scratch) growLayout(maskLen, inputs int) {
 // gate/up as one fused product where the weights lie back to back (fuse),
 // and the bias added after.
 
-// forward runs the decoder layer over the pass's rows: two residual blocks.
+// forward runs the decoder layer over the pass's rows: two residual blocks,
+// each block's output normed before it is added where the family has
+// sandwich norms.
 func (l *Layer) forward(m *Model, p *pass) {
-	m.dev.RMSNorm(p.xn, p.x, l.attnNorm, m.eps)
-	l.Attn.forward(m, p)
-	m.dev.RMSNorm(p.xn, p.x, l.mlpNorm, m.eps)
-	l.MLP.forward(m, p)
-}
-
-// forward computes x += Attention(xn) for the layer, storing the new K/V
-// rows in each sequence's cache.
-func (a *Attention) forward(m *Model, p *pass) {
-	a.nn.Forward(m.dev, p.x, p.xn, p.pos, &p.attn, &a.at, true)
+	d := m.dev
+	d.RMSNorm(p.xn, p.x, l.attnNorm, m.eps)
+	if l.attnOutNorm.Empty() {
+		l.Attn.nn.Forward(d, p.x, p.xn, p.pos, &p.attn, &l.Attn.at, true)
+	} else {
+		l.Attn.nn.Forward(d, p.y, p.xn, p.pos, &p.attn, &l.Attn.at, false)
+		d.RMSNorm(p.y, p.y, l.attnOutNorm, m.eps)
+		d.Add(p.x, p.y)
+	}
+	d.RMSNorm(p.xn, p.x, l.mlpNorm, m.eps)
+	if l.mlpOutNorm.Empty() {
+		l.MLP.nn.Forward(d, p.x, p.xn, &p.mlp, true)
+	} else {
+		l.MLP.nn.Forward(d, p.y, p.xn, &p.mlp, false)
+		d.RMSNorm(p.y, p.y, l.mlpOutNorm, m.eps)
+		d.Add(p.x, p.y)
+	}
 }
 
 // cacheAttention is the target's attention at one layer over the caches of
@@ -609,11 +648,8 @@ func (c *cacheAttention) Attend(d tensor.Device, o, q, k, v tensor.Tensor) {
 		as := &m.s.aseqs[i]
 		sq.kv.Write(c.l, 0, k.RowRange(as.Row0, as.Row0+as.T), v.RowRange(as.Row0, as.Row0+as.T))
 	}
-	d.Attend(o, q, c.l, tensor.AttnShape{Heads: m.nHeads, KVHeads: m.nKV, HeadDim: m.hd}, m.s.aseqs)
+	d.Attend(o, q, c.l, m.Layers[c.l].Attn.nn.Shape, m.s.aseqs)
 }
-
-// forward computes x += Down(silu(Gate(xn)) * Up(xn)).
-func (f *MLP) forward(m *Model, p *pass) { f.nn.Forward(m.dev, p.x, p.xn, &p.mlp, true) }
 
 // LogitsFromHidden computes into dst [rows, V] the logits of rows final
 // post-norm hidden states (tap index NumLayers(), [rows, H]) with the same
@@ -639,6 +675,9 @@ func (m *Model) LogitsFromHidden(dst, hidden []float32, rows int) error {
 		return fmt.Errorf("model: logits from hidden states: %w", err)
 	}
 	m.dev.MulT(out, x, &m.lm, false)
+	if m.finalSoftcap > 0 {
+		m.dev.Softcap(out, m.finalSoftcap)
+	}
 	if _, ok := m.dev.HostF32(out); !ok {
 		m.dev.Read(dst[:rows*m.vocab], out)
 	}

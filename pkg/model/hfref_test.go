@@ -114,16 +114,6 @@ func compareHF(t *testing.T, m *model.Model, a hfref.Arch, ref *hfref.Reference,
 	for i, p := range ref.Prompts {
 		want := runs[i]
 		n := len(p.IDs)
-		if a.WindowCapped {
-			w := windowOf(t, ref)
-			if m.MaxPositions() != w {
-				t.Fatalf("model context %d, want the sliding window %d (hfref.Archs says drafter caps %s at it)", m.MaxPositions(), w, a.Name)
-			}
-			if _, err := m.NewSequence(n); err == nil {
-				t.Fatalf("a %d-token sequence was accepted past the %d-token window drafter can compute", n, w)
-			}
-			n = w
-		}
 		scale := 1.0
 		for _, row := range want.Logits[:n] {
 			for _, v := range row {
@@ -162,20 +152,6 @@ func compareHF(t *testing.T, m *model.Model, a hfref.Arch, ref *hfref.Reference,
 		}
 		worstAll = math.Max(worstAll, compare("all positions", res.LogitsOf(0), want.Logits[:n]))
 
-		if a.WindowCapped {
-			// No room past the prompt's first n tokens to decode into:
-			// the last position from a pass of its own.
-			seq, err := m.NewSequence(n)
-			if err != nil {
-				t.Fatal(err)
-			}
-			res, err := m.Forward([]model.Input{{Seq: seq, Tokens: ids}}, model.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			worstLast = math.Max(worstLast, compare("last position", res.LogitsOf(0), want.Logits[n-1:n]))
-			continue
-		}
 		seq, err = m.NewSequence(n + p.NewTokens)
 		if err != nil {
 			t.Fatal(err)
@@ -200,30 +176,15 @@ func compareHF(t *testing.T, m *model.Model, a hfref.Arch, ref *hfref.Reference,
 		}
 	}
 	t.Logf("%s %s on %s: %d prompts, max |logit difference| %.3g at all positions, %.3g at the last (%.3g of the logit scale; tolerance %g of it)%s",
-		a.Name, dtype, m.Device().Name(), len(ref.Prompts), worstAll, worstLast, worstRel, hfTolerance, greedyNote(a, ref))
+		a.Name, dtype, m.Device().Name(), len(ref.Prompts), worstAll, worstLast, worstRel, hfTolerance, greedyNote(ref))
 }
 
-func greedyNote(a hfref.Arch, ref *hfref.Reference) string {
-	if a.WindowCapped {
-		return fmt.Sprintf("; only the first %d positions: drafter caps the context at the sliding window, so no greedy ids", windowOf(nil, ref))
-	}
+func greedyNote(ref *hfref.Reference) string {
 	n := 0
 	for _, p := range ref.Prompts {
 		n += p.NewTokens
 	}
 	return fmt.Sprintf("; %d greedy ids equal", n)
-}
-
-// windowOf returns the reference's sliding window.
-func windowOf(t *testing.T, ref *hfref.Reference) int {
-	w, ok := ref.Features["sliding_window"].(float64)
-	if !ok || w <= 0 {
-		if t != nil {
-			t.Fatalf("%s: the reference records no sliding window", ref.Name)
-		}
-		return 0
-	}
-	return int(w)
 }
 
 func argmax(x []float32) int {

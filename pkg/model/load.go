@@ -87,6 +87,14 @@ func (m *Model) field(t arch.Tensor) (*tensor.Matrix, *[]float32) {
 		return nil, &l.AttnNorm
 	case arch.MLPNorm:
 		return nil, &l.MLPNorm
+	case arch.QKVProj:
+		return &l.Attn.QKV, nil
+	case arch.GateUpProj:
+		return &l.MLP.GateUp, nil
+	case arch.AttnOutNorm:
+		return nil, &l.AttnOutNorm
+	case arch.MLPOutNorm:
+		return nil, &l.MLPOutNorm
 	case arch.QNorm:
 		return nil, &l.Attn.QNorm
 	case arch.KNorm:
@@ -314,7 +322,29 @@ func (m *Model) fill(binds []binding, half []tensor.Matrix, set func(b binding, 
 	if m.Config.TieWordEmbeddings {
 		m.LMHead = m.Embed
 	}
+	m.split()
 	return m.fuse()
+}
+
+// split points the q, k and v (and gate and up) layers at their rows of a
+// checkpoint's fused matrix (Phi-3's qkv_proj and gate_up_proj), which
+// fuse then finds adjacent and multiplies as one again.
+func (m *Model) split() {
+	part := func(lin *Linear, w tensor.Matrix, lo, hi int) {
+		lin.W, lin.In, lin.Out = w.RowRange(lo, hi), w.Cols, hi-lo
+	}
+	for i := range m.Layers {
+		l := &m.Layers[i]
+		if w := l.Attn.QKV; !w.Empty() {
+			part(&l.Attn.Q, w, 0, m.qDim)
+			part(&l.Attn.K, w, m.qDim, m.qDim+m.kvDim)
+			part(&l.Attn.V, w, m.qDim+m.kvDim, m.qDim+2*m.kvDim)
+		}
+		if w := l.MLP.GateUp; !w.Empty() {
+			part(&l.MLP.Gate, w, 0, m.inter)
+			part(&l.MLP.Up, w, m.inter, 2*m.inter)
+		}
+	}
 }
 
 // fuse sets each layer's fused q/k/v and gate/up matrices when the weights lie
@@ -374,10 +404,22 @@ func (m *Model) prepare() error {
 		}
 		return m.dev.Upload(tensor.F32Matrix(v, 1, len(v)))
 	}
+	// Norm weights go to the device with the family's offset added, in
+	// float32 as Gemma's RMSNorm adds it: (1+w) once instead of per row.
+	norm := func(v []float32) (tensor.Tensor, error) {
+		if v == nil || m.fam.NormOffset == 0 {
+			return up(v)
+		}
+		o := make([]float32, len(v))
+		for i, w := range v {
+			o[i] = m.fam.NormOffset + w
+		}
+		return up(o)
+	}
 	var err error
 	m.lm = tensor.WeightOf(m.LMHead)
 	m.embed = tensor.WeightOf(m.Embed)
-	if m.norm, err = up(m.Norm); err != nil {
+	if m.norm, err = norm(m.Norm); err != nil {
 		return fmt.Errorf("model: %w", err)
 	}
 	ws := []*tensor.Weight{&m.lm}
@@ -392,8 +434,9 @@ func (m *Model) prepare() error {
 		for _, n := range []struct {
 			dst *tensor.Tensor
 			v   []float32
-		}{{&l.attnNorm, l.AttnNorm}, {&l.mlpNorm, l.MLPNorm}, {&l.Attn.nn.QNorm, l.Attn.QNorm}, {&l.Attn.nn.KNorm, l.Attn.KNorm}} {
-			if *n.dst, err = up(n.v); err != nil {
+		}{{&l.attnNorm, l.AttnNorm}, {&l.mlpNorm, l.MLPNorm}, {&l.attnOutNorm, l.AttnOutNorm}, {&l.mlpOutNorm, l.MLPOutNorm},
+			{&l.Attn.nn.QNorm, l.Attn.QNorm}, {&l.Attn.nn.KNorm, l.Attn.KNorm}} {
+			if *n.dst, err = norm(n.v); err != nil {
 				return fmt.Errorf("model: %w", err)
 			}
 		}
@@ -403,7 +446,10 @@ func (m *Model) prepare() error {
 		a := &l.Attn.nn
 		a.Q, a.K, a.V, a.O = l.Attn.Q.nn, l.Attn.K.nn, l.Attn.V.nn, l.Attn.O.nn
 		a.Eps, a.Rot = m.eps, m.rot
-		a.Shape = tensor.AttnShape{Heads: m.nHeads, KVHeads: m.nKV, HeadDim: m.hd}
+		if l.window > 0 {
+			a.Rot = m.rotLocal
+		}
+		a.Shape = tensor.AttnShape{Heads: m.nHeads, KVHeads: m.nKV, HeadDim: m.hd, Softcap: m.attnSoftcap, Window: l.window}
 		l.Attn.at = cacheAttention{m: m, l: i}
 		if !a.QKV.Empty() {
 			ws = append(ws, &a.QKV)
@@ -411,6 +457,9 @@ func (m *Model) prepare() error {
 			ls = append(ls, l.Attn.Q.nn, l.Attn.K.nn, l.Attn.V.nn)
 		}
 		l.MLP.nn.Gate, l.MLP.nn.Up, l.MLP.nn.Down = l.MLP.Gate.nn, l.MLP.Up.nn, l.MLP.Down.nn
+		if m.fam.Activation == "gelu_pytorch_tanh" {
+			l.MLP.nn.Act = nn.GELUTanh
+		}
 		if !l.MLP.nn.GateUp.Empty() {
 			ws = append(ws, &l.MLP.nn.GateUp)
 		} else {

@@ -5,17 +5,24 @@
 // one pass, tree verification for speculative decoding, hidden-state taps and
 // pruned logits.
 //
-// The architecture, as every one of these checkpoints computes it:
+// The architecture, as every one of these checkpoints computes it (the
+// bracketed steps where the family's arch.Family hooks ask for them):
 //
-//	h = embed(tokens)
+//	h = embed(tokens) [· √H]
 //	for each layer:
-//	    a  = RMSNorm(h) · input_layernorm
+//	    a  = RMSNorm(h) · input_layernorm              (Gemma: · (1+w), every norm)
 //	    q, k, v = a·Wq^T (+bq), a·Wk^T (+bk), a·Wv^T (+bv)
-//	    q, k = RMSNorm per head (Qwen3 only), then rotate_half RoPE at each position
-//	    h += softmax(q·k^T/√d + mask)·v · Wo^T        (grouped-query attention)
-//	    m  = RMSNorm(h) · post_attention_layernorm
-//	    h += (silu(m·Wg^T) * (m·Wu^T)) · Wd^T
-//	logits = RMSNorm(h) · norm · lm_head^T
+//	    q, k = [RMSNorm per head (Qwen3, Gemma-3)], then rotate_half RoPE
+//	           at each position (the sliding layers' own base: Gemma-3)
+//	    s  = q·k^T·scale [→ c·tanh(s/c)] + causal mask [+ window mask]
+//	    o  = softmax(s)·v · Wo^T                        (grouped-query attention)
+//	    h += o [normed by post_attention_layernorm: Gemma]
+//	    m  = RMSNorm(h) · post_attention_layernorm      (Gemma: pre_feedforward_layernorm)
+//	    h += (act(m·Wg^T) * (m·Wu^T)) · Wd^T [normed by post_feedforward_layernorm]
+//	logits = RMSNorm(h) · norm · lm_head^T [→ c·tanh(logits/c)]
+//
+// with scale head_dim^-½ (Gemma: query_pre_attn_scalar^-½) and act silu
+// (Gemma: GELU-tanh).
 //
 // Weight products run through cpu.Products, which chooses the kernels
 // (few-row kernels, the backend's GEMM for large float32 products, pkg/tensor's
@@ -52,6 +59,9 @@ type Linear struct {
 type Attention struct {
 	Q, K, V, O   Linear
 	QNorm, KNorm []float32
+	// QKV is the checkpoint's fused q/k/v matrix (Phi-3's qkv_proj), whose
+	// rows Q, K and V view; empty where they are stored apart.
+	QKV tensor.Matrix
 
 	// nn is the block on the device: the four layers, Q.W, K.W and V.W as
 	// one [qDim+2·kvDim, H] matrix (QKV) where they lie back to back, and
@@ -61,23 +71,36 @@ type Attention struct {
 	at cacheAttention
 }
 
-// MLP is the SwiGLU feed-forward block.
+// MLP is the gated feed-forward block (SwiGLU, or GELU-tanh for Gemma).
 type MLP struct {
 	Gate, Up, Down Linear
+	// GateUp is the checkpoint's fused gate/up matrix (Phi-3's
+	// gate_up_proj), whose rows Gate and Up view; empty where they are
+	// stored apart.
+	GateUp tensor.Matrix
 
 	// nn is the block on the device: the three layers, and Gate.W and
 	// Up.W as one [2·I, H] matrix (GateUp) where they lie back to back.
 	nn nn.MLP
 }
 
-// Layer is one decoder layer.
+// Layer is one decoder layer. Norm weights are as the checkpoint stores
+// them (Gemma's as offsets from 1).
 type Layer struct {
 	AttnNorm []float32 // input_layernorm.weight [H]
 	Attn     Attention
-	MLPNorm  []float32 // post_attention_layernorm.weight [H]
-	MLP      MLP
+	// AttnOutNorm normalizes the attention's output before the residual
+	// add (Gemma: post_attention_layernorm.weight [H]); nil elsewhere.
+	AttnOutNorm []float32
+	MLPNorm     []float32 // post_attention_layernorm.weight [H] (Gemma: pre_feedforward_layernorm)
+	MLP         MLP
+	// MLPOutNorm normalizes the MLP's output before the residual add
+	// (Gemma: post_feedforward_layernorm.weight [H]); nil elsewhere.
+	MLPOutNorm []float32
 
-	attnNorm, mlpNorm tensor.Tensor // the norms on the device
+	// The norms on the device, the family's NormOffset added.
+	attnNorm, mlpNorm, attnOutNorm, mlpOutNorm tensor.Tensor
+	window                                     int // attention window, 0 for global
 }
 
 // Model is a loaded target model. The weight fields are bound to the
@@ -101,24 +124,32 @@ type Model struct {
 	weights WeightSource // the store 16-bit matrices are read from in place, or nil
 	mapped  int64        // bytes of the matrices read in place from weights
 
-	fam    arch.Family   // Config's architecture family
-	dev    tensor.Device // where the activations and caches live and every op runs
-	rope   *nn.RoPE
-	rot    *tensor.Rotary // rope's tables on dev
-	eps    float32
-	h      int // hidden size
-	hd     int // head dimension
-	nHeads int
-	nKV    int
-	qDim   int // nHeads*hd
-	kvDim  int // nKV*hd
-	inter  int // intermediate size
-	vocab  int
-	maxPos int // max_position_embeddings (and sliding window, when smaller)
-	scale  float32
-	s      scratch
-	p      pass // the views of the pass in flight
-	res    Result
+	fam arch.Family    // Config's architecture family
+	dev tensor.Device  // where the activations and caches live and every op runs
+	rot *tensor.Rotary // the RoPE tables on dev of the global layers
+	// rotLocal is the sliding layers' when they rotate apart (Gemma-3),
+	// else rot.
+	rotLocal *tensor.Rotary
+	// embedScale multiplies the embedding rows (Gemma: √H), 1 elsewhere;
+	// attnSoftcap and finalSoftcap cap the scores and the logits, 0 off.
+	embedScale, attnSoftcap, finalSoftcap float32
+	eps                                   float32
+	h                                     int // hidden size
+	hd                                    int // head dimension
+	nHeads                                int
+	nKV                                   int
+	qDim                                  int // nHeads*hd
+	kvDim                                 int // nKV*hd
+	inter                                 int // intermediate size
+	vocab                                 int
+	maxPos                                int // max_position_embeddings
+	// longFrom is longrope's original_max_position_embeddings (0 without
+	// it): a sequence's pass that reaches it turns by the long factors.
+	longFrom int
+	scale    float32 // the queries' scale: head_dim^-½ or query_pre_attn_scalar^-½
+	s        scratch
+	p        pass // the views of the pass in flight
+	res      Result
 }
 
 // Device returns the device the model computes on.
@@ -135,7 +166,8 @@ func (m *Model) HiddenSize() int { return m.h }
 func (m *Model) VocabSize() int { return m.vocab }
 
 // MaxPositions returns the longest sequence the model can attend over: the
-// model's max_position_embeddings, or its sliding window when that is smaller.
+// model's max_position_embeddings (sliding-window layers attend to their
+// window within it).
 func (m *Model) MaxPositions() int { return m.maxPos }
 
 // Close releases the model: the checkpoint files it reads 16-bit weights
@@ -265,66 +297,108 @@ func newModel(cfg *checkpoint.Config, dev tensor.Device) (*Model, error) {
 	if act := cfg.HiddenAct; act != "" && act != fam.Activation {
 		return nil, fmt.Errorf("model: config.json hidden_act %q is not supported (only %s for model_type %s)", act, fam.Activation, cfg.ModelType)
 	}
-	// The model attends over the whole sequence: it is exact within every
-	// layer's sliding window.
-	maxPos := fam.Context(cfg.NumLayers, cfg.MaxPositions, cfg.SlidingWindow)
-	var rs *nn.RopeScaling
-	if s := cfg.RopeScaling; s != nil {
-		switch s.Type {
-		case "", "default":
-		case "linear", "llama3":
-			rs = &nn.RopeScaling{Type: s.Type, Factor: s.Factor, LowFreqFactor: s.LowFreqFactor,
-				HighFreqFactor: s.HighFreqFactor, OriginalMaxPositions: s.OriginalMaxPositions}
-		default:
-			return nil, fmt.Errorf("model: config.json rope_scaling type %q is not supported (supported: linear, llama3)", s.Type)
-		}
-	}
-	// Precompute cos/sin tables for the positions most sequences use; RoPE
-	// computes positions past the table on the fly.
-	table := maxPos
-	if table > 32768 {
-		table = 32768
-	}
-	rope, err := nn.NewRoPE(cfg.HeadDim, cfg.RopeTheta, rs, table)
-	if err != nil {
-		return nil, fmt.Errorf("model: config.json rope settings: %w", err)
-	}
 	m := &Model{
-		Config: cfg, fam: fam, Layers: make([]Layer, cfg.NumLayers), rope: rope, eps: float32(cfg.RMSNormEps),
+		Config: cfg, fam: fam, Layers: make([]Layer, cfg.NumLayers), eps: float32(cfg.RMSNormEps),
 		h: cfg.HiddenSize, hd: cfg.HeadDim, nHeads: cfg.NumHeads, nKV: cfg.NumKVHeads,
 		qDim: cfg.NumHeads * cfg.HeadDim, kvDim: cfg.NumKVHeads * cfg.HeadDim,
-		inter: cfg.IntermediateSize, vocab: cfg.VocabSize, maxPos: maxPos,
+		inter: cfg.IntermediateSize, vocab: cfg.VocabSize, maxPos: cfg.MaxPositions,
+		embedScale: 1, attnSoftcap: float32(cfg.AttnSoftcap), finalSoftcap: float32(cfg.FinalSoftcap),
 	}
-	m.scale = float32(1 / math.Sqrt(float64(m.hd)))
+	for l := range m.Layers {
+		m.Layers[l].window = cfg.Window(l)
+	}
+	if fam.EmbedScale == arch.ScaleSqrtHidden {
+		m.embedScale = float32(math.Sqrt(float64(m.h)))
+	}
+	scalar := float64(m.hd)
+	if cfg.QueryPreAttnScalar > 0 {
+		scalar = cfg.QueryPreAttnScalar
+	}
+	m.scale = float32(1 / math.Sqrt(scalar))
 	m.dev = cpu.SiblingOf(dev)
-	if m.rot, err = rope.On(m.dev); err != nil {
-		return nil, fmt.Errorf("model: %w", err)
+	if err := m.rotaries(); err != nil {
+		return nil, err
 	}
 	return m, nil
 }
 
+// rotaries builds the RoPE tables on the model's device: the global
+// layers', and the sliding layers' where they rotate apart.
+func (m *Model) rotaries() error {
+	cfg := m.Config
+	var err error
+	if m.rot, err = m.rotary(cfg.RopeTheta, cfg.RopeScaling, cfg.RotaryDims); err != nil {
+		return err
+	}
+	m.rotLocal = m.rot
+	if m.fam.LocalRope {
+		if m.rotLocal, err = m.rotary(cfg.LocalRopeTheta, cfg.LocalRopeScaling, cfg.RotaryDims); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rotary builds RoPE tables on the model's device for a base, a scaling
+// and the rotated values per head (dims) of config.json: for the positions
+// most sequences use (positions past the table are computed on the fly).
+func (m *Model) rotary(theta float64, s *checkpoint.RopeScaling, dims int) (*tensor.Rotary, error) {
+	var rs *nn.RopeScaling
+	var opt nn.RoPEOptions
+	if dims != m.hd {
+		opt.RotaryDims = dims
+	}
+	if s != nil {
+		switch s.Type {
+		case "", "default":
+		case "linear", "llama3", "longrope":
+			rs = &nn.RopeScaling{Type: s.Type, Factor: s.Factor, LowFreqFactor: s.LowFreqFactor,
+				HighFreqFactor: s.HighFreqFactor, OriginalMaxPositions: s.OriginalMaxPositions,
+				ShortFactor: s.ShortFactor, LongFactor: s.LongFactor}
+			if s.Type == "longrope" {
+				opt.AttnFactor = s.AttnFactor
+			}
+		default:
+			return nil, fmt.Errorf("model: config.json rope_scaling type %q is not supported (supported: linear, llama3, longrope)", s.Type)
+		}
+	}
+	table := min(m.maxPos, 32768)
+	if rs != nil && rs.Type == "longrope" {
+		table = m.maxPos // its long range is read from the table only
+	}
+	rope, err := nn.NewRoPEWith(m.hd, theta, rs, table, opt)
+	if err != nil {
+		return nil, fmt.Errorf("model: config.json rope settings: %w", err)
+	}
+	if lf := rope.LongFrom(); lf > 0 {
+		m.longFrom = lf
+	}
+	rot, err := rope.On(m.dev)
+	if err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	return rot, nil
+}
+
 // implements refuses a family whose hooks ask for computation the forward
-// pass does not have yet (arch.Family: each hook's zero value is what it
-// computes), so that no hook is silently ignored.
+// pass does not have (an activation, embedding scale or sliding rule it
+// does not know), so that no hook is silently ignored.
 func implements(f arch.Family) error {
 	var missing []string
-	if f.Activation != "silu" {
-		missing = append(missing, fmt.Sprintf("activation %q (only silu)", f.Activation))
+	switch f.Activation {
+	case "silu", "gelu_pytorch_tanh":
+	default:
+		missing = append(missing, fmt.Sprintf("activation %q (only silu, gelu_pytorch_tanh)", f.Activation))
 	}
-	if f.EmbedScale != arch.Unscaled {
-		missing = append(missing, "a scaled embedding")
+	switch f.EmbedScale {
+	case arch.Unscaled, arch.ScaleSqrtHidden:
+	default:
+		missing = append(missing, fmt.Sprintf("embedding scale %d", f.EmbedScale))
 	}
-	if f.NormOffset != 0 {
-		missing = append(missing, fmt.Sprintf("RMSNorm weights offset by %g", f.NormOffset))
-	}
-	if len(f.ExtraNorms) > 0 {
-		missing = append(missing, "extra norms "+strings.Join(f.ExtraNorms, ", "))
-	}
-	if f.AttnSoftcap != 0 {
-		missing = append(missing, fmt.Sprintf("attention soft-capping at %g", f.AttnSoftcap))
-	}
-	if f.FinalSoftcap != 0 {
-		missing = append(missing, fmt.Sprintf("final logit soft-capping at %g", f.FinalSoftcap))
+	switch f.Sliding {
+	case arch.NoSliding, arch.SlidingAllLayers, arch.SlidingOff, arch.SlidingLayerTypes:
+	default:
+		missing = append(missing, fmt.Sprintf("sliding rule %d", f.Sliding))
 	}
 	if len(missing) > 0 {
 		return fmt.Errorf("model: model_type %s needs %s, which pkg/model does not implement yet", f.ModelType, strings.Join(missing, ", "))

@@ -2,14 +2,38 @@ package nn
 
 import "github.com/drafter-ai/drafter/pkg/tensor"
 
-// MLP is Llama's SwiGLU feed-forward block, Down(silu(Gate(x))·Up(x)), with
-// its backward pass: the target's and the EAGLE-3 draft layer's.
+// MLP is a gated feed-forward block, Down(act(Gate(x))·Up(x)): Llama's
+// SwiGLU, with its backward pass, or Gemma's GELU-tanh (forward only: only
+// frozen targets have it). The target's and the EAGLE-3 draft layer's.
 type MLP struct {
 	Gate, Up, Down *Linear
 	// GateUp is Gate's and Up's weights as one [2I, H] matrix where a
 	// checkpoint holds them back to back (and neither has a bias), else
 	// empty: a frozen MLP then runs one product instead of two.
 	GateUp tensor.Weight
+	// Act is the gate's activation.
+	Act Activation
+}
+
+// Activation is a gated MLP's activation.
+type Activation uint8
+
+const (
+	// SiLU is silu(gate)·up (SwiGLU).
+	SiLU Activation = iota
+	// GELUTanh is gelu(gate, approximate="tanh")·up (Gemma's
+	// gelu_pytorch_tanh).
+	GELUTanh
+)
+
+// glu applies the block's activation: out = act(gate)·up (up empty: gate
+// holds both, side by side).
+func (f *MLP) glu(dev tensor.Device, out, gate, up tensor.Tensor) {
+	if f.Act == GELUTanh {
+		dev.GELUTanhGLU(out, gate, up)
+		return
+	}
+	dev.SwiGLU(out, gate, up)
 }
 
 // MLPActs are an application's activations over up to R rows: Gate and Up
@@ -32,12 +56,12 @@ func (f *MLP) Forward(dev tensor.Device, out, x tensor.Tensor, a *MLPActs, acc b
 	if !f.GateUp.Empty() {
 		fused := a.Fused.RowRange(0, rows)
 		dev.MulT(fused, x, &f.GateUp, false)
-		dev.SwiGLU(act, fused, tensor.Tensor{})
+		f.glu(dev, act, fused, tensor.Tensor{})
 	} else {
 		up := a.Up.RowRange(0, rows)
 		f.Gate.Forward(dev, gate, x)
 		f.Up.Forward(dev, up, x)
-		dev.SwiGLU(act, gate, up)
+		f.glu(dev, act, gate, up)
 	}
 	if acc {
 		f.Down.ForwardAcc(dev, out, act)
@@ -59,8 +83,12 @@ type MLPScratch struct {
 // Backward accumulates into dx the gradient at Forward's input x, and the
 // weights' gradients into g, given dout at its output; a holds Forward's
 // Gate and Up (separate: a trainer's MLP does not fuse them), whose
-// activation it recomputes.
+// activation it recomputes. It supports SwiGLU, the only activation a
+// trainer's block has.
 func (f *MLP) Backward(dev tensor.Device, dx, dout, x tensor.Tensor, a *MLPActs, g MLPGrads, s *MLPScratch) {
+	if f.Act != SiLU {
+		panic("nn: MLP.Backward of a block whose activation is not SiLU")
+	}
 	rows := x.Rows()
 	r := func(t tensor.Tensor) tensor.Tensor { return t.RowRange(0, rows) }
 	gate, up := r(a.Gate), r(a.Up)

@@ -15,6 +15,10 @@ type RopeScaling struct {
 	LowFreqFactor        float64
 	HighFreqFactor       float64
 	OriginalMaxPositions int
+	// ShortFactor and LongFactor are longrope's per-frequency divisors, one
+	// per rotated pair: positions below OriginalMaxPositions turn by the
+	// short ones, positions from there on by the long ones.
+	ShortFactor, LongFactor []float64
 }
 
 // RoPE holds the tables of rotary position embeddings, which a device's RoPE
@@ -32,9 +36,14 @@ type RoPE struct {
 	dims    int // rotated values per head: headDim, or fewer (partial)
 	factor  float32
 	invFreq []float32
-	cos     []float32 // [maxPos][dims/2]
-	sin     []float32
-	maxPos  int
+	// shortInv and longFrom are longrope's short-range frequencies and
+	// original_max_position_embeddings (invFreq holding the long-range
+	// ones); longFrom is 0 otherwise. See LongFrom.
+	shortInv []float32
+	longFrom int
+	cos      []float32 // [maxPos][dims/2]
+	sin      []float32
+	maxPos   int
 }
 
 // RoPEOptions are the rotary variants of architectures beyond Llama's, for
@@ -111,13 +120,34 @@ func NewRoPEWith(headDim int, theta float64, s *RopeScaling, maxPos int, o RoPEO
 					inv[i] = (1-smooth)*f/s.Factor + smooth*f
 				}
 			}
+		case "longrope":
+			if len(s.ShortFactor) != half || len(s.LongFactor) != half || s.OriginalMaxPositions <= 0 {
+				return nil, fmt.Errorf("rope: longrope rope_scaling needs %d short and long factors (rotary dims / 2) and original_max_position_embeddings > 0 (got %d, %d and %d)",
+					half, len(s.ShortFactor), len(s.LongFactor), s.OriginalMaxPositions)
+			}
 		default:
-			return nil, fmt.Errorf("rope: unsupported rope_scaling type %q (supported: llama3, linear)", s.Type)
+			return nil, fmt.Errorf("rope: unsupported rope_scaling type %q (supported: llama3, linear, longrope)", s.Type)
 		}
 	}
 	r := &RoPE{headDim: headDim, dims: dims, factor: float32(o.AttnFactor), invFreq: make([]float32, half), maxPos: maxPos}
 	for i, f := range inv {
 		r.invFreq[i] = float32(f)
+	}
+	if s != nil && s.Type == "longrope" {
+		// Two tables in one: rows [0, L) turn position p by the short
+		// factors, rows [L, L+maxPos) position p-L by the long ones (L =
+		// original_max_position_embeddings), so that a caller picks the
+		// range of a pass by shifting its positions (LongFrom). maxPos
+		// must then cover every position: no row is computed on the fly.
+		r.shortInv, r.longFrom = make([]float32, half), s.OriginalMaxPositions
+		for i := range inv {
+			// Transformers' float32 arithmetic: 1/(factor·base^(2i/d)).
+			b := float32(math.Pow(theta, float64(float32(2*i)/float32(dims))))
+			r.shortInv[i] = 1 / (float32(s.ShortFactor[i]) * b)
+			r.invFreq[i] = 1 / (float32(s.LongFactor[i]) * b)
+		}
+		r.maxPos = s.OriginalMaxPositions + maxPos
+		maxPos = r.maxPos
 	}
 	if maxPos > 0 {
 		r.cos = make([]float32, maxPos*half)
@@ -139,7 +169,25 @@ func (r *RoPE) HeadDim() int { return r.headDim }
 // fewer for a partial rotary.
 func (r *RoPE) RotaryDims() int { return r.dims }
 
-func (r *RoPE) angle(pos, i int) (float32, float32) { return tensor.RoPEAngle(pos, r.invFreq[i]) }
+// LongFrom returns longrope's original_max_position_embeddings L, 0 for
+// the other rotaries. Transformers and vLLM turn a whole pass by the long
+// factors once it reaches position L (every row, those below L included)
+// and by the short ones otherwise, and the KV cache keeps each key as its
+// pass turned it. A caller reproduces that per sequence: a pass of a
+// sequence that reaches position L gives the device positions p+L (the
+// long table), any other pass p.
+func (r *RoPE) LongFrom() int { return r.longFrom }
+
+func (r *RoPE) angle(pos, i int) (float32, float32) {
+	switch {
+	case r.longFrom == 0:
+	case pos < r.longFrom:
+		return tensor.RoPEAngle(pos, r.shortInv[i])
+	default:
+		pos -= r.longFrom
+	}
+	return tensor.RoPEAngle(pos, r.invFreq[i])
+}
 
 // On returns the rotation tables in dev's memory, for dev.RoPE.
 func (r *RoPE) On(dev tensor.Device) (*tensor.Rotary, error) {
