@@ -11,7 +11,8 @@
 // Kernels therefore use only what this file provides (see the contract):
 // threadIdx/blockIdx/blockDim/gridDim, __syncthreads, the *_sync shuffles and
 // votes with the full mask, atomicAdd/atomicMax, __shared__ and
-// DYNAMIC_SHARED, the float math below, the bf16/f16 bit conversions.
+// DYNAMIC_SHARED, the float math below, __fmul_rn/__fadd_rn, the bf16/f16
+// bit conversions.
 #ifndef DRAFTER_CUDA_COMPAT_H
 #define DRAFTER_CUDA_COMPAT_H
 
@@ -106,11 +107,36 @@ DRAFTER_DEV int atomicExch(int* p, int v) { return __nvvm_atom_xchg_gen_i(p, v);
 // The hardware approximations the math below builds on.
 DRAFTER_DEV float drafter_ex2_approx_(float x) { return __nvvm_ex2_approx_f(x); }
 
+// __fmul_rn and __fadd_rn: a float32 product and sum, each rounded to
+// nearest, that are never fused into an fma (CUDA's own guarantee for these
+// names). ptx.sh's clang contracts a*b+c into fma.rn whatever the source
+// says (the NVPTX backend fuses by a global option that neither
+// #pragma clang fp contract nor __nvvm_mul_rn_f, which instcombine turns back
+// into a plain fmul, overrides), so the instructions are written out: ptxas
+// contracts no .rn instruction. A kernel whose result must equal the CPU's
+// separately rounded a*b + c bit for bit uses them.
+DRAFTER_DEV float __fmul_rn(float a, float b) {
+  float r;
+  asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+DRAFTER_DEV float __fadd_rn(float a, float b) {
+  float r;
+  asm("add.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+
 #elif defined(DRAFTER_CUDA_SIM)
 // ---------------------------------------------------------------- CPU simulator
 #include "sim/cudasim.h"
 #define DRAFTER_DEV static inline
 DRAFTER_DEV float drafter_ex2_approx_(float x) { return exp2f(x); }
+// The simulator's float32 product and sum, each rounded: the simulator builds
+// with -std=c++17 (g++ then contracts nothing; clang++ contracts only within
+// one expression, and these are separate functions) for a target without fma
+// instructions unless -march asks for them.
+DRAFTER_DEV float __fmul_rn(float a, float b) { return a * b; }
+DRAFTER_DEV float __fadd_rn(float a, float b) { return a + b; }
 
 #else
 #error "compat.h: compile with clang -x cuda (device) or with -DDRAFTER_CUDA_SIM (CPU simulator)"

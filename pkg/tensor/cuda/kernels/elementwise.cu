@@ -1,5 +1,6 @@
 // Element-wise, row-wise and small reduction kernels of the CUDA device
-// (group H3): embedding gathers, column splits and concatenations, RMSNorm
+// (group H3): embedding gathers, a mixture-of-experts combine (scaled rows
+// added into indexed rows), column splits and concatenations, RMSNorm
 // and its backward, RoPE and its backward, the activations (SwiGLU, SiLU)
 // and their backwards, residual adds, bias sums, the optimizer's sum of
 // squares and AdamW step, and dtype casts.
@@ -142,6 +143,29 @@ extern "C" __global__ void drafter_ew_gather_u16(float* out, const unsigned shor
         float* dst = out + (long long)i * cols;
         for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x) {
             dst[c] = f16 ? ew_f16_to_f32(src[c]) : bf16_to_f32(src[c]);
+        }
+    }
+}
+
+// drafter_ew_add_scaled_rows adds scale[i]·src's row i to dst's row rows[i]
+// (src [n, cols], dst [*, cols]) for i in order: AddScaledRows, a
+// mixture-of-experts combine. Each value is dst + (scale·src) with the
+// product and the sum rounded separately (__fmul_rn, __fadd_rn: never an
+// fma), as the CPU device computes it. Grid y strides over i, threads over
+// the columns. With gridDim.y == 1 every index passes through the one block
+// row and a column is always the same thread's (its block x and thread x
+// follow from the column), so each thread runs i = 0, 1, ... in order over
+// its columns: the host launches that when rows repeat, making a repeated
+// row's additions sequential and deterministic. With distinct rows every
+// (i, column) is written once and grid y takes the indices in parallel, for
+// the same bits. src must not overlap dst.
+extern "C" __global__ void drafter_ew_add_scaled_rows(float* dst, const float* src, const int* rows, const float* scale, int n, int cols) {
+    for (int i = blockIdx.y; i < n; i += gridDim.y) {
+        float* d = dst + (long long)rows[i] * cols;
+        const float* x = src + (long long)i * cols;
+        float s = scale[i];
+        for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x) {
+            d[c] = __fadd_rn(d[c], __fmul_rn(s, x[c]));
         }
     }
 }

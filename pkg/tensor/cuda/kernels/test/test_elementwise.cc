@@ -165,6 +165,57 @@ void testGather() {
     }
 }
 
+// addScaledRowsRef is AddScaledRows' definition in float32: for i in order,
+// dst[rows[i]] += scale[i]·src[i], the product rounded before the sum (the
+// test builds with -std=c++17: no contraction into an fma).
+void addScaledRowsRef(std::vector<float>& dst, const std::vector<float>& src, const std::vector<int>& rows, const std::vector<float>& scale, int cols) {
+    for (size_t i = 0; i < rows.size(); i++)
+        for (int c = 0; c < cols; c++) {
+            float p = scale[i] * src[i * cols + c];
+            dst[(size_t)rows[i] * cols + c] = dst[(size_t)rows[i] * cols + c] + p;
+        }
+}
+
+// testAddScaledRows checks drafter_ew_add_scaled_rows bit for bit against
+// the sequential float32 definition: distinct rows out of order with grid y
+// taking indices in parallel, then repeated rows (1000+ indices into a few
+// rows, wide rows) with the one block row the host launches for them, grids
+// smaller than the columns so the column loop wraps.
+void testAddScaledRows() {
+    struct Case {
+        const char* name;
+        int R, n, cols;
+        bool repeat;
+        dim3 grid, block;
+    } cases[] = {
+        {"add scaled rows, distinct", 50, 37, 301, false, dim3(2, 5), dim3(64)},
+        {"add scaled rows, distinct, one block row", 50, 37, 301, false, dim3(1, 1), dim3(128)},
+        {"add scaled rows, repeated", 9, 1200, 77, true, dim3(1, 1), dim3(32)},
+        {"add scaled rows, repeated, wide", 5, 300, 1030, true, dim3(3, 1), dim3(128)},
+    };
+    for (const Case& k : cases) {
+        std::vector<int> rows(k.n);
+        if (k.repeat) {
+            for (auto& r : rows) r = randint(k.R);
+            rows[0] = rows[1] = rows[2] = k.R - 1;  // a repeat for certain
+        } else {
+            std::vector<int> perm(k.R);
+            for (int r = 0; r < k.R; r++) perm[r] = r;
+            for (int r = k.R - 1; r > 0; r--) std::swap(perm[r], perm[randint(r + 1)]);
+            for (int i = 0; i < k.n; i++) rows[i] = perm[i];
+        }
+        auto src = randn((size_t)k.n * k.cols, 1), scale = randn(k.n, 0.5);
+        auto dst = randn((size_t)k.R * k.cols, 2);
+        auto want = dst;
+        addScaledRowsRef(want, src, rows, scale, k.cols);
+        sim::launch(k.grid, k.block, 0, drafter_ew_add_scaled_rows, dst.data(), (const float*)src.data(), (const int*)rows.data(),
+                    (const float*)scale.data(), k.n, k.cols);
+        for (size_t i = 0; i < dst.size(); i++)
+            if (bits(dst[i]) != bits(want[i])) fail("%s: value %zu (row %zu) is %.9g, want %.9g", k.name, i, i / k.cols, dst[i], want[i]);
+        ok(k.name);
+    }
+}
+
 void testCopyCols() {
     // Split [rows, 37] into widths 5, 31, 1, then concatenate them back.
     const int rows = 45, widths[3] = {5, 31, 1}, w = 37;
@@ -562,6 +613,7 @@ void testCast() {
 int main() {
     testExp();
     testGather();
+    testAddScaledRows();
     testCopyCols();
     testRMSNorm();
     testRoPE();
