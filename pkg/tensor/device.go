@@ -64,6 +64,22 @@ type Device interface {
 	Gather(out Tensor, table *Weight, ids []int)
 	// GatherRows writes row rows[i] of src into row i of out.
 	GatherRows(out, src Tensor, rows []int32)
+	// AddScaledRows adds scale[i]·src's row i to dst's row rows[i], for
+	// every i in order (i = 0, 1, ...): a mixture-of-experts layer's
+	// combine, each expert's outputs for the rows routed to it, weighted by
+	// their routing weights, added into the layer's output. src and dst are
+	// float32 with dst's columns, src holding at least len(rows) rows (row i
+	// for rows[i]; it must not overlap dst), and len(scale) == len(rows).
+	// Each value is computed as dst = dst + float32(scale·src): the product
+	// rounded to float32 first, then the sum (no fused multiply-add), as
+	// torch computes `x * w` and then `index_add_`, so that every device
+	// gets the same bits. rows may repeat (a caller need not deduplicate):
+	// the additions into a repeated row happen in index order, as
+	// sequential float32 adds, so the result is deterministic. rows and
+	// scale are host slices (like GatherRows' rows), which the device may
+	// copy; the call allocates nothing on the host once warm. A row index
+	// out of range, or a shape or dtype mismatch, panics (CheckAddScaledRows).
+	AddScaledRows(dst, src Tensor, rows []int32, scale []float32)
 	// Copy copies src into dst (the same number of values).
 	Copy(dst, src Tensor)
 	// SplitCols copies consecutive column blocks of src into the dsts, in
@@ -562,4 +578,27 @@ func MatMulShape(a, b Tensor, transA, transB bool) (m, n, k, kb int) {
 		n, kb = b.rows, b.cols
 	}
 	return m, n, k, kb
+}
+
+// CheckAddScaledRows panics unless Device.AddScaledRows(dst, src, rows,
+// scale) is a valid call: dst and src float32, one scale per row index, src
+// holding at least len(rows) rows of dst's columns (any src when rows is
+// empty: the call is a no-op) and every index a row of dst. Every device
+// checks its arguments with it, so that a caller's programming error panics
+// the same way, before anything is copied or launched, on each of them. op
+// names the device's op in the message.
+func CheckAddScaledRows(op string, dst, src Tensor, rows []int32, scale []float32) {
+	n := len(rows)
+	if dst.dt != F32 || src.dt != F32 {
+		panic(fmt.Sprintf("tensor: %s of a %s tensor into a %s one, want F32", op, src.dt, dst.dt))
+	}
+	if len(scale) != n || (n > 0 && (src.rows < n || src.cols != dst.cols)) {
+		panic(fmt.Sprintf("tensor: %s of %d rows with %d scales from a %dx%d tensor into a %dx%d one",
+			op, n, len(scale), src.rows, src.cols, dst.rows, dst.cols))
+	}
+	for _, r := range rows {
+		if r < 0 || int(r) >= dst.rows {
+			panic(fmt.Sprintf("tensor: %s into row %d of a tensor of %d rows", op, r, dst.rows))
+		}
+	}
 }

@@ -30,6 +30,9 @@ type Device struct {
 	act   actJob
 	actFn func(lo, hi int)
 	loss  lossOps
+	// AddScaledRows' split by columns, as SwiGLU's.
+	addRows   addRowsJob
+	addRowsFn func(lo, hi int)
 }
 
 // New returns a CPU device whose large float32 products run on be (DefaultBackend()
@@ -43,6 +46,7 @@ func New(be Backend) *Device {
 	c.adamFn = c.adamChunk
 	c.zeroFn = c.zeroChunk
 	c.actFn = c.actChunkFn
+	c.addRowsFn = c.addRowsCols
 	c.att.init(c)
 	c.loss.init()
 	return c

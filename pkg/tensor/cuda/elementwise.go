@@ -25,7 +25,13 @@ type elementwiseOps struct {
 	castF32BF16, castF32F16               *kernel
 	castBF16F32, castF16F32               *kernel
 	castBF16F16, castF16BF16              *kernel
+	addRows                               *kernel
 	maxBlocks                             int // the most blocks of an element-wise grid
+	// seen[r] == epoch marks row r as met in the AddScaledRows call in
+	// flight (distinct): host state grown to the largest dst, so that the
+	// check allocates nothing once warm and clears nothing per call.
+	seen  []uint32
+	epoch uint32
 }
 
 // The launch shapes. ewBlock threads run an element-wise grid-stride loop;
@@ -67,6 +73,7 @@ func (o *elementwiseOps) init(d *Device) {
 	o.castF16F32 = d.fn("drafter_ew_cast_f16_f32")
 	o.castBF16F16 = d.fn("drafter_ew_cast_bf16_f16")
 	o.castF16BF16 = d.fn("drafter_ew_cast_f16_bf16")
+	o.addRows = d.fn("drafter_ew_add_scaled_rows")
 	// Eight blocks of ewBlock threads fill a multiprocessor (2048 threads);
 	// a grid-stride loop covers the rest. The floor keeps a GPU reporting
 	// few SMs (the stand-in) launching several blocks.
@@ -172,6 +179,64 @@ func (d *Device) GatherRows(out, src tensor.Tensor, rows []int32) {
 	grid, block := o.rowTiled(n, cols)
 	d.args().ptr(out).ptr(src).addr(idp).i32(n).i32(cols)
 	d.launch(o.gatherF32, grid, block, 0)
+}
+
+// AddScaledRows adds scale[i]·src's row i to dst's row rows[i] for i in
+// order, each value as dst + float32(scale·src) (no fma, the CPU's bits).
+// The indices and scales go to the GPU in one copy through the pinned
+// buffer. With distinct rows the kernel takes the indices in parallel (grid
+// y); when a row repeats it runs one block row, each thread taking every
+// index in order over its columns, so the repeated row's additions are
+// sequential and deterministic.
+func (d *Device) AddScaledRows(dst, src tensor.Tensor, rows []int32, scale []float32) {
+	o := &d.ew
+	tensor.CheckAddScaledRows("AddScaledRows", dst, src, rows, scale)
+	n, cols := len(rows), dst.Cols()
+	if n == 0 || cols == 0 {
+		return
+	}
+	staged := unsafe.Slice((*int32)(d.hostScratch(8*n)), 2*n)
+	copy(staged[:n], rows)
+	copy(unsafe.Slice((*float32)(unsafe.Pointer(&staged[n])), n), scale)
+	idp := d.scratch(scratchIDs, 8*n)
+	d.toDevice(idp, unsafe.Pointer(&staged[0]), 8*n)
+	grid, block := o.rowTiled(n, cols)
+	if !o.distinct(rows, dst.Rows()) {
+		grid.y = 1
+	}
+	d.args().ptr(dst).ptr(src).addr(idp).addr(idp + uint64(4*n)).i32(n).i32(cols)
+	d.launch(o.addRows, grid, block, 0)
+}
+
+// distinct reports whether no index of rows (each below r) repeats: at once
+// when they increase (a router's rows usually do), else by marking each in
+// o.seen under a new epoch.
+func (o *elementwiseOps) distinct(rows []int32, r int) bool {
+	inc := true
+	for i := 1; i < len(rows); i++ {
+		if rows[i] <= rows[i-1] {
+			inc = false
+			break
+		}
+	}
+	if inc {
+		return true
+	}
+	if len(o.seen) < r {
+		o.seen, o.epoch = make([]uint32, r), 0
+	}
+	o.epoch++
+	if o.epoch == 0 { // wrapped: stale marks could read as this call's
+		clear(o.seen)
+		o.epoch = 1
+	}
+	for _, x := range rows {
+		if o.seen[x] == o.epoch {
+			return false
+		}
+		o.seen[x] = o.epoch
+	}
+	return true
 }
 
 // copyCols copies rows rows of cols columns from src (leading dimension
