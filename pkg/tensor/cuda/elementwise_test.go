@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -112,6 +113,32 @@ func TestElementwiseAgainstCPU(t *testing.T) {
 	cg, _ := d.Alloc(tensor.F32, rows, h)
 	d.ConcatCols(cg, pg)
 	p.agree("ConcatCols after SplitCols", cg, xc, 0)
+
+	// AddScaledRows: a mixture-of-experts combine of 300 routed rows into
+	// 64 tokens (repeats: one block row, indices in order), then of distinct
+	// rows out of order (grid y over the indices), bit for bit: the GPU must
+	// not fuse the product into the sum.
+	for _, distinct := range []bool{false, true} {
+		n := 300
+		routed := make([]int32, n)
+		if distinct {
+			n = 50
+			routed = routed[:n]
+			for i, r := range p.r.Perm(64)[:n] {
+				routed[i] = int32(r)
+			}
+		} else {
+			for i := range routed {
+				routed[i] = int32(p.r.IntN(64))
+			}
+		}
+		weights := randVals(p.r, n, 0.5)
+		srcG, srcC := p.rand(n*h, 1, n, h)
+		dstG, dstC := p.rand(64*h, 1, 64, h)
+		d.AddScaledRows(dstG, srcG, routed, weights)
+		p.cpu.AddScaledRows(dstC, srcC, routed, weights)
+		p.agree(fmt.Sprintf("AddScaledRows (distinct %v)", distinct), dstG, dstC, 0)
+	}
 
 	// RMSNorm and its backward.
 	wg, wc := p.rand(h, 1, 1, h)
@@ -275,5 +302,43 @@ func TestElementwiseNoAllocs(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Fatalf("%v allocations per run of the element-wise ops, want 0", allocs)
+	}
+}
+
+// TestAddScaledRowsDistinct checks the host's choice of AddScaledRows'
+// launch, which the stand-in cannot show (it runs a grid's block rows one
+// after another, so a parallel launch over repeated rows would still add
+// them in order there): increasing, shuffled and repeated rows, a dst that
+// grows the marks, and marks that survive the epoch's wrap-around without a
+// stale match.
+func TestAddScaledRowsDistinct(t *testing.T) {
+	var o elementwiseOps
+	for _, c := range []struct {
+		rows []int32
+		r    int
+		want bool
+	}{
+		{nil, 0, true},
+		{[]int32{3}, 4, true},
+		{[]int32{0, 1, 5, 9}, 10, true},
+		{[]int32{9, 1, 5, 0}, 10, true},
+		{[]int32{1, 1}, 10, false},
+		{[]int32{4, 2, 7, 2}, 10, false},
+		{[]int32{4, 2, 7}, 10, true}, // the last call's marks are stale now
+		{[]int32{40, 2, 39, 0}, 41, true},
+		{[]int32{40, 2, 39, 40}, 41, false},
+	} {
+		if got := o.distinct(c.rows, c.r); got != c.want {
+			t.Fatalf("distinct(%v) = %v, want %v", c.rows, got, c.want)
+		}
+	}
+	o.epoch = math.MaxUint32 - 1 // the next two calls wrap it
+	for i := 0; i < 3; i++ {
+		if !o.distinct([]int32{5, 3}, 41) {
+			t.Fatalf("distinct([5 3]) = false after %d calls near the epoch's wrap", i)
+		}
+	}
+	if o.distinct([]int32{5, 3, 5}, 41) {
+		t.Fatal("distinct([5 3 5]) = true after the epoch's wrap")
 	}
 }
