@@ -53,6 +53,8 @@ var Archs = []Arch{
 	{Name: "gemma3_text"},
 	{Name: "phi3"},
 	{Name: "phi3_longrope"},
+	{Name: "mixtral"},
+	{Name: "qwen3_moe"},
 }
 
 // Supported reports whether the folder name is in Archs.

@@ -100,6 +100,29 @@ type Family struct {
 	// DefaultFinalSoftcap are the values when a key is absent (0: off).
 	Softcaps                                bool
 	DefaultAttnSoftcap, DefaultFinalSoftcap float64
+
+	// MoE describes the family's mixture-of-experts layers; nil for a
+	// dense family.
+	MoE *MoE
+}
+
+// MoE is how a family's checkpoints hold and config.json describes its
+// mixture-of-experts layers: a router (a linear layer of one logit per
+// expert) choosing, per token, the experts whose gated MLPs run and whose
+// outputs are summed, weighted by the router's softmax probabilities.
+type MoE struct {
+	// Block is the name of a sparse layer's MoE block after the layer
+	// prefix ("block_sparse_moe." for Mixtral, "mlp." for Qwen3-MoE): its
+	// router is Block+"gate.weight" [experts, hidden] and expert e's
+	// weights Block+"experts.e."+Gate/Up/Down+".weight".
+	Block            string
+	Gate, Up, Down   string
+	ExpertsKeys      []string // config.json keys of the number of experts, the first present read
+	IntermediateKey  string   // config.json key of an expert's MLP width
+	RenormalizeTopK  bool     // the chosen experts' probabilities always sum to one (Mixtral)
+	NormTopKKey      string   // else this config.json key says whether they do (Qwen3-MoE's norm_topk_prob)
+	DefaultNormTopK  bool     // its value when absent
+	SparseLayersKeys bool     // mlp_only_layers and decoder_sparse_step choose the sparse layers (Qwen3-MoE); else every layer is
 }
 
 // Bias says when a projection carries a bias.
@@ -152,7 +175,7 @@ const (
 
 // Families returns every supported family, in the order messages list them.
 func Families() []Family {
-	return []Family{Llama(), Mistral(), Qwen2(), Qwen3(), Gemma2(), Gemma3Text(), Phi3()}
+	return []Family{Llama(), Mistral(), Qwen2(), Qwen3(), Gemma2(), Gemma3Text(), Phi3(), Mixtral(), Qwen3MoE()}
 }
 
 // Lookup returns the family of a config.json model_type.
@@ -166,7 +189,7 @@ func Lookup(modelType string) (Family, bool) {
 }
 
 // Supported lists the supported model_type values, for messages:
-// "llama, mistral, qwen2, qwen3, gemma2, gemma3_text, phi3".
+// "llama, mistral, qwen2, qwen3, gemma2, gemma3_text, phi3, mixtral, qwen3_moe".
 func Supported() string {
 	return list(func(f Family) string { return f.ModelType })
 }
@@ -187,9 +210,14 @@ func list(field func(Family) string) string {
 
 // Dims are what decides a checkpoint's tensors besides its family: the
 // sizes of config.json and which biases it has (the family's Bias rules
-// applied to attention_bias).
+// applied to attention_bias), and for a mixture of experts its experts,
+// their width and which layers are sparse.
 type Dims struct {
 	Hidden, Intermediate, Layers, Heads, KVHeads, HeadDim, Vocab int
+	// Experts and ExpertIntermediate are a MoE family's experts per sparse
+	// layer and their MLP width; Sparse[l] says whether layer l is one.
+	Experts, ExpertIntermediate int
+	Sparse                      []bool
 	// TiedEmbeddings means the output layer is the embedding (no
 	// lm_head.weight).
 	TiedEmbeddings bool
@@ -219,6 +247,10 @@ const (
 	MLPOutNorm              // SandwichNorms: post_feedforward_layernorm.weight [hidden]
 	QKVProj                 // FusedQKV: self_attn.qkv_proj.weight [heads·head_dim + 2·kv_heads·head_dim, hidden]
 	GateUpProj              // FusedGateUp: mlp.gate_up_proj.weight [2·intermediate, hidden]
+	Router                  // MoE: the sparse layer's router [experts, hidden]
+	ExpertGate              // MoE: expert Tensor.Expert's gate weight [expert intermediate, hidden]
+	ExpertUp                // MoE: its up weight [expert intermediate, hidden]
+	ExpertDown              // MoE: its down weight [hidden, expert intermediate]
 	GateProj                // mlp.gate_proj.weight [intermediate, hidden]
 	UpProj                  // mlp.up_proj.weight [intermediate, hidden]
 	DownProj                // mlp.down_proj.weight [hidden, intermediate]
@@ -232,9 +264,10 @@ type Tensor struct {
 	Name  string
 	Shape []int
 	// Role is what the tensor is; Layer its decoder layer, -1 for the
-	// embedding, the final norm and lm_head.
-	Role  Role
-	Layer int
+	// embedding, the final norm and lm_head; Expert its expert (MoE
+	// expert roles only).
+	Role          Role
+	Layer, Expert int
 }
 
 // Checkpoint names of the tensors outside the decoder layers, and the prefix
@@ -305,10 +338,12 @@ func (f *Family) layerName(r Role) string {
 func (f *Family) Tensors(d Dims) []Tensor {
 	h, q, kv, in := d.Hidden, d.Heads*d.HeadDim, d.KVHeads*d.HeadDim, d.Intermediate
 	out := make([]Tensor, 0, 3+d.Layers*19)
-	out = append(out, Tensor{EmbedName, []int{d.Vocab, h}, Embed, -1})
+	out = append(out, Tensor{Name: EmbedName, Shape: []int{d.Vocab, h}, Role: Embed, Layer: -1})
 	for l := 0; l < d.Layers; l++ {
 		p := layerPrefix + strconv.Itoa(l) + "."
-		add := func(r Role, shape ...int) { out = append(out, Tensor{p + f.layerName(r), shape, r, l}) }
+		add := func(r Role, shape ...int) {
+			out = append(out, Tensor{Name: p + f.layerName(r), Shape: shape, Role: r, Layer: l})
+		}
 		add(AttnNorm, h)
 		if f.FusedQKV {
 			add(QKVProj, q+2*kv, h)
@@ -337,17 +372,37 @@ func (f *Family) Tensors(d Dims) []Tensor {
 		if f.SandwichNorms {
 			add(MLPOutNorm, h)
 		}
-		if f.FusedGateUp {
+		switch {
+		case f.MoE != nil && l < len(d.Sparse) && d.Sparse[l]:
+			out = f.MoE.tensors(out, p, l, h, d)
+		case f.FusedGateUp:
 			add(GateUpProj, 2*in, h)
-		} else {
+			add(DownProj, h, in)
+		default:
 			add(GateProj, in, h)
 			add(UpProj, in, h)
+			add(DownProj, h, in)
 		}
-		add(DownProj, h, in)
 	}
-	out = append(out, Tensor{FinalNormName, []int{h}, FinalNorm, -1})
+	out = append(out, Tensor{Name: FinalNormName, Shape: []int{h}, Role: FinalNorm, Layer: -1})
 	if !d.TiedEmbeddings {
-		out = append(out, Tensor{LMHeadName, []int{d.Vocab, h}, LMHead, -1})
+		out = append(out, Tensor{Name: LMHeadName, Shape: []int{d.Vocab, h}, Role: LMHead, Layer: -1})
+	}
+	return out
+}
+
+// tensors appends a sparse layer's tensors (prefix p): the router, then
+// each expert's gate, up and down weights (gate and up back to back, as
+// the dense layers').
+func (m *MoE) tensors(out []Tensor, p string, l, h int, d Dims) []Tensor {
+	out = append(out, Tensor{Name: p + m.Block + "gate.weight", Shape: []int{d.Experts, h}, Role: Router, Layer: l})
+	in := d.ExpertIntermediate
+	for e := 0; e < d.Experts; e++ {
+		ep := p + m.Block + "experts." + strconv.Itoa(e) + "."
+		out = append(out,
+			Tensor{Name: ep + m.Gate + ".weight", Shape: []int{in, h}, Role: ExpertGate, Layer: l, Expert: e},
+			Tensor{Name: ep + m.Up + ".weight", Shape: []int{in, h}, Role: ExpertUp, Layer: l, Expert: e},
+			Tensor{Name: ep + m.Down + ".weight", Shape: []int{h, in}, Role: ExpertDown, Layer: l, Expert: e})
 	}
 	return out
 }

@@ -152,6 +152,13 @@ func (c *Config) Canonical() []byte {
 		}
 		kv("longrope", num(r.AttnFactor)+";"+fs(r.ShortFactor)+";"+fs(r.LongFactor))
 	}
+	if c.Experts != 0 {
+		sparse := make([]string, len(c.Sparse))
+		for l, sp := range c.Sparse {
+			sparse[l] = strconv.FormatBool(sp)
+		}
+		kv("moe", fmt.Sprintf("%d,%d,%d,%v;%s", c.Experts, c.TopK, c.ExpertIntermediate, c.NormTopK, strings.Join(sparse, ",")))
+	}
 	if c.QueryPreAttnScalar != 0 {
 		kv("query_pre_attn_scalar", num(c.QueryPreAttnScalar))
 	}

@@ -8,6 +8,7 @@ package checkpoint
 
 import (
 	"math"
+	"slices"
 
 	"github.com/drafter-ai/drafter/pkg/arch"
 )
@@ -78,6 +79,15 @@ type Config struct {
 	// AttnSoftcap and FinalSoftcap are attn_logit_softcapping and
 	// final_logit_softcapping (gemma2: 50 and 30 unless set), 0 for none.
 	AttnSoftcap, FinalSoftcap float64
+	// Experts, TopK and ExpertIntermediate describe a mixture-of-experts
+	// family's sparse layers (arch.Family.MoE): experts per layer, experts
+	// chosen per token (num_experts_per_tok) and an expert's MLP width;
+	// NormTopK says the chosen experts' probabilities are renormalised to
+	// sum to one; Sparse[l] whether layer l is sparse (else a dense MLP of
+	// IntermediateSize). All zero for a dense family.
+	Experts, TopK, ExpertIntermediate int
+	NormTopK                          bool
+	Sparse                            []bool
 	// HiddenAct is the MLP activation (hidden_act, or the family's
 	// arch.Family.ActivationKey); only the family's Activation is accepted.
 	HiddenAct string
@@ -233,6 +243,9 @@ func parseConfig(path string, m map[string]any) (*Config, error) {
 	if err := parseGemmaKeys(f, c, fam); err != nil {
 		return nil, err
 	}
+	if err := parseMoE(f, c, fam); err != nil {
+		return nil, err
+	}
 	if c.DType, err = f.string("torch_dtype", ""); err != nil {
 		return nil, err
 	}
@@ -362,6 +375,74 @@ func layerTypes(f fields, n, period int) ([]bool, error) {
 		sliding[i] = (i+1)%p != 0
 	}
 	return sliding, nil
+}
+
+// parseMoE reads a mixture-of-experts family's keys (arch.Family.MoE).
+func parseMoE(f fields, c *Config, fam arch.Family) error {
+	moe := fam.MoE
+	if moe == nil {
+		return nil
+	}
+	key := moe.ExpertsKeys[0]
+	for _, k := range moe.ExpertsKeys {
+		if f.present(k) {
+			key = k
+			break
+		}
+	}
+	var err error
+	for _, it := range []struct {
+		key string
+		dst *int
+	}{{key, &c.Experts}, {"num_experts_per_tok", &c.TopK}, {moe.IntermediateKey, &c.ExpertIntermediate}} {
+		if *it.dst, err = f.int(it.key, 0, true); err != nil {
+			return err
+		}
+		if *it.dst <= 0 {
+			return f.errorf(it.key, "must be positive, got %d", *it.dst)
+		}
+	}
+	if c.TopK > c.Experts {
+		return f.errorf("num_experts_per_tok", "%d exceeds the %d experts (%s)", c.TopK, c.Experts, key)
+	}
+	c.NormTopK = moe.RenormalizeTopK
+	if moe.NormTopKKey != "" {
+		if c.NormTopK, err = f.bool(moe.NormTopKKey, moe.DefaultNormTopK); err != nil {
+			return err
+		}
+	}
+	c.Sparse = make([]bool, c.NumLayers)
+	for l := range c.Sparse {
+		c.Sparse[l] = true
+	}
+	if !moe.SparseLayersKeys {
+		return nil
+	}
+	step, err := f.int("decoder_sparse_step", 1, false)
+	if err != nil {
+		return err
+	}
+	if step <= 0 {
+		return f.errorf("decoder_sparse_step", "must be positive, got %d", step)
+	}
+	var dense []int
+	if f.present("mlp_only_layers") {
+		list, ok := f.m["mlp_only_layers"].([]any)
+		if !ok {
+			return f.errorf("mlp_only_layers", "expected a list of layer indices, got %s", describe(f.m["mlp_only_layers"]))
+		}
+		for _, v := range list {
+			l, ok := toInt(v)
+			if !ok || l < 0 || l >= c.NumLayers {
+				return f.errorf("mlp_only_layers", "expected layer indices in [0, %d), got %s", c.NumLayers, describe(v))
+			}
+			dense = append(dense, l)
+		}
+	}
+	for l := range c.Sparse {
+		c.Sparse[l] = (l+1)%step == 0 && !slices.Contains(dense, l)
+	}
+	return nil
 }
 
 // parseGemmaKeys reads query_pre_attn_scalar and the soft-capping keys of

@@ -158,7 +158,7 @@ func TestConfigErrors(t *testing.T) {
 		edit map[string]any
 		want []string
 	}{
-		{"unknown model_type", map[string]any{"model_type": "mixtral"}, []string{`"model_type"`, `"mixtral" is not supported`, "llama, mistral, qwen2, qwen3, gemma2, gemma3_text"}},
+		{"unknown model_type", map[string]any{"model_type": "gpt_oss"}, []string{`"model_type"`, `"gpt_oss" is not supported`, "llama, mistral, qwen2, qwen3, gemma2, gemma3_text, phi3, mixtral, qwen3_moe"}},
 		{"missing model_type", map[string]any{"model_type": nil}, []string{`"model_type"`, "missing", "llama, mistral, qwen2, qwen3"}},
 		{"architecture", map[string]any{"architectures": []string{"LlamaForSequenceClassification"}}, []string{`"architectures"`, "LlamaForSequenceClassification", "LlamaForCausalLM, MistralForCausalLM"}},
 		{"arch mismatch", map[string]any{"architectures": []string{"Qwen2ForCausalLM"}}, []string{`"Qwen2ForCausalLM" is not supported for model_type "llama"`}},
@@ -357,5 +357,62 @@ func TestPhi3Configs(t *testing.T) {
 		"rope_scaling": map[string]any{"type": "longrope", "short_factor": []any{1, 1}, "long_factor": []any{1, 1}}})
 	if _, err := LoadConfig(p); err == nil || !strings.Contains(err.Error(), "short_factor: expected a list of 8 numbers") {
 		t.Errorf("want the factors' length refused, got %v", err)
+	}
+}
+
+// TestMoEConfigs reads Mixtral-8x7B's and Qwen3-30B-A3B's configs as the
+// Hub has them: their experts, the published parameter count of
+// Mixtral-8x7B (46,702,792,704) from the tensors Tensors lists, and
+// Qwen3-MoE's dense layers from mlp_only_layers and decoder_sparse_step.
+func TestMoEConfigs(t *testing.T) {
+	c, err := LoadConfig("testdata/mixtral.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Experts != 8 || c.TopK != 2 || c.ExpertIntermediate != 14336 || !c.NormTopK || c.Window(0) != 0 {
+		t.Fatalf("mixtral: %d experts, top %d, width %d, renormalised %v, window %d", c.Experts, c.TopK, c.ExpertIntermediate, c.NormTopK, c.Window(0))
+	}
+	if n := c.NumParams(); n != 46702792704 {
+		t.Errorf("mixtral-8x7b: %d parameters, want 46702792704", n)
+	}
+	shapes := c.TensorShapes()
+	if s := shapes["model.layers.31.block_sparse_moe.experts.7.w2.weight"]; !reflect.DeepEqual(s, []int{4096, 14336}) {
+		t.Errorf("mixtral expert 7's w2: %v", s)
+	}
+	if _, ok := shapes["model.layers.0.mlp.gate_proj.weight"]; ok {
+		t.Error("mixtral lists a dense MLP")
+	}
+	c, err = LoadConfig("testdata/qwen3_moe.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Experts != 128 || c.TopK != 8 || c.ExpertIntermediate != 768 || !c.NormTopK || len(c.Sparse) != 48 || !c.Sparse[0] || !c.Sparse[47] {
+		t.Fatalf("qwen3_moe: %d experts, top %d, width %d, renormalised %v, sparse %v", c.Experts, c.TopK, c.ExpertIntermediate, c.NormTopK, c.Sparse)
+	}
+	p := writeConfig(t, map[string]any{"model_type": "qwen3_moe", "architectures": []any{"Qwen3MoeForCausalLM"}, "num_experts": 4,
+		"num_experts_per_tok": 2, "moe_intermediate_size": 8, "mlp_only_layers": []any{0}, "decoder_sparse_step": 2})
+	c, err = LoadConfig(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []bool{false, true, false, true}; !reflect.DeepEqual(c.Sparse, want) || c.NormTopK {
+		t.Errorf("sparse layers %v (want %v), norm_topk_prob %v (absent: false)", c.Sparse, want, c.NormTopK)
+	}
+	if s := c.TensorShapes()["model.layers.0.mlp.gate_proj.weight"]; s == nil {
+		t.Error("layer 0 in mlp_only_layers has no dense MLP")
+	}
+	for _, bad := range []map[string]any{
+		{"num_experts_per_tok": 5},
+		{"mlp_only_layers": []any{9}},
+		{"num_experts": nil},
+	} {
+		e := map[string]any{"model_type": "qwen3_moe", "architectures": []any{"Qwen3MoeForCausalLM"}, "num_experts": 4,
+			"num_experts_per_tok": 2, "moe_intermediate_size": 8}
+		for k, v := range bad {
+			e[k] = v
+		}
+		if _, err := LoadConfig(writeConfig(t, e)); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
 	}
 }

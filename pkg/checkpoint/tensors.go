@@ -15,6 +15,7 @@ func (c *Config) Dims() arch.Dims {
 		Hidden: c.HiddenSize, Intermediate: c.IntermediateSize, Layers: c.NumLayers,
 		Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim, Vocab: c.VocabSize,
 		TiedEmbeddings: c.TieWordEmbeddings, QKVBias: c.AttentionBias, OBias: c.OProjBias,
+		Experts: c.Experts, ExpertIntermediate: c.ExpertIntermediate, Sparse: c.Sparse,
 	}
 }
 

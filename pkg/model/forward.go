@@ -88,7 +88,8 @@ type scratch struct {
 	rows, lrows int
 	gen         int           // bumped when the tensors below are reallocated
 	x, xn       tensor.Tensor // [rows, H] residual stream and its norm
-	y           tensor.Tensor // [rows, H] a block's output before its norm (sandwich norms)
+	y           tensor.Tensor // [rows, H] a block's output before its norm (sandwich norms) or its experts' sum (MoE)
+	moe         moeScratch
 	q, att      tensor.Tensor // [rows, qDim]
 	k, v        tensor.Tensor // [rows, kvDim]
 	gate, up    tensor.Tensor // [rows, I]
@@ -489,7 +490,7 @@ func (m *Model) views(rows int) *pass {
 	}
 	p.rows, p.gen = rows, s.gen
 	p.x, p.xn = s.x.RowRange(0, rows), s.xn.RowRange(0, rows)
-	if m.fam.SandwichNorms {
+	if !s.y.Empty() {
 		p.y = s.y.RowRange(0, rows)
 	}
 	p.q, p.att = s.q.RowRange(0, rows), s.att.RowRange(0, rows)
@@ -544,8 +545,11 @@ func (m *Model) growRows(al *tensor.Allocator, rows int) {
 	s.gen++
 	s.x = al.Alloc(tensor.F32, rows, m.h)
 	s.xn = al.Alloc(tensor.F32, rows, m.h)
-	if m.fam.SandwichNorms {
+	if m.fam.SandwichNorms || m.Config.Experts > 0 {
 		s.y = al.Alloc(tensor.F32, rows, m.h)
+	}
+	if m.Config.Experts > 0 {
+		m.growMoE(al, rows)
 	}
 	s.q = al.Alloc(tensor.F32, rows, m.qDim)
 	s.att = al.Alloc(tensor.F32, rows, m.qDim)
@@ -610,7 +614,7 @@ func (s *scratch) growLayout(maskLen, inputs int) {
 
 // forward runs the decoder layer over the pass's rows: two residual blocks,
 // each block's output normed before it is added where the family has
-// sandwich norms.
+// sandwich norms, the second a mixture of experts in a sparse layer.
 func (l *Layer) forward(m *Model, p *pass) {
 	d := m.dev
 	d.RMSNorm(p.xn, p.x, l.attnNorm, m.eps)
@@ -622,13 +626,19 @@ func (l *Layer) forward(m *Model, p *pass) {
 		d.Add(p.x, p.y)
 	}
 	d.RMSNorm(p.xn, p.x, l.mlpNorm, m.eps)
-	if l.mlpOutNorm.Empty() {
+	switch {
+	case l.MoE != nil:
+		l.MoE.forward(m, p)
+	case l.mlpOutNorm.Empty():
 		l.MLP.nn.Forward(d, p.x, p.xn, &p.mlp, true)
-	} else {
+		return
+	default:
 		l.MLP.nn.Forward(d, p.y, p.xn, &p.mlp, false)
-		d.RMSNorm(p.y, p.y, l.mlpOutNorm, m.eps)
-		d.Add(p.x, p.y)
 	}
+	if !l.mlpOutNorm.Empty() {
+		d.RMSNorm(p.y, p.y, l.mlpOutNorm, m.eps)
+	}
+	d.Add(p.x, p.y)
 }
 
 // cacheAttention is the target's attention at one layer over the caches of

@@ -196,3 +196,74 @@ func argmax(x []float32) int {
 	}
 	return best
 }
+
+// TestArchitecturesVerifyAsDecode checks, on every supported tiny
+// architecture, what eval's losslessness rests on: a draft of five tokens
+// verified in one pass, as a chain-shaped tree and as a chain, gives each
+// row the logits, bit for bit, that decoding those tokens one at a time
+// gives (sliding windows, soft-caps and expert routing included: the last
+// rows reach past the 8-token windows), and a decode step of two sequences
+// allocates nothing once warm.
+func TestArchitecturesVerifyAsDecode(t *testing.T) {
+	c := hfref.Checkpoints(t)
+	for _, a := range hfref.Archs {
+		t.Run(a.Name, func(t *testing.T) {
+			m, err := model.Load(c.Model(a.Name, "bf16"), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			prompt := c.Reference(t, a.Name).Prompts[0].IDs
+			draft := []int{5, 77, 301, 42, 9}
+			V := m.VocabSize()
+			newSeq := func() *model.Sequence {
+				s, err := m.NewSequence(len(prompt) + len(draft) + 4)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := m.Forward([]model.Input{{Seq: s, Tokens: prompt}}, model.Options{}); err != nil {
+					t.Fatal(err)
+				}
+				return s
+			}
+			dec := newSeq()
+			var want [][]float32
+			for _, id := range draft {
+				res, err := m.Forward([]model.Input{{Seq: dec, Tokens: []int{id}}}, model.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				want = append(want, slices.Clone(res.LogitsOf(0)))
+			}
+			parents := []int{-1, 0, 1, 2, 3}
+			for _, mode := range []struct {
+				name    string
+				parents []int
+			}{{"tree", parents}, {"chain", nil}} {
+				s := newSeq()
+				res, err := m.Forward([]model.Input{{Seq: s, Tokens: draft, Parents: mode.parents, Logits: model.LogitsAll}}, model.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := res.LogitsOf(0)
+				for i := range draft {
+					if !slices.Equal(got[i*V:(i+1)*V], want[i]) {
+						t.Errorf("%s row %d: logits differ from decode step %d", mode.name, i, i)
+					}
+				}
+			}
+			a, b := newSeq(), newSeq()
+			batch := []model.Input{{Seq: a, Tokens: []int{3}}, {Seq: b, Tokens: []int{4}}}
+			if _, err := m.Forward(batch, model.Options{}); err != nil {
+				t.Fatal(err)
+			}
+			if n := testing.AllocsPerRun(3, func() {
+				if _, err := m.Forward(batch, model.Options{}); err != nil {
+					t.Fatal(err)
+				}
+			}); n != 0 {
+				t.Errorf("a decode step of two sequences allocates %v times", n)
+			}
+		})
+	}
+}

@@ -87,6 +87,10 @@ func (m *Model) field(t arch.Tensor) (*tensor.Matrix, *[]float32) {
 		return nil, &l.AttnNorm
 	case arch.MLPNorm:
 		return nil, &l.MLPNorm
+	case arch.Router, arch.ExpertGate, arch.ExpertUp, arch.ExpertDown:
+		lin := l.expertLinear(t, m.Config.Experts)
+		lin.Out, lin.In = t.Shape[0], t.Shape[1]
+		return &lin.W, nil
 	case arch.QKVProj:
 		return &l.Attn.QKV, nil
 	case arch.GateUpProj:
@@ -101,6 +105,23 @@ func (m *Model) field(t arch.Tensor) (*tensor.Matrix, *[]float32) {
 		return nil, &l.Attn.KNorm
 	}
 	panic(fmt.Sprintf("model: tensor %s has role %d, which no weight field takes (newModel admits only families it implements)", t.Name, t.Role))
+}
+
+// expertLinear returns the linear layer of l's mixture of experts (of n
+// experts, made on first use) a router or expert tensor fills.
+func (l *Layer) expertLinear(t arch.Tensor, n int) *Linear {
+	if l.MoE == nil {
+		l.MoE = &MoE{Experts: make([]MLP, n)}
+	}
+	switch t.Role {
+	case arch.Router:
+		return &l.MoE.Router
+	case arch.ExpertGate:
+		return &l.MoE.Experts[t.Expert].Gate
+	case arch.ExpertUp:
+		return &l.MoE.Experts[t.Expert].Up
+	}
+	return &l.MoE.Experts[t.Expert].Down
 }
 
 // linear returns the linear layer of l a projection role belongs to, and
@@ -357,11 +378,23 @@ func (m *Model) fuse() error {
 	for i := range m.Layers {
 		l := &m.Layers[i]
 		l.Attn.nn.QKV = tensor.WeightOf(adjacent(l.Attn.Q.W, l.Attn.K.W, l.Attn.V.W))
-		if l.MLP.Gate.B == nil && l.MLP.Up.B == nil {
-			l.MLP.nn.GateUp = tensor.WeightOf(adjacent(l.MLP.Gate.W, l.MLP.Up.W))
+		if l.MoE == nil {
+			l.MLP.fuse()
+			continue
+		}
+		for e := range l.MoE.Experts {
+			l.MoE.Experts[e].fuse()
 		}
 	}
 	return m.prepare()
+}
+
+// fuse sets the MLP's fused gate/up matrix where its weights lie back to
+// back and carry no bias.
+func (f *MLP) fuse() {
+	if f.Gate.B == nil && f.Up.B == nil {
+		f.nn.GateUp = tensor.WeightOf(adjacent(f.Gate.W, f.Up.W))
+	}
 }
 
 // adjacent returns parts as one matrix of their rows when each part's
@@ -426,7 +459,7 @@ func (m *Model) prepare() error {
 	var ls []*nn.Linear
 	for i := range m.Layers {
 		l := &m.Layers[i]
-		for _, lin := range []*Linear{&l.Attn.Q, &l.Attn.K, &l.Attn.V, &l.Attn.O, &l.MLP.Gate, &l.MLP.Up, &l.MLP.Down} {
+		for _, lin := range []*Linear{&l.Attn.Q, &l.Attn.K, &l.Attn.V, &l.Attn.O} {
 			if lin.nn, err = nn.NewFrozen(m.dev, lin.W, lin.B); err != nil {
 				return fmt.Errorf("model: %w", err)
 			}
@@ -442,7 +475,7 @@ func (m *Model) prepare() error {
 		}
 		// The layers whose own products run: a fused matrix replaces its
 		// parts' (which keep only their biases).
-		ls = append(ls, l.Attn.O.nn, l.MLP.Down.nn)
+		ls = append(ls, l.Attn.O.nn)
 		a := &l.Attn.nn
 		a.Q, a.K, a.V, a.O = l.Attn.Q.nn, l.Attn.K.nn, l.Attn.V.nn, l.Attn.O.nn
 		a.Eps, a.Rot = m.eps, m.rot
@@ -456,18 +489,46 @@ func (m *Model) prepare() error {
 		} else {
 			ls = append(ls, l.Attn.Q.nn, l.Attn.K.nn, l.Attn.V.nn)
 		}
-		l.MLP.nn.Gate, l.MLP.nn.Up, l.MLP.nn.Down = l.MLP.Gate.nn, l.MLP.Up.nn, l.MLP.Down.nn
-		if m.fam.Activation == "gelu_pytorch_tanh" {
-			l.MLP.nn.Act = nn.GELUTanh
+		if l.MoE == nil {
+			if ws, ls, err = m.prepareMLP(&l.MLP, ws, ls); err != nil {
+				return err
+			}
+			continue
 		}
-		if !l.MLP.nn.GateUp.Empty() {
-			ws = append(ws, &l.MLP.nn.GateUp)
-		} else {
-			ls = append(ls, l.MLP.Gate.nn, l.MLP.Up.nn)
+		r := &l.MoE.Router
+		if r.nn, err = nn.NewFrozen(m.dev, r.W, r.B); err != nil {
+			return fmt.Errorf("model: %w", err)
+		}
+		ls = append(ls, r.nn)
+		for e := range l.MoE.Experts {
+			if ws, ls, err = m.prepareMLP(&l.MoE.Experts[e], ws, ls); err != nil {
+				return err
+			}
 		}
 	}
 	nn.Freeze(m.dev, ws, ls...)
 	return nil
+}
+
+// prepareMLP puts an MLP's layers on the device (frozen) with the family's
+// activation, and adds the matrices its products run by to ws (the fused
+// gate/up) and ls (the rest).
+func (m *Model) prepareMLP(f *MLP, ws []*tensor.Weight, ls []*nn.Linear) ([]*tensor.Weight, []*nn.Linear, error) {
+	for _, lin := range []*Linear{&f.Gate, &f.Up, &f.Down} {
+		var err error
+		if lin.nn, err = nn.NewFrozen(m.dev, lin.W, lin.B); err != nil {
+			return ws, ls, fmt.Errorf("model: %w", err)
+		}
+	}
+	f.nn.Gate, f.nn.Up, f.nn.Down = f.Gate.nn, f.Up.nn, f.Down.nn
+	if m.fam.Activation == "gelu_pytorch_tanh" {
+		f.nn.Act = nn.GELUTanh
+	}
+	ls = append(ls, f.Down.nn)
+	if !f.nn.GateUp.Empty() {
+		return append(ws, &f.nn.GateUp), ls, nil
+	}
+	return ws, append(ls, f.Gate.nn, f.Up.nn), nil
 }
 
 func product(shape []int) int {

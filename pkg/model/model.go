@@ -84,6 +84,15 @@ type MLP struct {
 	nn nn.MLP
 }
 
+// MoE is a sparse layer's mixture of experts: the router, one logit per
+// expert, and the experts, gated MLPs of which each token runs the TopK its
+// router's softmax ranks first, their outputs summed weighted by those
+// probabilities (renormalised to sum to one where the config says so).
+type MoE struct {
+	Router  Linear // [experts, H]
+	Experts []MLP
+}
+
 // Layer is one decoder layer. Norm weights are as the checkpoint stores
 // them (Gemma's as offsets from 1).
 type Layer struct {
@@ -94,6 +103,9 @@ type Layer struct {
 	AttnOutNorm []float32
 	MLPNorm     []float32 // post_attention_layernorm.weight [H] (Gemma: pre_feedforward_layernorm)
 	MLP         MLP
+	// MoE is a sparse layer's mixture of experts, which runs instead of
+	// MLP; nil for a dense layer.
+	MoE *MoE
 	// MLPOutNorm normalizes the MLP's output before the residual add
 	// (Gemma: post_feedforward_layernorm.weight [H]); nil elsewhere.
 	MLPOutNorm []float32

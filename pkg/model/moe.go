@@ -1,0 +1,138 @@
+package model
+
+import (
+	"math"
+
+	"github.com/drafter-ai/drafter/pkg/nn"
+	"github.com/drafter-ai/drafter/pkg/tensor"
+)
+
+// The sparse layers of a mixture-of-experts target. Each expert runs once
+// per pass over the rows routed to it, gathered into one block (a grouped
+// product, as the engines run them, instead of one token at a time), and
+// its outputs are added into the layer's output weighted by their routing
+// probabilities, expert by expert in index order as Transformers sums them.
+// The routing itself (a softmax over a few to a few hundred logits per
+// row, and their top k) runs on the host over the router's logits.
+
+// moeScratch is the sparse layers' activation memory, sized for the
+// largest pass: the router's logits, one expert's gathered inputs and
+// outputs and its MLP activations, and on the host the logits, each
+// expert's rows and weights, and one row's probabilities and choice.
+type moeScratch struct {
+	logits, xe, ye tensor.Tensor
+	acts           nn.MLPActs
+	hostLogits     []float32
+	rows           [][]int32   // rows[e]: the pass's rows routed to expert e, in order
+	weights        [][]float32 // weights[e][i]: the routing weight of rows[e][i]
+	probs          []float32
+	top            []int
+}
+
+// growMoE allocates the sparse layers' scratch for passes of up to rows
+// rows.
+func (m *Model) growMoE(al *tensor.Allocator, rows int) {
+	s := &m.s.moe
+	c := m.Config
+	s.logits = al.Alloc(tensor.F32, rows, c.Experts)
+	s.xe = al.Alloc(tensor.F32, rows, m.h)
+	s.ye = al.Alloc(tensor.F32, rows, m.h)
+	s.acts = nn.MLPActs{Gate: al.Alloc(tensor.F32, rows, c.ExpertIntermediate), Up: al.Alloc(tensor.F32, rows, c.ExpertIntermediate),
+		Fused: al.Alloc(tensor.F32, rows, 2*c.ExpertIntermediate)}
+	s.rows, s.weights = make([][]int32, c.Experts), make([][]float32, c.Experts)
+	for e := range s.rows {
+		s.rows[e], s.weights[e] = make([]int32, 0, rows), make([]float32, 0, rows)
+	}
+	s.probs, s.top = make([]float32, c.Experts), make([]int, 0, c.TopK)
+}
+
+// forward sets the pass's y to the mixture's output over its normed rows
+// xn: Σ over the experts e of weight·expert_e(xn) for the rows routed to e.
+func (e *MoE) forward(m *Model, p *pass) {
+	d, s := m.dev, &m.s.moe
+	logits := s.logits.RowRange(0, p.rows)
+	e.Router.nn.Forward(d, logits, p.xn)
+	m.route(m.host(logits, &s.hostLogits), p.rows)
+	d.Zero(p.y)
+	for x := range e.Experts {
+		rows := s.rows[x]
+		n := len(rows)
+		if n == 0 {
+			continue
+		}
+		xe, ye := s.xe.RowRange(0, n), s.ye.RowRange(0, n)
+		d.GatherRows(xe, p.xn, rows)
+		e.Experts[x].nn.Forward(d, ye, xe, &s.acts, false)
+		d.AddScaledRows(p.y, ye, rows, s.weights[x])
+	}
+}
+
+// route chooses each row's experts from its router logits (rows·experts,
+// row-major) as Transformers' routers do in float32: the softmax over all
+// experts, the TopK most probable (the lower index first among equal
+// ones), their probabilities divided by their sum where NormTopK, and
+// lists each expert's rows and weights.
+func (m *Model) route(logits []float32, rows int) {
+	s := &m.s.moe
+	E, k := m.Config.Experts, m.Config.TopK
+	for x := range s.rows {
+		s.rows[x], s.weights[x] = s.rows[x][:0], s.weights[x][:0]
+	}
+	for i := 0; i < rows; i++ {
+		softmax32(s.probs, logits[i*E:(i+1)*E])
+		s.top = topK(s.top[:0], s.probs, k)
+		var sum float32
+		for _, x := range s.top {
+			sum += s.probs[x]
+		}
+		for _, x := range s.top {
+			w := s.probs[x]
+			if m.Config.NormTopK {
+				w /= sum
+			}
+			s.rows[x] = append(s.rows[x], int32(i))
+			s.weights[x] = append(s.weights[x], w)
+		}
+	}
+}
+
+// softmax32 writes the softmax of z into p in float32: exp(z-max) over
+// its sum.
+func softmax32(p, z []float32) {
+	mx := z[0]
+	for _, v := range z[1:] {
+		mx = max(mx, v)
+	}
+	var sum float32
+	for j, v := range z {
+		p[j] = float32(math.Exp(float64(v - mx)))
+		sum += p[j]
+	}
+	for j := range p {
+		p[j] /= sum
+	}
+}
+
+// topK appends to dst the indices of the k largest values of p, largest
+// first, the lower index first among equal values.
+func topK(dst []int, p []float32, k int) []int {
+	for len(dst) < k {
+		best := -1
+		for j, v := range p {
+			if (best < 0 || v > p[best]) && !chosen(dst, j) {
+				best = j
+			}
+		}
+		dst = append(dst, best)
+	}
+	return dst
+}
+
+func chosen(dst []int, j int) bool {
+	for _, x := range dst {
+		if x == j {
+			return true
+		}
+	}
+	return false
+}
