@@ -80,6 +80,25 @@ type Device interface {
 	// copy; the call allocates nothing on the host once warm. A row index
 	// out of range, or a shape or dtype mismatch, panics (CheckAddScaledRows).
 	AddScaledRows(dst, src Tensor, rows []int32, scale []float32)
+	// HeadMatMul computes, for every head h < heads, out's head-h block of
+	// columns from x's:
+	//
+	//	out[r, h·n:(h+1)·n] = x[r, h·k:(h+1)·k] · W_h     (transW false)
+	//	out[r, h·n:(h+1)·n] = x[r, h·k:(h+1)·k] · W_hᵀ    (transW true)
+	//
+	// where W_h is rows [h·a, (h+1)·a) of w ([heads·a, b] float32,
+	// row-major) and (k, n) is (a, b) without transposition, (b, a) with it;
+	// x is [R, heads·k] and out [R, heads·n] (at least R rows), float32,
+	// overwritten. DeepSeek-V3's absorbed multi-head latent attention
+	// multiplies each head's query by its own slice of kv_b_proj (into the
+	// latent space) and each head's latent output by another slice (out of
+	// it): a batch of small products over the heads, strided in x and out,
+	// which one call runs without splitting x or gathering out per head.
+	// The products accumulate in float32. Up to FewRows rows each row's
+	// result is the same whatever the other rows (as MulT's), so that a
+	// verified draft scores each row as a decode step would. A shape or
+	// dtype mismatch panics (CheckHeadMatMul).
+	HeadMatMul(out, x, w Tensor, heads int, transW bool)
 	// Copy copies src into dst (the same number of values).
 	Copy(dst, src Tensor)
 	// SplitCols copies consecutive column blocks of src into the dsts, in
@@ -601,4 +620,29 @@ func CheckAddScaledRows(op string, dst, src Tensor, rows []int32, scale []float3
 			panic(fmt.Sprintf("tensor: %s into row %d of a tensor of %d rows", op, r, dst.rows))
 		}
 	}
+}
+
+// CheckHeadMatMul panics unless Device.HeadMatMul(out, x, w, heads, transW)
+// is a valid call: every tensor float32, heads positive and dividing w's
+// rows, x's columns heads·k and out's heads·n, out holding at least x's
+// rows. It returns the rows R and each head's k and n. Every device checks
+// its arguments with it, so that a caller's programming error panics the
+// same way, before anything runs, on each of them. op names the device's op
+// in the message.
+func CheckHeadMatMul(op string, out, x, w Tensor, heads int, transW bool) (rows, k, n int) {
+	if out.dt != F32 || x.dt != F32 || w.dt != F32 {
+		panic(fmt.Sprintf("tensor: %s of a %s x by a %s weight into a %s out, want F32", op, x.dt, w.dt, out.dt))
+	}
+	if heads <= 0 || w.rows%heads != 0 {
+		panic(fmt.Sprintf("tensor: %s of %d heads over a weight of %d rows", op, heads, w.rows))
+	}
+	k, n = w.rows/heads, w.cols
+	if transW {
+		k, n = n, k
+	}
+	if x.cols != heads*k || out.cols != heads*n || out.rows < x.rows {
+		panic(fmt.Sprintf("tensor: %s of %d heads (transposed %v) of %dx%d x by a %dx%d weight into %dx%d",
+			op, heads, transW, x.rows, x.cols, w.rows, w.cols, out.rows, out.cols))
+	}
+	return x.rows, k, n
 }

@@ -33,6 +33,9 @@ type Device struct {
 	// AddScaledRows' split by columns, as SwiGLU's.
 	addRows   addRowsJob
 	addRowsFn func(lo, hi int)
+	// HeadMatMul's split by heads, as SwiGLU's.
+	head   headJob
+	headFn func(c, lo, hi int)
 }
 
 // New returns a CPU device whose large float32 products run on be (DefaultBackend()
@@ -47,6 +50,7 @@ func New(be Backend) *Device {
 	c.zeroFn = c.zeroChunk
 	c.actFn = c.actChunkFn
 	c.addRowsFn = c.addRowsCols
+	c.headFn = c.headChunk
 	c.att.init(c)
 	c.loss.init()
 	return c

@@ -208,3 +208,39 @@ func (d *Device) MatMul(out, a, b tensor.Tensor, transA, transB bool, alpha floa
 		tensor.DeviceAddr(b), t, max(1, b.Cols()), tensor.DeviceAddr(a), t, max(1, a.Cols()),
 		beta, tensor.DeviceAddr(out), n))
 }
+
+// HeadMatMul computes every head's product out_h = x_h·op(W_h) through
+// cublasGemmStridedBatchedEx in float32, the heads as the batch: x's and
+// out's row strides are the leading dimensions and a head's block of columns
+// the stride between the batch's matrices, so nothing is copied. Up to
+// FewRows rows it makes one batched call per row (each a batch of heads
+// one-column products), so that every row runs the same cuBLAS call,
+// shaped alike whatever the rows beside it, and gets the same bits as alone;
+// above, one call for all rows.
+func (d *Device) HeadMatMul(out, x, w tensor.Tensor, heads int, transW bool) {
+	rows, k, n := tensor.CheckHeadMatMul("HeadMatMul", out, x, w, heads, transW)
+	if rows == 0 || n == 0 {
+		return
+	}
+	if k == 0 { // empty sums
+		d.Zero(out.RowRange(0, rows))
+		return
+	}
+	// Row-major out_h [R, n] (row stride heads·n) is column-major out_hᵀ
+	// [n, R] = op(W_h)ᵀ·x_hᵀ. W_h, row-major [a, b], is column-major W_hᵀ
+	// [b, a] with leading dimension b: as it is for op(W_h)ᵀ = W_hᵀ (transW
+	// false), transposed for W_h (transW true). x_h, row-major [R, k] with
+	// row stride heads·k, is column-major x_hᵀ [k, R] as it is.
+	ab := int64(w.Len() / heads)
+	ldx, ldo := heads*k, heads*n
+	wa, xa, oa := tensor.DeviceAddr(w), tensor.DeviceAddr(x), tensor.DeviceAddr(out)
+	if rows > tensor.FewRows {
+		d.check("HeadMatMul", d.sh.drv.gemmBatched(transW, false, n, rows, k, 1,
+			wa, cudaR32F, w.Cols(), ab, xa, cudaR32F, ldx, int64(k), 0, oa, ldo, int64(n), heads))
+		return
+	}
+	for r := 0; r < rows; r++ {
+		d.check("HeadMatMul", d.sh.drv.gemmBatched(transW, false, n, 1, k, 1,
+			wa, cudaR32F, w.Cols(), ab, xa+uint64(4*r*ldx), cudaR32F, ldx, int64(k), 0, oa+uint64(4*r*ldo), ldo, int64(n), heads))
+	}
+}
