@@ -36,6 +36,8 @@ func Ops(t *testing.T, dev tensor.Device) {
 	t.Run("GemmaAllocs", func(t *testing.T) { gemmaAllocs(t, dev) })
 	t.Run("AddScaledRows", func(t *testing.T) { addScaledRows(t, dev) })
 	t.Run("AddScaledRowsAllocs", func(t *testing.T) { addScaledRowsAllocs(t, dev) })
+	t.Run("HeadMatMul", func(t *testing.T) { headMatMul(t, dev) })
+	t.Run("HeadMatMulAllocs", func(t *testing.T) { headMatMulAllocs(t, dev) })
 	t.Run("AttendTTT", func(t *testing.T) { ttt(t, dev) })
 	t.Run("optimizer", func(t *testing.T) { optimizer(t, dev) })
 	t.Run("MatMul", func(t *testing.T) { matMul(t, dev) })
