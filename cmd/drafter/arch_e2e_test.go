@@ -132,9 +132,10 @@ func checkInspect(t *testing.T, text, js string, ref *hfref.Reference, dtype str
 	if got.Parameters != ref.Parameters || !strings.Contains(text, fmt.Sprint(ref.Parameters)) {
 		t.Errorf("%s inspect: %d parameters, transformers counts %d", dtype, got.Parameters, ref.Parameters)
 	}
-	want := map[string]int64{"f32": 4 * ref.Parameters}
+	held := ref.Parameters + ref.PersistentBuffers
+	want := map[string]int64{"f32": 4 * held}
 	if dtype == "bf16" {
-		want = map[string]int64{"bf16": 2 * ref.MatrixParameters, "f32": 4 * (ref.Parameters - ref.MatrixParameters)}
+		want = map[string]int64{"bf16": 2 * ref.MatrixParameters, "f32": 4 * (held - ref.MatrixParameters)}
 	}
 	if fmt.Sprint(got.WeightBytes) != fmt.Sprint(want) {
 		t.Errorf("%s inspect: weight bytes %v, want %v", dtype, got.WeightBytes, want)

@@ -36,7 +36,8 @@ import (
 )
 
 // Arch is one tiny architecture drafter supports, by its folder name in the
-// cache (the model_type, or phi3_longrope for Phi-3 with LongRoPE).
+// cache (the model_type, or a variant: phi3_longrope for Phi-3 with
+// LongRoPE, deepseek_v3_yarn for DeepSeek-V3 with yarn and q_proj).
 type Arch struct {
 	Name string
 }
@@ -55,6 +56,8 @@ var Archs = []Arch{
 	{Name: "phi3_longrope"},
 	{Name: "mixtral"},
 	{Name: "qwen3_moe"},
+	{Name: "deepseek_v3"},
+	{Name: "deepseek_v3_yarn"},
 }
 
 // Supported reports whether the folder name is in Archs.
@@ -94,9 +97,13 @@ type Reference struct {
 	BF16 []Run `json:"bf16"`
 	// Parameters is transformers' count (a tied embedding once);
 	// MatrixParameters those in tensors of two or more dimensions.
-	Parameters       int64          `json:"parameters"`
-	MatrixParameters int64          `json:"matrix_parameters"`
-	Features         map[string]any `json:"features"`
+	Parameters       int64 `json:"parameters"`
+	MatrixParameters int64 `json:"matrix_parameters"`
+	// PersistentBuffers counts the values of the buffers the checkpoint
+	// stores (DeepSeek's e_score_correction_bias), which a loaded model
+	// holds but transformers does not count as parameters.
+	PersistentBuffers int64          `json:"persistent_buffers"`
+	Features          map[string]any `json:"features"`
 }
 
 // Runs returns the runs of dtype "f32" or "bf16".

@@ -104,6 +104,15 @@ type Family struct {
 	// MoE describes the family's mixture-of-experts layers; nil for a
 	// dense family.
 	MoE *MoE
+	// MLA means DeepSeek's multi-head latent attention replaces the
+	// q/k/v projections (see MLATensors' names); the KV cache then holds
+	// each position's normed latent and its rotated key part.
+	MLA bool
+	// ExtraLayersKey names a config.json count of layers a checkpoint
+	// holds past num_hidden_layers that inference does not run (DeepSeek's
+	// num_nextn_predict_layers: multi-token-prediction modules), whose
+	// tensors loading ignores.
+	ExtraLayersKey string
 }
 
 // MoE is how a family's checkpoints hold and config.json describes its
@@ -122,7 +131,21 @@ type MoE struct {
 	RenormalizeTopK  bool     // the chosen experts' probabilities always sum to one (Mixtral)
 	NormTopKKey      string   // else this config.json key says whether they do (Qwen3-MoE's norm_topk_prob)
 	DefaultNormTopK  bool     // its value when absent
-	SparseLayersKeys bool     // mlp_only_layers and decoder_sparse_step choose the sparse layers (Qwen3-MoE); else every layer is
+	SparseLayersKeys bool     // mlp_only_layers and decoder_sparse_step choose the sparse layers (Qwen3-MoE)
+	FirstDenseKey    string   // else, when set, this key counts the dense layers before the sparse ones (DeepSeek's first_k_dense_replace); else every layer is sparse
+
+	// SigmoidGroups means DeepSeek-V3's router: sigmoid scores plus a
+	// learned correction bias (gate.e_score_correction_bias [experts])
+	// choose the experts within the n_group groups of the topk_group best
+	// groups (a group ranked by the sum of its two best corrected scores);
+	// the chosen experts weigh by their uncorrected scores, renormalised
+	// where norm_topk_prob, times routed_scaling_factor. Else the router's
+	// softmax ranks and weighs the experts.
+	SigmoidGroups bool
+	// Shared is the name, after Block, of the MLP every token runs beside
+	// its routed experts ("shared_experts." with gate_proj, up_proj and
+	// down_proj, n_shared_experts times the expert width), "" for none.
+	Shared string
 }
 
 // Bias says when a projection carries a bias.
@@ -175,7 +198,7 @@ const (
 
 // Families returns every supported family, in the order messages list them.
 func Families() []Family {
-	return []Family{Llama(), Mistral(), Qwen2(), Qwen3(), Gemma2(), Gemma3Text(), Phi3(), Mixtral(), Qwen3MoE()}
+	return []Family{Llama(), Mistral(), Qwen2(), Qwen3(), Gemma2(), Gemma3Text(), Phi3(), Mixtral(), Qwen3MoE(), DeepseekV3()}
 }
 
 // Lookup returns the family of a config.json model_type.
@@ -189,7 +212,7 @@ func Lookup(modelType string) (Family, bool) {
 }
 
 // Supported lists the supported model_type values, for messages:
-// "llama, mistral, qwen2, qwen3, gemma2, gemma3_text, phi3, mixtral, qwen3_moe".
+// "llama, mistral, qwen2, qwen3, gemma2, gemma3_text, phi3, mixtral, qwen3_moe, deepseek_v3".
 func Supported() string {
 	return list(func(f Family) string { return f.ModelType })
 }
@@ -215,9 +238,13 @@ func list(field func(Family) string) string {
 type Dims struct {
 	Hidden, Intermediate, Layers, Heads, KVHeads, HeadDim, Vocab int
 	// Experts and ExpertIntermediate are a MoE family's experts per sparse
-	// layer and their MLP width; Sparse[l] says whether layer l is one.
-	Experts, ExpertIntermediate int
-	Sparse                      []bool
+	// layer and their MLP width; Sparse[l] says whether layer l is one;
+	// SharedIntermediate the width of its shared MLP (0: none).
+	Experts, ExpertIntermediate, SharedIntermediate int
+	Sparse                                          []bool
+	// QLoraRank (0: a plain q_proj), KVLoraRank, QKNope, QKRope and VHead
+	// are an MLA family's attention widths.
+	QLoraRank, KVLoraRank, QKNope, QKRope, VHead int
 	// TiedEmbeddings means the output layer is the embedding (no
 	// lm_head.weight).
 	TiedEmbeddings bool
@@ -248,6 +275,16 @@ const (
 	QKVProj                 // FusedQKV: self_attn.qkv_proj.weight [heads·head_dim + 2·kv_heads·head_dim, hidden]
 	GateUpProj              // FusedGateUp: mlp.gate_up_proj.weight [2·intermediate, hidden]
 	Router                  // MoE: the sparse layer's router [experts, hidden]
+	RouterBias              // MoE (SigmoidGroups): gate.e_score_correction_bias [experts]
+	SharedGate              // MoE: the shared MLP's gate [shared intermediate, hidden]
+	SharedUp                // MoE: its up [shared intermediate, hidden]
+	SharedDown              // MoE: its down [hidden, shared intermediate]
+	QAProj                  // MLA: self_attn.q_a_proj.weight [q_lora_rank, hidden]
+	QANorm                  // MLA: self_attn.q_a_layernorm.weight [q_lora_rank]
+	QBProj                  // MLA: self_attn.q_b_proj.weight [heads·(nope+rope), q_lora_rank]
+	KVAProj                 // MLA: self_attn.kv_a_proj_with_mqa.weight [kv_lora_rank+rope, hidden]
+	KVANorm                 // MLA: self_attn.kv_a_layernorm.weight [kv_lora_rank]
+	KVBProj                 // MLA: self_attn.kv_b_proj.weight [heads·(nope+v), kv_lora_rank]
 	ExpertGate              // MoE: expert Tensor.Expert's gate weight [expert intermediate, hidden]
 	ExpertUp                // MoE: its up weight [expert intermediate, hidden]
 	ExpertDown              // MoE: its down weight [hidden, expert intermediate]
@@ -313,6 +350,18 @@ func (f *Family) layerName(r Role) string {
 		return "post_attention_layernorm.weight"
 	case MLPOutNorm:
 		return "post_feedforward_layernorm.weight"
+	case QAProj:
+		return "self_attn.q_a_proj.weight"
+	case QANorm:
+		return "self_attn.q_a_layernorm.weight"
+	case QBProj:
+		return "self_attn.q_b_proj.weight"
+	case KVAProj:
+		return "self_attn.kv_a_proj_with_mqa.weight"
+	case KVANorm:
+		return "self_attn.kv_a_layernorm.weight"
+	case KVBProj:
+		return "self_attn.kv_b_proj.weight"
 	case QKVProj:
 		return "self_attn.qkv_proj.weight"
 	case GateUpProj:
@@ -345,20 +394,35 @@ func (f *Family) Tensors(d Dims) []Tensor {
 			out = append(out, Tensor{Name: p + f.layerName(r), Shape: shape, Role: r, Layer: l})
 		}
 		add(AttnNorm, h)
-		if f.FusedQKV {
+		if f.MLA {
+			qk := d.QKNope + d.QKRope
+			if d.QLoraRank > 0 {
+				add(QAProj, d.QLoraRank, h)
+				add(QANorm, d.QLoraRank)
+				add(QBProj, d.Heads*qk, d.QLoraRank)
+			} else {
+				add(QProj, d.Heads*qk, h)
+			}
+			add(KVAProj, d.KVLoraRank+d.QKRope, h)
+			add(KVANorm, d.KVLoraRank)
+			add(KVBProj, d.Heads*(d.QKNope+d.VHead), d.KVLoraRank)
+			add(OProj, h, d.Heads*d.VHead)
+		} else if f.FusedQKV {
 			add(QKVProj, q+2*kv, h)
 		} else {
 			add(QProj, q, h)
 			add(KProj, kv, h)
 			add(VProj, kv, h)
 		}
-		if d.QKVBias {
+		if d.QKVBias && !f.MLA {
 			add(QBias, q)
 			add(KBias, kv)
 			add(VBias, kv)
 		}
-		add(OProj, h, q)
-		if d.OBias {
+		if !f.MLA {
+			add(OProj, h, q)
+		}
+		if d.OBias && !f.MLA {
 			add(OProjBias, h)
 		}
 		if f.QKNorm {
@@ -396,6 +460,9 @@ func (f *Family) Tensors(d Dims) []Tensor {
 // the dense layers').
 func (m *MoE) tensors(out []Tensor, p string, l, h int, d Dims) []Tensor {
 	out = append(out, Tensor{Name: p + m.Block + "gate.weight", Shape: []int{d.Experts, h}, Role: Router, Layer: l})
+	if m.SigmoidGroups {
+		out = append(out, Tensor{Name: p + m.Block + "gate.e_score_correction_bias", Shape: []int{d.Experts}, Role: RouterBias, Layer: l})
+	}
 	in := d.ExpertIntermediate
 	for e := 0; e < d.Experts; e++ {
 		ep := p + m.Block + "experts." + strconv.Itoa(e) + "."
@@ -403,6 +470,13 @@ func (m *MoE) tensors(out []Tensor, p string, l, h int, d Dims) []Tensor {
 			Tensor{Name: ep + m.Gate + ".weight", Shape: []int{in, h}, Role: ExpertGate, Layer: l, Expert: e},
 			Tensor{Name: ep + m.Up + ".weight", Shape: []int{in, h}, Role: ExpertUp, Layer: l, Expert: e},
 			Tensor{Name: ep + m.Down + ".weight", Shape: []int{h, in}, Role: ExpertDown, Layer: l, Expert: e})
+	}
+	if m.Shared != "" && d.SharedIntermediate > 0 {
+		sp, si := p+m.Block+m.Shared, d.SharedIntermediate
+		out = append(out,
+			Tensor{Name: sp + "gate_proj.weight", Shape: []int{si, h}, Role: SharedGate, Layer: l},
+			Tensor{Name: sp + "up_proj.weight", Shape: []int{si, h}, Role: SharedUp, Layer: l},
+			Tensor{Name: sp + "down_proj.weight", Shape: []int{h, si}, Role: SharedDown, Layer: l})
 	}
 	return out
 }

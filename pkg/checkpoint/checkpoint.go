@@ -158,6 +158,15 @@ func (c *Config) Canonical() []byte {
 			sparse[l] = strconv.FormatBool(sp)
 		}
 		kv("moe", fmt.Sprintf("%d,%d,%d,%v;%s", c.Experts, c.TopK, c.ExpertIntermediate, c.NormTopK, strings.Join(sparse, ",")))
+		if c.Groups != 0 || c.SharedIntermediate != 0 || c.RoutedScaling != 1 {
+			kv("moe_routing", fmt.Sprintf("%d,%d,%s,%d", c.Groups, c.TopKGroups, num(c.RoutedScaling), c.SharedIntermediate))
+		}
+	}
+	if c.KVLoraRank != 0 {
+		kv("mla", fmt.Sprintf("%d,%d,%d,%d,%d,%v", c.QLoraRank, c.KVLoraRank, c.QKNope, c.QKRope, c.VHead, c.RopeInterleave))
+	}
+	if r := c.RopeScaling; r != nil && r.Type == "yarn" {
+		kv("yarn", fmt.Sprintf("%s,%s,%s,%s,%v", num(r.AttnFactor), num(r.BetaFast), num(r.BetaSlow), num(r.MScaleAll), r.Truncate))
 	}
 	if c.QueryPreAttnScalar != 0 {
 		kv("query_pre_attn_scalar", num(c.QueryPreAttnScalar))

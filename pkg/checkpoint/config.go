@@ -88,6 +88,21 @@ type Config struct {
 	Experts, TopK, ExpertIntermediate int
 	NormTopK                          bool
 	Sparse                            []bool
+	// SharedIntermediate is the width of the MLP every token runs beside
+	// its experts (DeepSeek: n_shared_experts·moe_intermediate_size), 0
+	// for none. Groups and TopKGroups are DeepSeek's n_group and
+	// topk_group, RoutedScaling its routed_scaling_factor (1 elsewhere).
+	SharedIntermediate, Groups, TopKGroups int
+	RoutedScaling                          float64
+	// QLoraRank (0: q_proj), KVLoraRank, QKNope, QKRope and VHead are
+	// DeepSeek's multi-head latent attention widths (arch.Family.MLA);
+	// RopeInterleave means its rotary values are stored in pairs (x0, x1),
+	// (x2, x3), ... rather than halves. ExtraLayers counts the layers a
+	// checkpoint holds past NumLayers that are not run
+	// (num_nextn_predict_layers).
+	QLoraRank, KVLoraRank, QKNope, QKRope, VHead int
+	RopeInterleave                               bool
+	ExtraLayers                                  int
 	// HiddenAct is the MLP activation (hidden_act, or the family's
 	// arch.Family.ActivationKey); only the family's Activation is accepted.
 	HiddenAct string
@@ -116,9 +131,17 @@ type RopeScaling struct {
 	// (RotaryDims/2 each): the short ones for positions below
 	// OriginalMaxPositions, the long ones from there on.
 	ShortFactor, LongFactor []float64
-	// AttnFactor multiplies longrope's cos and sin: attention_factor, or
-	// √(1 + ln(Factor)/ln(OriginalMaxPositions)) (1 when Factor <= 1).
+	// AttnFactor multiplies longrope's and yarn's cos and sin:
+	// attention_factor, or longrope's √(1 + ln(Factor)/ln(OriginalMaxPositions))
+	// (1 when Factor <= 1), or yarn's mscale ratio, as Transformers derives
+	// them.
 	AttnFactor float64
+	// BetaFast and BetaSlow bound yarn's interpolation ramp (32 and 1 by
+	// default); Truncate rounds its ends outwards (default true). MScaleAll
+	// is yarn's mscale_all_dim: DeepSeek's attention multiplies its softmax
+	// scale by (0.1·MScaleAll·ln(Factor)+1)² when it is set.
+	BetaFast, BetaSlow, MScaleAll float64
+	Truncate                      bool
 }
 
 // LoadConfig reads and validates a config.json.
@@ -244,6 +267,9 @@ func parseConfig(path string, m map[string]any) (*Config, error) {
 		return nil, err
 	}
 	if err := parseMoE(f, c, fam); err != nil {
+		return nil, err
+	}
+	if err := parseMLA(f, c, fam); err != nil {
 		return nil, err
 	}
 	if c.DType, err = f.string("torch_dtype", ""); err != nil {
@@ -411,9 +437,38 @@ func parseMoE(f fields, c *Config, fam arch.Family) error {
 			return err
 		}
 	}
+	c.RoutedScaling = 1
+	if moe.SigmoidGroups {
+		if err := parseGroups(f, c); err != nil {
+			return err
+		}
+	}
+	if moe.Shared != "" {
+		n, err := f.int("n_shared_experts", 0, false)
+		if err != nil {
+			return err
+		}
+		if n < 0 {
+			return f.errorf("n_shared_experts", "must not be negative, got %d", n)
+		}
+		c.SharedIntermediate = n * c.ExpertIntermediate
+	}
 	c.Sparse = make([]bool, c.NumLayers)
 	for l := range c.Sparse {
 		c.Sparse[l] = true
+	}
+	if moe.FirstDenseKey != "" {
+		k, err := f.int(moe.FirstDenseKey, 0, false)
+		if err != nil {
+			return err
+		}
+		if k < 0 {
+			return f.errorf(moe.FirstDenseKey, "must not be negative, got %d", k)
+		}
+		for l := range min(k, c.NumLayers) {
+			c.Sparse[l] = false
+		}
+		return nil
 	}
 	if !moe.SparseLayersKeys {
 		return nil
@@ -443,6 +498,79 @@ func parseMoE(f fields, c *Config, fam arch.Family) error {
 		c.Sparse[l] = (l+1)%step == 0 && !slices.Contains(dense, l)
 	}
 	return nil
+}
+
+// parseGroups reads DeepSeek's group-limited routing: n_group groups of
+// equal size, topk_group of them kept, and routed_scaling_factor.
+func parseGroups(f fields, c *Config) error {
+	var err error
+	if c.Groups, err = f.int("n_group", 1, false); err != nil {
+		return err
+	}
+	if c.TopKGroups, err = f.int("topk_group", 1, false); err != nil {
+		return err
+	}
+	if c.Groups <= 0 || c.Experts%c.Groups != 0 || c.Experts/c.Groups < 2 {
+		return f.errorf("n_group", "%d groups must divide the %d experts into groups of at least 2", c.Groups, c.Experts)
+	}
+	if c.TopKGroups <= 0 || c.TopKGroups > c.Groups || c.TopKGroups*(c.Experts/c.Groups) < c.TopK {
+		return f.errorf("topk_group", "%d of %d groups of %d experts cannot hold num_experts_per_tok %d", c.TopKGroups, c.Groups, c.Experts/c.Groups, c.TopK)
+	}
+	if c.RoutedScaling, err = f.float("routed_scaling_factor", 1); err != nil {
+		return err
+	}
+	if !(c.RoutedScaling > 0) {
+		return f.errorf("routed_scaling_factor", "must be positive, got %v", c.RoutedScaling)
+	}
+	return nil
+}
+
+// parseMLA reads the multi-head latent attention's widths (arch.Family.MLA):
+// q_lora_rank (null: a plain q_proj), kv_lora_rank, qk_nope_head_dim,
+// qk_rope_head_dim, v_head_dim and rope_interleave; and the layers past
+// num_hidden_layers the checkpoint holds (arch.Family.ExtraLayersKey).
+func parseMLA(f fields, c *Config, fam arch.Family) error {
+	var err error
+	if fam.ExtraLayersKey != "" {
+		if c.ExtraLayers, err = f.int(fam.ExtraLayersKey, 0, false); err != nil {
+			return err
+		}
+		if c.ExtraLayers < 0 {
+			return f.errorf(fam.ExtraLayersKey, "must not be negative, got %d", c.ExtraLayers)
+		}
+	}
+	if !fam.MLA {
+		return nil
+	}
+	if c.QLoraRank, err = f.int("q_lora_rank", 0, false); err != nil {
+		return err
+	}
+	for _, it := range []struct {
+		key string
+		dst *int
+	}{{"kv_lora_rank", &c.KVLoraRank}, {"qk_nope_head_dim", &c.QKNope}, {"qk_rope_head_dim", &c.QKRope}, {"v_head_dim", &c.VHead}} {
+		if *it.dst, err = f.int(it.key, 0, true); err != nil {
+			return err
+		}
+		if *it.dst <= 0 {
+			return f.errorf(it.key, "must be positive, got %d", *it.dst)
+		}
+	}
+	if c.QLoraRank < 0 {
+		return f.errorf("q_lora_rank", "must be positive or null, got %d", c.QLoraRank)
+	}
+	if c.QKRope%2 != 0 {
+		return f.errorf("qk_rope_head_dim", "must be even (RoPE rotates pairs), got %d", c.QKRope)
+	}
+	if c.NumKVHeads != c.NumHeads {
+		return f.errorf("num_key_value_heads", "%d differs from num_attention_heads %d; latent attention has one key and value per query head", c.NumKVHeads, c.NumHeads)
+	}
+	// Transformers rotates qk_rope_head_dim values (its head_dim for
+	// DeepSeek); the model computes the latent attention's other widths
+	// itself.
+	c.HeadDim, c.RotaryDims = c.QKRope, c.QKRope
+	c.RopeInterleave, err = f.bool("rope_interleave", true)
+	return err
 }
 
 // parseGemmaKeys reads query_pre_attn_scalar and the soft-capping keys of
@@ -673,8 +801,76 @@ func ropeScaling(f fields, c *Config, key string, obj map[string]any) (*RopeScal
 		return r, nil
 	case "longrope", "su":
 		return longRope(f, c, key, s)
+	case "yarn":
+		return yarnRope(f, c, key, s)
 	}
-	return nil, f.errorf(key, "rope type %q is not supported (supported: llama3, linear, longrope, default, or null for none)", typ)
+	return nil, f.errorf(key, "rope type %q is not supported (supported: llama3, linear, longrope, yarn, default, or null for none)", typ)
+}
+
+// yarnMScale is YaRN's 0.1·m·ln(scale)+1 (1 for scale <= 1).
+func yarnMScale(scale, m float64) float64 {
+	if scale <= 1 {
+		return 1
+	}
+	return 0.1*m*math.Log(scale) + 1
+}
+
+// yarnRope reads a yarn scaling as Transformers computes it: factor (or the
+// ratio of max_position_embeddings to original_max_position_embeddings),
+// the ramp's beta_fast and beta_slow, and the attention factor from
+// attention_factor, or mscale and mscale_all_dim.
+func yarnRope(f fields, c *Config, key string, s fields) (*RopeScaling, error) {
+	r := &RopeScaling{Type: "yarn"}
+	orig, err := s.int("original_max_position_embeddings", 0, false)
+	if err == nil && orig == 0 {
+		orig, err = f.int("original_max_position_embeddings", 0, false)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if orig <= 0 {
+		return nil, f.errorf(key, "yarn scaling needs original_max_position_embeddings (in the object or config.json)")
+	}
+	r.OriginalMaxPositions = orig
+	if r.Factor, err = s.float("factor", float64(c.MaxPositions)/float64(orig)); err != nil {
+		return nil, f.errorf(key, "factor: %v", err)
+	}
+	if !(r.Factor > 0) {
+		return nil, f.errorf(key, "factor must be positive, got %v", r.Factor)
+	}
+	ms, err := s.float("mscale", 0)
+	if err != nil {
+		return nil, f.errorf(key, "mscale: %v", err)
+	}
+	if r.MScaleAll, err = s.float("mscale_all_dim", 0); err != nil {
+		return nil, f.errorf(key, "mscale_all_dim: %v", err)
+	}
+	def := yarnMScale(r.Factor, 1)
+	if ms != 0 && r.MScaleAll != 0 {
+		def = yarnMScale(r.Factor, ms) / yarnMScale(r.Factor, r.MScaleAll)
+	}
+	if r.AttnFactor, err = s.float("attention_factor", def); err != nil {
+		return nil, f.errorf(key, "attention_factor: %v", err)
+	}
+	if r.BetaFast, err = s.float("beta_fast", 32); err != nil {
+		return nil, f.errorf(key, "beta_fast: %v", err)
+	}
+	if r.BetaSlow, err = s.float("beta_slow", 1); err != nil {
+		return nil, f.errorf(key, "beta_slow: %v", err)
+	}
+	if r.BetaFast == 0 {
+		r.BetaFast = 32 // Transformers reads a 0 as absent ("or 32")
+	}
+	if r.BetaSlow == 0 {
+		r.BetaSlow = 1
+	}
+	if r.Truncate, err = s.bool("truncate", true); err != nil {
+		return nil, f.errorf(key, "truncate: %v", err)
+	}
+	if !(r.AttnFactor > 0) {
+		return nil, f.errorf(key, "attention_factor must be positive, got %v", r.AttnFactor)
+	}
+	return r, nil
 }
 
 // longRope reads a longrope scaling (Phi-3's "su" is its older name) as

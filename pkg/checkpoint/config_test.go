@@ -162,7 +162,8 @@ func TestConfigErrors(t *testing.T) {
 		{"missing model_type", map[string]any{"model_type": nil}, []string{`"model_type"`, "missing", "llama, mistral, qwen2, qwen3"}},
 		{"architecture", map[string]any{"architectures": []string{"LlamaForSequenceClassification"}}, []string{`"architectures"`, "LlamaForSequenceClassification", "LlamaForCausalLM, MistralForCausalLM"}},
 		{"arch mismatch", map[string]any{"architectures": []string{"Qwen2ForCausalLM"}}, []string{`"Qwen2ForCausalLM" is not supported for model_type "llama"`}},
-		{"yarn", map[string]any{"rope_scaling": map[string]any{"rope_type": "yarn", "factor": 4}}, []string{`"rope_scaling"`, `"yarn" is not supported`, "llama3, linear"}},
+		{"yarn without its original maximum", map[string]any{"rope_scaling": map[string]any{"rope_type": "yarn", "factor": 4}}, []string{`"rope_scaling"`, "yarn scaling needs original_max_position_embeddings"}},
+		{"dynamic", map[string]any{"rope_scaling": map[string]any{"rope_type": "dynamic", "factor": 4}}, []string{`"rope_scaling"`, `"dynamic" is not supported`, "llama3, linear, longrope, yarn"}},
 		{"dynamic via type", map[string]any{"rope_scaling": map[string]any{"type": "dynamic", "factor": 2}}, []string{`"dynamic" is not supported`}},
 		{"llama3 missing field", map[string]any{"rope_scaling": map[string]any{"rope_type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4}}, []string{"llama3 scaling needs original_max_position_embeddings"}},
 		{"linear small factor", map[string]any{"rope_scaling": map[string]any{"rope_type": "linear", "factor": 0.5}}, []string{"factor must be at least 1"}},
@@ -413,6 +414,66 @@ func TestMoEConfigs(t *testing.T) {
 		}
 		if _, err := LoadConfig(writeConfig(t, e)); err == nil {
 			t.Errorf("%v accepted", bad)
+		}
+	}
+}
+
+// TestDeepseekV3Config reads DeepSeek-V3's config as the Hub has it: the
+// latent attention's widths, yarn (factor 40, both mscales 1: attention
+// factor 1), the group-limited routing, three dense layers, one shared
+// expert, the multi-token-prediction layer to ignore, and the rotary
+// width Transformers uses (qk_rope_head_dim).
+func TestDeepseekV3Config(t *testing.T) {
+	c, err := LoadConfig("testdata/deepseek_v3.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := fmt.Sprint(c.QLoraRank, c.KVLoraRank, c.QKNope, c.QKRope, c.VHead, c.RopeInterleave, c.HeadDim, c.RotaryDims,
+		c.Experts, c.TopK, c.Groups, c.TopKGroups, c.RoutedScaling, c.SharedIntermediate, c.ExtraLayers, c.Sparse[2], c.Sparse[3])
+	if want := "1536 512 128 64 128 true 64 64 256 8 8 4 2.5 2048 1 false true"; got != want {
+		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+	r := c.RopeScaling
+	if r == nil || r.Type != "yarn" || r.Factor != 40 || r.OriginalMaxPositions != 4096 || r.AttnFactor != 1 || r.MScaleAll != 1 || r.BetaFast != 32 || !r.Truncate {
+		t.Fatalf("rope scaling %+v", r)
+	}
+	shapes := c.TensorShapes()
+	for name, want := range map[string][]int{
+		"model.layers.0.self_attn.q_b_proj.weight":           {128 * 192, 1536},
+		"model.layers.0.self_attn.kv_a_proj_with_mqa.weight": {576, 7168},
+		"model.layers.0.self_attn.kv_b_proj.weight":          {128 * 256, 512},
+		"model.layers.0.self_attn.o_proj.weight":             {7168, 128 * 128},
+		"model.layers.0.mlp.gate_proj.weight":                {18432, 7168},
+		"model.layers.3.mlp.gate.e_score_correction_bias":    {256},
+		"model.layers.3.mlp.shared_experts.down_proj.weight": {7168, 2048},
+		"model.layers.60.mlp.experts.255.up_proj.weight":     {2048, 7168},
+	} {
+		if !reflect.DeepEqual(shapes[name], want) {
+			t.Errorf("%s: %v, want %v", name, shapes[name], want)
+		}
+	}
+	if !extraLayer(c, "model.layers.61.eh_proj.weight") || extraLayer(c, "model.layers.62.eh_proj.weight") {
+		t.Error("layer 61 (the MTP layer) must be ignored, layer 62 not")
+	}
+}
+
+// TestPublishedParameterCounts: the tensors Tensors lists for real
+// configs add up to the parameter counts their Hugging Face model cards
+// give (an independent check of every family's tensor list and shapes).
+func TestPublishedParameterCounts(t *testing.T) {
+	for file, want := range map[string]int64{
+		"mixtral.json":       46702792704, // Mixtral-8x7B
+		"qwen3_moe.json":     30532122624, // Qwen3-30B-A3B
+		"gemma2.json":        2614341888,  // gemma-2-2b
+		"gemma3_text.json":   999885952,   // gemma-3-1b
+		"phi3_longrope.json": 3821079552,  // Phi-3-mini-128k
+	} {
+		c, err := LoadConfig(filepath.Join("testdata", file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := c.NumParams(); n != want {
+			t.Errorf("%s: %d parameters, the model card says %d", file, n, want)
 		}
 	}
 }

@@ -15,7 +15,8 @@ func (c *Config) Dims() arch.Dims {
 		Hidden: c.HiddenSize, Intermediate: c.IntermediateSize, Layers: c.NumLayers,
 		Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim, Vocab: c.VocabSize,
 		TiedEmbeddings: c.TieWordEmbeddings, QKVBias: c.AttentionBias, OBias: c.OProjBias,
-		Experts: c.Experts, ExpertIntermediate: c.ExpertIntermediate, Sparse: c.Sparse,
+		Experts: c.Experts, ExpertIntermediate: c.ExpertIntermediate, Sparse: c.Sparse, SharedIntermediate: c.SharedIntermediate,
+		QLoraRank: c.QLoraRank, KVLoraRank: c.KVLoraRank, QKNope: c.QKNope, QKRope: c.QKRope, VHead: c.VHead,
 	}
 }
 
@@ -40,10 +41,15 @@ func (c *Config) TensorShapes() map[string][]int {
 }
 
 // NumParams returns the number of parameters of the tensors in Tensors (a tied
-// embedding is counted once).
+// embedding is counted once), as Transformers counts them: the buffers a
+// checkpoint stores beside them (DeepSeek's e_score_correction_bias), which
+// the loaded model holds, are not parameters.
 func (c *Config) NumParams() int64 {
 	var n int64
 	for _, t := range c.Tensors() {
+		if t.Role == arch.RouterBias {
+			continue
+		}
 		p := int64(1)
 		for _, d := range t.Shape {
 			p *= int64(d)

@@ -17,6 +17,10 @@ import (
 //
 //   - the family's computed buffers (arch.Family.Buffers: the rotary inverse
 //     frequencies older Transformers saved);
+//   - the tensors of the ExtraLayers layers after num_hidden_layers that the
+//     config says the checkpoint holds and inference does not run (DeepSeek's
+//     multi-token-prediction layers, num_nextn_predict_layers), as
+//     Transformers ignores them;
 //   - lm_head.weight in a model with tied embeddings, when its dtype, shape and bytes
 //     equal model.embed_tokens.weight's (some exporters write the tied matrix twice).
 //     If it differs, the file holds an output layer the model would not compute with.
@@ -28,7 +32,7 @@ func checkUnused(cfg *Config, fam arch.Family, w *safetensors.Set, specs []arch.
 	var extra []string
 	for _, name := range w.Names() {
 		switch {
-		case used[name], fam.IsBuffer(name):
+		case used[name], fam.IsBuffer(name), extraLayer(cfg, name):
 		case name == arch.LMHeadName && cfg.TieWordEmbeddings:
 			if err := checkTiedHead(cfg, w); err != nil {
 				return err
@@ -41,6 +45,13 @@ func checkUnused(cfg *Config, fam arch.Family, w *safetensors.Set, specs []arch.
 		return nil
 	}
 	return unusedError(cfg, w, extra)
+}
+
+// extraLayer reports whether name belongs to one of the layers past
+// num_hidden_layers that cfg says are not run (Config.ExtraLayers).
+func extraLayer(cfg *Config, name string) bool {
+	l, _, ok := arch.LayerOf(name)
+	return ok && l >= cfg.NumLayers && l < cfg.NumLayers+cfg.ExtraLayers
 }
 
 // checkTiedHead refuses an lm_head.weight that differs from the embedding it is tied to.

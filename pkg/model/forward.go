@@ -90,6 +90,7 @@ type scratch struct {
 	x, xn       tensor.Tensor // [rows, H] residual stream and its norm
 	y           tensor.Tensor // [rows, H] a block's output before its norm (sandwich norms) or its experts' sum (MoE)
 	moe         moeScratch
+	mla         mlaScratch
 	q, att      tensor.Tensor // [rows, qDim]
 	k, v        tensor.Tensor // [rows, kvDim]
 	gate, up    tensor.Tensor // [rows, I]
@@ -551,6 +552,9 @@ func (m *Model) growRows(al *tensor.Allocator, rows int) {
 	if m.Config.Experts > 0 {
 		m.growMoE(al, rows)
 	}
+	if m.fam.MLA {
+		m.growMLA(al, rows)
+	}
 	s.q = al.Alloc(tensor.F32, rows, m.qDim)
 	s.att = al.Alloc(tensor.F32, rows, m.qDim)
 	s.k = al.Alloc(tensor.F32, rows, m.kvDim)
@@ -618,7 +622,9 @@ func (s *scratch) growLayout(maskLen, inputs int) {
 func (l *Layer) forward(m *Model, p *pass) {
 	d := m.dev
 	d.RMSNorm(p.xn, p.x, l.attnNorm, m.eps)
-	if l.attnOutNorm.Empty() {
+	if l.MLA != nil {
+		l.MLA.forward(m, p, l.Attn.at.l)
+	} else if l.attnOutNorm.Empty() {
 		l.Attn.nn.Forward(d, p.x, p.xn, p.pos, &p.attn, &l.Attn.at, true)
 	} else {
 		l.Attn.nn.Forward(d, p.y, p.xn, p.pos, &p.attn, &l.Attn.at, false)

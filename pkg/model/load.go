@@ -68,6 +68,11 @@ func (m *Model) field(t arch.Tensor) (*tensor.Matrix, *[]float32) {
 	var l *Layer
 	if t.Layer >= 0 {
 		l = &m.Layers[t.Layer]
+		if m.fam.MLA {
+			if mat, vec := l.mlaField(t); mat != nil || vec != nil {
+				return mat, vec
+			}
+		}
 		if lin, bias := l.linear(t.Role); lin != nil {
 			if bias {
 				return nil, &lin.B
@@ -87,7 +92,10 @@ func (m *Model) field(t arch.Tensor) (*tensor.Matrix, *[]float32) {
 		return nil, &l.AttnNorm
 	case arch.MLPNorm:
 		return nil, &l.MLPNorm
-	case arch.Router, arch.ExpertGate, arch.ExpertUp, arch.ExpertDown:
+	case arch.RouterBias:
+		l.expertLinear(arch.Tensor{Role: arch.Router}, m.Config.Experts)
+		return nil, &l.MoE.Bias
+	case arch.Router, arch.ExpertGate, arch.ExpertUp, arch.ExpertDown, arch.SharedGate, arch.SharedUp, arch.SharedDown:
 		lin := l.expertLinear(t, m.Config.Experts)
 		lin.Out, lin.In = t.Shape[0], t.Shape[1]
 		return &lin.W, nil
@@ -107,6 +115,38 @@ func (m *Model) field(t arch.Tensor) (*tensor.Matrix, *[]float32) {
 	panic(fmt.Sprintf("model: tensor %s has role %d, which no weight field takes (newModel admits only families it implements)", t.Name, t.Role))
 }
 
+// mlaField returns the latent-attention weight field a tensor fills (a
+// matrix or a vector), the MLA made on first use; nil for other roles.
+func (l *Layer) mlaField(t arch.Tensor) (*tensor.Matrix, *[]float32) {
+	if l.MLA == nil {
+		l.MLA = &MLA{}
+	}
+	a := l.MLA
+	var lin *Linear
+	switch t.Role {
+	case arch.QANorm:
+		return nil, &a.QANorm
+	case arch.KVANorm:
+		return nil, &a.KVANorm
+	case arch.QAProj:
+		lin = &a.QA
+	case arch.QBProj:
+		lin = &a.QB
+	case arch.QProj:
+		lin = &a.Q
+	case arch.KVAProj:
+		lin = &a.KVA
+	case arch.KVBProj:
+		lin = &a.KVB
+	case arch.OProj:
+		lin = &a.O
+	default:
+		return nil, nil
+	}
+	lin.Out, lin.In = t.Shape[0], t.Shape[1]
+	return &lin.W, nil
+}
+
 // expertLinear returns the linear layer of l's mixture of experts (of n
 // experts, made on first use) a router or expert tensor fills.
 func (l *Layer) expertLinear(t arch.Tensor, n int) *Linear {
@@ -116,6 +156,17 @@ func (l *Layer) expertLinear(t arch.Tensor, n int) *Linear {
 	switch t.Role {
 	case arch.Router:
 		return &l.MoE.Router
+	case arch.SharedGate, arch.SharedUp, arch.SharedDown:
+		if l.MoE.Shared == nil {
+			l.MoE.Shared = &MLP{}
+		}
+		switch t.Role {
+		case arch.SharedGate:
+			return &l.MoE.Shared.Gate
+		case arch.SharedUp:
+			return &l.MoE.Shared.Up
+		}
+		return &l.MoE.Shared.Down
 	case arch.ExpertGate:
 		return &l.MoE.Experts[t.Expert].Gate
 	case arch.ExpertUp:
@@ -344,6 +395,13 @@ func (m *Model) fill(binds []binding, half []tensor.Matrix, set func(b binding, 
 		m.LMHead = m.Embed
 	}
 	m.split()
+	if m.Config.RopeInterleave {
+		for i := range m.Layers {
+			if a := m.Layers[i].MLA; a != nil {
+				m.deinterleave(a)
+			}
+		}
+	}
 	return m.fuse()
 }
 
@@ -377,13 +435,18 @@ func (m *Model) split() {
 func (m *Model) fuse() error {
 	for i := range m.Layers {
 		l := &m.Layers[i]
-		l.Attn.nn.QKV = tensor.WeightOf(adjacent(l.Attn.Q.W, l.Attn.K.W, l.Attn.V.W))
+		if l.MLA == nil {
+			l.Attn.nn.QKV = tensor.WeightOf(adjacent(l.Attn.Q.W, l.Attn.K.W, l.Attn.V.W))
+		}
 		if l.MoE == nil {
 			l.MLP.fuse()
 			continue
 		}
 		for e := range l.MoE.Experts {
 			l.MoE.Experts[e].fuse()
+		}
+		if l.MoE.Shared != nil {
+			l.MoE.Shared.fuse()
 		}
 	}
 	return m.prepare()
@@ -459,9 +522,15 @@ func (m *Model) prepare() error {
 	var ls []*nn.Linear
 	for i := range m.Layers {
 		l := &m.Layers[i]
-		for _, lin := range []*Linear{&l.Attn.Q, &l.Attn.K, &l.Attn.V, &l.Attn.O} {
-			if lin.nn, err = nn.NewFrozen(m.dev, lin.W, lin.B); err != nil {
-				return fmt.Errorf("model: %w", err)
+		if l.MLA != nil {
+			if ls, err = m.prepareMLA(l.MLA, norm, ls); err != nil {
+				return err
+			}
+		} else {
+			for _, lin := range []*Linear{&l.Attn.Q, &l.Attn.K, &l.Attn.V, &l.Attn.O} {
+				if lin.nn, err = nn.NewFrozen(m.dev, lin.W, lin.B); err != nil {
+					return fmt.Errorf("model: %w", err)
+				}
 			}
 		}
 		for _, n := range []struct {
@@ -472,6 +541,13 @@ func (m *Model) prepare() error {
 			if *n.dst, err = norm(n.v); err != nil {
 				return fmt.Errorf("model: %w", err)
 			}
+		}
+		if l.MLA != nil {
+			l.Attn.at = cacheAttention{m: m, l: i}
+			if ws, ls, err = m.prepareFFN(l, ws, ls); err != nil {
+				return err
+			}
+			continue
 		}
 		// The layers whose own products run: a fused matrix replaces its
 		// parts' (which keep only their biases).
@@ -489,25 +565,40 @@ func (m *Model) prepare() error {
 		} else {
 			ls = append(ls, l.Attn.Q.nn, l.Attn.K.nn, l.Attn.V.nn)
 		}
-		if l.MoE == nil {
-			if ws, ls, err = m.prepareMLP(&l.MLP, ws, ls); err != nil {
-				return err
-			}
-			continue
-		}
-		r := &l.MoE.Router
-		if r.nn, err = nn.NewFrozen(m.dev, r.W, r.B); err != nil {
-			return fmt.Errorf("model: %w", err)
-		}
-		ls = append(ls, r.nn)
-		for e := range l.MoE.Experts {
-			if ws, ls, err = m.prepareMLP(&l.MoE.Experts[e], ws, ls); err != nil {
-				return err
-			}
+		if ws, ls, err = m.prepareFFN(l, ws, ls); err != nil {
+			return err
 		}
 	}
 	nn.Freeze(m.dev, ws, ls...)
 	return nil
+}
+
+// prepareFFN puts a layer's feed-forward block on the device: its MLP, or
+// its router, experts and shared MLP.
+func (m *Model) prepareFFN(l *Layer, ws []*tensor.Weight, ls []*nn.Linear) ([]*tensor.Weight, []*nn.Linear, error) {
+	if l.MoE == nil {
+		return m.prepareMLP(&l.MLP, ws, ls)
+	}
+	r := &l.MoE.Router
+	var err error
+	if r.nn, err = nn.NewFrozen(m.dev, r.W, r.B); err != nil {
+		return ws, ls, fmt.Errorf("model: %w", err)
+	}
+	ls = append(ls, r.nn)
+	if l.MoE.Bias != nil {
+		if l.MoE.bias, err = m.dev.Upload(tensor.F32Matrix(l.MoE.Bias, 1, len(l.MoE.Bias))); err != nil {
+			return ws, ls, fmt.Errorf("model: %w", err)
+		}
+	}
+	for e := range l.MoE.Experts {
+		if ws, ls, err = m.prepareMLP(&l.MoE.Experts[e], ws, ls); err != nil {
+			return ws, ls, err
+		}
+	}
+	if l.MoE.Shared != nil {
+		return m.prepareMLP(l.MoE.Shared, ws, ls)
+	}
+	return ws, ls, nil
 }
 
 // prepareMLP puts an MLP's layers on the device (frozen) with the family's

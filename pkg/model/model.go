@@ -91,6 +91,14 @@ type MLP struct {
 type MoE struct {
 	Router  Linear // [experts, H]
 	Experts []MLP
+	// Bias is DeepSeek's e_score_correction_bias [experts], added to the
+	// sigmoid scores that choose the experts (not to their weights); nil
+	// elsewhere. Shared is the MLP every token runs besides (DeepSeek's
+	// shared experts), nil where none.
+	Bias   []float32
+	Shared *MLP
+
+	bias tensor.Tensor
 }
 
 // Layer is one decoder layer. Norm weights are as the checkpoint stores
@@ -106,6 +114,9 @@ type Layer struct {
 	// MoE is a sparse layer's mixture of experts, which runs instead of
 	// MLP; nil for a dense layer.
 	MoE *MoE
+	// MLA is DeepSeek's latent attention, which runs instead of Attn; nil
+	// elsewhere.
+	MLA *MLA
 	// MLPOutNorm normalizes the MLP's output before the residual add
 	// (Gemma: post_feedforward_layernorm.weight [H]); nil elsewhere.
 	MLPOutNorm []float32
@@ -319,6 +330,12 @@ func newModel(cfg *checkpoint.Config, dev tensor.Device) (*Model, error) {
 	for l := range m.Layers {
 		m.Layers[l].window = cfg.Window(l)
 	}
+	if fam.MLA {
+		// One cached head of the latent and the rotated key part, which
+		// every query head attends to with a query of the same width.
+		w := cfg.KVLoraRank + cfg.QKRope
+		m.hd, m.nKV, m.kvDim, m.qDim = w, 1, w, cfg.NumHeads*w
+	}
 	if fam.EmbedScale == arch.ScaleSqrtHidden {
 		m.embedScale = float32(math.Sqrt(float64(m.h)))
 	}
@@ -327,6 +344,16 @@ func newModel(cfg *checkpoint.Config, dev tensor.Device) (*Model, error) {
 		scalar = cfg.QueryPreAttnScalar
 	}
 	m.scale = float32(1 / math.Sqrt(scalar))
+	if fam.MLA {
+		// Transformers' DeepSeek scale: the query-key width's, times
+		// yarn's mscale_all_dim factor squared where the config has it.
+		sc := 1 / math.Sqrt(float64(cfg.QKNope+cfg.QKRope))
+		if r := cfg.RopeScaling; r != nil && r.Type == "yarn" && r.MScaleAll != 0 && r.Factor > 1 {
+			ms := 0.1*r.MScaleAll*math.Log(r.Factor) + 1
+			sc *= ms * ms
+		}
+		m.scale = float32(sc)
+	}
 	m.dev = cpu.SiblingOf(dev)
 	if err := m.rotaries(); err != nil {
 		return nil, err
@@ -357,28 +384,33 @@ func (m *Model) rotaries() error {
 func (m *Model) rotary(theta float64, s *checkpoint.RopeScaling, dims int) (*tensor.Rotary, error) {
 	var rs *nn.RopeScaling
 	var opt nn.RoPEOptions
-	if dims != m.hd {
+	hd := m.hd
+	if m.fam.MLA {
+		hd = dims // the rotated parts are compacted before RoPE
+	}
+	if dims != hd {
 		opt.RotaryDims = dims
 	}
 	if s != nil {
 		switch s.Type {
 		case "", "default":
-		case "linear", "llama3", "longrope":
+		case "linear", "llama3", "longrope", "yarn":
 			rs = &nn.RopeScaling{Type: s.Type, Factor: s.Factor, LowFreqFactor: s.LowFreqFactor,
 				HighFreqFactor: s.HighFreqFactor, OriginalMaxPositions: s.OriginalMaxPositions,
-				ShortFactor: s.ShortFactor, LongFactor: s.LongFactor}
-			if s.Type == "longrope" {
+				ShortFactor: s.ShortFactor, LongFactor: s.LongFactor,
+				BetaFast: s.BetaFast, BetaSlow: s.BetaSlow, Truncate: s.Truncate}
+			if s.Type == "longrope" || s.Type == "yarn" {
 				opt.AttnFactor = s.AttnFactor
 			}
 		default:
-			return nil, fmt.Errorf("model: config.json rope_scaling type %q is not supported (supported: linear, llama3, longrope)", s.Type)
+			return nil, fmt.Errorf("model: config.json rope_scaling type %q is not supported (supported: linear, llama3, longrope, yarn)", s.Type)
 		}
 	}
 	table := min(m.maxPos, 32768)
 	if rs != nil && rs.Type == "longrope" {
 		table = m.maxPos // its long range is read from the table only
 	}
-	rope, err := nn.NewRoPEWith(m.hd, theta, rs, table, opt)
+	rope, err := nn.NewRoPEWith(hd, theta, rs, table, opt)
 	if err != nil {
 		return nil, fmt.Errorf("model: config.json rope settings: %w", err)
 	}

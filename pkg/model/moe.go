@@ -21,11 +21,12 @@ import (
 // expert's rows and weights, and one row's probabilities and choice.
 type moeScratch struct {
 	logits, xe, ye tensor.Tensor
-	acts           nn.MLPActs
+	acts, shared   nn.MLPActs
 	hostLogits     []float32
 	rows           [][]int32   // rows[e]: the pass's rows routed to expert e, in order
 	weights        [][]float32 // weights[e][i]: the routing weight of rows[e][i]
-	probs          []float32
+	probs, choice  []float32   // one row's weights and the scores that choose its experts
+	groupScore     []float32
 	top            []int
 }
 
@@ -39,11 +40,16 @@ func (m *Model) growMoE(al *tensor.Allocator, rows int) {
 	s.ye = al.Alloc(tensor.F32, rows, m.h)
 	s.acts = nn.MLPActs{Gate: al.Alloc(tensor.F32, rows, c.ExpertIntermediate), Up: al.Alloc(tensor.F32, rows, c.ExpertIntermediate),
 		Fused: al.Alloc(tensor.F32, rows, 2*c.ExpertIntermediate)}
+	if si := c.SharedIntermediate; si > 0 {
+		s.shared = nn.MLPActs{Gate: al.Alloc(tensor.F32, rows, si), Up: al.Alloc(tensor.F32, rows, si), Fused: al.Alloc(tensor.F32, rows, 2*si)}
+	}
 	s.rows, s.weights = make([][]int32, c.Experts), make([][]float32, c.Experts)
 	for e := range s.rows {
 		s.rows[e], s.weights[e] = make([]int32, 0, rows), make([]float32, 0, rows)
 	}
-	s.probs, s.top = make([]float32, c.Experts), make([]int, 0, c.TopK)
+	s.probs, s.choice = make([]float32, c.Experts), make([]float32, c.Experts)
+	s.top = make([]int, 0, max(c.TopK, c.Groups, 2))
+	s.groupScore = make([]float32, c.Groups)
 }
 
 // forward sets the pass's y to the mixture's output over its normed rows
@@ -52,7 +58,7 @@ func (e *MoE) forward(m *Model, p *pass) {
 	d, s := m.dev, &m.s.moe
 	logits := s.logits.RowRange(0, p.rows)
 	e.Router.nn.Forward(d, logits, p.xn)
-	m.route(m.host(logits, &s.hostLogits), p.rows)
+	m.route(m.host(logits, &s.hostLogits), e.Bias, p.rows)
 	d.Zero(p.y)
 	for x := range e.Experts {
 		rows := s.rows[x]
@@ -65,35 +71,80 @@ func (e *MoE) forward(m *Model, p *pass) {
 		e.Experts[x].nn.Forward(d, ye, xe, &s.acts, false)
 		d.AddScaledRows(p.y, ye, rows, s.weights[x])
 	}
+	if e.Shared != nil {
+		e.Shared.nn.Forward(d, p.y, p.xn, &s.shared, true)
+	}
 }
 
 // route chooses each row's experts from its router logits (rows·experts,
-// row-major) as Transformers' routers do in float32: the softmax over all
-// experts, the TopK most probable (the lower index first among equal
-// ones), their probabilities divided by their sum where NormTopK, and
-// lists each expert's rows and weights.
-func (m *Model) route(logits []float32, rows int) {
+// row-major) as Transformers' routers do in float32, and lists each
+// expert's rows and weights. Softmax routers (Mixtral, Qwen3-MoE): the
+// softmax over all experts, its TopK most probable, their probabilities
+// divided by their sum where NormTopK. DeepSeek's (bias non-nil): sigmoid
+// scores, which plus the correction bias rank the groups (by their two
+// best) and, within the TopKGroups best groups, the experts; the chosen
+// experts weigh by their sigmoid scores, over their sum where NormTopK,
+// times RoutedScaling. The lower index comes first among equal values.
+func (m *Model) route(logits, bias []float32, rows int) {
 	s := &m.s.moe
-	E, k := m.Config.Experts, m.Config.TopK
+	c := m.Config
+	E, k := c.Experts, c.TopK
 	for x := range s.rows {
 		s.rows[x], s.weights[x] = s.rows[x][:0], s.weights[x][:0]
 	}
 	for i := 0; i < rows; i++ {
-		softmax32(s.probs, logits[i*E:(i+1)*E])
-		s.top = topK(s.top[:0], s.probs, k)
+		z := logits[i*E : (i+1)*E]
+		if bias == nil {
+			softmax32(s.probs, z)
+			s.top = topK(s.top[:0], s.probs, k)
+		} else {
+			for j, v := range z {
+				s.probs[j] = float32(1 / (1 + math.Exp(-float64(v))))
+				s.choice[j] = s.probs[j] + bias[j]
+			}
+			s.top = m.groupTopK(s.top[:0])
+		}
 		var sum float32
 		for _, x := range s.top {
 			sum += s.probs[x]
 		}
+		if bias != nil {
+			sum += 1e-20 // Transformers' DeepSeek denominator
+		}
 		for _, x := range s.top {
 			w := s.probs[x]
-			if m.Config.NormTopK {
+			if c.NormTopK {
 				w /= sum
+			}
+			if bias != nil {
+				w *= float32(c.RoutedScaling)
 			}
 			s.rows[x] = append(s.rows[x], int32(i))
 			s.weights[x] = append(s.weights[x], w)
 		}
 	}
+}
+
+// groupTopK appends to dst the TopK experts of the best TopKGroups groups
+// by the corrected scores in the scratch's choice: a group ranks by the sum
+// of its two best scores, and the experts of the other groups are out.
+func (m *Model) groupTopK(dst []int) []int {
+	s, c := &m.s.moe, m.Config
+	n := c.Experts / c.Groups
+	for g := range s.groupScore {
+		grp := s.choice[g*n : (g+1)*n]
+		best := topK(dst[:0], grp, 2)
+		s.groupScore[g] = grp[best[0]] + grp[best[1]]
+	}
+	groups := topK(dst[:0], s.groupScore, c.TopKGroups)
+	for g := range s.groupScore {
+		if !chosen(groups, g) {
+			for j := g * n; j < (g+1)*n; j++ {
+				s.choice[j] = float32(math.Inf(-1))
+			}
+		}
+	}
+	return topK(dst[:0], s.choice, c.TopK)
 }
 
 // softmax32 writes the softmax of z into p in float32: exp(z-max) over

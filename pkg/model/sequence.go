@@ -26,7 +26,7 @@ func (m *Model) NewSequence(capacity int) (*Sequence, error) {
 		return nil, fmt.Errorf("model: sequence capacity %d must be positive", capacity)
 	}
 	if capacity > m.maxPos {
-		return nil, fmt.Errorf("model: sequence capacity %d exceeds the model's context length %d (max_position_embeddings or sliding_window in config.json)", capacity, m.maxPos)
+		return nil, fmt.Errorf("model: sequence capacity %d exceeds the model's context length %d (max_position_embeddings in config.json)", capacity, m.maxPos)
 	}
 	kv, err := kvcache.New(m.dev, len(m.Layers), m.kvDim, capacity)
 	if err != nil {

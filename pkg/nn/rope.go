@@ -19,6 +19,10 @@ type RopeScaling struct {
 	// per rotated pair: positions below OriginalMaxPositions turn by the
 	// short ones, positions from there on by the long ones.
 	ShortFactor, LongFactor []float64
+	// BetaFast, BetaSlow and Truncate shape yarn's ramp between the
+	// original frequencies (fast rotations) and the interpolated ones.
+	BetaFast, BetaSlow float64
+	Truncate           bool
 }
 
 // RoPE holds the tables of rotary position embeddings, which a device's RoPE
@@ -120,6 +124,11 @@ func NewRoPEWith(headDim int, theta float64, s *RopeScaling, maxPos int, o RoPEO
 					inv[i] = (1-smooth)*f/s.Factor + smooth*f
 				}
 			}
+		case "yarn":
+			if s.Factor <= 0 || s.OriginalMaxPositions <= 0 || s.BetaFast <= 0 || s.BetaSlow <= 0 {
+				return nil, fmt.Errorf("rope: yarn rope_scaling needs factor, original_max_position_embeddings, beta_fast and beta_slow positive (got %+v)", *s)
+			}
+			yarn(inv, theta, dims, s)
 		case "longrope":
 			if len(s.ShortFactor) != half || len(s.LongFactor) != half || s.OriginalMaxPositions <= 0 {
 				return nil, fmt.Errorf("rope: longrope rope_scaling needs %d short and long factors (rotary dims / 2) and original_max_position_embeddings > 0 (got %d, %d and %d)",
@@ -160,6 +169,32 @@ func NewRoPEWith(headDim int, theta float64, s *RopeScaling, maxPos int, o RoPEO
 		}
 	}
 	return r, nil
+}
+
+// yarn sets inv to YaRN's frequencies as Transformers computes them in
+// float32: each pair's original frequency and its interpolation (divided by
+// the factor) blended by a linear ramp over the pairs between the
+// correction dimensions of beta_fast and beta_slow rotations within the
+// original context.
+func yarn(inv []float64, theta float64, dims int, s *RopeScaling) {
+	corr := func(rot float64) float64 {
+		return float64(dims) * math.Log(float64(s.OriginalMaxPositions)/(rot*2*math.Pi)) / (2 * math.Log(theta))
+	}
+	lo, hi := corr(s.BetaFast), corr(s.BetaSlow)
+	if s.Truncate {
+		lo, hi = math.Floor(lo), math.Ceil(hi)
+	}
+	lo, hi = max(lo, 0), min(hi, float64(dims-1))
+	if lo == hi {
+		hi += 0.001
+	}
+	for i := range inv {
+		pos := float32(math.Pow(theta, float64(float32(2*i)/float32(dims))))
+		extra, inter := 1/pos, 1/(float32(s.Factor)*pos)
+		ramp := min(max((float32(i)-float32(lo))/(float32(hi)-float32(lo)), 0), 1)
+		ef := 1 - ramp
+		inv[i] = float64(inter*(1-ef) + extra*ef)
+	}
 }
 
 // HeadDim returns the head dimension the tables were built for.

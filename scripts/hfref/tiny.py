@@ -125,6 +125,15 @@ ARCHS = {
         first_k_dense_replace=1, moe_intermediate_size=32, routed_scaling_factor=2.5, num_mtp_layers=0,
         initializer_range=0.45,
         rope_parameters=dict(rope_type="default", rope_theta=10000.0))),
+    # DeepSeek-V3 without a query low-rank pair (q_proj), with yarn scaling: both mscales set,
+    # so that yarn's attention factor and the softmax scale's mscale_all_dim factor both bind.
+    "deepseek_v3_yarn": ("deepseek_v3", dict(
+        num_key_value_heads=4, q_lora_rank=None, kv_lora_rank=32, qk_rope_head_dim=8, qk_nope_head_dim=16,
+        v_head_dim=16, n_routed_experts=8, n_shared_experts=2, num_experts_per_tok=3, n_group=4, topk_group=2,
+        first_k_dense_replace=2, moe_intermediate_size=32, routed_scaling_factor=1.5, num_mtp_layers=0,
+        initializer_range=0.45, max_position_embeddings=256,
+        rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=4.0, original_max_position_embeddings=16,
+                             beta_fast=32.0, beta_slow=1.0, mscale=1.0, mscale_all_dim=0.707))),
     "gpt_oss": ("gpt_oss", dict(
         num_local_experts=4, num_experts_per_tok=2, intermediate_size=64, sliding_window=WINDOW,
         layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
@@ -311,6 +320,10 @@ def make(outdir, name):
         # in tensors of two or more dimensions, which a bf16 checkpoint stores in bf16.
         ref["parameters"] = sum(p.numel() for p in m.parameters())
         ref["matrix_parameters"] = sum(p.numel() for p in m.parameters() if p.dim() >= 2)
+        # Buffers the checkpoint stores beside the parameters (DeepSeek's
+        # e_score_correction_bias): held once loaded, not counted as parameters.
+        ref["persistent_buffers"] = sum(b.numel() for n, b in m.named_buffers()
+                                        if n in m.state_dict() and "rotary" not in n and "inv_freq" not in n)
         ref[dt] = run(m, f"{name} {dt}", ps, ref["features"])
     with open(os.path.join(d, "reference.json"), "w") as f:
         json.dump(ref, f)

@@ -321,12 +321,12 @@ func TargetGeometry(c *checkpoint.Config, draftVocab int) Geometry {
 	g := Geometry{Hidden: c.HiddenSize, Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim,
 		Intermediate: c.IntermediateSize, RMSNormEps: c.RMSNormEps, RopeTheta: c.RopeTheta,
 		MaxPositions: c.MaxPositions, Vocab: c.VocabSize, DraftVocab: draftVocab}
-	// A longrope target (Phi-3) keeps plain RoPE in its draft: longrope's
-	// factors belong to the target's partial rotary (not the draft's whole
-	// head) and switch by pass, which a Llama draft layer in an engine does
-	// not do; the export then has no rope_scaling, so that every engine
-	// rotates the draft as training did.
-	if s := c.RopeScaling; s != nil && s.Type != "longrope" {
+	// A longrope (Phi-3) or yarn (DeepSeek) target keeps plain RoPE in its
+	// draft: their factors belong to the target's rotary part (not the
+	// draft's whole head), and longrope's switch by pass, which a Llama
+	// draft layer in an engine does not do; the export then has no
+	// rope_scaling, so that every engine rotates the draft as training did.
+	if s := c.RopeScaling; s != nil && (s.Type == "linear" || s.Type == "llama3") {
 		g.RopeScaling = &nn.RopeScaling{Type: s.Type, Factor: s.Factor, LowFreqFactor: s.LowFreqFactor,
 			HighFreqFactor: s.HighFreqFactor, OriginalMaxPositions: s.OriginalMaxPositions}
 	}
