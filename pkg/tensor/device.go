@@ -135,6 +135,20 @@ type Device interface {
 	// Gemma-2's final logit soft-capping, which bounds the logits to (-c, c)
 	// before any softmax or loss reads them.
 	Softcap(x Tensor, c float32)
+	// ClampedSwiGLU computes gpt-oss's expert activation element-wise, with
+	// SwiGLU's conventions (up empty: gate is [rows, 2·I], each row's gate
+	// part first, its up part second): in float32 and in this order,
+	//
+	//	g = min(gate, limit); u = clamp(up, -limit, limit)
+	//	out = (u + 1) · (g · sigmoid(alpha·g))
+	//
+	// as Transformers' GptOssExperts computes it (gate.clamp(max=limit),
+	// up.clamp(-limit, limit), glu = gate·sigmoid(gate·alpha), (up+1)·glu).
+	// The clamps keep the experts' activations bounded, which a plain SwiGLU
+	// would not reproduce; out may be gate. Like GELUTanhGLU it is forward
+	// only: it serves frozen target layers, which training never
+	// differentiates.
+	ClampedSwiGLU(out, gate, up Tensor, alpha, limit float32)
 
 	// Training: products of either operand transposed, and the backward
 	// passes of the ops above. A backward ACCUMULATES into the gradients it
@@ -258,8 +272,9 @@ type Device interface {
 	// pass at layer l: for each, its T new rows of q (already scaled by
 	// 1/√d) attend to the N committed positions of its cache and to the new
 	// positions its mask allows, and out gets the result in the same rows.
-	// shape.Softcap caps the scores and shape.Window limits each row to the
-	// last Window positions (see AttnShape).
+	// shape.Softcap caps the scores, shape.Window limits each row to the
+	// last Window positions and shape.Sinks adds each head's sink logit to
+	// every row's softmax (see AttnShape).
 	Attend(out, q Tensor, l int, shape AttnShape, seqs []AttnSeq)
 
 	// Training-time-test attention (EAGLE-3's unrolled draft).
@@ -288,7 +303,8 @@ type Device interface {
 	// lse [R, Heads] gets each row and head's log-sum-exp of the scores,
 	// which AttendTTTBackward reads instead of keeping the probabilities.
 	// Rows outside seqs are left as they were. shape's Softcap and Window
-	// must be zero (as for AttendTTTBackward): the drafts trained here are
+	// must be zero and its Sinks empty (as for AttendTTTBackward): the
+	// drafts trained here are
 	// Llama-style layers, and a device panics on a shape that sets them
 	// rather than silently ignore them.
 	AttendTTT(out, lse, q Tensor, keys, vals []Tensor, shape AttnShape, seqs []Span)
@@ -340,9 +356,9 @@ type AdamWStep struct {
 }
 
 // AttnShape is an attention's head layout and the variants of its scores
-// that Attend applies (Gemma-2/3's soft-capping and sliding windows); both
-// are off at zero, where Attend computes exactly what it did before they
-// existed.
+// that Attend applies (Gemma-2/3's soft-capping and sliding windows,
+// gpt-oss's attention sinks); each is off at its zero value, where Attend
+// computes exactly what it did before they existed.
 type AttnShape struct {
 	// Heads and KVHeads are the query and key/value heads; HeadDim their
 	// width.
@@ -362,6 +378,21 @@ type AttnShape struct {
 	// Each row thus has a first visible slot (WindowStart). A row must see
 	// itself: Window is at least 1 when set, and a negative Window panics.
 	Window int
+	// Sinks, when not empty, is a [1, Heads] float32 tensor on the device
+	// that Attend runs on: gpt-oss's attention sinks, a learned logit s_h
+	// per query head that joins each row's softmax as one more score
+	// without a value, so that a head can put weight on "nothing" instead
+	// of on the keys it sees. As Hugging Face's eager attention
+	// concatenates s_h to the scores (scaled, capped) and drops the sink's
+	// probability after the softmax, a row's output becomes
+	//
+	//	out = Σ_j e^(s_j-M)·v_j / (Σ_j e^(s_j-M) + e^(s_h-M)),  M = max(max_j s_j, s_h)
+	//
+	// over the positions j the row sees (mask and Window apply to the keys
+	// only: the sink is seen by every row). The sink enters each row's
+	// softmax once, whatever the device splits the row's keys into, so a
+	// draft node still gets its decode step's bits.
+	Sinks Tensor
 }
 
 // WindowStart returns the first slot that a row sees under a sliding window
@@ -398,10 +429,14 @@ func WindowStart(mk []bool, n, p, w int) int {
 	return n + len(mk) // unreachable: first <= depth
 }
 
-// CheckAttnShape panics unless shape's Window is 0 or positive and its
-// Softcap is 0 or positive and finite: either is a caller's programming
-// error, which the devices report alike.
+// CheckAttnShape panics unless shape's Window is 0 or positive, its
+// Softcap is 0 or positive and finite, and its Sinks empty or a [1, Heads]
+// float32 tensor: each is a caller's programming error, which the devices
+// report alike.
 func CheckAttnShape(op string, shape AttnShape) {
+	if s := shape.Sinks; !s.Empty() && (s.DType() != F32 || s.Rows() != 1 || s.Cols() != shape.Heads) {
+		panic(fmt.Sprintf("tensor: %s: attention sinks are %dx%d %s, want 1x%d float32 (one per query head)", op, s.Rows(), s.Cols(), s.DType(), shape.Heads))
+	}
 	if shape.Window < 0 {
 		panic(fmt.Sprintf("tensor: %s: attention window %d is negative (0 is off; a row must see itself)", op, shape.Window))
 	}

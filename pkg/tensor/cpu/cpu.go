@@ -182,28 +182,47 @@ func (c *Device) AddBias(x, b tensor.Tensor) {
 	}
 }
 
-// swigluJob is the SwiGLU (or GELUTanhGLU) being split over the workers.
+// swigluJob is the SwiGLU (or GELUTanhGLU, or ClampedSwiGLU) being split
+// over the workers.
 type swigluJob struct {
 	out, gate, up []float32
-	inter         int  // I of a fused gate, 0 for separate gate and up
-	gelu          bool // gelu_tanh instead of silu
+	inter         int     // I of a fused gate, 0 for separate gate and up
+	kind          gluKind // which gated activation
+	alpha, limit  float32 // ClampedSwiGLU's constants
 }
+
+// gluKind is the activation of a gated MLP that glu2 runs.
+type gluKind uint8
+
+// The gated activations glu2 runs: silu (SwiGLU), gelu_tanh (GELUTanhGLU)
+// and gpt-oss's clamped silu (ClampedSwiGLU).
+const (
+	gluSiLU gluKind = iota
+	gluGELUTanh
+	gluClamped
+)
 
 // SwiGLU computes out = silu(gate)·up with SwiGLU's kernel, split over the
 // workers when large.
-func (c *Device) SwiGLU(out, gate, up tensor.Tensor) { c.glu2(out, gate, up, false) }
+func (c *Device) SwiGLU(out, gate, up tensor.Tensor) { c.glu2(out, gate, up, gluSiLU, 0, 0) }
 
 // GELUTanhGLU computes out = gelu_tanh(gate)·up with GELUTanhGLU's
 // arithmetic, split over the workers as SwiGLU is.
-func (c *Device) GELUTanhGLU(out, gate, up tensor.Tensor) { c.glu2(out, gate, up, true) }
+func (c *Device) GELUTanhGLU(out, gate, up tensor.Tensor) { c.glu2(out, gate, up, gluGELUTanh, 0, 0) }
 
-// glu2 runs a gated activation (silu, or gelu_tanh when gelu), split over
-// the workers when large: with up empty, gate holds each row's gate and up
-// side by side.
-func (c *Device) glu2(out, gate, up tensor.Tensor, gelu bool) {
+// ClampedSwiGLU computes gpt-oss's clamped activation with ClampedSwiGLU's
+// arithmetic (see tensor.Device.ClampedSwiGLU), split over the workers as
+// SwiGLU is.
+func (c *Device) ClampedSwiGLU(out, gate, up tensor.Tensor, alpha, limit float32) {
+	c.glu2(out, gate, up, gluClamped, alpha, limit)
+}
+
+// glu2 runs a gated activation of kind k, split over the workers when
+// large: with up empty, gate holds each row's gate and up side by side.
+func (c *Device) glu2(out, gate, up tensor.Tensor, k gluKind, alpha, limit float32) {
 	if up.Empty() {
 		I := out.Cols()
-		c.glu = swigluJob{out: f32s(out), gate: f32s(gate), inter: I, gelu: gelu}
+		c.glu = swigluJob{out: f32s(out), gate: f32s(gate), inter: I, kind: k, alpha: alpha, limit: limit}
 		if rows := out.Rows(); rows*I < 1<<15 {
 			c.gluFn(0, rows)
 		} else {
@@ -211,7 +230,7 @@ func (c *Device) glu2(out, gate, up tensor.Tensor, gelu bool) {
 		}
 	} else {
 		n := out.Len()
-		c.glu = swigluJob{out: f32s(out)[:n], gate: f32s(gate)[:n], up: f32s(up)[:n], gelu: gelu}
+		c.glu = swigluJob{out: f32s(out)[:n], gate: f32s(gate)[:n], up: f32s(up)[:n], kind: k, alpha: alpha, limit: limit}
 		if n < 1<<15 {
 			c.gluFn(0, n)
 		} else {
@@ -221,21 +240,29 @@ func (c *Device) glu2(out, gate, up tensor.Tensor, gelu bool) {
 	c.glu = swigluJob{}
 }
 
-// swigluChunk computes rows [lo, hi) of a fused SwiGLU (or GELUTanhGLU), or
-// values [lo, hi) of a separate one.
+// run computes one stretch of the job's activation: out = act(gate)·up.
+func (j *swigluJob) run(out, gate, up []float32) {
+	switch j.kind {
+	case gluGELUTanh:
+		GELUTanhGLU(out, gate, up)
+	case gluClamped:
+		ClampedSwiGLU(out, gate, up, j.alpha, j.limit)
+	default:
+		SwiGLU(out, gate, up)
+	}
+}
+
+// swigluChunk computes rows [lo, hi) of a fused gated activation, or values
+// [lo, hi) of a separate one.
 func (c *Device) swigluChunk(lo, hi int) {
 	j := &c.glu
-	glu := SwiGLU
-	if j.gelu {
-		glu = GELUTanhGLU
-	}
 	if I := j.inter; I > 0 {
 		for r := lo; r < hi; r++ {
-			glu(j.out[r*I:(r+1)*I], j.gate[2*r*I:(2*r+1)*I], j.gate[(2*r+1)*I:(2*r+2)*I])
+			j.run(j.out[r*I:(r+1)*I], j.gate[2*r*I:(2*r+1)*I], j.gate[(2*r+1)*I:(2*r+2)*I])
 		}
 		return
 	}
-	glu(j.out[lo:hi], j.gate[lo:hi], j.up[lo:hi])
+	j.run(j.out[lo:hi], j.gate[lo:hi], j.up[lo:hi])
 }
 
 // NewKV allocates the cache in one block: per layer K, V and K transposed.

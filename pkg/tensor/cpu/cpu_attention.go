@@ -25,7 +25,10 @@ import (
 // only the keys from it on, in the same places for a decode step and the
 // tree node at its position, and a row block of the backend path skips the
 // keys before its first row's window. A softcap (AttnShape.Softcap) caps
-// each computed score before the mask and the softmax.
+// each computed score before the mask and the softmax. Attention sinks
+// (AttnShape.Sinks) join each row's softmax where it is computed, once per
+// row and head (SoftmaxUnscaledSink): in attendRow, or in a backend block's
+// row softmax.
 
 // blasMinRows is the number of new rows from which a sequence's attention
 // uses the backend's matrix multiplies.
@@ -54,8 +57,9 @@ type attnScratch struct {
 	l              int
 	hd, qd, kv     int // head width, query and key/value widths
 	nHeads, nKV    int
-	window         int     // AttnShape.Window: 0, or the positions a row sees
-	softcap        float32 // AttnShape.Softcap: 0, or the scores' cap
+	window         int       // AttnShape.Window: 0, or the positions a row sees
+	softcap        float32   // AttnShape.Softcap: 0, or the scores' cap
+	sinks          []float32 // AttnShape.Sinks: nil, or one logit per head
 	seqs           []tensor.AttnSeq
 	items          []int32     // (sequence, head) work items of the small-row path
 	gitems         []int32     // (sequence, KV group) work items of the grouped path
@@ -92,6 +96,8 @@ type softmaxJob struct {
 	lo0     int     // the block's first key (its first row's window start)
 	window  int     // AttnShape.Window
 	softcap float32 // AttnShape.Softcap
+	sinks   bool    // AttnShape.Sinks is set: sink joins every row's softmax
+	sink    float32 // the head's sink logit
 }
 
 // Attend computes out for every sequence of the pass at layer l.
@@ -101,6 +107,10 @@ func (c *Device) Attend(out, q tensor.Tensor, l int, shape tensor.AttnShape, seq
 	a.out, a.q, a.l, a.seqs = f32s(out), f32s(q), l, seqs
 	a.hd, a.nHeads, a.nKV = shape.HeadDim, shape.Heads, shape.KVHeads
 	a.window, a.softcap = shape.Window, shape.Softcap
+	a.sinks = nil
+	if !shape.Sinks.Empty() {
+		a.sinks = f32s(shape.Sinks)[:a.nHeads]
+	}
 	a.qd, a.kv = a.nHeads*a.hd, a.nKV*a.hd
 	a.items = a.items[:0]
 	a.gitems = a.gitems[:0]
@@ -146,7 +156,7 @@ func (c *Device) Attend(out, q tensor.Tensor, l int, shape tensor.AttnShape, seq
 		}
 		tensor.ParallelChunks(len(a.items), workers, a.attnFn)
 	}
-	a.out, a.q, a.seqs = nil, nil, nil
+	a.out, a.q, a.seqs, a.sinks = nil, nil, nil, nil
 }
 
 // attendItems computes the (sequence, head) items [lo, hi) directly.
@@ -167,7 +177,7 @@ func (a *attnScratch) attendItems(worker, lo, hi int) {
 			if a.window > 0 {
 				lo = tensor.WindowStart(nil, in.N, ctx-1, a.window)
 			}
-			a.attendRow(a.out[row*qd+h*hd:row*qd+h*hd+hd], a.q[row*qd+h*hd:row*qd+h*hd+hd], a.scores[worker][:ctx], lo, kt, vc, c0, nil, in.N)
+			a.attendRow(a.out[row*qd+h*hd:row*qd+h*hd+hd], a.q[row*qd+h*hd:row*qd+h*hd+hd], a.scores[worker][:ctx], lo, kt, vc, c0, nil, in.N, h)
 		}
 	}
 }
@@ -180,8 +190,9 @@ func (a *attnScratch) attendItems(worker, lo, hi int) {
 // is false (a tree node's non-ancestors). Every row of every path but the
 // backend's goes through here, so a row scores the same in a decode step as
 // in a chain or a verification tree that gives it the same keys (the same
-// lo and len(sc)).
-func (a *attnScratch) attendRow(out, q, sc []float32, lo int, kt, vc []float32, c0 int, mask []bool, n int) {
+// lo and len(sc)). h is the query head, whose sink (when a.sinks is set)
+// joins the softmax.
+func (a *attnScratch) attendRow(out, q, sc []float32, lo int, kt, vc []float32, c0 int, mask []bool, n, h int) {
 	hd, kv := a.hd, a.kv
 	ctx := len(sc)
 	s := sc[lo:]
@@ -198,7 +209,12 @@ func (a *attnScratch) attendRow(out, q, sc []float32, lo int, kt, vc []float32, 
 			}
 		}
 	}
-	sum := SoftmaxUnscaled(s)
+	var sum float32
+	if a.sinks != nil {
+		sum = SoftmaxUnscaledSink(s, a.sinks[h])
+	} else {
+		sum = SoftmaxUnscaled(s)
+	}
 	WeightedSum(out, s, vc[lo*kv:(ctx-1)*kv+hd], kv, w, hd, false)
 	Scale(out, 1/sum)
 }
@@ -289,6 +305,9 @@ func (a *attnScratch) attendHeads(worker, lo, hi int) {
 			be.Sgemm(false, true, bt, w, hd, 1, a.q[row*qd+h*hd:], qd, kc[lo0*kv+g*hd:], kv, 0, sc, w)
 			j := softmaxJob{s: sc, ld: w, visible: in.N + i0 + 1 - lo0, tree: tree, mask: in.Mask, t: in.T, n: in.N,
 				lo0: lo0, window: a.window, softcap: a.softcap}
+			if a.sinks != nil {
+				j.sinks, j.sink = true, a.sinks[h]
+			}
 			if !a.c.mm.ParallelCalls() && bt*width >= 1<<14 {
 				// The heads run one after another (the backend threads each
 				// call itself): spread the softmax over the workers instead.
@@ -302,7 +321,8 @@ func (a *attnScratch) attendHeads(worker, lo, hi int) {
 	}
 }
 
-// rows caps, masks and normalises rows [lo, hi) of the score block.
+// rows caps, masks and normalises rows [lo, hi) of the score block, each
+// row's softmax with the head's sink when j.sinks.
 func (j *softmaxJob) rows(lo, hi int) {
 	negInf := float32(math.Inf(-1))
 	for i := lo; i < hi; i++ {
@@ -316,7 +336,7 @@ func (j *softmaxJob) rows(lo, hi int) {
 			if j.softcap != 0 {
 				capScores(r[start:vis], j.softcap)
 			}
-			Softmax(r[start:vis])
+			j.softmax(r[start:vis])
 			clear(r[:start])
 			clear(r[vis:])
 			continue
@@ -335,8 +355,18 @@ func (j *softmaxJob) rows(lo, hi int) {
 				r[c] = negInf
 			}
 		}
-		Softmax(r)
+		j.softmax(r)
 	}
+}
+
+// softmax turns one row's scores into probabilities, with the head's sink
+// in the denominator when j.sinks.
+func (j *softmaxJob) softmax(r []float32) {
+	if !j.sinks {
+		Softmax(r)
+		return
+	}
+	Scale(r, 1/SoftmaxUnscaledSink(r, j.sink))
 }
 
 // softmaxChunk runs a.sm.rows over rows [lo, hi), for ParallelChunks.
@@ -396,7 +426,7 @@ func (a *attnScratch) attendGroups(worker, lo, hi int) {
 			row := in.Row0 + i
 			for h := g * rep; h < (g+1)*rep; h++ {
 				o := row*qd + h*hd
-				a.attendRow(a.out[o:o+hd], a.q[o:o+hd], gb.s[:vis], lo, kt, vc, c0, mk, in.N)
+				a.attendRow(a.out[o:o+hd], a.q[o:o+hd], gb.s[:vis], lo, kt, vc, c0, mk, in.N, h)
 			}
 		}
 	}

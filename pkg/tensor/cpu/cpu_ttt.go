@@ -53,8 +53,8 @@ func checkTTT(out, lse, q tensor.Tensor, keys, vals []tensor.Tensor, shape tenso
 	if shape.HeadDim <= 0 || shape.KVHeads <= 0 || shape.Heads%shape.KVHeads != 0 {
 		panic(fmt.Sprintf("tensor: AttendTTT: %d heads over %d KV heads of width %d", shape.Heads, shape.KVHeads, shape.HeadDim))
 	}
-	if shape.Softcap != 0 || shape.Window != 0 {
-		panic(fmt.Sprintf("tensor: AttendTTT: softcap %v and window %d: the training-time-test attention takes neither", shape.Softcap, shape.Window))
+	if shape.Softcap != 0 || shape.Window != 0 || !shape.Sinks.Empty() {
+		panic(fmt.Sprintf("tensor: AttendTTT: softcap %v, window %d and sinks %v: the training-time-test attention takes none", shape.Softcap, shape.Window, !shape.Sinks.Empty()))
 	}
 	if len(keys) == 0 || len(vals) != len(keys) {
 		panic(fmt.Sprintf("tensor: AttendTTT: %d key and %d value tensors (want the same number, at least one)", len(keys), len(vals)))

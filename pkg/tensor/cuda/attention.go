@@ -126,6 +126,9 @@ func checkF32(op, what string, t tensor.Tensor, cols int) {
 // (tensor.WindowStart, computed here into the row table): its chunks start
 // at that position's chunk, so that a long context's rows load only their
 // window; a softcap is applied to each score as the kernels compute it.
+// Attention sinks (shape.Sinks) join each row's softmax once: in the row's
+// block when it has one, else in the merge of its chunks, and per row of a
+// prefill tile.
 func (d *Device) Attend(out, q tensor.Tensor, l int, shape tensor.AttnShape, seqs []tensor.AttnSeq) {
 	const op = "Attend"
 	checkShape(op, shape)
@@ -158,6 +161,10 @@ func (d *Device) Attend(out, q tensor.Tensor, l int, shape tensor.AttnShape, seq
 	}
 	if rows+tiles == 0 {
 		return
+	}
+	var sinks uint64 // the heads' sink logits, 0 when off
+	if !shape.Sinks.Empty() {
+		sinks = tensor.DeviceAddr(shape.Sinks)
 	}
 
 	// Stage the tables: the sequences (attSeqVals int64 each), the rows
@@ -241,18 +248,18 @@ func (d *Device) Attend(out, q tensor.Tensor, l int, shape tensor.AttnShape, seq
 	}
 	a := d.args()
 	a.ptr(out).ptr(q).addr(dev + uint64(rowOff)).addr(dev + uint64(seqOff)).addr(dev + uint64(maskOff)).addr(part)
-	a.i32(l).i32(shape.Heads).i32(shape.KVHeads).i32(shape.HeadDim).i32(b2i(vec)).f32(shape.Softcap)
+	a.i32(l).i32(shape.Heads).i32(shape.KVHeads).i32(shape.HeadDim).i32(b2i(vec)).f32(shape.Softcap).addr(sinks)
 	d.launch(d.att.attend, dim3{uint32(rows), uint32(shape.Heads), uint32(chunks)}, dim3{attThreads, 1, 1}, 0)
 	if tiles > 0 {
 		a := d.args()
 		a.ptr(out).ptr(q).addr(dev + uint64(tileOff)).addr(dev + uint64(seqOff))
-		a.i32(l).i32(shape.Heads).i32(shape.KVHeads).i32(shape.HeadDim).i32(shape.Window).f32(shape.Softcap)
+		a.i32(l).i32(shape.Heads).i32(shape.KVHeads).i32(shape.HeadDim).i32(shape.Window).f32(shape.Softcap).addr(sinks)
 		d.launch(d.att.prefill, dim3{uint32(tiles), uint32(shape.Heads), 1}, dim3{attThreads, 1, 1}, 0)
 	}
 	if records > 0 {
 		a := d.args()
 		a.ptr(out).addr(dev + uint64(rowOff)).addr(dev + uint64(seqOff)).addr(part)
-		a.i32(shape.Heads).i32(shape.HeadDim)
+		a.i32(shape.Heads).i32(shape.HeadDim).addr(sinks)
 		d.launch(d.att.combine, dim3{uint32(rows), uint32(shape.Heads), 1}, dim3{attThreads, 1, 1}, 0)
 	}
 }
@@ -297,8 +304,8 @@ func aligned16(p uint64) bool { return p%16 == 0 }
 // cover.
 func checkTTT(op string, out, lse, q tensor.Tensor, keys, vals []tensor.Tensor, shape tensor.AttnShape, seqs []tensor.Span) int {
 	checkShape(op, shape)
-	if shape.Softcap != 0 || shape.Window != 0 {
-		panic(fmt.Sprintf("cuda: %s: softcap %v and window %d: the training-time-test attention takes neither", op, shape.Softcap, shape.Window))
+	if shape.Softcap != 0 || shape.Window != 0 || !shape.Sinks.Empty() {
+		panic(fmt.Sprintf("cuda: %s: softcap %v, window %d and sinks %v: the training-time-test attention takes none", op, shape.Softcap, shape.Window, !shape.Sinks.Empty()))
 	}
 	qd, kvd := shape.Heads*shape.HeadDim, shape.KVHeads*shape.HeadDim
 	if len(keys) == 0 || len(vals) != len(keys) {

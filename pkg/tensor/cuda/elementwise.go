@@ -20,7 +20,7 @@ type elementwiseOps struct {
 	rope                                  *kernel
 	scale, add, addBias, sumRows          *kernel
 	swiGLU, swiGLUBack, addSiLU, siLUBack *kernel
-	geluGLU, softcap                      *kernel
+	geluGLU, softcap, clampedGLU          *kernel
 	ssPartial, sumDoubles, adamW          *kernel
 	castF32BF16, castF32F16               *kernel
 	castBF16F32, castF16F32               *kernel
@@ -64,6 +64,7 @@ func (o *elementwiseOps) init(d *Device) {
 	o.siLUBack = d.fn("drafter_ew_silu_backward")
 	o.geluGLU = d.fn("drafter_ew_gelu_glu")
 	o.softcap = d.fn("drafter_ew_softcap")
+	o.clampedGLU = d.fn("drafter_ew_clamped_swiglu")
 	o.ssPartial = d.fn("drafter_ew_sum_squares_partial")
 	o.sumDoubles = d.fn("drafter_ew_sum_doubles")
 	o.adamW = d.fn("drafter_ew_adamw")
@@ -389,17 +390,26 @@ func (d *Device) AddBias(x, b tensor.Tensor) {
 // SwiGLU computes out = silu(gate)·up; with up empty, gate holds each row's
 // gate and up side by side ([rows, 2·I]). A fused call must not write over
 // its input (out beside gate): the rows run in parallel, unlike the CPU's.
-func (d *Device) SwiGLU(out, gate, up tensor.Tensor) { d.glu("SwiGLU", d.ew.swiGLU, out, gate, up) }
+func (d *Device) SwiGLU(out, gate, up tensor.Tensor) {
+	d.glu("SwiGLU", d.ew.swiGLU, out, gate, up, false, 0, 0)
+}
 
 // GELUTanhGLU computes out = gelu_tanh(gate)·up with SwiGLU's layouts and
 // its rule on fused calls (see tensor.Device.GELUTanhGLU).
 func (d *Device) GELUTanhGLU(out, gate, up tensor.Tensor) {
-	d.glu("GELUTanhGLU", d.ew.geluGLU, out, gate, up)
+	d.glu("GELUTanhGLU", d.ew.geluGLU, out, gate, up, false, 0, 0)
 }
 
-// glu launches the gated activation k (drafter_ew_swiglu's arguments) of
-// out, gate and up, fused when up is empty.
-func (d *Device) glu(op string, k *kernel, out, gate, up tensor.Tensor) {
+// ClampedSwiGLU computes gpt-oss's clamped activation (see
+// tensor.Device.ClampedSwiGLU) with SwiGLU's layouts and its rule on fused
+// calls, in the CPU device's arithmetic (drafter_ew_clamped_swiglu).
+func (d *Device) ClampedSwiGLU(out, gate, up tensor.Tensor, alpha, limit float32) {
+	d.glu("ClampedSwiGLU", d.ew.clampedGLU, out, gate, up, true, alpha, limit)
+}
+
+// glu launches the gated activation k (drafter_ew_swiglu's arguments, then
+// alpha and limit when consts) of out, gate and up, fused when up is empty.
+func (d *Device) glu(op string, k *kernel, out, gate, up tensor.Tensor, consts bool, alpha, limit float32) {
 	o := &d.ew
 	needF32(op, out, gate, up)
 	rows, cols := out.Rows(), out.Cols()
@@ -421,7 +431,10 @@ func (d *Device) glu(op string, k *kernel, out, gate, up tensor.Tensor) {
 		ga, ua, ldg, ldu = tensor.DeviceAddr(gate), tensor.DeviceAddr(up), cols, cols
 	}
 	grid, block := o.rowTiled(rows, cols)
-	d.args().ptr(out).addr(ga).addr(ua).i32(rows).i32(cols).i32(ldg).i32(ldu)
+	a := d.args().ptr(out).addr(ga).addr(ua).i32(rows).i32(cols).i32(ldg).i32(ldu)
+	if consts {
+		a.f32(alpha).f32(limit)
+	}
 	d.launch(k, grid, block, 0)
 }
 

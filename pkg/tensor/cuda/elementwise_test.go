@@ -289,6 +289,8 @@ func TestElementwiseNoAllocs(t *testing.T) {
 		d.SwiGLUBackward(z, y, x, x, y)
 		d.GELUTanhGLU(y, fused, tensor.Tensor{})
 		d.GELUTanhGLU(y, x, z)
+		d.ClampedSwiGLU(y, fused, tensor.Tensor{}, 1.702, 7)
+		d.ClampedSwiGLU(y, x, z, 1.702, 7)
 		d.Softcap(y, 3)
 		d.RoPE(x, heads, pos, partial)
 		d.AddSiLU(y, x)

@@ -34,6 +34,14 @@
 // positions at lo, a prefill tile's steps at its first row's lo, so nothing
 // before a row's window is loaded. A tree node whose ancestors form a prefix
 // has the decode step's lo and limit, hence still its bits.
+//
+// Attention sinks (gpt-oss, AttnShape.Sinks): a head's sink logit joins a
+// row's softmax once, as one more score without a value, after the row's
+// keys: in drafter_attend for a row of one block, in drafter_attend_combine
+// for a row of several chunks (never in a chunk), and per row of a prefill
+// tile once its steps are done. Whether a row has several chunks depends
+// only on its lo and limit, so a draft node still gets its decode step's
+// bits.
 
 #include "compat.h"
 
@@ -242,6 +250,21 @@ static __device__ __forceinline__ void att_online(const Src& src, const float* q
     }
 }
 
+// att_sink folds a head's attention sink sk (AttnShape.Sinks) into a
+// finished online softmax state (m, l and the weighted sums a0, a1): one
+// more score without a value, so the maximum becomes max(m, sk), the sums
+// are rescaled to it and the sum of exponentials gains exp(sk - max). The
+// sum is rounded product then sum (no fused multiply-add), as
+// drafter_attend_combine and att_tile_sink round theirs.
+static __device__ __forceinline__ void att_sink(float sk, float& m, float& l, float& a0, float& a1) {
+    const float mn = fmaxf(m, sk);
+    const float alpha = (m == mn) ? 1.f : expf(m - mn);
+    l = __fadd_rn(__fmul_rn(l, alpha), expf(sk - mn));
+    a0 *= alpha;
+    a1 *= alpha;
+    m = mn;
+}
+
 // att_softcap returns cap·tanh(s/cap) (Hugging Face's order: divide, tanh,
 // multiply), or s when cap is 0: AttnShape.Softcap.
 static __device__ __forceinline__ float att_softcap(float s, float cap) {
@@ -284,20 +307,24 @@ static __device__ __forceinline__ int att_chunks(int lo, int limit) {
 // bytes from one layer's K (or V) to the next's; layer picks the layer. The
 // row sees positions [0, N) and, of N..limit-1, those its mask allows (a
 // chain: all). q and out are [*, heads·hd]; q is already scaled; softcap
-// (0: none) caps the scores. vec says that hd is a multiple of 4 and q and
-// the caches are 16-byte aligned.
+// (0: none) caps the scores; sinks (null: none) holds each head's sink
+// logit. vec says that hd is a multiple of 4 and q and the caches are
+// 16-byte aligned.
 //
-// A row with part -1 runs in one block over [lo, limit) and writes out; any
+// A row with part -1 runs in one block over [lo, limit), folds in its
+// head's sink (att_sink) and writes out; any
 // other (a decode-class row of several chunks) runs one block per chunk of
 // ATT_CHUNK positions that [lo, limit) meets (att_chunks), chunk c of them
 // over positions [(c0+c)·ATT_CHUNK, (c0+c+1)·ATT_CHUNK) from lo on, c0 =
 // lo/ATT_CHUNK, each writing its partial state (max, sum, then hd weighted
 // sums) to record (part + c)·heads + head of part, for
-// drafter_attend_combine. Blocks past a row's chunks return at once.
+// drafter_attend_combine, which adds the sink. Blocks past a row's chunks
+// return at once.
 extern "C" __global__ void drafter_attend(float* __restrict__ out, const float* __restrict__ q,
                                           const int* __restrict__ rows, const long long* __restrict__ seqs,
                                           const unsigned char* __restrict__ masks, float* __restrict__ part,
-                                          int layer, int heads, int kvHeads, int hd, int vec, float softcap) {
+                                          int layer, int heads, int kvHeads, int hd, int vec, float softcap,
+                                          const float* __restrict__ sinks) {
     __shared__ float qs[ATT_MAXD] __attribute__((aligned(16)));
     __shared__ float ps[ATT_THREADS];
     __shared__ float comb[ATT_THREADS];
@@ -337,6 +364,7 @@ extern "C" __global__ void drafter_attend(float* __restrict__ out, const float* 
     a0 = att_merge_groups(a0, ln, hd, comb);
 
     if (pbase < 0) {
+        if (sinks != 0) att_sink(sinks[h], m, l, a0, a1);
         float* o = out + row * qd + (long long)h * hd;
         if (ln.grp == 0) {
             if (ln.d < hd) o[ln.d] = a0 / l;
@@ -360,10 +388,13 @@ extern "C" __global__ void drafter_attend(float* __restrict__ out, const float* 
 // block return at once): out = Σ_c w_c·acc_c / Σ_c w_c·l_c with w_c =
 // exp(m_c - max m), chunks in order, chunks that saw nothing skipped. A row
 // that only one chunk saw anything of gets exactly acc/l, what drafter_attend
-// writes for a row of one block.
+// writes for a row of one block. With sinks (null: none) the head's sink s
+// joins once: max m includes it, and exp(s - max m) is added to the
+// denominator after the chunks' sums.
 extern "C" __global__ void drafter_attend_combine(float* __restrict__ out, const int* __restrict__ rows,
                                                   const long long* __restrict__ seqs,
-                                                  const float* __restrict__ part, int heads, int hd) {
+                                                  const float* __restrict__ part, int heads, int hd,
+                                                  const float* __restrict__ sinks) {
     const int ri = blockIdx.x, h = blockIdx.y;
     const int* rw = rows + ATT_ROW * ri;
     const int si = rw[0], i = rw[1], limit = rw[2], pbase = rw[3], lo = rw[4];
@@ -374,6 +405,8 @@ extern "C" __global__ void drafter_attend_combine(float* __restrict__ out, const
     const float* pp = part + ((long long)pbase * heads + h) * (hd + 2);
     float mx = -INFINITY;
     for (int c = 0; c < nch; c++) mx = fmaxf(mx, pp[c * stride]);
+    const float sk = sinks != 0 ? sinks[h] : 0.f;
+    if (sinks != 0) mx = fmaxf(mx, sk);
     float* o = out + row * heads * hd + (long long)h * hd;
     for (int d = threadIdx.x; d < hd; d += ATT_THREADS) {
         float a = 0.f, l = 0.f;
@@ -384,6 +417,7 @@ extern "C" __global__ void drafter_attend_combine(float* __restrict__ out, const
             l += w * pc[1];
             a += w * pc[2 + d];
         }
+        if (sinks != 0) l = __fadd_rn(l, expf(sk - mx));
         o[d] = a / l;
     }
 }
@@ -529,6 +563,25 @@ static __device__ __forceinline__ void att_tile_finish(att_tile& sh, const att_t
     __syncthreads();
 }
 
+// att_tile_sink folds a head's attention sink sk into the finished rows of
+// a tile, after att_tile_finish: as att_sink, each row's sum sh.l[r] gains
+// exp(sk - max) after rescaling, and sh.alpha[r] gets the factor by which
+// the caller multiplies the row's weighted sums before the division.
+static __device__ __forceinline__ void att_tile_sink(att_tile& sh, const att_tile_state& st, float sk) {
+    if ((threadIdx.x & 31) == 0) {
+        ATT_UNROLL
+        for (int u = 0; u < ATT_QT / ATT_WARPS; u++) {
+            const int r = (threadIdx.x >> 5) + ATT_WARPS * u;
+            const float m = st.m[u];
+            const float mn = fmaxf(m, sk);
+            const float alpha = (m == mn) ? 1.f : expf(m - mn);
+            sh.alpha[r] = alpha;
+            sh.l[r] = __fadd_rn(__fmul_rn(st.l[u], alpha), expf(sk - mn));
+        }
+    }
+    __syncthreads();
+}
+
 // att_tile_load_q stages rows r < nq of q (rows of stride qd from q0) in
 // sh.q, zeros past them.
 static __device__ __forceinline__ void att_tile_load_q(att_tile& sh, const float* __restrict__ q0, long long qd,
@@ -546,14 +599,16 @@ static __device__ __forceinline__ void att_tile_load_q(att_tile& sh, const float
 // threads. tiles holds two ints per tile: its sequence and its first new row
 // i0; seqs is drafter_attend's table. Row i0+r sees positions up to
 // N+P+i0+r, and with a sliding window (window > 0) only the last window of
-// them; softcap (0: none) caps the scores. Each step stages ATT_KT keys and
-// values in shared memory; warp w
+// them; softcap (0: none) caps the scores; sinks (null: none) holds each
+// head's sink logit, folded into each row once its steps are done
+// (att_tile_sink). Each step stages ATT_KT keys and values in shared
+// memory; warp w
 // scores rows w, w+4, ... (lane = key) with an online softmax per row, then
 // each thread adds one value of the head for its rows.
 extern "C" __global__ void drafter_attend_prefill(float* __restrict__ out, const float* __restrict__ q,
                                                   const int* __restrict__ tiles, const long long* __restrict__ seqs,
                                                   int layer, int heads, int kvHeads, int hd, int window,
-                                                  float softcap) {
+                                                  float softcap, const float* __restrict__ sinks) {
     __shared__ att_tile sh;
     const int si = tiles[2 * blockIdx.x], i0 = tiles[2 * blockIdx.x + 1];
     const int h = blockIdx.y;
@@ -571,11 +626,15 @@ extern "C" __global__ void drafter_attend_prefill(float* __restrict__ out, const
     att_tile_init(st, hd);
     att_tile_causal(sh, st, K, V, kvd, hd, 1.f, n + pend + i0, nq, window, softcap);
     att_tile_finish(sh, st);
+    if (sinks != 0) att_tile_sink(sh, st, sinks[h]);
     if (st.active) {
         ATT_UNROLL
         for (int u = 0; u < ATT_QT; u++) {
             const int r = st.grp + st.groups * u;
-            if (r < nq) out[(row0 + r) * qd + (long long)h * hd + st.d] = st.acc[u] / sh.l[r];
+            if (r < nq) {
+                const float a = sinks != 0 ? st.acc[u] * sh.alpha[r] : st.acc[u];
+                out[(row0 + r) * qd + (long long)h * hd + st.d] = a / sh.l[r];
+            }
         }
     }
 }

@@ -428,6 +428,33 @@ extern "C" __global__ void drafter_ew_swiglu(float* out, const float* gate, cons
     }
 }
 
+// drafter_ew_clamped_swiglu computes gpt-oss's expert activation with
+// drafter_ew_swiglu's layout (ldg, ldu; a fused product has up = gate +
+// cols): g = min(gate, limit), u = clamp(up, -limit, limit), out =
+// (u+1)·(g·sigmoid(alpha·g)), sigmoid(x) = 1/(1+Expf(-x)), each step rounded
+// to float32 in that order, as the CPU device computes it (forward only).
+// The clamps compare rather than call fminf, so that a NaN stays NaN as
+// torch.clamp keeps it. out may be gate.
+extern "C" __global__ void drafter_ew_clamped_swiglu(float* out, const float* gate, const float* up, int rows, int cols,
+                                                     int ldg, int ldu, float alpha, float limit) {
+    for (int r = blockIdx.y; r < rows; r += gridDim.y) {
+        float* o = out + (long long)r * cols;
+        const float* g = gate + (long long)r * ldg;
+        const float* u = up + (long long)r * ldu;
+        for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x) {
+            float gv = g[c];
+            if (gv > limit) gv = limit;
+            float uv = u[c];
+            if (uv > limit) uv = limit;
+            else if (uv < -limit) uv = -limit;
+            const float ag = alpha * gv;
+            const float sig = 1.0f / (1.0f + cpu_expf(-ag));
+            const float glu = gv * sig;
+            o[c] = (uv + 1.0f) * glu;
+        }
+    }
+}
+
 // EW_GELU_BETA and EW_GELU_KAPPA are PyTorch's constants of
 // gelu(approximate='tanh'): sqrt(2/pi) (M_SQRT2·M_2_SQRTPI·0.5) and 0.044715,
 // rounded to float32.

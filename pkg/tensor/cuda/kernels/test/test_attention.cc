@@ -81,6 +81,13 @@ bool scalar = false;
 int window = 0;
 float softcap = 0.f;
 
+// sinks are the heads' attention sinks of runAttend's launches and
+// testAttend's reference (empty: off; else at least one per head).
+std::vector<float> sinks;
+
+// sinkArg is the launches' sinks argument: null when off.
+const float* sinkArg() { return sinks.empty() ? nullptr : sinks.data(); }
+
 // windowStart returns a row's first visible slot under the sliding window
 // (attention.go takes it from tensor.WindowStart): for a chain row at
 // position p (anc null) max(0, p-window+1); for a tree row with ancestor row
@@ -173,14 +180,16 @@ std::vector<float> runAttend(int heads, int kvHeads, int hd, std::vector<Seq>& s
     if (nrows > 0)
         sim::launch(dim3(nrows, heads, maxChunks), dim3(ATT_THREADS, 1, 1), 0, drafter_attend, out.data(),
                     q.data(), (const int*)rows.data(), (const long long*)tab.data(),
-                    (const unsigned char*)masks.data(), part.data(), 1, heads, kvHeads, hd, (int)vec, softcap);
+                    (const unsigned char*)masks.data(), part.data(), 1, heads, kvHeads, hd, (int)vec, softcap,
+                    sinkArg());
     if (!tiles.empty())
         sim::launch(dim3(tiles.size() / 2, heads, 1), dim3(ATT_THREADS, 1, 1), 0, drafter_attend_prefill, out.data(),
                     q.data(), (const int*)tiles.data(), (const long long*)tab.data(), 1, heads, kvHeads, hd, window,
-                    softcap);
+                    softcap, sinkArg());
     if (records > 0)
         sim::launch(dim3(nrows, heads, 1), dim3(ATT_THREADS, 1, 1), 0, drafter_attend_combine, out.data(),
-                    (const int*)rows.data(), (const long long*)tab.data(), (const float*)part.data(), heads, hd);
+                    (const int*)rows.data(), (const long long*)tab.data(), (const float*)part.data(), heads, hd,
+                    sinkArg());
     return out;
 }
 
@@ -242,6 +251,11 @@ void testAttend(const char* name, int heads, int kvHeads, int hd, std::vector<Se
                 }
                 double mx = -INFINITY, sum = 0;
                 for (double x : sc) mx = std::max(mx, x);
+                if (!sinks.empty()) {
+                    // The sink: one more score, without a value.
+                    mx = std::max(mx, (double)sinks[h]);
+                    sum = std::exp(sinks[h] - mx);
+                }
                 for (double& x : sc) sum += (x = std::exp(x - mx));
                 for (int d = 0; d < hd; d++) {
                     double o = 0, a = 0;
@@ -257,7 +271,8 @@ void testAttend(const char* name, int heads, int kvHeads, int hd, std::vector<Se
         }
     }
     if (check(std::string("Attend ") + name, out.data(), want, scale, 2e-5))
-        std::printf("ok Attend %s%s window %d softcap %g\n", name, scalar ? " scalar" : "", window, softcap);
+        std::printf("ok Attend %s%s window %d softcap %g%s\n", name, scalar ? " scalar" : "", window, softcap,
+                    sinks.empty() ? "" : " sinks");
 }
 
 // testAttendSame checks that rows score bit for bit the same whatever the
@@ -289,8 +304,8 @@ void testAttendSame(int heads, int kvHeads, int hd, int n) {
                 return;
             }
         }
-        std::printf("ok Attend same bits %s n=%d hd=%d%s window %d softcap %g\n", what, n, hd, scalar ? " scalar" : "",
-                    window, softcap);
+        std::printf("ok Attend same bits %s n=%d hd=%d%s window %d softcap %g%s\n", what, n, hd,
+                    scalar ? " scalar" : "", window, softcap, sinks.empty() ? "" : " sinks");
     };
     {
         std::vector<Seq> s{{n, t, 0, {}}};
@@ -566,6 +581,34 @@ int main() {
             testAttendSame(4, 2, 16, 10);
             testAttendSame(2, 1, 64, 2 * ATT_CHUNK - 2);
         }
+        window = 0;
+        softcap = 0.f;
+
+        // gpt-oss's attention sinks (one that takes most of a row's weight,
+        // ones near the scores, one as good as none), alone and with windows
+        // and softcaps: a row of one block, chunked rows merged by the
+        // combine, trees, prefill tiles and wide prefill rows, and the
+        // same-bits property.
+        sinks = {6.f, -0.4f, 1.3f, -40.f, -2.5f, 0.9f};
+        for (auto [w, cap] : std::vector<std::pair<int, float>>{{0, 0.f}, {0, 0.75f}, {5, 0.f}, {300, 2.f}}) {
+            window = w;
+            softcap = cap;
+            testAttend("sinks decode", 4, 2, 16, {{10, 1, 0, {}}, {0, 1, 0, {}}, {7, 5, 0, {}}});
+            testAttend("sinks chunked decode", 2, 1, 64,
+                       {{4 * ATT_CHUNK + 37, 1, 0, {}}, {ATT_CHUNK + 3, 1, 0, {}}, {ATT_CHUNK - 2, 3, 0, {}}});
+            testAttend("sinks trees", 6, 2, 16,
+                       {{20, 6, 0, {-1, 0, 0, 1, 3, -1}}, {12, 4, 6, {-1, -1, 0, 1, 2, 3, 4, 5, 4, 0}},
+                        {ATT_CHUNK + 40, 2, 3, {-1, 0, 1, 2, 2}}});
+            testAttend("sinks hd 160", 2, 1, 160, {{129, 3, 0, {}}, {1, 2, 0, {-1, -1}}});
+            if (!scalar) {
+                testAttend("sinks prefill", 6, 2, 16, {{3, 150, 0, {}}, {2 * ATT_CHUNK + 5, 70, 0, {}}});
+                testAttend("sinks prefill hd 40", 6, 2, 40, {{7, 100, 0, {}}, {3, 1, 0, {}}});
+                testAttend("sinks prefill hd 160", 2, 1, 160, {{40, 66, 0, {}}});
+            }
+            testAttendSame(4, 2, 16, 10);
+            testAttendSame(2, 1, 64, 2 * ATT_CHUNK - 2);
+        }
+        sinks.clear();
         window = 0;
         softcap = 0.f;
 

@@ -411,6 +411,46 @@ void testGemma() {
     ok("softcap");
 }
 
+double clampedSwiGLU64(double g, double u, double alpha, double limit) {
+    g = std::min(g, limit);
+    u = std::max(std::min(u, limit), -limit);
+    return (u + 1) * g / (1 + std::exp(-alpha * g));
+}
+
+// testGptOss checks ClampedSwiGLU's kernel (separate, fused, in place)
+// against its float64 definition, with gate and up values beyond +-limit on
+// both sides and gates far enough below 0 that the sigmoid underflows.
+void testGptOss() {
+    const int rows = 13, I = 301;
+    const float alpha = 1.702f, limit = 7.f;
+    auto g = randn(rows * I, 8), u = randn(rows * I, 8);
+    const float eg[] = {-200, 200, 7, -7, 7.5f, -7.5f, 0}, eu[] = {-200, 200, -7, 7, -7.5f, 7.5f, -1};
+    memcpy(g.data(), eg, sizeof eg);
+    memcpy(u.data(), eu, sizeof eu);
+    int beyond[4] = {0, 0, 0, 0};
+    for (int i = 0; i < rows * I; i++) {
+        beyond[0] += g[i] > limit;
+        beyond[1] += g[i] < -limit;
+        beyond[2] += u[i] > limit;
+        beyond[3] += u[i] < -limit;
+    }
+    if (!beyond[0] || !beyond[1] || !beyond[2] || !beyond[3]) fail("clamped swiglu's inputs do not pass +-limit on every side");
+    std::vector<float> out(rows * I), out2(rows * I);
+    sim::launch(dim3(1, 5), dim3(128), 0, drafter_ew_clamped_swiglu, out.data(), (const float*)g.data(), (const float*)u.data(), rows, I, I, I, alpha, limit);
+    for (int i = 0; i < rows * I; i++) near("clamped swiglu", i, out[i], clampedSwiGLU64(g[i], u[i], alpha, limit));
+    std::vector<float> fused(2 * rows * I);
+    for (int r = 0; r < rows; r++) {
+        memcpy(&fused[2 * r * I], &g[r * I], I * 4);
+        memcpy(&fused[(2 * r + 1) * I], &u[r * I], I * 4);
+    }
+    sim::launch(dim3(2, 3), dim3(64), 0, drafter_ew_clamped_swiglu, out2.data(), (const float*)fused.data(), (const float*)fused.data() + I, rows, I, 2 * I, 2 * I, alpha, limit);
+    if (memcmp(out.data(), out2.data(), out.size() * 4) != 0) fail("clamped swiglu fused differs from separate");
+    auto inplace = g;
+    sim::launch(dim3(1, 5), dim3(128), 0, drafter_ew_clamped_swiglu, inplace.data(), (const float*)inplace.data(), (const float*)u.data(), rows, I, I, I, alpha, limit);
+    if (memcmp(out.data(), inplace.data(), out.size() * 4) != 0) fail("clamped swiglu into gate differs");
+    ok("clamped swiglu (separate, fused, in place)");
+}
+
 double silu64(double g) { return g / (1 + std::exp(-g)); }
 
 void testActivations() {
@@ -619,6 +659,7 @@ int main() {
     testRoPE();
     testPartialRoPE();
     testGemma();
+    testGptOss();
     testActivations();
     testArithmetic();
     testOptimizer();
