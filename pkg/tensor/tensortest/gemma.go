@@ -155,15 +155,11 @@ type windowCase struct {
 	parents []int
 }
 
-// attendWindow checks Attend with a softcap, a sliding window or both:
-// decode rows (some over contexts of several hundred positions, which a GPU
-// splits into chunks), short chains, chains of more than 64 rows (the CPU's
-// backend path and a GPU's tiled one, with windows that start after the
-// block's first keys), and trees with and without pending nodes whose
-// windows end in the committed positions or among the tree's own.
-func attendWindow(t *testing.T, dev tensor.Device) {
-	e := newEnv(t, dev, 33)
-	caseSets := [][]windowCase{
+// windowCaseSets returns the calls of attendWindow (and attendSinks): decode
+// rows over short and long contexts, short chains, chains of more than 64
+// rows, trees with and without pending nodes, several sequences a call.
+func windowCaseSets() [][]windowCase {
+	return [][]windowCase{
 		{{n: 10, t: 1}, {n: 0, t: 1}, {n: 7, t: 5}},
 		{{n: 600, t: 1}, {n: 530, t: 1}, {n: 261, t: 3}},
 		{{n: 3, t: 150}},
@@ -172,6 +168,17 @@ func attendWindow(t *testing.T, dev tensor.Device) {
 		{{n: 9, t: 70, parents: chainAndFork(70)}},
 		{{n: 12, t: 4, p: 6, parents: []int{-1, -1, 0, 1, 2, 3, 4, 5, 4, 0}}, {n: 300, t: 2, p: 3, parents: []int{-1, 0, 1, 2, 2}}},
 	}
+}
+
+// attendWindow checks Attend with a softcap, a sliding window or both:
+// decode rows (some over contexts of several hundred positions, which a GPU
+// splits into chunks), short chains, chains of more than 64 rows (the CPU's
+// backend path and a GPU's tiled one, with windows that start after the
+// block's first keys), and trees with and without pending nodes whose
+// windows end in the committed positions or among the tree's own.
+func attendWindow(t *testing.T, dev tensor.Device) {
+	e := newEnv(t, dev, 33)
+	caseSets := windowCaseSets()
 	for _, sh := range []struct {
 		window  int
 		softcap float32
@@ -201,7 +208,8 @@ func attendWindow(t *testing.T, dev tensor.Device) {
 // N+depth seeing the committed j with p-j < Window and the ancestors of
 // depth > depth-Window), its scores q·k are capped to
 // Softcap·tanh(s/Softcap), and softmax and the weighted values follow in
-// float64.
+// float64, the head's sink (when shape.Sinks is set) one more score in the
+// softmax's maximum and denominator.
 func attendCheck(e *env, shape tensor.AttnShape, cs []windowCase, what string) {
 	e.t.Helper()
 	dev := e.dev
@@ -232,6 +240,10 @@ func attendCheck(e *env, shape tensor.AttnShape, cs []windowCase, what string) {
 	dev.Attend(out, q, 1, shape, as)
 	want, scale := make([]float64, rows*qd), make([]float64, rows*qd)
 	rep := shape.Heads / shape.KVHeads
+	var sinks []float32
+	if !shape.Sinks.Empty() {
+		sinks = e.read(shape.Sinks)
+	}
 	win := shape.Window
 	if win == 0 {
 		win = math.MaxInt32
@@ -290,6 +302,11 @@ func attendCheck(e *env, shape tensor.AttnShape, cs []windowCase, what string) {
 					mx = math.Max(mx, s)
 				}
 				var sum float64
+				if sinks != nil {
+					sk := float64(sinks[h])
+					mx = math.Max(mx, sk)
+					sum = math.Exp(sk - mx)
+				}
 				for x := range sc {
 					sc[x] = math.Exp(sc[x] - mx)
 					sum += sc[x]
@@ -319,60 +336,69 @@ func attendCheck(e *env, shape tensor.AttnShape, cs []windowCase, what string) {
 // context long enough that a GPU splits its rows into chunks.
 func attendWindowBits(t *testing.T, dev tensor.Device) {
 	e := newEnv(t, dev, 34)
-	const n, t6 = 530, 6
 	for _, sh := range []struct {
 		window  int
 		softcap float32
 	}{{200, 0.75}, {3, 1.5}, {1000, 0.75}, {40, 0}} {
 		shape := tensor.AttnShape{Heads: 4, KVHeads: 2, HeadDim: 16, Window: sh.window, Softcap: sh.softcap}
-		qd, kd := shape.Heads*shape.HeadDim, shape.KVHeads*shape.HeadDim
-		kv, err := dev.NewKV(1, kd, n+t6)
-		if err != nil {
-			t.Fatal(err)
+		attendBits(e, shape, fmt.Sprintf("window %d softcap %v", sh.window, sh.softcap))
+	}
+}
+
+// attendBits checks attendWindowBits' property for one shape: each draft
+// node of the chains and trees below is scored bit for bit as the decode
+// step at its position, over a context of 530 committed positions.
+func attendBits(e *env, shape tensor.AttnShape, what string) {
+	t, dev := e.t, e.dev
+	t.Helper()
+	const n, t6 = 530, 6
+	qd, kd := shape.Heads*shape.HeadDim, shape.KVHeads*shape.HeadDim
+	kv, err := dev.NewKV(1, kd, n+t6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev.KVWrite(kv, 0, 0, e.tensor(e.rand((n+t6)*kd, 1), n+t6, kd), e.tensor(e.rand((n+t6)*kd, 1), n+t6, kd))
+	const long = 900
+	other, err := dev.NewKV(1, kd, long)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev.KVWrite(other, 0, 0, e.tensor(e.rand(long*kd, 1), long, kd), e.tensor(e.rand(long*kd, 1), long, kd))
+	q := e.tensor(e.rand((t6+1)*qd, 0.5), t6+1, qd)
+	out, _ := dev.Alloc(tensor.F32, t6+1, qd)
+	for i := 0; i < t6; i++ {
+		dev.Attend(out.RowRange(i, i+1), q.RowRange(i, i+1), 0, shape, []tensor.AttnSeq{{KV: kv, T: 1, N: n + i}})
+	}
+	dec := e.read(out.RowRange(0, t6))
+	chain := []int{-1, 0, 1, 2, 3, 4}
+	for _, c := range []struct {
+		name  string
+		seqs  []tensor.AttnSeq
+		first int // q's row of node 0
+		check []int
+	}{
+		{"chain", []tensor.AttnSeq{{KV: kv, T: t6, N: n}}, 0, []int{0, 1, 2, 3, 4, 5}},
+		{"chain-shaped tree", []tensor.AttnSeq{{KV: kv, T: t6, N: n, Mask: ancestors(chain)}}, 0, []int{0, 1, 2, 3, 4, 5}},
+		{"forked tree", []tensor.AttnSeq{{KV: kv, T: t6, N: n, Mask: ancestors([]int{-1, 0, 1, 1, 0, 4})}}, 0, []int{0, 1, 2}},
+		{"pending level", []tensor.AttnSeq{{KV: kv, T: 3, N: n, P: 3, Mask: ancestors(chain)[3*t6:]}}, -3, []int{3, 4, 5}},
+		{"beside a long decode", []tensor.AttnSeq{{KV: other, T: 1, N: long - 1, Row0: t6}, {KV: kv, T: t6, N: n, Mask: ancestors(chain)}}, 0, []int{0, 1, 2, 3, 4, 5}},
+	} {
+		rows := 0
+		for _, s := range c.seqs {
+			rows = max(rows, s.Row0+s.T)
 		}
-		dev.KVWrite(kv, 0, 0, e.tensor(e.rand((n+t6)*kd, 1), n+t6, kd), e.tensor(e.rand((n+t6)*kd, 1), n+t6, kd))
-		const long = 900
-		other, err := dev.NewKV(1, kd, long)
-		if err != nil {
-			t.Fatal(err)
+		qs := q
+		if c.first < 0 {
+			qs = q.RowRange(-c.first, -c.first+rows)
 		}
-		dev.KVWrite(other, 0, 0, e.tensor(e.rand(long*kd, 1), long, kd), e.tensor(e.rand(long*kd, 1), long, kd))
-		q := e.tensor(e.rand((t6+1)*qd, 0.5), t6+1, qd)
-		out, _ := dev.Alloc(tensor.F32, t6+1, qd)
-		for i := 0; i < t6; i++ {
-			dev.Attend(out.RowRange(i, i+1), q.RowRange(i, i+1), 0, shape, []tensor.AttnSeq{{KV: kv, T: 1, N: n + i}})
-		}
-		dec := e.read(out.RowRange(0, t6))
-		chain := []int{-1, 0, 1, 2, 3, 4}
-		for _, c := range []struct {
-			name  string
-			seqs  []tensor.AttnSeq
-			first int // q's row of node 0
-			check []int
-		}{
-			{"chain", []tensor.AttnSeq{{KV: kv, T: t6, N: n}}, 0, []int{0, 1, 2, 3, 4, 5}},
-			{"chain-shaped tree", []tensor.AttnSeq{{KV: kv, T: t6, N: n, Mask: ancestors(chain)}}, 0, []int{0, 1, 2, 3, 4, 5}},
-			{"forked tree", []tensor.AttnSeq{{KV: kv, T: t6, N: n, Mask: ancestors([]int{-1, 0, 1, 1, 0, 4})}}, 0, []int{0, 1, 2}},
-			{"pending level", []tensor.AttnSeq{{KV: kv, T: 3, N: n, P: 3, Mask: ancestors(chain)[3*t6:]}}, -3, []int{3, 4, 5}},
-			{"beside a long decode", []tensor.AttnSeq{{KV: other, T: 1, N: long - 1, Row0: t6}, {KV: kv, T: t6, N: n, Mask: ancestors(chain)}}, 0, []int{0, 1, 2, 3, 4, 5}},
-		} {
-			rows := 0
-			for _, s := range c.seqs {
-				rows = max(rows, s.Row0+s.T)
-			}
-			qs := q
-			if c.first < 0 {
-				qs = q.RowRange(-c.first, -c.first+rows)
-			}
-			dev.Attend(out.RowRange(0, rows), qs, 0, shape, c.seqs)
-			got := e.read(out.RowRange(0, rows))
-			for _, i := range c.check {
-				row := i + c.first
-				for x := 0; x < qd; x++ {
-					if math.Float32bits(got[row*qd+x]) != math.Float32bits(dec[i*qd+x]) {
-						t.Fatalf("window %d softcap %v, %s: node %d value %d is %v, its decode step's %v",
-							sh.window, sh.softcap, c.name, i, x, got[row*qd+x], dec[i*qd+x])
-					}
+		dev.Attend(out.RowRange(0, rows), qs, 0, shape, c.seqs)
+		got := e.read(out.RowRange(0, rows))
+		for _, i := range c.check {
+			row := i + c.first
+			for x := 0; x < qd; x++ {
+				if math.Float32bits(got[row*qd+x]) != math.Float32bits(dec[i*qd+x]) {
+					t.Fatalf("%s, %s: node %d value %d is %v, its decode step's %v",
+						what, c.name, i, x, got[row*qd+x], dec[i*qd+x])
 				}
 			}
 		}
