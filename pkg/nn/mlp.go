@@ -3,8 +3,9 @@ package nn
 import "github.com/drafter-ai/drafter/pkg/tensor"
 
 // MLP is a gated feed-forward block, Down(act(Gate(x))·Up(x)): Llama's
-// SwiGLU, with its backward pass, or Gemma's GELU-tanh (forward only: only
-// frozen targets have it). The target's and the EAGLE-3 draft layer's.
+// SwiGLU, with its backward pass, or Gemma's GELU-tanh or gpt-oss's clamped
+// SwiGLU (forward only: only frozen targets have them). The target's and
+// the EAGLE-3 draft layer's.
 type MLP struct {
 	Gate, Up, Down *Linear
 	// GateUp is Gate's and Up's weights as one [2I, H] matrix where a
@@ -13,6 +14,10 @@ type MLP struct {
 	GateUp tensor.Weight
 	// Act is the gate's activation.
 	Act Activation
+	// Alpha and Limit are ClampedSwiGLU's constants (gpt-oss's 1.702 and
+	// its config's swiglu_limit), which the block carries because they
+	// come from the checkpoint; other activations ignore them.
+	Alpha, Limit float32
 }
 
 // Activation is a gated MLP's activation.
@@ -24,16 +29,24 @@ const (
 	// GELUTanh is gelu(gate, approximate="tanh")·up (Gemma's
 	// gelu_pytorch_tanh).
 	GELUTanh
+	// ClampedSwiGLU is gpt-oss's expert activation,
+	// (clamp(up, -Limit, Limit)+1)·g·sigmoid(Alpha·g) with g = min(gate,
+	// Limit) (tensor.Device.ClampedSwiGLU): the clamps bound the experts'
+	// activations, so a plain SwiGLU would not reproduce the model.
+	ClampedSwiGLU
 )
 
 // glu applies the block's activation: out = act(gate)·up (up empty: gate
 // holds both, side by side).
 func (f *MLP) glu(dev tensor.Device, out, gate, up tensor.Tensor) {
-	if f.Act == GELUTanh {
+	switch f.Act {
+	case GELUTanh:
 		dev.GELUTanhGLU(out, gate, up)
-		return
+	case ClampedSwiGLU:
+		dev.ClampedSwiGLU(out, gate, up, f.Alpha, f.Limit)
+	default:
+		dev.SwiGLU(out, gate, up)
 	}
-	dev.SwiGLU(out, gate, up)
 }
 
 // MLPActs are an application's activations over up to R rows: Gate and Up

@@ -398,6 +398,78 @@ func TestMLPForwardBackward(t *testing.T) {
 	assertClose(t, "mlp fused", out2, want, 1e-5)
 }
 
+// TestMLPClampedSwiGLU checks the ClampedSwiGLU activation of an MLP's
+// forward against gpt-oss's definition in float64, with a limit small enough
+// that gate and up products pass it on both sides, separate and fused, and
+// that Backward refuses it.
+func TestMLPClampedSwiGLU(t *testing.T) {
+	r := rand.New(rand.NewPCG(8, 8))
+	const rows, h, in = 5, 6, 4
+	const alpha, limit = 1.702, 1.5
+	dev := cpu.New(cpu.PureGo())
+	x, wg, wu, wd := testutil.RandNormal(r, rows*h, 1), testutil.RandNormal(r, in*h, 1), testutil.RandNormal(r, in*h, 1),
+		testutil.RandNormal(r, h*in, 1)
+	want := make([]float64, rows*h)
+	var beyond [4]int
+	for i := 0; i < rows; i++ {
+		act := make([]float64, in)
+		for j := 0; j < in; j++ {
+			var a, b float64
+			for k := 0; k < h; k++ {
+				a += float64(x[i*h+k]) * float64(wg[j*h+k])
+				b += float64(x[i*h+k]) * float64(wu[j*h+k])
+			}
+			for n, c := range []bool{a > limit, a < -limit, b > limit, b < -limit} {
+				if c {
+					beyond[n]++
+				}
+			}
+			g := math.Min(a, limit)
+			u := math.Max(math.Min(b, limit), -limit)
+			act[j] = (u + 1) * g / (1 + math.Exp(-float64(float32(alpha))*g))
+		}
+		for j := 0; j < h; j++ {
+			for k := 0; k < in; k++ {
+				want[i*h+j] += act[k] * float64(wd[j*in+k])
+			}
+		}
+	}
+	if beyond[0] == 0 || beyond[1] == 0 || beyond[2] == 0 || beyond[3] == 0 {
+		t.Fatalf("gate and up products do not pass ±limit on every side: %v", beyond)
+	}
+	lin := func(w []float32, out, inF int) *Linear {
+		l, err := NewLinear(dev, tensor.F32Matrix(w, out, inF), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	ten := func(v []float32, r, c int) tensor.Tensor { return cpu.HostTensor(v, r, c) }
+	zeros := func(n int) []float32 { return make([]float32, n) }
+	f := &MLP{Gate: lin(wg, in, h), Up: lin(wu, in, h), Down: lin(wd, h, in), Act: ClampedSwiGLU, Alpha: alpha, Limit: limit}
+	out := zeros(rows * h)
+	acts := &MLPActs{Gate: ten(zeros(rows*in), rows, in), Up: ten(zeros(rows*in), rows, in), Act: ten(zeros(rows*in), rows, in)}
+	f.Forward(dev, ten(out, rows, h), ten(x, rows, h), acts, false)
+	assertClose(t, "clamped mlp", out, want, 1e-5)
+
+	fused := append(append([]float32(nil), wg...), wu...)
+	ff := &MLP{Gate: f.Gate, Up: f.Up, Down: f.Down, GateUp: tensor.WeightOf(tensor.F32Matrix(fused, 2*in, h)),
+		Act: ClampedSwiGLU, Alpha: alpha, Limit: limit}
+	Freeze(dev, []*tensor.Weight{&ff.GateUp}, ff.Down)
+	out2 := zeros(rows * h)
+	ff.Forward(dev, ten(out2, rows, h), ten(x, rows, h), &MLPActs{Gate: ten(zeros(rows*in), rows, in), Fused: ten(zeros(rows*2*in), rows, 2*in)}, false)
+	assertClose(t, "clamped mlp fused", out2, want, 1e-5)
+
+	defer func() {
+		if recover() == nil {
+			t.Fatal("Backward of a ClampedSwiGLU block did not panic")
+		}
+	}()
+	s := &MLPScratch{Act: ten(zeros(rows*in), rows, in), DAct: ten(zeros(rows*in), rows, in), DGate: ten(zeros(rows*in), rows, in), DUp: ten(zeros(rows*in), rows, in)}
+	f.Backward(dev, ten(zeros(rows*h), rows, h), ten(zeros(rows*h), rows, h), ten(x, rows, h), acts,
+		MLPGrads{Gate: ten(zeros(in*h), in, h), Up: ten(zeros(in*h), in, h), Down: ten(zeros(h*in), h, in)}, s)
+}
+
 // causalTTT is a one-step training-time-test attention (plain causal
 // attention over one sequence) as an AttenderGrad, for the block's test.
 type causalTTT struct {
