@@ -87,8 +87,13 @@ func (c *Device) Alloc(dt tensor.DType, rows, cols int) (tensor.Tensor, error) {
 	}
 }
 
-// Upload returns a tensor viewing m's values (no copy).
+// Upload returns a tensor viewing m's values (no copy). An MXFP4 matrix
+// has no tensor form on the CPU (its products read the Matrix through a
+// Weight): it is an error.
 func (c *Device) Upload(m tensor.Matrix) (tensor.Tensor, error) {
+	if m.DType == tensor.MXFP4 {
+		return tensor.Tensor{}, fmt.Errorf("tensor: cannot upload a %dx%d mxfp4 matrix as a tensor: multiply by it through a Weight", m.Rows, m.Cols)
+	}
 	if m.DType == tensor.F32 {
 		return tensor.HostTensorF32(m.F32, m.Rows, m.Cols), nil
 	}

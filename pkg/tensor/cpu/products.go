@@ -19,7 +19,9 @@ import "github.com/drafter-ai/drafter/pkg/tensor"
 // with AVX512_BF16 rounds the activations to bfloat16 and runs at twice the
 // float32 rate (see RoundsBF16Activations), elsewhere SgemmBF16. 16-bit
 // weights read half the bytes of a float32 product, which a decode step
-// over weights larger than the caches waits on.
+// over weights larger than the caches waits on. MXFP4 weights are widened
+// a tile or panel at a time into float32 scratch and run the float32
+// kernels (mxfp4.go), with the same rule for few rows.
 //
 // Products are split over the output features across tensor's workers: each
 // worker multiplies the input by its own block of weight rows, with a single
@@ -42,6 +44,8 @@ type Products struct {
 	selfSplit bool
 	job       productJob
 	fn        func(c, lo, hi int) // p.chunk, stored once so that a split allocates nothing
+	// mx is the scratch of the products over MXFP4 weights (mxfp4.go).
+	mx mxfp4Scratch
 }
 
 // The split of a product over the workers.
@@ -78,6 +82,7 @@ type productJob struct {
 	t       *Transposed
 	rows, n int
 	k       int
+	ldo     int // out's row stride: n, or the whole weight's rows for a panel of it
 	beta    float32
 }
 
@@ -90,6 +95,7 @@ func NewProducts(be Backend) *Products {
 	p := &Products{be: be}
 	p.parallel, p.selfSplit = threading(be)
 	p.fn = p.chunk
+	p.mx.deqFn = p.mx.dequantize
 	return p
 }
 
@@ -152,6 +158,10 @@ func (p *Products) MulT(out, x []float32, w *tensor.Weight, rows int, acc bool) 
 	if acc {
 		beta = 1
 	}
+	if w.Matrix().DType == tensor.MXFP4 {
+		p.mulMXFP4(out, x, w.Matrix(), rows, beta)
+		return
+	}
 	if t, ok := w.Layout().(*Transposed); ok && rows <= tensor.FewRows {
 		p.mulTransposed(out, x, t, rows, n, k, beta)
 		return
@@ -162,7 +172,15 @@ func (p *Products) MulT(out, x []float32, w *tensor.Weight, rows int, acc bool) 
 		MatrixMulT(w.Matrix(), p.be, out, n, x, k, rows, beta)
 		return
 	}
-	units := (n + mmBlock - 1) / mmBlock
+	p.job = productJob{out: out, x: x, w: w.Matrix(), rows: rows, n: n, k: k, ldo: n, beta: beta}
+	tensor.ParallelChunks((n+mmBlock-1)/mmBlock, p.chunks(rows, n, k), p.fn)
+	p.job = productJob{}
+}
+
+// chunks returns the number of chunks a product of rows rows by a weight
+// [n, k] (or a panel of one) is split into over its blocks of mmBlock
+// output features: the split rule of MulT, see there.
+func (p *Products) chunks(rows, n, k int) int {
 	chunks := tensor.Workers()
 	if rows <= tensor.FewRows {
 		// The few-row kernels run in Go on the calling goroutine: always
@@ -184,9 +202,7 @@ func (p *Products) MulT(out, x []float32, w *tensor.Weight, rows int, acc bool) 
 		// Small, or a backend that threads its calls itself.
 		chunks = 1
 	}
-	p.job = productJob{out: out, x: x, w: w.Matrix(), rows: rows, n: n, k: k, beta: beta}
-	tensor.ParallelChunks(units, chunks, p.fn)
-	p.job = productJob{}
+	return chunks
 }
 
 // mulTransposed computes a product of at most FewRows rows through the
@@ -194,7 +210,7 @@ func (p *Products) MulT(out, x []float32, w *tensor.Weight, rows int, acc bool) 
 // several rows split over the workers by column blocks, which computes every
 // element as the unsplit product does.
 func (p *Products) mulTransposed(out, x []float32, t *Transposed, rows, n, k int, beta float32) {
-	p.job = productJob{out: out, x: x, t: t, rows: rows, n: n, k: k, beta: beta}
+	p.job = productJob{out: out, x: x, t: t, rows: rows, n: n, k: k, ldo: n, beta: beta}
 	units := (n + MulTPad - 1) / MulTPad
 	chunks := 1
 	if rows >= 2 && rows*n*k >= mulTSplitWork {
@@ -207,6 +223,10 @@ func (p *Products) mulTransposed(out, x []float32, t *Transposed, rows, n, k int
 // chunk computes the output features of blocks [lo, hi) of p.job (blocks of
 // MulTPad features through a transposed weight, else of mmBlock).
 func (p *Products) chunk(_, lo, hi int) {
+	if p.job.w.DType == tensor.MXFP4 {
+		p.chunkMXFP4(lo, hi)
+		return
+	}
 	j := &p.job
 	if j.t != nil {
 		j.t.MulCols(j.out, j.n, j.x, j.k, j.rows, lo*MulTPad, min(hi*MulTPad, j.n), j.beta != 0)
@@ -216,8 +236,8 @@ func (p *Products) chunk(_, lo, hi int) {
 	hi = min(hi*mmBlock, j.n)
 	w := j.w.RowRange(lo, hi)
 	if j.rows <= tensor.FewRows {
-		MatrixDotRows(w, j.out[lo:], j.n, j.x[:j.rows*j.k], j.k, j.rows, j.beta != 0)
+		MatrixDotRows(w, j.out[lo:], j.ldo, j.x[:j.rows*j.k], j.k, j.rows, j.beta != 0)
 		return
 	}
-	MatrixMulT(w, p.be, j.out[lo:], j.n, j.x[:j.rows*j.k], j.k, j.rows, j.beta)
+	MatrixMulT(w, p.be, j.out[lo:], j.ldo, j.x[:j.rows*j.k], j.k, j.rows, j.beta)
 }

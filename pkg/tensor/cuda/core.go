@@ -7,17 +7,22 @@ import (
 )
 
 // coreOps are the kernels of kernels/core.cu: the few-row product, the
-// input cast for 16-bit GEMMs and the KV cache's position move.
+// input cast for 16-bit GEMMs, the widening of MXFP4 weights and the KV
+// cache's position move.
 type coreOps struct {
-	few    [3]*kernel // by the weight's dtype: F32, BF16, F16
-	cast   [3]*kernel // float32 to BF16, F16 (index by dtype)
-	kvMove *kernel
+	few      [3]*kernel // by the weight's dtype: F32, BF16, F16
+	fewMXFP4 *kernel
+	cast     [3]*kernel // float32 to BF16, F16 (index by dtype)
+	mxfp4F32 *kernel    // an MXFP4 panel widened to float32
+	kvMove   *kernel
 }
 
 func (o *coreOps) init(d *Device) {
 	o.few[tensor.F32] = d.fn("drafter_core_mult_few_f32")
 	o.few[tensor.BF16] = d.fn("drafter_core_mult_few_bf16")
 	o.few[tensor.F16] = d.fn("drafter_core_mult_few_f16")
+	o.fewMXFP4 = d.fn("drafter_core_mult_few_mxfp4")
+	o.mxfp4F32 = d.fn("drafter_core_mxfp4_f32")
 	o.cast[tensor.BF16] = d.fn("drafter_core_round_bf16")
 	o.cast[tensor.F16] = d.fn("drafter_core_round_f16")
 	o.kvMove = d.fn("drafter_core_kv_move")
@@ -95,15 +100,17 @@ func (d *Device) resident(w *tensor.Weight) tensor.Tensor {
 // RoundsInputs reports whether MulT rounds x to the weight's dtype: 16-bit
 // weights above FewRows rows, whose cublasGemmEx takes both operands in
 // the weight's dtype (tensor cores, float32 accumulation). Up to FewRows rows
-// the few-row kernel widens the weights instead and keeps x in float32.
+// the few-row kernel widens the weights instead and keeps x in float32, as
+// every product over MXFP4 weights does (widened to float32 first).
 func (d *Device) RoundsInputs(dt tensor.DType, rows int) bool {
-	return dt != tensor.F32 && rows > tensor.FewRows
+	return (dt == tensor.BF16 || dt == tensor.F16) && rows > tensor.FewRows
 }
 
 // MulT computes out[rows, n] (+)= x[rows, k]·Wᵀ. Up to FewRows rows it runs
 // the few-row kernel (row-independent: each output one warp's dot product
 // in float32); above, cublasGemmEx with the weight in its dtype (x cast to
-// it first for 16-bit weights, see RoundsInputs).
+// it first for 16-bit weights, see RoundsInputs), or for an MXFP4 weight
+// float32 cublasGemmEx over panels of it widened into scratch (mulMXFP4).
 func (d *Device) MulT(out, x tensor.Tensor, w *tensor.Weight, acc bool) {
 	m := w.Matrix()
 	n, k := m.Rows, m.Cols
@@ -126,6 +133,14 @@ func (d *Device) MulT(out, x tensor.Tensor, w *tensor.Weight, acc bool) {
 		}
 		return
 	}
+	var beta float32
+	if acc {
+		beta = 1
+	}
+	if m.DType == tensor.MXFP4 {
+		d.mulMXFP4(out, x, wt, rows, beta)
+		return
+	}
 	b, btype := tensor.DeviceAddr(x), cudaR32F
 	if dt := m.DType; dt != tensor.F32 {
 		b = d.castInput(dt, x)
@@ -134,23 +149,58 @@ func (d *Device) MulT(out, x tensor.Tensor, w *tensor.Weight, acc bool) {
 	// Row-major out [rows, n] is column-major outᵀ [n, rows] = W·xᵀ: W
 	// row-major [n, k] is column-major [k, n], transposed; x row-major
 	// [rows, k] is column-major xᵀ [k, rows] as it is.
-	var beta float32
-	if acc {
-		beta = 1
-	}
 	d.check("MulT", d.sh.drv.gemm(true, false, n, rows, k, 1,
 		tensor.DeviceAddr(wt), blasType(m.DType), k, b, btype, k, beta, tensor.DeviceAddr(out), n))
 }
 
 // fewRows runs the few-row kernel: out[rows, n] (+)= x[rows, k]·wᵀ for the
-// resident weight w [n, k].
+// resident weight w [n, k] (an MXFP4 one's blocks, then its scales: Upload).
 func (d *Device) fewRows(out, x, w tensor.Tensor, rows int, acc bool) {
 	n, k := w.Rows(), w.Cols()
 	a := d.args()
-	a.ptr(out).ptr(x).ptr(w).i32(rows).i32(n).i32(k).i32(b2i(acc))
-	d.launch(d.core.few[w.DType()],
+	fn := d.core.fewMXFP4
+	if w.DType() == tensor.MXFP4 {
+		p := tensor.DeviceAddr(w)
+		a.ptr(out).ptr(x).addr(p).addr(p + uint64(n*k/2))
+	} else {
+		fn = d.core.few[w.DType()]
+		a.ptr(out).ptr(x).ptr(w)
+	}
+	a.i32(rows).i32(n).i32(k).i32(b2i(acc))
+	d.launch(fn,
 		dim3{uint32((n + fewWarps - 1) / fewWarps), uint32((rows + fewTile - 1) / fewTile), 1},
 		dim3{32 * fewWarps, 1, 1}, 0)
+}
+
+// mxfp4PanelValues is the most values of an MXFP4 weight MulT widens at
+// once for a product of more than FewRows rows (64 MiB of float32 scratch):
+// a gpt-oss expert's whole matrix, a larger one in panels of rows. A
+// variable so that a test can run several panels of a small weight.
+var mxfp4PanelValues = 1 << 24
+
+// mulMXFP4 computes out[rows, n] = x[rows, k]·wᵀ + beta·out for the resident
+// MXFP4 weight w [n, k] (blocks, then scales): panels of its rows widened
+// exactly into float32 scratch (scratchWeight), each multiplied by a float32
+// cublasGemmEx into its columns of out. A weight of at most
+// mxfp4PanelValues values is one panel: the same call a float32 weight of
+// its values makes, with the same result.
+func (d *Device) mulMXFP4(out, x, w tensor.Tensor, rows int, beta float32) {
+	n, k := w.Rows(), w.Cols()
+	pr := min(n, max(1, mxfp4PanelValues/k))
+	buf := d.scratch(scratchWeight, 4*pr*k)
+	blocks := tensor.DeviceAddr(w)
+	scales := blocks + uint64(n*k/2)
+	for n0 := 0; n0 < n; n0 += pr {
+		n1 := min(n0+pr, n)
+		bytes := (n1 - n0) * k / 2
+		a := d.args()
+		a.addr(buf).addr(blocks + uint64(n0*k/2)).addr(scales + uint64(n0*k/tensor.MXFP4Block)).u64(uint64(bytes))
+		d.launch(d.core.mxfp4F32, dim3{uint32(min((bytes+255)/256, 4096)), 1, 1}, dim3{256, 1, 1}, 0)
+		// As MulT's float32 product, over the panel's rows of W and
+		// columns of out.
+		d.check("MulT", d.sh.drv.gemm(true, false, n1-n0, rows, k, 1,
+			buf, cudaR32F, k, tensor.DeviceAddr(x), cudaR32F, k, beta, tensor.DeviceAddr(out)+uint64(4*n0), n))
+	}
 }
 
 // castInput rounds x to the 16-bit dtype dt (nearest, ties to even) into

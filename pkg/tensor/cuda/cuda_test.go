@@ -387,7 +387,8 @@ func TestNoAllocs(t *testing.T) {
 	outB, _ := d.Alloc(tensor.F32, 60, n)
 	wf, _ := halfWeight(tensor.F32, randVals(r, n*k, 1), n, k)
 	wb, _ := halfWeight(tensor.BF16, randVals(r, n*k, 1), n, k)
-	d.PrepareWeights(&wf, &wb)
+	wm := mxfp4Weight(t, r, n, k)
+	d.PrepareWeights(&wf, &wb, &wm)
 	bt := devTensor(t, d, randVals(r, k*n, 1), k, n)
 	kv, err := d.NewKV(2, k, 8)
 	if err != nil {
@@ -401,6 +402,8 @@ func TestNoAllocs(t *testing.T) {
 		d.MulT(outS, small, &wb, true)
 		d.MulT(outB, big, &wf, false)
 		d.MulT(outB, big, &wb, true)
+		d.MulT(outS, small, &wm, true)
+		d.MulT(outB, big, &wm, true)
 		d.MatMul(outB, big, bt, false, false, 0.5, true)
 		d.Write(small, host)
 		d.WriteI32(it, ids)
@@ -503,5 +506,84 @@ func TestAllocErrors(t *testing.T) {
 	t.Log(err)
 	if _, err := d.Alloc(tensor.F32, 3, 3); err != nil {
 		t.Fatalf("Alloc after a failed one: %v", err)
+	}
+}
+
+// mxfp4Weight returns a random MXFP4 weight [n, k] (random bytes, scales
+// 127 ± 10).
+func mxfp4Weight(t *testing.T, r *rand.Rand, n, k int) tensor.Weight {
+	t.Helper()
+	blocks, scales := make([]uint8, n*k/2), make([]uint8, n*k/32)
+	for i := range blocks {
+		blocks[i] = uint8(r.Uint32())
+	}
+	for i := range scales {
+		scales[i] = uint8(117 + r.IntN(21))
+	}
+	m, err := tensor.MXFP4Matrix(blocks, scales, n, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tensor.WeightOf(m)
+}
+
+// TestMulTMXFP4Panels: a product of many rows by an MXFP4 weight widened in
+// several panels (the last one short) gives, column block by column block,
+// the bits of the float32 weight of the same values, and its resident copy
+// is the stored bytes (blocks and scales, 4.25 bits a value).
+func TestMulTMXFP4Panels(t *testing.T) {
+	d := openTest(t)
+	defer func(v int) { mxfp4PanelValues = v }(mxfp4PanelValues)
+	r := rand.New(rand.NewPCG(21, 22))
+	const n, k, rows = 50, 96, tensor.FewRows + 3
+	mxfp4PanelValues = 16 * k // panels of 16 rows: 16, 16, 16, 2
+	w := mxfp4Weight(t, r, n, k)
+	wide := w.Matrix().Float32()
+	wf := tensor.WeightOf(tensor.F32Matrix(wide, n, k))
+	d.PrepareWeights(&w, &wf)
+	if res, ok := w.Resident(); !ok || res.DType() != tensor.MXFP4 || bytesOf(res) != n*k/2+n*k/32 {
+		t.Fatalf("resident copy %v: %s of %d bytes", ok, res.DType(), bytesOf(res))
+	}
+	x := devTensor(t, d, randVals(r, rows*k, 1), rows, k)
+	ov := randVals(r, rows*n, 1)
+	for _, acc := range []bool{false, true} {
+		out, ref := devTensor(t, d, ov, rows, n), devTensor(t, d, ov, rows, n)
+		d.MulT(out, x, &w, acc)
+		// The float32 weight's product, panel by panel: the same calls.
+		for n0 := 0; n0 < n; n0 += 16 {
+			n1 := min(n0+16, n)
+			part := tensor.WeightOf(tensor.F32Matrix(wide[n0*k:n1*k], n1-n0, k))
+			tmp := devTensor(t, d, make([]float32, rows*(n1-n0)), rows, n1-n0)
+			if acc {
+				cols := make([]float32, rows*(n1-n0))
+				for i := range rows {
+					copy(cols[i*(n1-n0):(i+1)*(n1-n0)], ov[i*n+n0:i*n+n1])
+				}
+				d.Write(tmp, cols)
+			}
+			d.MulT(tmp, x, &part, acc)
+			got := make([]float32, rows*(n1-n0))
+			d.Read(got, tmp)
+			all := make([]float32, rows*n)
+			d.Read(all, out)
+			for i := range rows {
+				for j := n0; j < n1; j++ {
+					if g, want := all[i*n+j], got[i*(n1-n0)+j-n0]; math.Float32bits(g) != math.Float32bits(want) {
+						t.Fatalf("acc %v: row %d column %d is %g, the float32 panel's %g", acc, i, j, g, want)
+					}
+				}
+			}
+		}
+		d.MulT(ref, x, &wf, acc)
+		a, b := make([]float32, rows*n), make([]float32, rows*n)
+		d.Read(a, out)
+		d.Read(b, ref)
+		for i := range a {
+			// The whole float32 weight's single call may sum in another
+			// order on a GPU; within float32 rounding of it.
+			if math.Abs(float64(a[i]-b[i])) > 1e-5*float64(k)*(1+math.Abs(float64(b[i]))) {
+				t.Fatalf("acc %v: value %d is %g, the float32 weight's %g", acc, i, a[i], b[i])
+			}
+		}
 	}
 }

@@ -597,11 +597,22 @@ func (d *Device) Alloc(dt tensor.DType, rows, cols int) (tensor.Tensor, error) {
 	return t, nil
 }
 
-// bytesOf returns the bytes t's values occupy.
-func bytesOf(t tensor.Tensor) int { return t.Len() * t.DType().Size() }
+// bytesOf returns the bytes t's values occupy (an MXFP4 weight's blocks and
+// scales together).
+func bytesOf(t tensor.Tensor) int {
+	if t.DType() == tensor.MXFP4 {
+		return int(tensor.MXFP4Bytes(t.Len()))
+	}
+	return t.Len() * t.DType().Size()
+}
 
-// Upload copies m to the GPU, in m's dtype.
+// Upload copies m to the GPU, in m's dtype. An MXFP4 matrix's bytes go as
+// stored, its blocks then its scales in one allocation: MulT's kernels read
+// them there (a resident weight only: no other op takes an MXFP4 tensor).
 func (d *Device) Upload(m tensor.Matrix) (tensor.Tensor, error) {
+	if m.DType == tensor.MXFP4 {
+		return d.uploadMXFP4(m)
+	}
 	t, err := d.alloc(m.DType, m.Rows, m.Cols)
 	if err != nil || t.Empty() {
 		return t, err
@@ -616,6 +627,28 @@ func (d *Device) Upload(m tensor.Matrix) (tensor.Tensor, error) {
 		return tensor.Tensor{}, fmt.Errorf("cuda: Upload of %s: %v", gib(int64(bytesOf(t))), err)
 	}
 	return t, nil
+}
+
+// uploadMXFP4 is Upload of an MXFP4 matrix.
+func (d *Device) uploadMXFP4(m tensor.Matrix) (tensor.Tensor, error) {
+	nb, ns := len(m.Blocks), len(m.Scales)
+	if m.Rows < 0 || m.Cols%tensor.MXFP4Block != 0 || nb != m.Len()/2 || ns != m.Len()/tensor.MXFP4Block {
+		return tensor.Tensor{}, fmt.Errorf("cuda: Upload of a %dx%d mxfp4 matrix of %d bytes of blocks and %d of scales", m.Rows, m.Cols, nb, ns)
+	}
+	if nb == 0 {
+		return tensor.OnDevice(tensor.MXFP4, m.Rows, m.Cols, 0), nil
+	}
+	p, err := d.allocBytes(nb + ns)
+	if err != nil {
+		return tensor.Tensor{}, err
+	}
+	if err := d.sh.drv.htod(p, unsafe.Pointer(&m.Blocks[0]), nb); err != nil {
+		return tensor.Tensor{}, fmt.Errorf("cuda: Upload of %s: %v", gib(int64(nb+ns)), err)
+	}
+	if err := d.sh.drv.htod(p+uint64(nb), unsafe.Pointer(&m.Scales[0]), ns); err != nil {
+		return tensor.Tensor{}, fmt.Errorf("cuda: Upload of %s: %v", gib(int64(nb+ns)), err)
+	}
+	return tensor.OnDevice(tensor.MXFP4, m.Rows, m.Cols, p), nil
 }
 
 // Write copies src into dst's first values.

@@ -139,7 +139,8 @@ func (d *Device) allowShared(k *kernel, bytes int) {
 // demand. An op uses its slots only until it returns (the next op may reuse
 // them: the stream orders the kernels), so ops share them; an op that calls
 // another op must not expect its slots to survive the call. scratchCast is
-// MulT's (the input cast to 16 bits).
+// MulT's (the input cast to 16 bits), scratchWeight too (an MXFP4 weight's
+// panel widened to float32).
 const (
 	scratchIDs = iota
 	scratchMask
@@ -148,6 +149,7 @@ const (
 	scratchC
 	scratchD
 	scratchCast
+	scratchWeight
 	numScratch
 )
 

@@ -23,6 +23,7 @@ const tol = 2e-5
 func Ops(t *testing.T, dev tensor.Device) {
 	t.Run("memory", func(t *testing.T) { memory(t, dev) })
 	t.Run("MulT", func(t *testing.T) { mulT(t, dev) })
+	t.Run("MulTMXFP4", func(t *testing.T) { mulTMXFP4(t, dev) })
 	t.Run("Gather", func(t *testing.T) { gather(t, dev) })
 	t.Run("RMSNorm", func(t *testing.T) { rmsNorm(t, dev) })
 	t.Run("RoPE", func(t *testing.T) { rope(t, dev) })

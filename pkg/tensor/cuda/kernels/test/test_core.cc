@@ -1,7 +1,9 @@
 // test_core.cc: kernels/core.cu through the simulator against double-precision
 // references written here from the ops' definitions: the few-row product
 // (every weight dtype, k on and off the vector path, rows across the tiles,
-// accumulation, and each row alone giving the same bits), the float32 ->
+// accumulation, and each row alone giving the same bits), the few-row
+// product over MXFP4 weights (against the reference and bit for bit against
+// the float32 kernel over the same values) and their widening, the float32 ->
 // bf16/f16 rounding (nearest, ties to even, specials), and the KV move.
 #include "../core.cu"
 #include "testutil.h"
@@ -153,6 +155,104 @@ void testFewRows(Rng& r) {
   }
 }
 
+// fp4Ref is the e2m1 nibble's value from the format: sign bit 3, exponent
+// bits 2-1 (bias 1, 0 subnormal), mantissa bit 0.
+double fp4Ref(unsigned b) {
+  double e = (b >> 1) & 3, m = b & 1;
+  double v = e > 0 ? (1 + m / 2) * std::ldexp(1.0, (int)e - 1) : m / 2;
+  return (b & 8) ? -v : v;
+}
+
+// mxfp4Ref is value i of an MXFP4 matrix's row-major values (low nibble
+// first, one scale per 32 values, biased by 127).
+double mxfp4Ref(const std::vector<uint8_t>& blocks, const std::vector<uint8_t>& scales, size_t i) {
+  unsigned b = blocks[i / 2];
+  return fp4Ref(i % 2 ? b >> 4 : b & 15) * std::ldexp(1.0, (int)scales[i / 32] - 127);
+}
+
+// testMXFP4 checks the widening kernel exactly against mxfp4Ref over every
+// byte and scales from 0 to 252 (127 ± 10 among them), and the few-row
+// product over MXFP4 weights: within the reference's bound, bit for bit the
+// float32 kernel over the widened values, on and off the vector path (x
+// 16-byte aligned or not), each row alone giving the same bits.
+void testMXFP4(Rng& r) {
+  const uint8_t someScales[] = {0, 1, 2, 117, 120, 126, 127, 128, 131, 137, 200, 252};
+  {
+    const int n = 24, k = 512;  // every byte value in every row
+    std::vector<uint8_t> blocks((size_t)n * k / 2), scales((size_t)n * k / 32);
+    for (size_t i = 0; i < blocks.size(); i++) blocks[i] = (uint8_t)(i * 7 + i / 256);
+    for (size_t i = 0; i < scales.size(); i++) scales[i] = someScales[(i * 5) % sizeof someScales];
+    std::vector<float> out((size_t)n * k, -7.0f);
+    sim::launch(dim3(5), dim3(256), 0, drafter_core_mxfp4_f32, out.data(), blocks.data(), scales.data(),
+                (long long)blocks.size());
+    bool ok = true;
+    for (size_t i = 0; i < out.size() && ok; i++) {
+      double want = mxfp4Ref(blocks, scales, i);
+      ok = out[i] == want && std::signbit(out[i]) == std::signbit(want);
+      if (!ok) std::fprintf(stderr, "  value %zu is %a, want %a\n", i, out[i], want);
+    }
+    testutil::report("mxfp4_f32", ok);
+  }
+  for (int k : {32, 64, 288, 544}) {
+    for (int rows : {1, 9, 48}) {
+      for (int shift = 0; shift < 2; shift++) {
+        for (int acc = 0; acc < 2; acc++) {
+          const int n = 21;
+          std::vector<uint8_t> blocks((size_t)n * k / 2), scales((size_t)n * k / 32);
+          for (auto& b : blocks) b = (uint8_t)r.next();
+          for (auto& s : scales) s = (uint8_t)(117 + r.next() % 21);
+          scales[0] = 0;
+          scales[1] = 1;  // subnormal values (252 would overflow the sums: the widening test has it)
+          std::vector<float> wide((size_t)n * k);
+          for (size_t i = 0; i < wide.size(); i++) wide[i] = (float)mxfp4Ref(blocks, scales, i);
+          // shift 1 moves x off 16-byte alignment: the scalar path.
+          std::vector<float> xs = r.floats((size_t)rows * k + 4, -2, 2);
+          const float* x = xs.data() + shift;
+          std::vector<float> out0 = r.floats((size_t)rows * n), out = out0, ref = out0;
+          dim3 grid((n + kWarps - 1) / kWarps, (rows + kTile - 1) / kTile), block(32 * kWarps);
+          sim::launch(grid, block, 0, drafter_core_mult_few_mxfp4, out.data(), x, (const uint8_t*)blocks.data(),
+                      (const uint8_t*)scales.data(), rows, n, k, acc);
+          few(0, ref.data(), x, wide.data(), rows, n, k, acc);
+          bool ok = true;
+          for (int i = 0; i < rows && ok; i++) {
+            for (int j = 0; j < n && ok; j++) {
+              double s = acc ? out0[i * n + j] : 0, a = acc ? std::fabs(out0[i * n + j]) : 0;
+              for (int c = 0; c < k; c++) {
+                double p = (double)x[(size_t)i * k + c] * mxfp4Ref(blocks, scales, (size_t)j * k + c);
+                s += p;
+                a += std::fabs(p);
+              }
+              if (!testutil::close(out[i * n + j], s, 2e-5 * a + 1e-30, 0)) {
+                std::fprintf(stderr, "  out[%d,%d] = %.9g, want %.9g\n", i, j, out[i * n + j], s);
+                ok = false;
+              }
+              if (ok && bitsOf(out[i * n + j]) != bitsOf(ref[i * n + j])) {
+                std::fprintf(stderr, "  out[%d,%d] = %.9g, the float32 kernel's %.9g\n", i, j, out[i * n + j],
+                             ref[i * n + j]);
+                ok = false;
+              }
+            }
+          }
+          for (int i = 0; i < rows && ok; i += std::max(1, rows / 3)) {
+            std::vector<float> one(out0.begin() + (size_t)i * n, out0.begin() + (size_t)(i + 1) * n);
+            sim::launch(dim3((n + kWarps - 1) / kWarps, 1), block, 0, drafter_core_mult_few_mxfp4, one.data(),
+                        x + (size_t)i * k, (const uint8_t*)blocks.data(), (const uint8_t*)scales.data(), 1, n, k, acc);
+            for (int j = 0; j < n && ok; j++) {
+              if (bitsOf(one[j]) != bitsOf(out[(size_t)i * n + j])) {
+                std::fprintf(stderr, "  row %d alone: %.9g at %d, with the others %.9g\n", i, one[j], j, out[i * n + j]);
+                ok = false;
+              }
+            }
+          }
+          char name[96];
+          std::snprintf(name, sizeof name, "mult_few/mxfp4/k=%d/rows=%d/shift=%d/acc=%d", k, rows, shift, acc);
+          testutil::report(name, ok);
+        }
+      }
+    }
+  }
+}
+
 void testRound(Rng& r) {
   std::vector<float> v = r.floats(5000, -3, 3);
   // Specials and edges: zeros, infinities, NaN, ties, overflow, subnormals.
@@ -206,6 +306,7 @@ void testKVMove(Rng& r) {
 int main() {
   Rng r(2);
   testFewRows(r);
+  testMXFP4(r);
   testRound(r);
   testKVMove(r);
   return testutil::exitCode();
