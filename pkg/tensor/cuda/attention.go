@@ -20,12 +20,14 @@ import (
 // [rows × positions] is allocated, and no Go memory is allocated per call.
 
 // The kernels' constants (kernels/attention.cu's ATT_*): the block size, the
-// widest head, the positions of one split of a decode-class row's context,
+// widest head of the kernels but drafter_attend_wide and the widest of that
+// one, the positions of one split of a decode-class row's context,
 // the most training-time-test steps the backward takes, and the values per
 // sequence (int64) and per row (int32) of Attend's tables.
 const (
 	attThreads  = 128
 	attMaxDim   = 256
+	attWideDim  = 576
 	attChunk    = 256
 	attMaxSteps = 64
 	attSeqVals  = 8
@@ -48,6 +50,7 @@ const attChainRows = 64
 // attentionOps holds the attention group's kernels, looked up once at Open.
 type attentionOps struct {
 	attend, combine, prefill *kernel
+	attendWide               *kernel
 	ttt, bwdRows, bwdKeys    *kernel
 	tttTiled, bwdRowsTiled   *kernel
 	bwdKeysTiled             *kernel
@@ -91,6 +94,7 @@ func (t *attTable) upload(d *Device, host unsafe.Pointer, n int) uint64 {
 func (o *attentionOps) init(d *Device) {
 	o.attend = d.fn("drafter_attend")
 	o.combine = d.fn("drafter_attend_combine")
+	o.attendWide = d.fn("drafter_attend_wide")
 	o.prefill = d.fn("drafter_attend_prefill")
 	o.ttt = d.fn("drafter_attend_ttt")
 	o.bwdRows = d.fn("drafter_attend_ttt_bwd_rows")
@@ -100,11 +104,13 @@ func (o *attentionOps) init(d *Device) {
 	o.bwdKeysTiled = d.fn("drafter_attend_ttt_bwd_keys_tiled")
 }
 
-// checkShape panics unless shape is a head layout the kernels take.
-func checkShape(op string, shape tensor.AttnShape) {
-	if shape.HeadDim <= 0 || shape.HeadDim > attMaxDim || shape.Heads <= 0 || shape.KVHeads <= 0 || shape.Heads%shape.KVHeads != 0 {
+// checkShape panics unless shape is a head layout the kernels take, heads
+// of at most maxDim values: attWideDim for Attend, attMaxDim for the
+// training-time-test attention (whose kernels hold two values per thread).
+func checkShape(op string, shape tensor.AttnShape, maxDim int) {
+	if shape.HeadDim <= 0 || shape.HeadDim > maxDim || shape.Heads <= 0 || shape.KVHeads <= 0 || shape.Heads%shape.KVHeads != 0 {
 		panic(fmt.Sprintf("cuda: %s: %d heads over %d KV heads of width %d (heads a multiple of KV heads, width 1 to %d)",
-			op, shape.Heads, shape.KVHeads, shape.HeadDim, attMaxDim))
+			op, shape.Heads, shape.KVHeads, shape.HeadDim, maxDim))
 	}
 }
 
@@ -128,10 +134,12 @@ func checkF32(op, what string, t tensor.Tensor, cols int) {
 // window; a softcap is applied to each score as the kernels compute it.
 // Attention sinks (shape.Sinks) join each row's softmax once: in the row's
 // block when it has one, else in the merge of its chunks, and per row of a
-// prefill tile.
+// prefill tile. Heads wider than attMaxDim (up to attWideDim: DeepSeek-V3's
+// 576-wide latent) run drafter_attend_wide, the row kernel's twin with more
+// values per thread, for every row: such a head is never tiled.
 func (d *Device) Attend(out, q tensor.Tensor, l int, shape tensor.AttnShape, seqs []tensor.AttnSeq) {
 	const op = "Attend"
-	checkShape(op, shape)
+	checkShape(op, shape, attWideDim)
 	tensor.CheckAttnShape(op, shape)
 	qd, kvd := shape.Heads*shape.HeadDim, shape.KVHeads*shape.HeadDim
 	checkF32(op, "q", q, qd)
@@ -249,7 +257,11 @@ func (d *Device) Attend(out, q tensor.Tensor, l int, shape tensor.AttnShape, seq
 	a := d.args()
 	a.ptr(out).ptr(q).addr(dev + uint64(rowOff)).addr(dev + uint64(seqOff)).addr(dev + uint64(maskOff)).addr(part)
 	a.i32(l).i32(shape.Heads).i32(shape.KVHeads).i32(shape.HeadDim).i32(b2i(vec)).f32(shape.Softcap).addr(sinks)
-	d.launch(d.att.attend, dim3{uint32(rows), uint32(shape.Heads), uint32(chunks)}, dim3{attThreads, 1, 1}, 0)
+	rowKernel := d.att.attend
+	if shape.HeadDim > attMaxDim {
+		rowKernel = d.att.attendWide
+	}
+	d.launch(rowKernel, dim3{uint32(rows), uint32(shape.Heads), uint32(chunks)}, dim3{attThreads, 1, 1}, 0)
 	if tiles > 0 {
 		a := d.args()
 		a.ptr(out).ptr(q).addr(dev + uint64(tileOff)).addr(dev + uint64(seqOff))
@@ -303,7 +315,7 @@ func aligned16(p uint64) bool { return p%16 == 0 }
 // call agree (as the CPU device's check does) and returns the rows the spans
 // cover.
 func checkTTT(op string, out, lse, q tensor.Tensor, keys, vals []tensor.Tensor, shape tensor.AttnShape, seqs []tensor.Span) int {
-	checkShape(op, shape)
+	checkShape(op, shape, attMaxDim)
 	if shape.Softcap != 0 || shape.Window != 0 || !shape.Sinks.Empty() {
 		panic(fmt.Sprintf("cuda: %s: softcap %v, window %d and sinks %v: the training-time-test attention takes none", op, shape.Softcap, shape.Window, !shape.Sinks.Empty()))
 	}

@@ -62,7 +62,12 @@ func attnRun(t *testing.T, dev tensor.Device, shape tensor.AttnShape, cases []at
 		seqs = append(seqs, s)
 		rows += c.t
 	}
-	q := hostOrDev(t, dev, randVals(r, rows*qd, 0.5), rows, qd)
+	// Queries of at most 8/√HeadDim per value: 0.5 up to 256 values, and
+	// for wider heads the scores' spread of a 256-wide head (Attend's
+	// queries come scaled by 1/√HeadDim), not one that grows with the width
+	// until a softmax picks a single key by float32 rounding.
+	qs := min(0.5, 8/math.Sqrt(float64(shape.HeadDim)))
+	q := hostOrDev(t, dev, randVals(r, rows*qd, qs), rows, qd)
 	out := hostOrDev(t, dev, make([]float32, rows*qd), rows, qd)
 	dev.Attend(out, q, 1, shape, seqs)
 	v := make([]float32, rows*qd)
@@ -94,7 +99,9 @@ func closeTo(t *testing.T, what string, got, want []float32, tol float64) {
 // TestAttendLong checks Attend against the CPU device on contexts that span
 // several chunks (decode rows, chains and trees with pending nodes), prefill
 // chains that run in tiles, and heads of 64 and 128 values (vector loads),
-// all kinds in one call, with and without a sliding window and a softcap.
+// all kinds in one call, with and without a sliding window and a softcap;
+// and one KV head of 576 values (drafter_attend_wide, DeepSeek-V3's absorbed
+// attention), whose prefill-class chains run a row per block.
 func TestAttendLong(t *testing.T) {
 	d := openTest(t)
 	cpu := cpu.New(nil)
@@ -109,7 +116,8 @@ func TestAttendLong(t *testing.T) {
 		// Gemma-2/3's variants: windows that start past a chunk or a
 		// prefill tile's first keys, a softcap.
 		{Heads: 8, KVHeads: 2, HeadDim: 64, Window: attChunk + 10, Softcap: 2}, {Heads: 4, KVHeads: 4, HeadDim: 128, Window: 30},
-		{Heads: 2, KVHeads: 1, HeadDim: 160, Window: 3, Softcap: 0.5}} {
+		{Heads: 2, KVHeads: 1, HeadDim: 160, Window: 3, Softcap: 0.5},
+		{Heads: 3, KVHeads: 1, HeadDim: 576}, {Heads: 2, KVHeads: 1, HeadDim: 576, Window: attChunk + 10, Softcap: 2}} {
 		t.Run(fmt.Sprintf("hd%d window %d softcap %v", shape.HeadDim, shape.Window, shape.Softcap), func(t *testing.T) {
 			got := attnRun(t, d, shape, cases, 5)
 			want := attnRun(t, cpu, shape, cases, 5)
@@ -122,10 +130,17 @@ func TestAttendLong(t *testing.T) {
 // draft node that sees a prefix of positions gets the same bits in a
 // verification pass (a chain, a tree, a tree's later level over pending
 // nodes, beside other sequences) as the decode step at its position, here
-// across a chunk boundary.
+// across a chunk boundary, with grouped-query heads of 64 values and with
+// one KV head of 576 (drafter_attend_wide).
 func TestAttendSameBits(t *testing.T) {
 	d := openTest(t)
-	shape := tensor.AttnShape{Heads: 4, KVHeads: 2, HeadDim: 64}
+	for _, shape := range []tensor.AttnShape{{Heads: 4, KVHeads: 2, HeadDim: 64}, {Heads: 4, KVHeads: 1, HeadDim: 576}} {
+		t.Run(fmt.Sprintf("hd%d", shape.HeadDim), func(t *testing.T) { attendSameBits(t, d, shape) })
+	}
+}
+
+// attendSameBits is TestAttendSameBits' check of one head layout.
+func attendSameBits(t *testing.T, d *Device, shape tensor.AttnShape) {
 	qd, kd := shape.Heads*shape.HeadDim, shape.KVHeads*shape.HeadDim
 	r := rand.New(rand.NewPCG(9, 9))
 	const n, t6 = attChunk - 3, 6
@@ -302,4 +317,31 @@ func TestAttendLayers(t *testing.T) {
 		}
 		closeTo(t, fmt.Sprintf("Attend layer %d", l), res[0], res[1], 2e-5)
 	}
+}
+
+// TestAttendWidthLimits checks the widths the attention kernels take: Attend
+// up to attWideDim values (drafter_attend_wide past attMaxDim), the
+// training-time-test attention up to attMaxDim (its kernels hold two values
+// per thread); a wider head panics before anything is launched.
+func TestAttendWidthLimits(t *testing.T) {
+	d := openTest(t)
+	panics := func(what string, f func()) {
+		t.Helper()
+		defer func() {
+			if recover() == nil {
+				t.Fatalf("%s did not panic", what)
+			}
+		}()
+		f()
+	}
+	var none tensor.Tensor
+	panics("Attend of 577-wide heads", func() {
+		d.Attend(none, none, 0, tensor.AttnShape{Heads: 1, KVHeads: 1, HeadDim: attWideDim + 1}, nil)
+	})
+	panics("AttendTTT of 257-wide heads", func() {
+		d.AttendTTT(none, none, none, []tensor.Tensor{none}, []tensor.Tensor{none}, tensor.AttnShape{Heads: 1, KVHeads: 1, HeadDim: attMaxDim + 1}, nil)
+	})
+	// The widest Attend head runs (no sequences: nothing to launch).
+	out := devTensor(t, d, make([]float32, attWideDim), 1, attWideDim)
+	d.Attend(out, out, 0, tensor.AttnShape{Heads: 1, KVHeads: 1, HeadDim: attWideDim}, nil)
 }

@@ -6,6 +6,7 @@
 package tensortest
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -373,19 +374,24 @@ func elementwise(t *testing.T, dev tensor.Device) {
 	e.near("AddBias, Scale", e.read(x), wantX, nil)
 }
 
+// attendSeq is one sequence of an attend check: n committed positions, p
+// pending tree nodes before the t new rows, parents nil for a chain, else
+// the parents of the p+t nodes.
+type attendSeq struct {
+	n, t    int
+	p       int
+	parents []int
+}
+
 // attend checks Attend over caches filled by KVWrite and reordered by
 // KVMove, for decode rows, short and long chains and trees, several
-// sequences in one call, with grouped-query heads.
+// sequences in one call, with grouped-query heads; and with one KV head of
+// 576 values (DeepSeek-V3's absorbed attention over its latent: 512 + 64)
+// for decode rows over more than one CUDA chunk of keys, trees with pending
+// nodes, and chains past the CUDA device's prefill threshold.
 func attend(t *testing.T, dev tensor.Device) {
 	e := newEnv(t, dev, 8)
-	shape := tensor.AttnShape{Heads: 4, KVHeads: 2, HeadDim: 16}
-	qd, kd := shape.Heads*shape.HeadDim, shape.KVHeads*shape.HeadDim
-	type seq struct {
-		n, t    int
-		p       int   // pending tree nodes before the new rows
-		parents []int // nil: a chain; else the parents of the p+t nodes
-	}
-	for _, seqs := range [][]seq{
+	e.attendCases(tensor.AttnShape{Heads: 4, KVHeads: 2, HeadDim: 16}, [][]attendSeq{
 		{{n: 10, t: 1}},
 		{{n: 0, t: 5}, {n: 7, t: 1}},
 		{{n: 3, t: 150}},
@@ -395,7 +401,19 @@ func attend(t *testing.T, dev tensor.Device) {
 		// added before them, one row (chain-shaped and not) and several.
 		{{n: 5, t: 1, p: 3, parents: []int{-1, 0, 1, 2}}, {n: 8, t: 1, p: 3, parents: []int{-1, -1, 0, 1}}},
 		{{n: 12, t: 4, p: 6, parents: []int{-1, -1, 0, 1, 2, 3, 4, 5, 4, 0}}},
-	} {
+	})
+	e.attendCases(tensor.AttnShape{Heads: 4, KVHeads: 1, HeadDim: 576}, [][]attendSeq{
+		{{n: 300, t: 1}, {n: 7, t: 1}},
+		{{n: 20, t: 6, parents: []int{-1, 0, 0, 1, 3, -1}}, {n: 12, t: 4, p: 6, parents: []int{-1, -1, 0, 1, 2, 3, 4, 5, 4, 0}}},
+		{{n: 5, t: 70}, {n: 260, t: 2}},
+	})
+}
+
+// attendCases runs attend's check of each call's sequences with shape.
+func (e *env) attendCases(shape tensor.AttnShape, calls [][]attendSeq) {
+	t, dev := e.t, e.dev
+	qd, kd := shape.Heads*shape.HeadDim, shape.KVHeads*shape.HeadDim
+	for _, seqs := range calls {
 		var as []tensor.AttnSeq
 		var keys, vals [][]float32 // per sequence, [n+t, kd] in position order
 		rows := 0
@@ -473,7 +491,7 @@ func attend(t *testing.T, dev tensor.Device) {
 				}
 			}
 		}
-		e.near("Attend", e.read(out), want, scale)
+		e.near(fmt.Sprintf("Attend of %d-wide heads", shape.HeadDim), e.read(out), want, scale)
 	}
 }
 

@@ -27,6 +27,13 @@
 // form a prefix is scored bit for bit as the decode step at its position
 // would be: speculative decoding stays lossless within the GPU.
 //
+// Heads wider than ATT_MAXD (DeepSeek-V3's absorbed multi-head latent
+// attention attends over 576 values per position) run the row kernel's wide
+// twin, drafter_attend_wide: the same rows, chunks and order of operations,
+// each thread owning ATT_WIDE_VALS values of the head instead of two. It is a
+// kernel of its own so that drafter_attend, and with it every width it takes,
+// compiles to the same code as before it existed.
+//
 // Attend's variants (Gemma-2/3): a softcap replaces each score s by
 // cap·tanh(s/cap) as it is computed, and a sliding window gives each row a
 // first visible position lo (the host computes it per row, from the row's
@@ -49,8 +56,13 @@
 // tile (one per thread).
 #define ATT_THREADS 128
 #define ATT_WARPS (ATT_THREADS / 32)
-// ATT_MAXD is the widest head the kernels take (two values per thread).
+// ATT_MAXD is the widest head the kernels take (two values per thread)
+// but drafter_attend_wide, which takes heads up to ATT_WIDE_MAXD
+// (kv_lora_rank + qk_rope_head_dim = 512 + 64 of DeepSeek-V3's latent),
+// ATT_WIDE_VALS values per thread.
 #define ATT_MAXD 256
+#define ATT_WIDE_MAXD 576
+#define ATT_WIDE_VALS ((ATT_WIDE_MAXD + ATT_THREADS - 1) / ATT_THREADS)
 // ATT_CHUNK is the positions of one split of a decode-class row's keys
 // (decode steps, verification chains and trees: rows few enough that one
 // block per row and head would leave most of the GPU idle over a long
@@ -62,6 +74,14 @@
 // ATT_MAXSTEPS bounds the training-time-test steps k (the diagonal keys a
 // row attends to besides its sequence's).
 #define ATT_MAXSTEPS 64
+// ATT_UNROLL unrolls a loop over a register array completely on the GPU, so
+// that the array stays in registers (the simulator's compilers need not).
+#if defined(__CUDA_ARCH__)
+#define ATT_UNROLL _Pragma("unroll")
+#else
+#define ATT_UNROLL
+#endif
+
 // ATT_SEQ is the number of 64-bit values per sequence in Attend's table,
 // ATT_ROW the number of ints per row in its row table.
 #define ATT_SEQ 8
@@ -422,6 +442,139 @@ extern "C" __global__ void drafter_attend_combine(float* __restrict__ out, const
     }
 }
 
+// att_online_wide is att_online for drafter_attend_wide: one group of
+// ATT_THREADS threads, thread tid owning values tid + e·ATT_THREADS (e <
+// ATT_WIDE_VALS) of the head, accumulated in acc[e]. Each value adds the
+// tile's positions in order, as att_online's do. (A copy rather than a
+// generalisation of att_online, so that the kernels built on that one keep
+// their code.)
+template <class Src>
+static __device__ __forceinline__ void att_online_wide(const Src& src, const float* qs, int hd, bool vec, float scale,
+                                                       int j0, int j1, float* ps, float* redA, float* redB, float& m,
+                                                       float& l, float (&acc)[ATT_WIDE_VALS]) {
+    const int tid = threadIdx.x;
+    for (int t0 = j0; t0 < j1; t0 += ATT_THREADS) {
+        const int j = t0 + tid;
+        float s = -INFINITY;
+        if (j < j1 && src.sees(j)) s = src.score(scale * att_dot(qs, src.key(j), hd, vec));
+        const float mn = fmaxf(m, att_block_max(s, redA));
+        const float p = (s == -INFINITY) ? 0.f : expf(s - mn);
+        ps[tid] = p;
+        const float lt = att_block_sum(p, redB); // also publishes ps
+        const float alpha = (m == mn) ? 1.f : expf(m - mn);
+        l = l * alpha + lt;
+        m = mn;
+        ATT_UNROLL
+        for (int e = 0; e < ATT_WIDE_VALS; e++) acc[e] *= alpha;
+        // Positions in order, two at a time (each value's loads of both in
+        // flight); a position the row does not see adds 0·v, exactly
+        // nothing, as in att_online.
+        const int cnt = min(ATT_THREADS, j1 - t0);
+        int t = 0;
+        for (; t + 1 < cnt; t += 2) {
+            const float p0 = ps[t], p1 = ps[t + 1];
+            const float *v0 = src.val(t0 + t), *v1 = src.val(t0 + t + 1);
+            ATT_UNROLL
+            for (int e = 0; e < ATT_WIDE_VALS; e++) {
+                const int d = tid + e * ATT_THREADS;
+                if (d < hd) {
+                    const float x0 = v0[d], x1 = v1[d];
+                    acc[e] += p0 * x0;
+                    acc[e] += p1 * x1;
+                }
+            }
+        }
+        if (t < cnt) {
+            const float p0 = ps[t];
+            const float* v0 = src.val(t0 + t);
+            ATT_UNROLL
+            for (int e = 0; e < ATT_WIDE_VALS; e++) {
+                const int d = tid + e * ATT_THREADS;
+                if (d < hd) acc[e] += p0 * v0[d];
+            }
+        }
+        // redA, redB and ps are next written after the next tile's first
+        // barrier, which every thread reaches only when done reading them.
+    }
+}
+
+// drafter_attend_wide is drafter_attend for heads of up to ATT_WIDE_MAXD
+// values (the host launches it for heads wider than ATT_MAXD): the same
+// arguments (sinks included: a one-block row folds its head's sink in as
+// att_sink does), grid, tables, chunks and partial records (which
+// drafter_attend_combine merges, whatever the width, adding the sink), so a
+// row's result depends only on its own query and the keys it sees here too.
+extern "C" __global__ void drafter_attend_wide(float* __restrict__ out, const float* __restrict__ q,
+                                               const int* __restrict__ rows, const long long* __restrict__ seqs,
+                                               const unsigned char* __restrict__ masks, float* __restrict__ part,
+                                               int layer, int heads, int kvHeads, int hd, int vec, float softcap,
+                                               const float* __restrict__ sinks) {
+    __shared__ float qs[ATT_WIDE_MAXD] __attribute__((aligned(16)));
+    __shared__ float ps[ATT_THREADS];
+    __shared__ float redA[ATT_WARPS];
+    __shared__ float redB[ATT_WARPS];
+    const int tid = threadIdx.x;
+    const int ri = blockIdx.x, h = blockIdx.y, chunk = blockIdx.z;
+    const int* rw = rows + ATT_ROW * ri;
+    const int si = rw[0], i = rw[1], limit = rw[2], pbase = rw[3], lo = rw[4];
+    const int nch = pbase < 0 ? 1 : att_chunks(lo, limit);
+    if (chunk >= nch) return; // the whole block: no barrier is skipped
+    const long long* sq = seqs + (long long)ATT_SEQ * si;
+    const int n = (int)sq[2], pend = (int)sq[3], t = (int)sq[4];
+    const long long moff = sq[5];
+    const long long row = sq[6] + i;
+    const int g = h / (heads / kvHeads);
+    const long long qd = (long long)heads * hd;
+
+    att_kv_src src;
+    src.kvd = (long long)kvHeads * hd;
+    src.k = att_layer(sq, 0, layer) + g * hd;
+    src.v = att_layer(sq, 1, layer) + g * hd;
+    src.n = n;
+    src.mask = moff < 0 ? 0 : masks + moff + (long long)i * (pend + t);
+    src.softcap = softcap;
+    const int cs = (lo / ATT_CHUNK + chunk) * ATT_CHUNK; // the chunk's first position
+    const int j0 = pbase < 0 ? lo : max(lo, cs);
+    const int j1 = pbase < 0 ? limit : min(limit, cs + ATT_CHUNK);
+
+    const float* qr = q + row * qd + (long long)h * hd;
+    for (int d = tid; d < hd; d += ATT_THREADS) qs[d] = qr[d];
+    __syncthreads();
+
+    float m = -INFINITY, l = 0.f, acc[ATT_WIDE_VALS];
+    ATT_UNROLL
+    for (int e = 0; e < ATT_WIDE_VALS; e++) acc[e] = 0.f;
+    att_online_wide(src, qs, hd, vec != 0, 1.f, j0, j1, ps, redA, redB, m, l, acc);
+
+    if (pbase < 0) {
+        if (sinks != 0) { // att_sink over acc
+            const float sk = sinks[h], mn = fmaxf(m, sk);
+            const float alpha = (m == mn) ? 1.f : expf(m - mn);
+            l = __fadd_rn(__fmul_rn(l, alpha), expf(sk - mn));
+            ATT_UNROLL
+            for (int e = 0; e < ATT_WIDE_VALS; e++) acc[e] *= alpha;
+            m = mn;
+        }
+        float* o = out + row * qd + (long long)h * hd;
+        ATT_UNROLL
+        for (int e = 0; e < ATT_WIDE_VALS; e++) {
+            const int d = tid + e * ATT_THREADS;
+            if (d < hd) o[d] = acc[e] / l;
+        }
+        return;
+    }
+    float* pp = part + ((long long)(pbase + chunk) * heads + h) * (hd + 2);
+    if (tid == 0) {
+        pp[0] = m;
+        pp[1] = l;
+    }
+    ATT_UNROLL
+    for (int e = 0; e < ATT_WIDE_VALS; e++) {
+        const int d = tid + e * ATT_THREADS;
+        if (d < hd) pp[2 + d] = acc[e];
+    }
+}
+
 // ATT_QT and ATT_KT are the tiled forward kernels' tile (drafter_attend_prefill,
 // drafter_attend_ttt_tiled): query rows per block and key positions per step;
 // ATT_TILE_MAXD the widest head the tiled kernels take (their tiles live in
@@ -429,14 +582,6 @@ extern "C" __global__ void drafter_attend_combine(float* __restrict__ out, const
 #define ATT_QT 16
 #define ATT_KT 32
 #define ATT_TILE_MAXD 128
-
-// ATT_UNROLL unrolls a loop over a register array completely on the GPU, so
-// that the array stays in registers (the simulator's compilers need not).
-#if defined(__CUDA_ARCH__)
-#define ATT_UNROLL _Pragma("unroll")
-#else
-#define ATT_UNROLL
-#endif
 
 // att_tile is the shared memory of a block of ATT_QT query rows: the rows'
 // queries, one step's ATT_KT keys and values (keys padded by one value so

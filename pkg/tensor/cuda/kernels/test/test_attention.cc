@@ -116,8 +116,9 @@ bool aligned(std::initializer_list<const void*> ps) {
 // layerStride is the bytes between two layers' caches in runAttend's tables.
 const long long layerStride = 1 << 20;
 
-// runAttend launches drafter_attend (and the combine when a row spans
-// several chunks) for seqs, building the tables as attention.go does, and
+// runAttend launches drafter_attend, or drafter_attend_wide for heads wider
+// than ATT_MAXD (and the combine when a row spans several chunks) for seqs,
+// building the tables as attention.go does, and
 // returns out [rows, heads·hd] (rows not covered by a sequence hold 7).
 std::vector<float> runAttend(int heads, int kvHeads, int hd, std::vector<Seq>& seqs, std::vector<Cache>& caches,
                              const std::vector<float>& q, int totalRows, const std::vector<int>& row0) {
@@ -178,7 +179,8 @@ std::vector<float> runAttend(int heads, int kvHeads, int hd, std::vector<Seq>& s
     std::vector<float> out((size_t)totalRows * qd, 7.f);
     std::vector<float> part(std::max(1, records * heads * (hd + 2)));
     if (nrows > 0)
-        sim::launch(dim3(nrows, heads, maxChunks), dim3(ATT_THREADS, 1, 1), 0, drafter_attend, out.data(),
+        sim::launch(dim3(nrows, heads, maxChunks), dim3(ATT_THREADS, 1, 1), 0,
+                    hd > ATT_MAXD ? drafter_attend_wide : drafter_attend, out.data(),
                     q.data(), (const int*)rows.data(), (const long long*)tab.data(),
                     (const unsigned char*)masks.data(), part.data(), 1, heads, kvHeads, hd, (int)vec, softcap,
                     sinkArg());
@@ -559,6 +561,18 @@ int main() {
                    {{4 * ATT_CHUNK + 37, 1, 0, {}}, {ATT_CHUNK - 1, 1, 0, {}}, {5, 2, 0, {}}});
         testAttendSame(4, 2, 16, 10);
         testAttendSame(2, 1, 64, ATT_CHUNK - 2);
+        // DeepSeek-V3's absorbed attention: one KV head of 576 values
+        // (drafter_attend_wide): decode over several chunks, trees with
+        // pending nodes, and chains past attChainRows (which wide heads run
+        // a row per block, not in tiles); then heads just past ATT_MAXD and
+        // of a width no multiple of 4 or of the block.
+        testAttend("hd 576 decode", 3, 1, 576, {{2 * ATT_CHUNK + 9, 1, 0, {}}, {10, 1, 0, {}}});
+        testAttend("hd 576 trees", 2, 1, 576,
+                   {{20, 6, 0, {-1, 0, 0, 1, 3, -1}}, {ATT_CHUNK - 2, 4, 2, {-1, 0, 1, 1, 0, 4}}});
+        if (!scalar) testAttend("hd 576 chain", 2, 1, 576, {{ATT_CHUNK + 5, 70, 0, {}}, {0, 66, 0, {}}});
+        testAttend("hd 257", 2, 1, 257, {{40, 3, 0, {}}, {ATT_CHUNK + 1, 1, 0, {}}});
+        testAttend("hd 388", 2, 2, 388, {{5, 2, 0, {-1, 0}}, {3, 1, 0, {}}});
+        testAttendSame(2, 1, 576, ATT_CHUNK - 2);
 
         // Gemma-2/3's variants: softcaps small enough to saturate tanh,
         // windows that end in the committed positions, in a tree's own
@@ -578,6 +592,8 @@ int main() {
                 testAttend("window prefill", 4, 2, 16, {{3, 150, 0, {}}, {2 * ATT_CHUNK + 5, 70, 0, {}}});
                 testAttend("window prefill hd 160", 2, 1, 160, {{40, 66, 0, {}}});
             }
+            testAttend("window hd 576", 2, 1, 576,
+                       {{ATT_CHUNK + 3, 1, 0, {}}, {12, 4, 6, {-1, -1, 0, 1, 2, 3, 4, 5, 4, 0}}});
             testAttendSame(4, 2, 16, 10);
             testAttendSame(2, 1, 64, 2 * ATT_CHUNK - 2);
         }
