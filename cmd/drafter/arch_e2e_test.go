@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/drafter-ai/drafter/internal/hfref"
+	"github.com/drafter-ai/drafter/internal/testutil"
 	"github.com/drafter-ai/drafter/pkg/arch"
 )
 
@@ -18,13 +19,15 @@ import (
 // (internal/hfref.Archs; pkg/model's TestHFReference compares its forward
 // with transformers'): inspect prints the architecture, transformers'
 // parameter count, the weights' memory (f32: 4 bytes a parameter; bf16: 2
-// for every matrix, the vectors in float32) and the default feature layers;
+// for every matrix, the vectors in float32; mxfp4: 4.25 bits for every
+// expert value) and the default feature layers;
 // distill on a handful of prompts, Medusa and EAGLE-3 trained a few steps,
 // and eval of each in chain mode, which must be lossless (eval exits 0 only
 // when every speculative output equals greedy decoding, and the report says
-// every prompt was checked). The f32 checkpoint runs the pipeline; both
-// checkpoints are inspected. Every other architecture is refused by inspect
-// naming its model_type and the supported ones.
+// every prompt was checked). The checkpoint as such models ship (bf16;
+// gpt-oss's MXFP4 experts) runs the pipeline; every checkpoint is
+// inspected. Every other architecture is refused by inspect naming its
+// model_type and the supported ones.
 func TestArchitecturesEndToEnd(t *testing.T) {
 	c := hfref.Checkpoints(t)
 	src, err := os.ReadFile("../../data/prompts/stories-train.jsonl")
@@ -47,11 +50,11 @@ func TestArchitecturesEndToEnd(t *testing.T) {
 	for _, a := range hfref.Archs {
 		t.Run(a.Name, func(t *testing.T) {
 			ref := c.Reference(t, a.Name)
-			for _, dt := range hfref.DTypes {
+			for _, dt := range a.DTypes() {
 				checkInspect(t, run(t, "inspect", "--model", c.Model(a.Name, dt)).out,
 					run(t, "inspect", "--json", "--model", c.Model(a.Name, dt)).out, ref, dt)
 			}
-			model, dir := c.Model(a.Name, "f32"), filepath.Join(tmp, a.Name)
+			model, dir := c.Model(a.Name, a.Shipped()), filepath.Join(tmp, a.Name)
 			distilled := filepath.Join(dir, "distill")
 			run(t, "distill", "--model", model, "--prompts", prompts, "--out", distilled, "--max-new-tokens", "24", "--temperature", "0", "--quiet")
 			for _, m := range []struct {
@@ -105,6 +108,25 @@ func TestArchitecturesEndToEnd(t *testing.T) {
 			}
 		})
 	}
+	// An architecture nobody generated: a real checkpoint's files with a
+	// model_type drafter does not know (Nemotron-H, a hybrid of Mamba and
+	// attention layers).
+	t.Run("nemotron_h/refused", func(t *testing.T) {
+		dir := testutil.CopyDir(t, c.Model("llama", "f32"))
+		p := filepath.Join(dir, "config.json")
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b = []byte(strings.NewReplacer(`"LlamaForCausalLM"`, `"NemotronHForCausalLM"`, `"llama"`, `"nemotron_h"`).Replace(string(b)))
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		r := runCLI(t, nil, "inspect", "--model", dir)
+		if r.code == exitOK || !strings.Contains(r.msg, `"nemotron_h" is not supported`) || !strings.Contains(r.msg, arch.Supported()) {
+			t.Fatalf("inspect of a nemotron_h checkpoint: exit %d, %q; want a refusal naming it and %s", r.code, r.msg, arch.Supported())
+		}
+	})
 }
 
 // checkInspect checks inspect's text and JSON output for a checkpoint
@@ -134,8 +156,11 @@ func checkInspect(t *testing.T, text, js string, ref *hfref.Reference, dtype str
 	}
 	held := ref.Parameters + ref.PersistentBuffers
 	want := map[string]int64{"f32": 4 * held}
-	if dtype == "bf16" {
+	switch dtype {
+	case "bf16":
 		want = map[string]int64{"bf16": 2 * ref.MatrixParameters, "f32": 4 * (held - ref.MatrixParameters)}
+	case "mxfp4": // 4-bit values and a scale byte per 32
+		want = map[string]int64{"mxfp4": ref.MXFP4Parameters/2 + ref.MXFP4Parameters/32, "f32": 4 * (held - ref.MXFP4Parameters)}
 	}
 	if fmt.Sprint(got.WeightBytes) != fmt.Sprint(want) {
 		t.Errorf("%s inspect: weight bytes %v, want %v", dtype, got.WeightBytes, want)

@@ -40,6 +40,27 @@ import (
 // LongRoPE, deepseek_v3_yarn for DeepSeek-V3 with yarn and q_proj).
 type Arch struct {
 	Name string
+	// MXFP4 means the architecture also has an mxfp4 folder: its experts
+	// stored as MXFP4 blocks and scales (gpt_oss).
+	MXFP4 bool
+}
+
+// Shipped returns the folder of the checkpoint as the architecture's
+// models ship: mxfp4 where it has one (gpt-oss's experts), else bf16.
+func (a Arch) Shipped() string {
+	if a.MXFP4 {
+		return "mxfp4"
+	}
+	return "bf16"
+}
+
+// DTypes returns the architecture's checkpoint folders: DTypes, and mxfp4
+// where it has one.
+func (a Arch) DTypes() []string {
+	if a.MXFP4 {
+		return append(slices.Clip(DTypes), "mxfp4")
+	}
+	return DTypes
 }
 
 // Archs are the supported architectures the tests compare with
@@ -58,6 +79,7 @@ var Archs = []Arch{
 	{Name: "qwen3_moe"},
 	{Name: "deepseek_v3"},
 	{Name: "deepseek_v3_yarn"},
+	{Name: "gpt_oss", MXFP4: true},
 }
 
 // Supported reports whether the folder name is in Archs.
@@ -95,10 +117,17 @@ type Reference struct {
 	// bf16 checkpoint loaded as float32, one per prompt.
 	F32  []Run `json:"f32"`
 	BF16 []Run `json:"bf16"`
+	// MXFP4 is the runs of a checkpoint whose experts are stored MXFP4
+	// (gpt_oss only): the f32 runs, its weights being exactly the f32
+	// checkpoint's.
+	MXFP4 []Run `json:"mxfp4"`
 	// Parameters is transformers' count (a tied embedding once);
-	// MatrixParameters those in tensors of two or more dimensions.
+	// MatrixParameters those of its weight matrices (two or more
+	// dimensions, biases excepted); MXFP4Parameters those of the expert
+	// matrices an mxfp4 checkpoint stores as MXFP4.
 	Parameters       int64 `json:"parameters"`
 	MatrixParameters int64 `json:"matrix_parameters"`
+	MXFP4Parameters  int64 `json:"mxfp4_parameters"`
 	// PersistentBuffers counts the values of the buffers the checkpoint
 	// stores (DeepSeek's e_score_correction_bias), which a loaded model
 	// holds but transformers does not count as parameters.
@@ -108,8 +137,11 @@ type Reference struct {
 
 // Runs returns the runs of dtype "f32" or "bf16".
 func (r *Reference) Runs(dtype string) []Run {
-	if dtype == "bf16" {
+	switch dtype {
+	case "bf16":
 		return r.BF16
+	case "mxfp4":
+		return r.MXFP4
 	}
 	return r.F32
 }

@@ -104,6 +104,10 @@ type Family struct {
 	// MoE describes the family's mixture-of-experts layers; nil for a
 	// dense family.
 	MoE *MoE
+	// AttnSinks means each attention head has a learned sink logit
+	// (self_attn.sinks [heads]) joining its softmax without a value
+	// (gpt-oss).
+	AttnSinks bool
 	// MLA means DeepSeek's multi-head latent attention replaces the
 	// q/k/v projections (see MLATensors' names); the KV cache then holds
 	// each position's normed latent and its rotated key part.
@@ -142,6 +146,24 @@ type MoE struct {
 	// where norm_topk_prob, times routed_scaling_factor. Else the router's
 	// softmax ranks and weighs the experts.
 	SigmoidGroups bool
+	// Stacked means the experts are stored as gpt-oss stores them: all in
+	// Block+"experts.gate_up_proj" [experts, hidden, 2·intermediate]
+	// (input-major, gate and up interleaved by column: gate j is column
+	// 2j, up j column 2j+1) and "experts.down_proj" [experts,
+	// intermediate, hidden], each with a bias per expert
+	// ("..._bias" [experts, out]).
+	Stacked bool
+	// Router is the router's name after Block ("gate." when empty) and
+	// RouterBias whether it has a bias (Router+"bias").
+	Router     string
+	RouterBias bool
+	// SoftmaxTopK means the chosen experts weigh by the softmax of their
+	// router logits alone (gpt-oss: the top k logits, then their softmax).
+	SoftmaxTopK bool
+	// ClampedSwiGLU means gpt-oss's expert activation: gate clamped above
+	// and up clamped both sides at swiglu_limit, (up+1)·gate·σ(α·gate) with
+	// α swiglu_alpha.
+	ClampedSwiGLU bool
 	// Shared is the name, after Block, of the MLP every token runs beside
 	// its routed experts ("shared_experts." with gate_proj, up_proj and
 	// down_proj, n_shared_experts times the expert width), "" for none.
@@ -198,7 +220,7 @@ const (
 
 // Families returns every supported family, in the order messages list them.
 func Families() []Family {
-	return []Family{Llama(), Mistral(), Qwen2(), Qwen3(), Gemma2(), Gemma3Text(), Phi3(), Mixtral(), Qwen3MoE(), DeepseekV3()}
+	return []Family{Llama(), Mistral(), Qwen2(), Qwen3(), Gemma2(), Gemma3Text(), Phi3(), Mixtral(), Qwen3MoE(), DeepseekV3(), GptOss()}
 }
 
 // Lookup returns the family of a config.json model_type.
@@ -212,7 +234,7 @@ func Lookup(modelType string) (Family, bool) {
 }
 
 // Supported lists the supported model_type values, for messages:
-// "llama, mistral, qwen2, qwen3, gemma2, gemma3_text, phi3, mixtral, qwen3_moe, deepseek_v3".
+// "llama, mistral, qwen2, qwen3, gemma2, gemma3_text, phi3, mixtral, qwen3_moe, deepseek_v3, gpt_oss".
 func Supported() string {
 	return list(func(f Family) string { return f.ModelType })
 }
@@ -242,6 +264,9 @@ type Dims struct {
 	// SharedIntermediate the width of its shared MLP (0: none).
 	Experts, ExpertIntermediate, SharedIntermediate int
 	Sparse                                          []bool
+	// MXFP4 means a Stacked family's expert matrices are stored as gpt-oss
+	// ships them: MXFP4 blocks and scales, [out, in] (see ExpertsGateUp).
+	MXFP4 bool
 	// QLoraRank (0: a plain q_proj), KVLoraRank, QKNope, QKRope and VHead
 	// are an MLA family's attention widths.
 	QLoraRank, KVLoraRank, QKNope, QKRope, VHead int
@@ -257,42 +282,50 @@ type Role uint8
 
 // The roles. Linear weights use the Hugging Face [out, in] layout.
 const (
-	Embed       Role = iota // model.embed_tokens.weight [vocab, hidden]
-	AttnNorm                // input_layernorm.weight [hidden]
-	QProj                   // self_attn.q_proj.weight [heads·head_dim, hidden]
-	KProj                   // self_attn.k_proj.weight [kv_heads·head_dim, hidden]
-	VProj                   // self_attn.v_proj.weight [kv_heads·head_dim, hidden]
-	QBias                   // self_attn.q_proj.bias [heads·head_dim]
-	KBias                   // self_attn.k_proj.bias [kv_heads·head_dim]
-	VBias                   // self_attn.v_proj.bias [kv_heads·head_dim]
-	OProj                   // self_attn.o_proj.weight [hidden, heads·head_dim]
-	OProjBias               // self_attn.o_proj.bias [hidden]
-	QNorm                   // self_attn.q_norm.weight [head_dim]
-	KNorm                   // self_attn.k_norm.weight [head_dim]
-	MLPNorm                 // post_attention_layernorm.weight [hidden] (SandwichNorms: pre_feedforward_layernorm)
-	AttnOutNorm             // SandwichNorms: post_attention_layernorm.weight [hidden]
-	MLPOutNorm              // SandwichNorms: post_feedforward_layernorm.weight [hidden]
-	QKVProj                 // FusedQKV: self_attn.qkv_proj.weight [heads·head_dim + 2·kv_heads·head_dim, hidden]
-	GateUpProj              // FusedGateUp: mlp.gate_up_proj.weight [2·intermediate, hidden]
-	Router                  // MoE: the sparse layer's router [experts, hidden]
-	RouterBias              // MoE (SigmoidGroups): gate.e_score_correction_bias [experts]
-	SharedGate              // MoE: the shared MLP's gate [shared intermediate, hidden]
-	SharedUp                // MoE: its up [shared intermediate, hidden]
-	SharedDown              // MoE: its down [hidden, shared intermediate]
-	QAProj                  // MLA: self_attn.q_a_proj.weight [q_lora_rank, hidden]
-	QANorm                  // MLA: self_attn.q_a_layernorm.weight [q_lora_rank]
-	QBProj                  // MLA: self_attn.q_b_proj.weight [heads·(nope+rope), q_lora_rank]
-	KVAProj                 // MLA: self_attn.kv_a_proj_with_mqa.weight [kv_lora_rank+rope, hidden]
-	KVANorm                 // MLA: self_attn.kv_a_layernorm.weight [kv_lora_rank]
-	KVBProj                 // MLA: self_attn.kv_b_proj.weight [heads·(nope+v), kv_lora_rank]
-	ExpertGate              // MoE: expert Tensor.Expert's gate weight [expert intermediate, hidden]
-	ExpertUp                // MoE: its up weight [expert intermediate, hidden]
-	ExpertDown              // MoE: its down weight [hidden, expert intermediate]
-	GateProj                // mlp.gate_proj.weight [intermediate, hidden]
-	UpProj                  // mlp.up_proj.weight [intermediate, hidden]
-	DownProj                // mlp.down_proj.weight [hidden, intermediate]
-	FinalNorm               // model.norm.weight [hidden]
-	LMHead                  // lm_head.weight [vocab, hidden]
+	Embed               Role = iota // model.embed_tokens.weight [vocab, hidden]
+	AttnNorm                        // input_layernorm.weight [hidden]
+	QProj                           // self_attn.q_proj.weight [heads·head_dim, hidden]
+	KProj                           // self_attn.k_proj.weight [kv_heads·head_dim, hidden]
+	VProj                           // self_attn.v_proj.weight [kv_heads·head_dim, hidden]
+	QBias                           // self_attn.q_proj.bias [heads·head_dim]
+	KBias                           // self_attn.k_proj.bias [kv_heads·head_dim]
+	VBias                           // self_attn.v_proj.bias [kv_heads·head_dim]
+	OProj                           // self_attn.o_proj.weight [hidden, heads·head_dim]
+	OProjBias                       // self_attn.o_proj.bias [hidden]
+	QNorm                           // self_attn.q_norm.weight [head_dim]
+	KNorm                           // self_attn.k_norm.weight [head_dim]
+	MLPNorm                         // post_attention_layernorm.weight [hidden] (SandwichNorms: pre_feedforward_layernorm)
+	AttnOutNorm                     // SandwichNorms: post_attention_layernorm.weight [hidden]
+	MLPOutNorm                      // SandwichNorms: post_feedforward_layernorm.weight [hidden]
+	QKVProj                         // FusedQKV: self_attn.qkv_proj.weight [heads·head_dim + 2·kv_heads·head_dim, hidden]
+	GateUpProj                      // FusedGateUp: mlp.gate_up_proj.weight [2·intermediate, hidden]
+	Router                          // MoE: the sparse layer's router [experts, hidden]
+	RouterBias                      // MoE (SigmoidGroups): gate.e_score_correction_bias [experts]
+	RouterLinearBias                // MoE (MoE.RouterBias): the router's bias [experts]
+	ExpertsGateUp                   // MoE (Stacked): experts.gate_up_proj [experts, hidden, 2·intermediate]; with Dims.MXFP4 gate_up_proj_blocks [experts, 2·intermediate, hidden/32, 16] (uint8)
+	ExpertsGateUpScales             // MoE (Stacked, MXFP4): experts.gate_up_proj_scales [experts, 2·intermediate, hidden/32] (uint8)
+	ExpertsDownScales               // MoE (Stacked, MXFP4): experts.down_proj_scales [experts, hidden, intermediate/32] (uint8)
+	ExpertsGateUpBias               // MoE (Stacked): experts.gate_up_proj_bias [experts, 2·intermediate]
+	ExpertsDown                     // MoE (Stacked): experts.down_proj [experts, intermediate, hidden]; with Dims.MXFP4 down_proj_blocks [experts, hidden, intermediate/32, 16]
+	ExpertsDownBias                 // MoE (Stacked): experts.down_proj_bias [experts, hidden]
+	Sinks                           // AttnSinks: self_attn.sinks [heads]
+	SharedGate                      // MoE: the shared MLP's gate [shared intermediate, hidden]
+	SharedUp                        // MoE: its up [shared intermediate, hidden]
+	SharedDown                      // MoE: its down [hidden, shared intermediate]
+	QAProj                          // MLA: self_attn.q_a_proj.weight [q_lora_rank, hidden]
+	QANorm                          // MLA: self_attn.q_a_layernorm.weight [q_lora_rank]
+	QBProj                          // MLA: self_attn.q_b_proj.weight [heads·(nope+rope), q_lora_rank]
+	KVAProj                         // MLA: self_attn.kv_a_proj_with_mqa.weight [kv_lora_rank+rope, hidden]
+	KVANorm                         // MLA: self_attn.kv_a_layernorm.weight [kv_lora_rank]
+	KVBProj                         // MLA: self_attn.kv_b_proj.weight [heads·(nope+v), kv_lora_rank]
+	ExpertGate                      // MoE: expert Tensor.Expert's gate weight [expert intermediate, hidden]
+	ExpertUp                        // MoE: its up weight [expert intermediate, hidden]
+	ExpertDown                      // MoE: its down weight [hidden, expert intermediate]
+	GateProj                        // mlp.gate_proj.weight [intermediate, hidden]
+	UpProj                          // mlp.up_proj.weight [intermediate, hidden]
+	DownProj                        // mlp.down_proj.weight [hidden, intermediate]
+	FinalNorm                       // model.norm.weight [hidden]
+	LMHead                          // lm_head.weight [vocab, hidden]
 )
 
 // Tensor is one tensor of a checkpoint.
@@ -429,6 +462,9 @@ func (f *Family) Tensors(d Dims) []Tensor {
 			add(QNorm, d.HeadDim)
 			add(KNorm, d.HeadDim)
 		}
+		if f.AttnSinks {
+			out = append(out, Tensor{Name: p + "self_attn.sinks", Shape: []int{d.Heads}, Role: Sinks, Layer: l})
+		}
 		if f.SandwichNorms {
 			add(AttnOutNorm, h)
 		}
@@ -459,7 +495,32 @@ func (f *Family) Tensors(d Dims) []Tensor {
 // each expert's gate, up and down weights (gate and up back to back, as
 // the dense layers').
 func (m *MoE) tensors(out []Tensor, p string, l, h int, d Dims) []Tensor {
-	out = append(out, Tensor{Name: p + m.Block + "gate.weight", Shape: []int{d.Experts, h}, Role: Router, Layer: l})
+	router := m.Router
+	if router == "" {
+		router = "gate."
+	}
+	out = append(out, Tensor{Name: p + m.Block + router + "weight", Shape: []int{d.Experts, h}, Role: Router, Layer: l})
+	if m.RouterBias {
+		out = append(out, Tensor{Name: p + m.Block + router + "bias", Shape: []int{d.Experts}, Role: RouterLinearBias, Layer: l})
+	}
+	if m.Stacked && d.MXFP4 {
+		ep, in, E := p+m.Block+"experts.", d.ExpertIntermediate, d.Experts
+		return append(out,
+			Tensor{Name: ep + "gate_up_proj_blocks", Shape: []int{E, 2 * in, h / 32, 16}, Role: ExpertsGateUp, Layer: l},
+			Tensor{Name: ep + "gate_up_proj_scales", Shape: []int{E, 2 * in, h / 32}, Role: ExpertsGateUpScales, Layer: l},
+			Tensor{Name: ep + "gate_up_proj_bias", Shape: []int{E, 2 * in}, Role: ExpertsGateUpBias, Layer: l},
+			Tensor{Name: ep + "down_proj_blocks", Shape: []int{E, h, in / 32, 16}, Role: ExpertsDown, Layer: l},
+			Tensor{Name: ep + "down_proj_scales", Shape: []int{E, h, in / 32}, Role: ExpertsDownScales, Layer: l},
+			Tensor{Name: ep + "down_proj_bias", Shape: []int{E, h}, Role: ExpertsDownBias, Layer: l})
+	}
+	if m.Stacked {
+		ep, in := p+m.Block+"experts.", d.ExpertIntermediate
+		return append(out,
+			Tensor{Name: ep + "gate_up_proj", Shape: []int{d.Experts, h, 2 * in}, Role: ExpertsGateUp, Layer: l},
+			Tensor{Name: ep + "gate_up_proj_bias", Shape: []int{d.Experts, 2 * in}, Role: ExpertsGateUpBias, Layer: l},
+			Tensor{Name: ep + "down_proj", Shape: []int{d.Experts, in, h}, Role: ExpertsDown, Layer: l},
+			Tensor{Name: ep + "down_proj_bias", Shape: []int{d.Experts, h}, Role: ExpertsDownBias, Layer: l})
+	}
 	if m.SigmoidGroups {
 		out = append(out, Tensor{Name: p + m.Block + "gate.e_score_correction_bias", Shape: []int{d.Experts}, Role: RouterBias, Layer: l})
 	}

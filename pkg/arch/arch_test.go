@@ -10,7 +10,7 @@ import (
 // TestSupportedListsEveryFamily: the supported list, the lookup and the
 // architectures names come from the same table.
 func TestSupportedListsEveryFamily(t *testing.T) {
-	if got, want := Supported(), "llama, mistral, qwen2, qwen3, gemma2, gemma3_text, phi3, mixtral, qwen3_moe, deepseek_v3"; got != want {
+	if got, want := Supported(), "llama, mistral, qwen2, qwen3, gemma2, gemma3_text, phi3, mixtral, qwen3_moe, deepseek_v3, gpt_oss"; got != want {
 		t.Fatalf("Supported() = %q, want %q", got, want)
 	}
 	for _, f := range Families() {
@@ -22,8 +22,8 @@ func TestSupportedListsEveryFamily(t *testing.T) {
 			t.Errorf("SupportedArchitectures() %q lacks %s", SupportedArchitectures(), f.Architecture)
 		}
 	}
-	if _, ok := Lookup("gpt_oss"); ok {
-		t.Fatal("gpt_oss is not a family yet")
+	if _, ok := Lookup("nemotron"); ok {
+		t.Fatal("nemotron is not a family yet")
 	}
 }
 

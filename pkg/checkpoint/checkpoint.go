@@ -74,11 +74,25 @@ func CheckWeights(cfg *Config, w *safetensors.Set) error {
 			return fmt.Errorf("checkpoint: tensor %s in %s has shape %s, expected %s from %s",
 				t.Name, in.File, safetensors.ShapeString(in.Shape), safetensors.ShapeString(t.Shape), cfg.Path)
 		}
-		if !in.DType.IsFloat() {
+		if mxfp4Bytes(cfg, t.Role) {
+			if in.DType != safetensors.U8 {
+				return fmt.Errorf("checkpoint: tensor %s in %s has dtype %s, expected U8 (MXFP4 blocks and scales, quantization_config in %s)", t.Name, in.File, in.DType, cfg.Path)
+			}
+		} else if !in.DType.IsFloat() {
 			return fmt.Errorf("checkpoint: tensor %s in %s has dtype %s, expected F32, F16 or BF16", t.Name, in.File, in.DType)
 		}
 	}
 	return checkUnused(cfg, fam, w, specs)
+}
+
+// mxfp4Bytes reports whether a tensor of role r is stored as MXFP4 bytes
+// (gpt-oss's expert blocks and scales) under cfg.
+func mxfp4Bytes(cfg *Config, r arch.Role) bool {
+	switch r {
+	case arch.ExpertsGateUp, arch.ExpertsGateUpScales, arch.ExpertsDown, arch.ExpertsDownScales:
+		return cfg.MXFP4
+	}
+	return false
 }
 
 // describeOptions summarises the options that decide which tensors exist.
@@ -161,6 +175,9 @@ func (c *Config) Canonical() []byte {
 		if c.Groups != 0 || c.SharedIntermediate != 0 || c.RoutedScaling != 1 {
 			kv("moe_routing", fmt.Sprintf("%d,%d,%s,%d", c.Groups, c.TopKGroups, num(c.RoutedScaling), c.SharedIntermediate))
 		}
+	}
+	if c.SwiGLULimit != 0 || c.MXFP4 {
+		kv("gpt_oss", fmt.Sprintf("%s,%s,%v", num(c.SwiGLUAlpha), num(c.SwiGLULimit), c.MXFP4))
 	}
 	if c.KVLoraRank != 0 {
 		kv("mla", fmt.Sprintf("%d,%d,%d,%d,%d,%v", c.QLoraRank, c.KVLoraRank, c.QKNope, c.QKRope, c.VHead, c.RopeInterleave))

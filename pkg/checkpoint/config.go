@@ -103,6 +103,12 @@ type Config struct {
 	QLoraRank, KVLoraRank, QKNope, QKRope, VHead int
 	RopeInterleave                               bool
 	ExtraLayers                                  int
+	// SwiGLUAlpha and SwiGLULimit are gpt-oss's clamped SwiGLU
+	// (swiglu_alpha, swiglu_limit: 1.702 and 7 by default), 0 elsewhere;
+	// MXFP4 means its experts are stored as MXFP4 blocks and scales
+	// (quantization_config.quant_method "mxfp4").
+	SwiGLUAlpha, SwiGLULimit float64
+	MXFP4                    bool
 	// HiddenAct is the MLP activation (hidden_act, or the family's
 	// arch.Family.ActivationKey); only the family's Activation is accepted.
 	HiddenAct string
@@ -438,6 +444,20 @@ func parseMoE(f fields, c *Config, fam arch.Family) error {
 		}
 	}
 	c.RoutedScaling = 1
+	if moe.ClampedSwiGLU {
+		if c.SwiGLUAlpha, err = f.float("swiglu_alpha", 1.702); err != nil {
+			return err
+		}
+		if c.SwiGLULimit, err = f.float("swiglu_limit", 7); err != nil {
+			return err
+		}
+		if !(c.SwiGLUAlpha > 0 && c.SwiGLULimit > 0) {
+			return f.errorf("swiglu_limit", "swiglu_alpha %v and swiglu_limit %v must be positive", c.SwiGLUAlpha, c.SwiGLULimit)
+		}
+	}
+	if err := parseQuantization(f, c, moe); err != nil {
+		return err
+	}
 	if moe.SigmoidGroups {
 		if err := parseGroups(f, c); err != nil {
 			return err
@@ -497,6 +517,29 @@ func parseMoE(f fields, c *Config, fam arch.Family) error {
 	for l := range c.Sparse {
 		c.Sparse[l] = (l+1)%step == 0 && !slices.Contains(dense, l)
 	}
+	return nil
+}
+
+// parseQuantization reads quantization_config: none, or (for gpt-oss's
+// stacked experts) quant_method "mxfp4", whose expert matrices are MXFP4
+// blocks and scales with hidden and intermediate sizes multiples of 32.
+// Any other quantization is refused rather than read as float weights.
+func parseQuantization(f fields, c *Config, moe *arch.MoE) error {
+	if !f.present("quantization_config") {
+		return nil
+	}
+	q, ok := f.m["quantization_config"].(map[string]any)
+	if !ok {
+		return f.errorf("quantization_config", "expected an object, got %s", describe(f.m["quantization_config"]))
+	}
+	method, _ := q["quant_method"].(string)
+	if method != "mxfp4" || !moe.Stacked {
+		return f.errorf("quantization_config", "quant_method %q is not supported (only mxfp4, for gpt_oss)", method)
+	}
+	if c.HiddenSize%32 != 0 || c.ExpertIntermediate%32 != 0 {
+		return f.errorf("quantization_config", "mxfp4 needs hidden_size %d and the expert width %d to be multiples of 32", c.HiddenSize, c.ExpertIntermediate)
+	}
+	c.MXFP4 = true
 	return nil
 }
 

@@ -158,7 +158,7 @@ func TestConfigErrors(t *testing.T) {
 		edit map[string]any
 		want []string
 	}{
-		{"unknown model_type", map[string]any{"model_type": "gpt_oss"}, []string{`"model_type"`, `"gpt_oss" is not supported`, "llama, mistral, qwen2, qwen3, gemma2, gemma3_text, phi3, mixtral, qwen3_moe"}},
+		{"unknown model_type", map[string]any{"model_type": "nemotron"}, []string{`"model_type"`, `"nemotron" is not supported`, "llama, mistral, qwen2, qwen3, gemma2, gemma3_text, phi3, mixtral, qwen3_moe, deepseek_v3, gpt_oss"}},
 		{"missing model_type", map[string]any{"model_type": nil}, []string{`"model_type"`, "missing", "llama, mistral, qwen2, qwen3"}},
 		{"architecture", map[string]any{"architectures": []string{"LlamaForSequenceClassification"}}, []string{`"architectures"`, "LlamaForSequenceClassification", "LlamaForCausalLM, MistralForCausalLM"}},
 		{"arch mismatch", map[string]any{"architectures": []string{"Qwen2ForCausalLM"}}, []string{`"Qwen2ForCausalLM" is not supported for model_type "llama"`}},

@@ -16,7 +16,7 @@ func (c *Config) Dims() arch.Dims {
 		Heads: c.NumHeads, KVHeads: c.NumKVHeads, HeadDim: c.HeadDim, Vocab: c.VocabSize,
 		TiedEmbeddings: c.TieWordEmbeddings, QKVBias: c.AttentionBias, OBias: c.OProjBias,
 		Experts: c.Experts, ExpertIntermediate: c.ExpertIntermediate, Sparse: c.Sparse, SharedIntermediate: c.SharedIntermediate,
-		QLoraRank: c.QLoraRank, KVLoraRank: c.KVLoraRank, QKNope: c.QKNope, QKRope: c.QKRope, VHead: c.VHead,
+		MXFP4: c.MXFP4, QLoraRank: c.QLoraRank, KVLoraRank: c.KVLoraRank, QKNope: c.QKNope, QKRope: c.QKRope, VHead: c.VHead,
 	}
 }
 
@@ -43,11 +43,16 @@ func (c *Config) TensorShapes() map[string][]int {
 // NumParams returns the number of parameters of the tensors in Tensors (a tied
 // embedding is counted once), as Transformers counts them: the buffers a
 // checkpoint stores beside them (DeepSeek's e_score_correction_bias), which
-// the loaded model holds, are not parameters.
+// the loaded model holds, are not parameters, and an MXFP4 matrix counts
+// its values, not its scales.
 func (c *Config) NumParams() int64 {
 	var n int64
 	for _, t := range c.Tensors() {
-		if t.Role == arch.RouterBias {
+		if t.Role == arch.RouterBias || t.Role == arch.ExpertsGateUpScales || t.Role == arch.ExpertsDownScales {
+			continue
+		}
+		if mxfp4Bytes(c, t.Role) { // blocks: two values a byte
+			n += 2 * int64(t.Shape[0]*t.Shape[1]*t.Shape[2]*t.Shape[3])
 			continue
 		}
 		p := int64(1)

@@ -42,7 +42,7 @@ func TestHFReference(t *testing.T) {
 	for _, a := range hfref.Archs {
 		t.Run(a.Name, func(t *testing.T) {
 			ref := c.Reference(t, a.Name)
-			for _, dt := range hfref.DTypes {
+			for _, dt := range a.DTypes() {
 				t.Run(dt+"/cpu", func(t *testing.T) {
 					m, err := model.Load(c.Model(a.Name, dt), nil)
 					if err != nil {
@@ -208,7 +208,7 @@ func TestArchitecturesVerifyAsDecode(t *testing.T) {
 	c := hfref.Checkpoints(t)
 	for _, a := range hfref.Archs {
 		t.Run(a.Name, func(t *testing.T) {
-			m, err := model.Load(c.Model(a.Name, "bf16"), nil)
+			m, err := model.Load(c.Model(a.Name, a.Shipped()), nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -45,6 +45,7 @@ type binding struct {
 	shape []int
 	mat   *tensor.Matrix
 	vec   *[]float32
+	raw   *[]uint8 // bytes read as stored (MXFP4 blocks and scales)
 }
 
 // bindings lists every tensor of the model in its family's order
@@ -54,6 +55,10 @@ func (m *Model) bindings() []binding {
 	ts := m.fam.Tensors(m.Config.Dims())
 	b := make([]binding, len(ts))
 	for i, t := range ts {
+		if raw := m.rawField(t); raw != nil {
+			b[i] = binding{name: t.Name, shape: t.Shape, raw: raw}
+			continue
+		}
 		mat, vec := m.field(t)
 		b[i] = binding{name: t.Name, shape: t.Shape, mat: mat, vec: vec}
 	}
@@ -95,6 +100,22 @@ func (m *Model) field(t arch.Tensor) (*tensor.Matrix, *[]float32) {
 	case arch.RouterBias:
 		l.expertLinear(arch.Tensor{Role: arch.Router}, m.Config.Experts)
 		return nil, &l.MoE.Bias
+	case arch.RouterLinearBias:
+		return nil, &l.expertLinear(arch.Tensor{Role: arch.Router}, m.Config.Experts).B
+	case arch.ExpertsGateUp:
+		l.expertLinear(arch.Tensor{Role: arch.Router}, m.Config.Experts)
+		return &l.MoE.GateUp, nil
+	case arch.ExpertsDown:
+		l.expertLinear(arch.Tensor{Role: arch.Router}, m.Config.Experts)
+		return &l.MoE.Down, nil
+	case arch.ExpertsGateUpBias:
+		l.expertLinear(arch.Tensor{Role: arch.Router}, m.Config.Experts)
+		return nil, &l.MoE.GateUpBias
+	case arch.ExpertsDownBias:
+		l.expertLinear(arch.Tensor{Role: arch.Router}, m.Config.Experts)
+		return nil, &l.MoE.DownBias
+	case arch.Sinks:
+		return nil, &l.Attn.Sinks
 	case arch.Router, arch.ExpertGate, arch.ExpertUp, arch.ExpertDown, arch.SharedGate, arch.SharedUp, arch.SharedDown:
 		lin := l.expertLinear(t, m.Config.Experts)
 		lin.Out, lin.In = t.Shape[0], t.Shape[1]
@@ -145,6 +166,31 @@ func (l *Layer) mlaField(t arch.Tensor) (*tensor.Matrix, *[]float32) {
 	}
 	lin.Out, lin.In = t.Shape[0], t.Shape[1]
 	return &lin.W, nil
+}
+
+// rawField returns the byte field an MXFP4 expert tensor fills (gpt-oss's
+// blocks and scales), nil for every other tensor.
+func (m *Model) rawField(t arch.Tensor) *[]uint8 {
+	if !m.Config.MXFP4 {
+		return nil
+	}
+	var e *MoE
+	if t.Layer >= 0 {
+		l := &m.Layers[t.Layer]
+		l.expertLinear(arch.Tensor{Role: arch.Router}, m.Config.Experts)
+		e = l.MoE
+	}
+	switch t.Role {
+	case arch.ExpertsGateUp:
+		return &e.GateUpBlocks
+	case arch.ExpertsGateUpScales:
+		return &e.GateUpScales
+	case arch.ExpertsDown:
+		return &e.DownBlocks
+	case arch.ExpertsDownScales:
+		return &e.DownScales
+	}
+	return nil
 }
 
 // expertLinear returns the linear layer of l's mixture of experts (of n
@@ -242,6 +288,11 @@ func FromWeights(cfg *checkpoint.Config, w WeightSource, dev tensor.Device) (*Mo
 		infos[i] = info
 	}
 	half, mapped, err := halfMatrices(binds, infos, w)
+	if err == nil {
+		var n int64
+		n, err = rawBytes(binds, infos, w)
+		mapped += n
+	}
 	m.mapped = mapped
 	if err != nil {
 		m.Close()
@@ -260,6 +311,28 @@ func FromWeights(cfg *checkpoint.Config, w WeightSource, dev tensor.Device) (*Mo
 		}
 	}
 	return m, nil
+}
+
+// rawBytes points the byte bindings (MXFP4 blocks and scales) at their
+// tensors' bytes in w's mapped files and returns how many bytes they view;
+// it refuses a tensor of another dtype than uint8.
+func rawBytes(binds []binding, infos []safetensors.Info, w WeightSource) (int64, error) {
+	var n int64
+	for i, b := range binds {
+		if b.raw == nil {
+			continue
+		}
+		if infos[i].DType != safetensors.U8 {
+			return n, fmt.Errorf("tensor %q in %s has dtype %s; MXFP4 blocks and scales are U8", b.name, infos[i].File, infos[i].DType)
+		}
+		raw, _, err := w.Raw(b.name)
+		if err != nil {
+			return n, err
+		}
+		*b.raw = raw
+		n += int64(len(raw))
+	}
+	return n, nil
 }
 
 // halfMatrices returns the 16-bit matrices of binds (infos[i] describes
@@ -343,7 +416,7 @@ func halfMatrices(binds []binding, infos []safetensors.Info, w WeightSource) ([]
 		}
 		// Slicing with the allocation's capacity keeps later copies
 		// reachable from this one, for fuse.
-		half[i] = tensor.HalfMatrix(dt, copied[off:len(copied)], b.shape[0], b.shape[1])
+		half[i] = tensor.HalfMatrix(dt, copied[off:len(copied)], matRows(b.shape), b.shape[len(b.shape)-1])
 	}
 	var mapped int64
 	for i, b := range binds {
@@ -354,7 +427,7 @@ func halfMatrices(binds []binding, infos []safetensors.Info, w WeightSource) ([]
 		}
 		mapped += infos[i].Size
 		lo := (infos[i].Offset - spans[infos[i].File].lo) / 2
-		half[i] = tensor.HalfMatrix(dt, v[lo:lo+infos[i].Size/2], b.shape[0], b.shape[1])
+		half[i] = tensor.HalfMatrix(dt, v[lo:lo+infos[i].Size/2], matRows(b.shape), b.shape[len(b.shape)-1])
 	}
 	return half, mapped, nil
 }
@@ -368,13 +441,16 @@ func (m *Model) fill(binds []binding, half []tensor.Matrix, set func(b binding, 
 	is16 := func(i int) bool { return half != nil && !half[i].Empty() }
 	total := 0
 	for i, b := range binds {
-		if !is16(i) {
+		if !is16(i) && b.raw == nil {
 			total += product(b.shape)
 		}
 	}
 	arena := make([]float32, total)
 	off := 0
 	for i, b := range binds {
+		if b.raw != nil {
+			continue // rawBytes pointed it at the file's bytes
+		}
 		if is16(i) {
 			*b.mat = half[i]
 			continue
@@ -386,7 +462,7 @@ func (m *Model) fill(binds []binding, half []tensor.Matrix, set func(b binding, 
 			return err
 		}
 		if b.mat != nil {
-			*b.mat = tensor.F32Matrix(dst, b.shape[0], b.shape[1])
+			*b.mat = tensor.F32Matrix(dst, matRows(b.shape), b.shape[len(b.shape)-1])
 		} else {
 			*b.vec = dst
 		}
@@ -395,6 +471,13 @@ func (m *Model) fill(binds []binding, half []tensor.Matrix, set func(b binding, 
 		m.LMHead = m.Embed
 	}
 	m.split()
+	for i := range m.Layers {
+		if e := m.Layers[i].MoE; e != nil && (!e.GateUp.Empty() || e.GateUpBlocks != nil) {
+			if err := m.unstack(e); err != nil {
+				return err
+			}
+		}
+	}
 	if m.Config.RopeInterleave {
 		for i := range m.Layers {
 			if a := m.Layers[i].MLA; a != nil {
@@ -559,6 +642,9 @@ func (m *Model) prepare() error {
 			a.Rot = m.rotLocal
 		}
 		a.Shape = tensor.AttnShape{Heads: m.nHeads, KVHeads: m.nKV, HeadDim: m.hd, Softcap: m.attnSoftcap, Window: l.window}
+		if a.Shape.Sinks, err = up(l.Attn.Sinks); err != nil {
+			return fmt.Errorf("model: %w", err)
+		}
 		l.Attn.at = cacheAttention{m: m, l: i}
 		if !a.QKV.Empty() {
 			ws = append(ws, &a.QKV)
@@ -612,8 +698,11 @@ func (m *Model) prepareMLP(f *MLP, ws []*tensor.Weight, ls []*nn.Linear) ([]*ten
 		}
 	}
 	f.nn.Gate, f.nn.Up, f.nn.Down = f.Gate.nn, f.Up.nn, f.Down.nn
-	if m.fam.Activation == "gelu_pytorch_tanh" {
+	switch {
+	case m.fam.Activation == "gelu_pytorch_tanh":
 		f.nn.Act = nn.GELUTanh
+	case m.Config.SwiGLULimit > 0:
+		f.nn.Act, f.nn.Alpha, f.nn.Limit = nn.ClampedSwiGLU, float32(m.Config.SwiGLUAlpha), float32(m.Config.SwiGLULimit)
 	}
 	ls = append(ls, f.Down.nn)
 	if !f.nn.GateUp.Empty() {
@@ -621,6 +710,10 @@ func (m *Model) prepareMLP(f *MLP, ws []*tensor.Weight, ls []*nn.Linear) ([]*ten
 	}
 	return ws, append(ls, f.Gate.nn, f.Up.nn), nil
 }
+
+// matRows returns the rows of a tensor held as a matrix: every dimension
+// but the last (a stacked [experts, in, out] tensor is experts·in rows).
+func matRows(shape []int) int { return product(shape[:len(shape)-1]) }
 
 func product(shape []int) int {
 	n := 1

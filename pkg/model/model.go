@@ -59,6 +59,8 @@ type Linear struct {
 type Attention struct {
 	Q, K, V, O   Linear
 	QNorm, KNorm []float32
+	// Sinks are gpt-oss's per-head sink logits [heads], nil elsewhere.
+	Sinks []float32
 	// QKV is the checkpoint's fused q/k/v matrix (Phi-3's qkv_proj), whose
 	// rows Q, K and V view; empty where they are stored apart.
 	QKV tensor.Matrix
@@ -97,6 +99,18 @@ type MoE struct {
 	// shared experts), nil where none.
 	Bias   []float32
 	Shared *MLP
+	// GateUp, Down, GateUpBias and DownBias are the experts as a
+	// checkpoint stores them stacked (gpt-oss: [experts·hidden,
+	// 2·intermediate] input-major with gate and up interleaved by column,
+	// [experts·intermediate, hidden], and their biases), which Experts
+	// hold rearranged; empty elsewhere.
+	GateUp, Down         tensor.Matrix
+	GateUpBias, DownBias []float32
+	// GateUpBlocks, GateUpScales, DownBlocks and DownScales are those
+	// matrices as gpt-oss's MXFP4 checkpoints store them ([experts, out,
+	// in/32, 16] and [experts, out, in/32] bytes, viewing the mapped file),
+	// which Experts hold as MXFP4 matrices.
+	GateUpBlocks, GateUpScales, DownBlocks, DownScales []uint8
 
 	bias tensor.Tensor
 }
@@ -251,6 +265,11 @@ func Footprint(cfg *checkpoint.Config, w interface {
 	mem := Memory{Bytes: map[tensor.DType]int64{}}
 	for _, b := range m.bindings() {
 		n := int64(product(b.shape))
+		if b.raw != nil {
+			mem.Bytes[tensor.MXFP4] += int64(product(b.shape))
+			mem.Mapped += int64(product(b.shape))
+			continue
+		}
 		if in, ok := w.Info(b.name); ok && b.mat != nil {
 			if dt, half := halfDType(in.DType); half {
 				mem.Bytes[dt] += 2 * n
@@ -271,9 +290,12 @@ func (m *Model) Memory() Memory {
 	mem.Mapped = m.mapped
 	// bindings lists lm_head only when it is not tied to the embedding.
 	for _, b := range m.bindings() {
-		if b.mat != nil {
+		switch {
+		case b.raw != nil:
+			mem.Bytes[tensor.MXFP4] += int64(len(*b.raw))
+		case b.mat != nil:
 			mem.Bytes[b.mat.DType] += b.mat.Bytes()
-		} else {
+		default:
 			mem.Bytes[tensor.F32] += 4 * int64(len(*b.vec))
 		}
 	}

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/drafter-ai/drafter/pkg/nn"
@@ -80,7 +81,8 @@ func (e *MoE) forward(m *Model, p *pass) {
 // row-major) as Transformers' routers do in float32, and lists each
 // expert's rows and weights. Softmax routers (Mixtral, Qwen3-MoE): the
 // softmax over all experts, its TopK most probable, their probabilities
-// divided by their sum where NormTopK. DeepSeek's (bias non-nil): sigmoid
+// divided by their sum where NormTopK. gpt-oss's: the TopK logits, weighed
+// by their softmax. DeepSeek's (bias non-nil): sigmoid
 // scores, which plus the correction bias rank the groups (by their two
 // best) and, within the TopKGroups best groups, the experts; the chosen
 // experts weigh by their sigmoid scores, over their sum where NormTopK,
@@ -94,10 +96,21 @@ func (m *Model) route(logits, bias []float32, rows int) {
 	}
 	for i := 0; i < rows; i++ {
 		z := logits[i*E : (i+1)*E]
-		if bias == nil {
+		switch {
+		case m.fam.MoE.SoftmaxTopK:
+			// gpt-oss: the top k logits, weighed by their own softmax.
+			s.top = topK(s.top[:0], z, k)
+			for j, x := range s.top {
+				s.choice[j] = z[x]
+			}
+			softmax32(s.choice[:k], s.choice[:k])
+			for j, x := range s.top {
+				s.probs[x] = s.choice[j]
+			}
+		case bias == nil:
 			softmax32(s.probs, z)
 			s.top = topK(s.top[:0], s.probs, k)
-		} else {
+		default:
 			for j, v := range z {
 				s.probs[j] = float32(1 / (1 + math.Exp(-float64(v))))
 				s.choice[j] = s.probs[j] + bias[j]
@@ -186,4 +199,89 @@ func chosen(dst []int, j int) bool {
 		}
 	}
 	return false
+}
+
+// unstack gives each expert of e its gate, up and down layers from the
+// stacked tensors (gpt-oss). Stored as float: expert x's gate_up block
+// [hidden, 2·intermediate] is input-major with gate j in column 2j and up j
+// in column 2j+1, so gate row j is column 2j transposed; its down block
+// [intermediate, hidden] transposed is down_proj's [hidden, intermediate].
+// Stored as MXFP4 the blocks are output-major already: gate row j is
+// gate_up's row 2j, and down is expert x's slice as it lies in the file.
+// Rearranged matrices are copies in the stored dtype.
+func (m *Model) unstack(e *MoE) error {
+	c := m.Config
+	H, I := m.h, c.ExpertIntermediate
+	for x := range e.Experts {
+		ex := &e.Experts[x]
+		if e.GateUpBlocks != nil {
+			var err error
+			if ex.Gate.W, ex.Up.W, ex.Down.W, err = mxfp4Expert(e, x, H, I); err != nil {
+				return fmt.Errorf("model: expert %d: %w", x, err)
+			}
+		} else {
+			gu := e.GateUp.RowRange(x*H, (x+1)*H) // [H, 2I]
+			ex.Gate.W = transposeCols(gu, 0, 2)   // [I, H]: columns 0, 2, 4, ...
+			ex.Up.W = transposeCols(gu, 1, 2)
+			ex.Down.W = transposeCols(e.Down.RowRange(x*I, (x+1)*I), 0, 1) // [H, I]
+		}
+		ex.Gate.In, ex.Gate.Out, ex.Up.In, ex.Up.Out = H, I, H, I
+		ex.Down.In, ex.Down.Out = I, H
+		b := e.GateUpBias[x*2*I : (x+1)*2*I]
+		ex.Gate.B, ex.Up.B = make([]float32, I), make([]float32, I)
+		for j := 0; j < I; j++ {
+			ex.Gate.B[j], ex.Up.B[j] = b[2*j], b[2*j+1]
+		}
+		ex.Down.B = e.DownBias[x*H : (x+1)*H]
+	}
+	return nil
+}
+
+// mxfp4Expert returns expert x's gate [I, H], up [I, H] and down [H, I]
+// MXFP4 matrices from the stacked blocks and scales: gate and up copied
+// from gate_up's even and odd rows, down viewing the file.
+func mxfp4Expert(e *MoE, x, H, I int) (gate, up, down tensor.Matrix, err error) {
+	rb, rs := H/2, H/tensor.MXFP4Block // one gate_up row's block and scale bytes
+	gb, gs := e.GateUpBlocks[x*2*I*rb:(x+1)*2*I*rb], e.GateUpScales[x*2*I*rs:(x+1)*2*I*rs]
+	part := func(first int) (tensor.Matrix, error) {
+		b, s := make([]uint8, I*rb), make([]uint8, I*rs)
+		for j := 0; j < I; j++ {
+			r := 2*j + first
+			copy(b[j*rb:(j+1)*rb], gb[r*rb:(r+1)*rb])
+			copy(s[j*rs:(j+1)*rs], gs[r*rs:(r+1)*rs])
+		}
+		return tensor.MXFP4Matrix(b, s, I, H)
+	}
+	if gate, err = part(0); err != nil {
+		return
+	}
+	if up, err = part(1); err != nil {
+		return
+	}
+	db, ds := I/2, I/tensor.MXFP4Block
+	down, err = tensor.MXFP4Matrix(e.DownBlocks[x*H*db:(x+1)*H*db], e.DownScales[x*H*ds:(x+1)*H*ds], H, I)
+	return
+}
+
+// transposeCols returns the matrix whose row j is column first+j·step of
+// w, in w's dtype.
+func transposeCols(w tensor.Matrix, first, step int) tensor.Matrix {
+	rows := (w.Cols - first + step - 1) / step
+	out := tensor.Matrix{DType: w.DType, Rows: rows, Cols: w.Rows}
+	if w.DType == tensor.F32 {
+		out.F32 = make([]float32, rows*w.Rows)
+	} else {
+		out.U16 = make([]uint16, rows*w.Rows)
+	}
+	for j := 0; j < rows; j++ {
+		col := first + j*step
+		for r := 0; r < w.Rows; r++ {
+			if w.DType == tensor.F32 {
+				out.F32[j*w.Rows+r] = w.F32[r*w.Cols+col]
+			} else {
+				out.U16[j*w.Rows+r] = w.U16[r*w.Cols+col]
+			}
+		}
+	}
+	return out
 }

@@ -76,7 +76,7 @@ func NewRandomAs(cfg *checkpoint.Config, seed uint64, dt tensor.DType, dev tenso
 				vecs[b.name] = m.Float32()
 				continue
 			}
-			half[i] = tensor.HalfMatrix(dt, dst, b.shape[0], b.shape[1])
+			half[i] = tensor.HalfMatrix(dt, dst, matRows(b.shape), b.shape[len(b.shape)-1])
 		}
 	}
 	err = m.fill(binds, half, func(b binding, dst []float32) error {

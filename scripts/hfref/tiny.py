@@ -175,7 +175,46 @@ def build(name):
             # applied, changes the logits.
             if p.dim() == 1:
                 p.add_(0.2 * torch.randn_like(p))
+    model.mxfp4 = mxfp4_experts(model) if model_type == "gpt_oss" else None
     return model.eval()
+
+
+def mxfp4_experts(model):
+    """Gives gpt-oss's experts MXFP4 weights as the Hub's checkpoints store them: random packed
+    FP4 blocks [experts, out, in/32, 16] and biased power-of-two scales [experts, out, in/32],
+    the parameters set to what transformers' own reader (convert_moe_packed_tensors) makes of
+    them, so that every checkpoint of this model (f32, bf16: FP4 values times powers of two are
+    exact in both) computes what the MXFP4 one does. Returns {tensor name: uint8 tensor}."""
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+    g = torch.Generator().manual_seed(SEED + 4)
+    packed = {}
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if not (name.endswith("experts.gate_up_proj") or name.endswith("experts.down_proj")):
+                continue
+            E, n_in, n_out = p.shape  # transformers' layout: [experts, in, out]
+            blocks = torch.randint(0, 256, (E, n_out, n_in // 32, 16), generator=g, dtype=torch.uint8)
+            scales = torch.randint(124, 127, (E, n_out, n_in // 32), generator=g, dtype=torch.uint8)
+            p.copy_(convert_moe_packed_tensors(blocks, scales, dtype=torch.float32))
+            packed[name + "_blocks"], packed[name + "_scales"] = blocks, scales
+    return packed
+
+
+def save_mxfp4(model, path):
+    """Writes the model as the Hub's gpt-oss checkpoints are: experts as MXFP4 blocks and scales,
+    every other tensor float32, config.json with quantization_config mxfp4."""
+    from safetensors.torch import save_file
+    os.makedirs(path, exist_ok=True)
+    sd = {k: v.contiguous() for k, v in model.state_dict().items()
+          if not (k.endswith("experts.gate_up_proj") or k.endswith("experts.down_proj"))}
+    sd.update(model.mxfp4)
+    save_file(sd, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
+    cfg = model.config.to_dict()
+    cfg["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": [
+        "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    model.generation_config.save_pretrained(path)
 
 
 def logits_all(model, ids):
@@ -295,8 +334,12 @@ def make(outdir, name):
     d = os.path.join(outdir, name)
     f32, bf16 = os.path.join(d, "f32"), os.path.join(d, "bf16")
     model.save_pretrained(f32, max_shard_size="1GB")
+    folders = [f32, bf16]
+    if model.mxfp4 is not None:
+        folders.append(os.path.join(d, "mxfp4"))
+        save_mxfp4(model, folders[-1])
     model.to(torch.bfloat16).save_pretrained(bf16, max_shard_size="100KB")
-    for x in (f32, bf16):
+    for x in folders:
         copy_tokenizer(x)
     if not os.path.exists(os.path.join(bf16, "model.safetensors.index.json")):
         raise SystemExit(f"tiny.py: {name}: the bf16 checkpoint is not sharded")
@@ -317,14 +360,21 @@ def make(outdir, name):
         # Loaded back from the files, as drafter reads them; bf16 upcast to float32.
         m = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager").eval()
         # Counted by transformers (a tied embedding once); matrix_parameters are those
-        # in tensors of two or more dimensions, which a bf16 checkpoint stores in bf16.
+        # of the weight matrices (two or more dimensions, not gpt-oss's stacked [experts, out]
+        # biases), which a model holds in a bf16 checkpoint's bf16.
         ref["parameters"] = sum(p.numel() for p in m.parameters())
-        ref["matrix_parameters"] = sum(p.numel() for p in m.parameters() if p.dim() >= 2)
+        ref["matrix_parameters"] = sum(p.numel() for n, p in m.named_parameters()
+                                       if p.dim() >= 2 and not n.endswith("bias"))
+        # The expert matrices an mxfp4 checkpoint stores as MXFP4 (gpt_oss).
+        ref["mxfp4_parameters"] = sum(p.numel() for n, p in m.named_parameters()
+                                      if n.endswith("experts.gate_up_proj") or n.endswith("experts.down_proj"))
         # Buffers the checkpoint stores beside the parameters (DeepSeek's
         # e_score_correction_bias): held once loaded, not counted as parameters.
         ref["persistent_buffers"] = sum(b.numel() for n, b in m.named_buffers()
                                         if n in m.state_dict() and "rotary" not in n and "inv_freq" not in n)
         ref[dt] = run(m, f"{name} {dt}", ps, ref["features"])
+    if model.mxfp4 is not None:
+        ref["mxfp4"] = ref["f32"]  # the same weights, exactly: see mxfp4_experts
     with open(os.path.join(d, "reference.json"), "w") as f:
         json.dump(ref, f)
     gaps = min(min(r["greedy_gaps"]) for dt in ("f32", "bf16") for r in ref[dt])

@@ -53,6 +53,12 @@ func attendSinks(t *testing.T, dev tensor.Device) {
 		attendCheck(e, wide, cs, fmt.Sprintf("Attend sinks, heads 160 wide, window 50, case %d", k))
 		wide.Window = 0
 	}
+	// Heads past the CUDA row kernel's width (drafter_attend_wide): a
+	// one-block row folds the sink in itself, a chunked one in the merge.
+	latent := tensor.AttnShape{Heads: 2, KVHeads: 1, HeadDim: 576, Sinks: e.attnSinks(2)}
+	for k, cs := range [][]windowCase{{{n: 300, t: 1}, {n: 7, t: 1}}, {{n: 12, t: 4, parents: []int{-1, 0, 1, 0}}}} {
+		attendCheck(e, latent, cs, fmt.Sprintf("Attend sinks, heads 576 wide, case %d", k))
+	}
 
 	kv, err := dev.NewKV(1, 32, 4)
 	if err != nil {
