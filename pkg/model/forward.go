@@ -134,6 +134,14 @@ func (m *Model) Forward(batch []Input, opt Options) (*Result, error) {
 		return nil, fmt.Errorf("model: forward: %w", err)
 	}
 	m.layout(batch, rows)
+	if rows > tensor.FewRows && hasTree(batch) {
+		// A verification pass: its rows must score as decode steps do,
+		// which products guarantee up to FewRows rows only (beyond, a
+		// GEMM sums in another order, or rounds bf16 inputs).
+		m.rowExact.Device = m.dev
+		m.dev = &m.rowExact
+		defer func() { m.dev = m.rowExact.Device }()
+	}
 	m.embedRows(batch)
 	p := m.views(rows)
 	m.dev.WriteI32(p.pos, m.s.hostPos[:rows])
@@ -142,6 +150,40 @@ func (m *Model) Forward(batch []Input, opt Options) (*Result, error) {
 	logits := m.lmHead(lx)
 	commitInputs(batch)
 	return m.result(logits, len(opt.Taps), rows), nil
+}
+
+// hasTree reports whether any input of the batch is a tree.
+func hasTree(batch []Input) bool {
+	for b := range batch {
+		if batch[b].Parents != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// rowExact is a device whose weight products run in blocks of at most
+// tensor.FewRows rows, where each row's result is what a one-row product
+// (a decode step) gives whatever the other rows: the model's device for
+// passes holding a draft tree, so that verifying a draft of any size scores
+// each node bit for bit as decoding it would (the losslessness eval
+// checks). Its other ops are the device's.
+type rowExact struct{ tensor.Device }
+
+// MulT is the device's MulT over blocks of FewRows rows.
+func (d *rowExact) MulT(out, x tensor.Tensor, w *tensor.Weight, acc bool) {
+	for lo := 0; lo < x.Rows(); lo += tensor.FewRows {
+		hi := min(lo+tensor.FewRows, x.Rows())
+		d.Device.MulT(out.RowRange(lo, hi), x.RowRange(lo, hi), w, acc)
+	}
+}
+
+// HeadMatMul is the device's HeadMatMul over blocks of FewRows rows.
+func (d *rowExact) HeadMatMul(out, x, w tensor.Tensor, heads int, transW bool) {
+	for lo := 0; lo < x.Rows(); lo += tensor.FewRows {
+		hi := min(lo+tensor.FewRows, x.Rows())
+		d.Device.HeadMatMul(out.RowRange(lo, hi), x.RowRange(lo, hi), w, heads, transW)
+	}
 }
 
 // validate checks the whole pass before any activation, cache or sequence

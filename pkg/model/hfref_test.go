@@ -199,10 +199,12 @@ func argmax(x []float32) int {
 
 // TestArchitecturesVerifyAsDecode checks, on every supported tiny
 // architecture, what eval's losslessness rests on: a draft of five tokens
-// verified in one pass, as a chain-shaped tree and as a chain, gives each
-// row the logits, bit for bit, that decoding those tokens one at a time
-// gives (sliding windows, soft-caps and expert routing included: the last
-// rows reach past the 8-token windows), and a decode step of two sequences
+// verified in one pass, as a chain-shaped tree, as a chain, and inside a
+// tree of 60 nodes (more rows than tensor.FewRows, where a bare product
+// would sum in another order or round bf16 inputs), gives each row the
+// logits, bit for bit, that decoding those tokens one at a time gives
+// (sliding windows, soft-caps and expert routing included: the last rows
+// reach past the 8-token windows), and a decode step of two sequences
 // allocates nothing once warm.
 func TestArchitecturesVerifyAsDecode(t *testing.T) {
 	c := hfref.Checkpoints(t)
@@ -217,7 +219,7 @@ func TestArchitecturesVerifyAsDecode(t *testing.T) {
 			draft := []int{5, 77, 301, 42, 9}
 			V := m.VocabSize()
 			newSeq := func() *model.Sequence {
-				s, err := m.NewSequence(len(prompt) + len(draft) + 4)
+				s, err := m.NewSequence(len(prompt) + 64)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -236,12 +238,19 @@ func TestArchitecturesVerifyAsDecode(t *testing.T) {
 				want = append(want, slices.Clone(res.LogitsOf(0)))
 			}
 			parents := []int{-1, 0, 1, 2, 3}
+			// A draft tree of 60 nodes, more than tensor.FewRows: the
+			// chain above, then branches off its nodes and each other.
+			bigToks, bigParents := slices.Clone(draft), slices.Clone(parents)
+			for i := len(draft); i < 60; i++ {
+				bigToks = append(bigToks, (i*37)%500+3)
+				bigParents = append(bigParents, (i*7)%i-1)
+			}
 			for _, mode := range []struct {
-				name    string
-				parents []int
-			}{{"tree", parents}, {"chain", nil}} {
+				name            string
+				tokens, parents []int
+			}{{"tree", draft, parents}, {"chain", draft, nil}, {"60-node tree", bigToks, bigParents}} {
 				s := newSeq()
-				res, err := m.Forward([]model.Input{{Seq: s, Tokens: draft, Parents: mode.parents, Logits: model.LogitsAll}}, model.Options{})
+				res, err := m.Forward([]model.Input{{Seq: s, Tokens: mode.tokens, Parents: mode.parents, Logits: model.LogitsAll}}, model.Options{})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -185,7 +185,8 @@ type Model struct {
 	longFrom int
 	scale    float32 // the queries' scale: head_dim^-½ or query_pre_attn_scalar^-½
 	s        scratch
-	p        pass // the views of the pass in flight
+	rowExact rowExact // the device of tree passes (see Forward)
+	p        pass     // the views of the pass in flight
 	res      Result
 }
 
