@@ -69,22 +69,7 @@ func TestArchitecturesEndToEnd(t *testing.T) {
 				report := filepath.Join(dir, m.method+".json")
 				run(t, "eval", "--model", model, "--drafter", out, "--prompts", "../../data/prompts/stories-eval.jsonl", "--limit", "2",
 					"--max-new-tokens", "16", "--temperature", "0", "--mode", "chain", "--report", report, "--quiet")
-				var rep struct {
-					Lossless struct {
-						Checked bool `json:"checked"`
-						Prompts int  `json:"prompts"`
-					} `json:"lossless"`
-				}
-				b, err := os.ReadFile(report)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := json.Unmarshal(b, &rep); err != nil {
-					t.Fatal(err)
-				}
-				if !rep.Lossless.Checked || rep.Lossless.Prompts != 2 {
-					t.Errorf("%s: lossless check %+v, want 2 prompts checked", m.method, rep.Lossless)
-				}
+				checkLossless(t, m.method, report, 2)
 			}
 		})
 	}

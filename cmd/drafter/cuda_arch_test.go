@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -57,22 +56,7 @@ func TestCUDAArchitectures(t *testing.T) {
 					report := filepath.Join(dir, m.method+"-"+mode+".json")
 					run("eval", "--device", "cuda", "--model", model, "--drafter", out, "--prompts", "../../data/prompts/stories-eval.jsonl",
 						"--limit", "1", "--max-new-tokens", "10", "--temperature", "0", "--mode", mode, "--report", report, "--quiet")
-					var rep struct {
-						Lossless struct {
-							Checked bool `json:"checked"`
-							Prompts int  `json:"prompts"`
-						} `json:"lossless"`
-					}
-					b, err := os.ReadFile(report)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if err := json.Unmarshal(b, &rep); err != nil {
-						t.Fatal(err)
-					}
-					if !rep.Lossless.Checked || rep.Lossless.Prompts != 1 {
-						t.Errorf("%s %s on cuda: lossless check %+v, want every prompt checked", m.method, mode, rep.Lossless)
-					}
+					checkLossless(t, m.method+" "+mode+" on cuda", report, 1)
 				}
 			}
 		})

@@ -120,24 +120,7 @@ func TestCUDAEvalLossless(t *testing.T) {
 					report := filepath.Join(dir, m.method+"-"+mode+"-"+device+".json")
 					run("eval", "--device", device, "--model", model, "--drafter", out, "--prompts", "../../data/prompts/stories-eval.jsonl",
 						"--limit", "3", "--max-new-tokens", "24", "--temperature", "0", "--mode", mode, "--report", report, "--quiet")
-					var rep struct {
-						Accept   float64 `json:"mean_accept_length"`
-						Lossless struct {
-							Checked bool `json:"checked"`
-							Prompts int  `json:"prompts"`
-						} `json:"lossless"`
-					}
-					b, err := os.ReadFile(report)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if err := json.Unmarshal(b, &rep); err != nil {
-						t.Fatal(err)
-					}
-					if !rep.Lossless.Checked || rep.Lossless.Prompts != 3 {
-						t.Errorf("%s %s %s on %s: lossless check %+v, want 3 prompts checked", name, m.method, mode, device, rep.Lossless)
-					}
-					accept[device] = rep.Accept
+					accept[device] = checkLossless(t, name+" "+m.method+" "+mode+" on "+device, report, 3)
 				}
 				if accept["cpu"] != accept["cuda"] || accept["cpu"] < 1 {
 					t.Errorf("%s %s %s: acceptance %.4f on cuda, %.4f on the cpu", name, m.method, mode, accept["cuda"], accept["cpu"])

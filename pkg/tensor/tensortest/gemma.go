@@ -405,6 +405,29 @@ func attendBits(e *env, shape tensor.AttnShape, what string) {
 	}
 }
 
+// allocAttendCases returns, for the allocation checks of Attend, 100 rows
+// of queries and their output, over one cache of slots positions, and four
+// calls: a decode row after decodeN positions, a chain of 5, a chain of all
+// 100 rows, and a tree of 6 after treeN.
+func (e *env) allocAttendCases(shape tensor.AttnShape, slots, decodeN, treeN int) (q, out tensor.Tensor, seqs [][]tensor.AttnSeq) {
+	dev := e.dev
+	qd, kd := shape.Heads*shape.HeadDim, shape.KVHeads*shape.HeadDim
+	kv, err := dev.NewKV(1, kd, slots)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	dev.KVWrite(kv, 0, 0, e.tensor(e.rand(slots*kd, 1), slots, kd), e.tensor(e.rand(slots*kd, 1), slots, kd))
+	const rows = 100
+	q = e.tensor(e.rand(rows*qd, 0.5), rows, qd)
+	out, _ = dev.Alloc(tensor.F32, rows, qd)
+	return q, out, [][]tensor.AttnSeq{
+		{{KV: kv, T: 1, N: decodeN}},
+		{{KV: kv, T: 5, N: 90}},
+		{{KV: kv, T: rows, N: 20}},
+		{{KV: kv, T: 6, N: treeN, Mask: ancestors([]int{-1, 0, 1, 1, 0, 4})}},
+	}
+}
+
 // gemmaAllocs checks that the per-token ops added for Gemma-2/3 and Phi-3
 // allocate nothing per call once their scratch has grown: Attend with a
 // window and a softcap over a decode row, a short chain, a long chain and a
@@ -412,22 +435,7 @@ func attendBits(e *env, shape tensor.AttnShape, what string) {
 func gemmaAllocs(t *testing.T, dev tensor.Device) {
 	e := newEnv(t, dev, 35)
 	shape := tensor.AttnShape{Heads: 4, KVHeads: 2, HeadDim: 16, Window: 7, Softcap: 0.75}
-	qd, kd := shape.Heads*shape.HeadDim, shape.KVHeads*shape.HeadDim
-	const slots = 200
-	kv, err := dev.NewKV(1, kd, slots)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dev.KVWrite(kv, 0, 0, e.tensor(e.rand(slots*kd, 1), slots, kd), e.tensor(e.rand(slots*kd, 1), slots, kd))
-	const rows = 100
-	q := e.tensor(e.rand(rows*qd, 0.5), rows, qd)
-	out, _ := dev.Alloc(tensor.F32, rows, qd)
-	seqs := [][]tensor.AttnSeq{
-		{{KV: kv, T: 1, N: 90}},
-		{{KV: kv, T: 5, N: 90}},
-		{{KV: kv, T: rows, N: 20}},
-		{{KV: kv, T: 6, N: 90, Mask: ancestors([]int{-1, 0, 1, 1, 0, 4})}},
-	}
+	q, out, seqs := e.allocAttendCases(shape, 200, 90, 90)
 	gate, up := e.tensor(e.rand(3*40, 2), 3, 40), e.tensor(e.rand(3*40, 1), 3, 40)
 	fused := e.tensor(e.rand(3*80, 2), 3, 80)
 	act, _ := dev.Alloc(tensor.F32, 3, 40)

@@ -175,22 +175,7 @@ func clampedSwiGLU(t *testing.T, dev tensor.Device) {
 func gptOSSAllocs(t *testing.T, dev tensor.Device) {
 	e := newEnv(t, dev, 39)
 	shape := tensor.AttnShape{Heads: 4, KVHeads: 2, HeadDim: 16, Sinks: e.attnSinks(4)}
-	qd, kd := shape.Heads*shape.HeadDim, shape.KVHeads*shape.HeadDim
-	const slots = 600
-	kv, err := dev.NewKV(1, kd, slots)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dev.KVWrite(kv, 0, 0, e.tensor(e.rand(slots*kd, 1), slots, kd), e.tensor(e.rand(slots*kd, 1), slots, kd))
-	const rows = 100
-	q := e.tensor(e.rand(rows*qd, 0.5), rows, qd)
-	out, _ := dev.Alloc(tensor.F32, rows, qd)
-	seqs := [][]tensor.AttnSeq{
-		{{KV: kv, T: 1, N: 500}},
-		{{KV: kv, T: 5, N: 90}},
-		{{KV: kv, T: rows, N: 20}},
-		{{KV: kv, T: 6, N: 300, Mask: ancestors([]int{-1, 0, 1, 1, 0, 4})}},
-	}
+	q, out, seqs := e.allocAttendCases(shape, 600, 500, 300)
 	gate, up := e.tensor(e.rand(3*40, 8), 3, 40), e.tensor(e.rand(3*40, 8), 3, 40)
 	fused := e.tensor(e.rand(3*80, 8), 3, 80)
 	act, _ := dev.Alloc(tensor.F32, 3, 40)
