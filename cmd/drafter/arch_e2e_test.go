@@ -30,15 +30,8 @@ import (
 // model_type and the supported ones.
 func TestArchitecturesEndToEnd(t *testing.T) {
 	c := hfref.Checkpoints(t)
-	src, err := os.ReadFile("../../data/prompts/stories-train.jsonl")
-	if err != nil {
-		t.Fatal(err)
-	}
 	tmp := t.TempDir()
-	prompts := filepath.Join(tmp, "prompts.jsonl")
-	if err := os.WriteFile(prompts, []byte(strings.Join(strings.SplitAfterN(string(src), "\n", 7)[:6], "")), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	prompts := trainPrompts(t, tmp, 6)
 	run := func(t *testing.T, args ...string) cliResult {
 		t.Helper()
 		r := runCLI(t, nil, args...)

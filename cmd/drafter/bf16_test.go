@@ -32,14 +32,7 @@ func TestBF16EndToEnd(t *testing.T) {
 		t.Fatalf("inspect of the bf16 model:\n%s", r.out)
 	}
 
-	src, err := os.ReadFile("../../data/prompts/stories-train.jsonl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	prompts := filepath.Join(tmp, "prompts.jsonl")
-	if err := os.WriteFile(prompts, []byte(strings.Join(strings.SplitAfterN(string(src), "\n", 7)[:6], "")), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	prompts := trainPrompts(t, tmp, 6)
 	pairs := filepath.Join(tmp, "pairs.jsonl")
 	if err := os.WriteFile(pairs, []byte(`{"prompt": "Once upon a time", "response": " there was a little cat. The cat was happy."}`+"\n"), 0o644); err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,15 +17,8 @@ import (
 func TestCUDAArchitectures(t *testing.T) {
 	needCUDA(t)
 	c := hfref.Checkpoints(t)
-	src, err := os.ReadFile("../../data/prompts/stories-train.jsonl")
-	if err != nil {
-		t.Fatal(err)
-	}
 	tmp := t.TempDir()
-	prompts := filepath.Join(tmp, "prompts.jsonl")
-	if err := os.WriteFile(prompts, []byte(strings.Join(strings.SplitAfterN(string(src), "\n", 5)[:4], "")), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	prompts := trainPrompts(t, tmp, 4)
 	for _, a := range hfref.Archs {
 		t.Run(a.Name, func(t *testing.T) {
 			run := func(args ...string) {

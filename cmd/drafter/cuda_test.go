@@ -85,15 +85,8 @@ func equalInts(a, b []int) bool {
 // equals the CPU device's.
 func TestCUDAEvalLossless(t *testing.T) {
 	needCUDA(t)
-	src, err := os.ReadFile("../../data/prompts/stories-train.jsonl")
-	if err != nil {
-		t.Fatal(err)
-	}
 	tmp := t.TempDir()
-	prompts := filepath.Join(tmp, "prompts.jsonl")
-	if err := os.WriteFile(prompts, []byte(strings.Join(strings.SplitAfterN(string(src), "\n", 41)[:40], "")), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	prompts := trainPrompts(t, tmp, 40)
 	run := func(args ...string) cliResult {
 		t.Helper()
 		r := runCLI(t, nil, args...)

@@ -168,15 +168,7 @@ func TestTrainHelpQuotesTrainerDefaults(t *testing.T) {
 func distillCapture(t *testing.T, prompts int, extra ...string) string {
 	t.Helper()
 	tmp := t.TempDir()
-	src, err := os.ReadFile("../../data/prompts/stories-train.jsonl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.SplitAfterN(string(src), "\n", prompts+1)
-	p := filepath.Join(tmp, "prompts.jsonl")
-	if err := os.WriteFile(p, []byte(strings.Join(lines[:prompts], "")), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	p := trainPrompts(t, tmp, prompts)
 	out := filepath.Join(tmp, "capture")
 	args := append([]string{"distill", "--model", testutil.Stories260k(), "--prompts", p, "--out", out, "--max-new-tokens", "24", "--quiet"}, extra...)
 	if r := runCLI(t, nil, args...); r.code != exitOK {

@@ -3,8 +3,25 @@ package main
 import (
 	"encoding/json"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 )
+
+// trainPrompts writes the first n prompts of the bundled
+// stories-train.jsonl to dir/prompts.jsonl and returns its path.
+func trainPrompts(t *testing.T, dir string, n int) string {
+	t.Helper()
+	src, err := os.ReadFile("../../data/prompts/stories-train.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, "prompts.jsonl")
+	if err := os.WriteFile(p, []byte(strings.Join(strings.SplitAfterN(string(src), "\n", n+1)[:n], "")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
 
 // checkLossless reads an eval report (--report) and fails t, naming what,
 // unless its lossless check covered every one of prompts prompts; it
