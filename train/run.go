@@ -65,6 +65,9 @@ type Options struct {
 	Args map[string]string
 	// Device runs the trainer (nil: the CPU device).
 	Device tensor.Device
+	// Precision is the arithmetic of the trainer's products on Device
+	// (PrecisionAuto: bf16 tensor cores on a GPU, float32 on the CPU).
+	Precision Precision
 }
 
 // Result is what Run did.
@@ -99,6 +102,10 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	dev := opt.Device
 	if dev == nil {
 		dev = cpu.New(nil)
+	}
+	dev, products, err := trainingDevice(dev, opt.Precision)
+	if err != nil {
+		return nil, err
 	}
 	ckpt := filepath.Join(opt.Out, CheckpointFile)
 	_, err = os.Stat(ckpt)
@@ -156,6 +163,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		"data":     td.folders,
 		"out":      opt.Out,
 		"settings": set,
+		"products": products.String(),
 	}
 	job := loop.Job{Out: opt.Out, Settings: set, Report: rep,
 		Provenance: loop.Provenance{BaseModel: tg.Name(), TargetFingerprint: tg.Fingerprint, DataManifests: manifests, Args: args,

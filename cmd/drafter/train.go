@@ -112,6 +112,7 @@ type trainFlags struct {
 	epochs, maxSteps, patience, evalEvery, batchTokens, checkpointEvery, logEvery int
 	seed                                                                          uint64
 	resume, quiet, verifyData, json                                               bool
+	precision                                                                     string
 }
 
 // register defines the spelling's flags on fs, with help texts that quote
@@ -199,6 +200,7 @@ func (f *trainFlags) register(fs *pflag.FlagSet, sp trainSpelling) {
 	fs.IntVar(&f.logEvery, "log-every", 0, "optimiser steps between training lines in metrics.jsonl, 0 = none "+sp.def(m.LogEvery, e.LogEvery))
 	fs.Uint64Var(&f.seed, "seed", 0, "seed of the held-out split, the sample order and the initialisation "+sp.def(m.Seed, e.Seed))
 	fs.BoolVar(&f.resume, "resume", false, "continue the run whose checkpoint is in --out (same settings required)")
+	fs.StringVar(&f.precision, "precision", "auto", "arithmetic of the trainer's products: auto (bf16 on a CUDA GPU, fp32 on the CPU), fp32, or bf16 (operands rounded to bfloat16 for the GPU's tensor cores, float32 accumulation); weights, gradients and AdamW state are float32 always")
 	fs.BoolVar(&f.verifyData, "verify-data", false, "verify every shard again, ignoring the verification cache (shards are always verified before training; an unchanged shard is otherwise not read again)")
 	fs.BoolVarP(&f.quiet, "quiet", "q", false, "no progress bar or evaluation lines on stderr")
 	fs.BoolVar(&f.json, "json", false, "print drafter.json on stdout when done")
@@ -242,6 +244,11 @@ func (f *trainFlags) options(c *cobra.Command, sp trainSpelling, progress io.Wri
 	if !f.quiet {
 		o.Progress = progress
 	}
+	prec, err := train.ParsePrecision(strings.ToLower(f.precision))
+	if err != nil {
+		return o, &usageError{err}
+	}
+	o.Precision = prec
 	// The flag names of Medusa's residual blocks and warm-up steps.
 	blocks, warmupSteps := "blocks", "warmup-steps"
 	if sp == byMethodFlag {

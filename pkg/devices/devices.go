@@ -139,3 +139,10 @@ func List(be cpu.Backend) []Found {
 	}
 	return out
 }
+
+// WithProducts returns a sibling of the opened device whose training
+// products (MatMul) compute with p, or the error saying the device cannot
+// (tensor.WithProducts): a run's device stays usable through its Opened.
+func (o *Opened) WithProducts(p tensor.Products) (tensor.Device, error) {
+	return tensor.WithProducts(o.Device, p)
+}

@@ -223,7 +223,8 @@ func b2i(b bool) int {
 }
 
 // MatMul computes out[m, n] (+)= alpha·op(a)·op(b) through cublasGemmEx in
-// float32, except a·bᵀ with alpha 1 of at most FewRows rows, which runs
+// float32 (on bf16 tensor cores for a device WithProducts(BF16Products)
+// returned), except a·bᵀ with alpha 1 of at most FewRows rows, which runs
 // MulT's few-row kernel with b as the weight, so that it computes what MulT
 // does row for row.
 func (d *Device) MatMul(out, a, b tensor.Tensor, transA, transB bool, alpha float32, acc bool) {
@@ -254,6 +255,12 @@ func (d *Device) MatMul(out, a, b tensor.Tensor, transA, transB bool, alpha floa
 	// swapped, each transposed as the caller asked, with their rows' length
 	// as leading dimension.
 	t := blasType(a.DType())
+	if d.products == tensor.BF16Products && t == cudaR32F {
+		d.check("MatMul", d.mulBF16Products(transB, transA, n, m, k, alpha,
+			tensor.DeviceAddr(b), max(1, b.Cols()), tensor.DeviceAddr(a), max(1, a.Cols()),
+			beta, tensor.DeviceAddr(out), n))
+		return
+	}
 	d.check("MatMul", d.sh.drv.gemm(transB, transA, n, m, k, alpha,
 		tensor.DeviceAddr(b), t, max(1, b.Cols()), tensor.DeviceAddr(a), t, max(1, a.Cols()),
 		beta, tensor.DeviceAddr(out), n))

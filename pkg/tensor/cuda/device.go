@@ -283,6 +283,9 @@ func start(ordinal int, full bool) (*driver, Info, error) {
 type Device struct {
 	sh   *shared
 	root bool
+	// products is MatMul's arithmetic (WithProducts): float32 unless a
+	// trainer asked for bf16 tensor cores.
+	products tensor.Products
 	// arg is the launch argument buffer (C memory, args/launch).
 	arg argBuf
 	// scr are the scratch buffers (scratch), host the pinned host buffer
@@ -434,9 +437,10 @@ func (d *Device) Info() Info { return d.sh.info }
 func (d *Device) Name() string { return fmt.Sprintf("cuda:%d/%s", d.sh.info.Ordinal, d.sh.info.Name) }
 
 // Sibling returns another device value on the same GPU, context and stream,
-// sharing the memory, with scratch of its own.
+// sharing the memory, with scratch of its own (and d's MatMul arithmetic,
+// WithProducts).
 func (d *Device) Sibling() tensor.Device {
-	s := &Device{sh: d.sh}
+	s := &Device{sh: d.sh, products: d.products}
 	if err := s.setup(); err != nil {
 		// The kernels were found for d already: this cannot happen.
 		panic(fmt.Sprintf("cuda: Sibling: %v", err))

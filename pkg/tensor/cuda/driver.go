@@ -392,6 +392,17 @@ static dc_res dc_gemm(dc_t *d, int ta, int tb, int m, int n, int k, float alpha,
 	return dc_ok();
 }
 
+// dc_gemm_compute is dc_gemm with the compute type given: 68
+// (CUBLAS_COMPUTE_32F) or 75 (CUBLAS_COMPUTE_32F_FAST_16BF, float32 A and B
+// multiplied on bf16 tensor cores, accumulated in float32).
+static dc_res dc_gemm_compute(dc_t *d, int ta, int tb, int m, int n, int k, float alpha, CUdeviceptr a, int atype,
+		int lda, CUdeviceptr b, int btype, int ldb, float beta, CUdeviceptr c, int ldc, int compute) {
+	DC_CTX(d);
+	DC_CALL(d->cublasGemmEx(d->blas, ta, tb, m, n, k, &alpha, (const void *)a, atype, lda, (const void *)b, btype, ldb,
+		&beta, (void *)c, 0, ldc, compute, -1), "cublasGemmEx");
+	return dc_ok();
+}
+
 // dc_gemm_batched is cublasGemmStridedBatchedEx with dc_gemm's types.
 static dc_res dc_gemm_batched(dc_t *d, int ta, int tb, int m, int n, int k, float alpha, CUdeviceptr a, int atype,
 		int lda, long long sa, CUdeviceptr b, int btype, int ldb, long long sb, float beta, CUdeviceptr c, int ldc,
@@ -636,6 +647,14 @@ func (d *driver) gemm(ta, tb bool, m, n, k int, alpha float32, a uint64, atype, 
 	return d.callError(C.dc_gemm(d.c, cbool(ta), cbool(tb), C.int(m), C.int(n), C.int(k), C.float(alpha),
 		C.CUdeviceptr(a), C.int(atype), C.int(lda), C.CUdeviceptr(b), C.int(btype), C.int(ldb), C.float(beta),
 		C.CUdeviceptr(c), C.int(ldc)))
+}
+
+// gemmCompute is gemm with the cuBLAS compute type given (computeType):
+// gemm's own is computeF32.
+func (d *driver) gemmCompute(ta, tb bool, m, n, k int, alpha float32, a uint64, atype, lda int, b uint64, btype, ldb int, beta float32, c uint64, ldc, computeType int) error {
+	return d.callError(C.dc_gemm_compute(d.c, cbool(ta), cbool(tb), C.int(m), C.int(n), C.int(k), C.float(alpha),
+		C.CUdeviceptr(a), C.int(atype), C.int(lda), C.CUdeviceptr(b), C.int(btype), C.int(ldb), C.float(beta),
+		C.CUdeviceptr(c), C.int(ldc), C.int(computeType)))
 }
 
 // gemmBatched runs cublasGemmStridedBatchedEx with gemm's types; sa, sb and sc

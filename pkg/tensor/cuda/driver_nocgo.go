@@ -58,3 +58,6 @@ func (d *driver) gemm(bool, bool, int, int, int, float32, uint64, int, int, uint
 func (d *driver) gemmBatched(bool, bool, int, int, int, float32, uint64, int, int, int64, uint64, int, int, int64, float32, uint64, int, int64, int) error {
 	return errNoCgo
 }
+func (d *driver) gemmCompute(bool, bool, int, int, int, float32, uint64, int, int, uint64, int, int, float32, uint64, int, int) error {
+	return errNoCgo
+}

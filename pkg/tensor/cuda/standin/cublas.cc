@@ -8,7 +8,13 @@
 // touched. A and B may be 32F, 16F or 16BF; C is 32F; compute is 32F (the
 // products are accumulated in double, so the stand-in is at least as
 // accurate as any GPU order). beta == 0 means C is not read (NaNs in it
-// vanish), as in cuBLAS.
+// vanish), as in cuBLAS. CUBLAS_COMPUTE_32F_FAST_16BF takes 32F A and B only
+// (cuBLAS's table for it) and rounds every value of them to bfloat16 (to
+// nearest, ties to even, NaN kept quiet: the tensor cores' automatic
+// down-conversion) before multiplying; the products of the rounded values are
+// exact in float and accumulated as for 32F, so its result differs from
+// 32F's by the input rounding alone, which is the whole of what the compute
+// type changes.
 //
 // The operands live in the stand-in libcuda's arena. drafter dlopens both
 // libraries RTLD_LOCAL, so the libcuda is found by walking the loaded objects
@@ -40,7 +46,7 @@ enum : cublasStatus_t {
 };
 enum { CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14 };
 enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1, CUBLAS_OP_C = 2 };
-enum { CUBLAS_COMPUTE_32F = 68 };
+enum { CUBLAS_COMPUTE_32F = 68, CUBLAS_COMPUTE_32F_FAST_16BF = 75 };
 
 namespace {
 
@@ -96,6 +102,16 @@ float f16(uint16_t h) {
   return f;
 }
 
+// roundBF16 is f rounded to bfloat16 and widened back, as compat.h's
+// f32_to_bf16 rounds (nearest, ties to even; a NaN stays a quiet NaN).
+float roundBF16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  uint16_t h = (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((u >> 16) | 0x40)
+                                                : (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  return bf16(h);
+}
+
 double load(const void* base, int type, size_t i) {
   switch (type) {
     case CUDA_R_32F: return static_cast<const float*>(base)[i];
@@ -114,6 +130,9 @@ struct Gemm {
   int Btype, ldb;
   float* C;
   int ldc;
+  // fast16bf: A and B are rounded to bfloat16 as they are read
+  // (CUBLAS_COMPUTE_32F_FAST_16BF).
+  bool fast16bf = false;
 };
 
 // check validates g's arguments as cuBLAS does (before any operand is read).
@@ -126,7 +145,8 @@ cublasStatus_t check(const Gemm& g, int Ctype, int computeType, int algo) {
   if (g.ldc < std::max(1, g.m)) return CUBLAS_STATUS_INVALID_VALUE;
   if (algo < -1 || (algo > 23 && (algo < 99 || algo > 115))) return CUBLAS_STATUS_INVALID_VALUE;
   auto ok = [](int t) { return t == CUDA_R_32F || t == CUDA_R_16F || t == CUDA_R_16BF; };
-  if (!ok(g.Atype) || g.Atype != g.Btype || Ctype != CUDA_R_32F || computeType != CUBLAS_COMPUTE_32F)
+  if (!ok(g.Atype) || g.Atype != g.Btype || Ctype != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (computeType != CUBLAS_COMPUTE_32F && !(computeType == CUBLAS_COMPUTE_32F_FAST_16BF && g.Atype == CUDA_R_32F))
     return CUBLAS_STATUS_NOT_SUPPORTED;
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -150,6 +170,10 @@ void run(const Gemm& g) {
     for (int j = 0; j < g.n; j++)
       for (int l = 0; l < g.k; l++)
         b[(size_t)j * g.k + l] = load(g.B, g.Btype, tb ? j + (size_t)l * g.ldb : l + (size_t)j * g.ldb);
+    if (g.fast16bf) {  // the operands are 32F (check): each value is a float
+      for (double& v : a) v = roundBF16((float)v);
+      for (double& v : b) v = roundBF16((float)v);
+    }
   }
   for (int j = 0; j < g.n; j++)
     for (int i = 0; i < g.m; i++) {
@@ -175,6 +199,7 @@ cublasStatus_t gemmBatched(Handle* h, Gemm g, int Ctype, int computeType, int al
   }
   if (batch < 0) return CUBLAS_STATUS_INVALID_VALUE;
   if (cublasStatus_t s = check(g, Ctype, computeType, algo)) return s;
+  g.fast16bf = computeType == CUBLAS_COMPUTE_32F_FAST_16BF;
   if (g.m == 0 || g.n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
   bool ta = g.transa != CUBLAS_OP_N, tb = g.transb != CUBLAS_OP_N;
   const bool readAB = g.k > 0 && g.alpha != 0;

@@ -43,6 +43,17 @@ static uint16_t to_bf16(float f) {
   memcpy(&u, &f, 4);
   return (uint16_t)(u >> 16);
 }
+// rne_bf16 rounds a finite f to bf16 to nearest, ties to even, by comparing
+// the dropped half with 0x8000 (the stand-in adds a bias instead).
+static float rne_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  uint32_t hi = u >> 16, rest = u & 0xffffu;
+  if (rest > 0x8000u || (rest == 0x8000u && (hi & 1u))) hi++;
+  u = hi << 16;
+  memcpy(&f, &u, 4);
+  return f;
+}
 static uint16_t to_f16(float f) {  // exact for the test's values only
   if (f == 0) return 0;
   uint16_t sign = f < 0 ? 0x8000 : 0;
@@ -307,6 +318,40 @@ int main(int argc, char** argv) {
   for (int j = 0; j < NN; j++)
     for (int i = 0; i < M; i++) ok = ok && !isnan(C[i + j * LD]);
   report("gemm/beta0_ignores_C", ok);
+  // CUBLAS_COMPUTE_32F_FAST_16BF (75): 32F A and B, each value rounded to
+  // bf16 (nearest even) before the float products. Values of 9 significant
+  // bits (a 1/3 scaled) are not bf16: the result must be the product of the
+  // rounded values, which is not the 32F product; 16BF operands are refused.
+  {
+    float Af[LD * LD], Bf[LD * LD];
+    for (int i = 0; i < LD * LD; i++) {
+      Af[i] = (float)((i % 37) - 18) / 3.0f;
+      Bf[i] = (float)((i % 23) - 11) / 7.0f;
+    }
+    cuMemcpyHtoD_v2(dA, Af, sizeof Af);
+    cuMemcpyHtoD_v2(dB, Bf, sizeof Bf);
+    ok = cublasGemmEx(hb, 0, 1, M, NN, K, &alpha, (void*)(uintptr_t)dA, 0, LD, (void*)(uintptr_t)dB, 0, LD, &zero,
+                      (void*)(uintptr_t)dC, 0, LD, 75, -1) == 0 &&
+         cuMemcpyDtoH_v2(C, dC, sizeof C) == 0;
+    int differs = 0;
+    for (int j = 0; j < NN; j++)
+      for (int i = 0; i < M; i++) {
+        double s = 0, s32 = 0;
+        for (int l = 0; l < K; l++) {
+          s += (double)rne_bf16(Af[i + l * LD]) * rne_bf16(Bf[j + l * LD]);
+          s32 += (double)Af[i + l * LD] * Bf[j + l * LD];
+        }
+        float want = (float)(alpha * s);
+        ok = ok && C[i + j * LD] == want;
+        differs += C[i + j * LD] != (float)(alpha * s32);
+      }
+    report("gemm/fast_16bf_rounds_inputs", ok && differs > 0);
+    report("gemm/fast_16bf_needs_32F",
+           cublasGemmEx(hb, 0, 0, M, NN, K, &alpha, (void*)(uintptr_t)dA, 14, LD, (void*)(uintptr_t)dB, 14, LD,
+                        &zero, (void*)(uintptr_t)dC, 0, LD, 75, -1) == 15 &&
+               cublasGemmEx(hb, 0, 0, M, NN, K, &alpha, (void*)(uintptr_t)dA, 0, LD, (void*)(uintptr_t)dB, 0, LD,
+                            &zero, (void*)(uintptr_t)dC, 0, LD, 77, -1) == 15);
+  }
   void* pA = (void*)(uintptr_t)dA;
   void* pB = (void*)(uintptr_t)dB;
   void* pC = (void*)(uintptr_t)dC;
