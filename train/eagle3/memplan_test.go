@@ -8,59 +8,9 @@ import (
 
 	deagle3 "github.com/drafter-ai/drafter/pkg/drafters/eagle3"
 	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/tensortest"
 	"github.com/drafter-ai/drafter/train/optim"
 )
-
-// countingDevice is a device that only allocates: Alloc and Upload hand out
-// tensors at made-up addresses of a memory that does not exist and count
-// their bytes (rounded to the CUDA device's 256-byte alignment), the
-// writes that set up a net are dropped, and every other op panics (the nil
-// tensor.Device it embeds): code that runs on it to the end allocated and
-// did not compute.
-type countingDevice struct {
-	tensor.Device // nil: computing panics
-	c             *counts
-}
-
-// counts is what a countingDevice and its siblings allocated: bytes by the
-// caller's label, and the next address.
-type counts struct {
-	label string
-	bytes map[string]int64
-	next  uint64
-	// largest is the largest single allocation, largestShape its shape.
-	largest      int64
-	largestShape string
-}
-
-func newCountingDevice() countingDevice {
-	return countingDevice{c: &counts{bytes: map[string]int64{}, next: 1 << 20}}
-}
-
-func (d countingDevice) Name() string           { return "counting" }
-func (d countingDevice) Sibling() tensor.Device { return d }
-
-func (d countingDevice) take(dt tensor.DType, rows, cols int) tensor.Tensor {
-	n := (int64(dt.Size())*int64(rows)*int64(cols) + 255) &^ 255
-	d.c.bytes[d.c.label] += n
-	if n > d.c.largest {
-		d.c.largest, d.c.largestShape = n, fmt.Sprintf("%dx%d %s (%s)", rows, cols, dt, d.c.label)
-	}
-	t := tensor.OnDevice(dt, rows, cols, d.c.next)
-	d.c.next += uint64(n)
-	return t
-}
-
-func (d countingDevice) Alloc(dt tensor.DType, rows, cols int) (tensor.Tensor, error) {
-	return d.take(dt, rows, cols), nil
-}
-
-func (d countingDevice) Upload(m tensor.Matrix) (tensor.Tensor, error) {
-	return d.take(m.DType, m.Rows, m.Cols), nil
-}
-
-func (d countingDevice) Write(tensor.Tensor, []float32)  {}
-func (d countingDevice) WriteI32(tensor.Tensor, []int32) {}
 
 // gib formats bytes in GiB.
 func gib(b int64) string { return fmt.Sprintf("%.2f GiB", float64(b)/(1<<30)) }
@@ -69,7 +19,7 @@ func gib(b int64) string { return fmt.Sprintf("%.2f GiB", float64(b)/(1<<30)) }
 // 8B Llama-3 target (hidden 4096, 32 heads of 128 over 8 KV heads,
 // intermediate 14336, vocabulary 128256) with the default draft vocabulary
 // (32000) and unroll (7 TTT steps) fits an 80 GB GPU. The figure is what
-// the trainer's own allocation code asks for, run against countingDevice:
+// the trainer's own allocation code asks for, run against tensortest.Counting:
 // newNet (the draft layer's float32 master weights, their gradients, every
 // step's activations, the TTT attention's keys and values, the logits, the
 // target's lm_head), the loop's AdamW moments (optim.NewAdamW) and its
@@ -98,8 +48,7 @@ func TestMemoryPlan8B(t *testing.T) {
 	cfg.MaxLength = 4096
 	g.Norms = cfg.norms()
 	const seq = 4096
-	dev := newCountingDevice()
-	c := dev.c
+	dev := tensortest.NewCounting()
 
 	// The host values the trainer starts from; never written here, so
 	// they stay untouched (zero) pages.
@@ -112,7 +61,7 @@ func TestMemoryPlan8B(t *testing.T) {
 	}
 	voc := &deagle3.Vocab{IDs: ids}
 
-	c.label = "net (newNet)"
+	dev.Label("net (newNet)")
 	n, err := newNet(g, cfg.Steps, cfg.StepDecay, dev, p, embed, head, voc, max(cfg.BatchTokens, cfg.MaxLength), cfg.MaxLength, true)
 	if err != nil {
 		t.Fatal(err)
@@ -124,20 +73,20 @@ func TestMemoryPlan8B(t *testing.T) {
 		params = append(params, optim.Param{Name: w.Name, Data: w.Tensor, Grad: grads[i].Tensor})
 		values += w.Tensor.Len()
 	}
-	c.label = "AdamW moments (optim.NewAdamW)"
+	dev.Label("AdamW moments (optim.NewAdamW)")
 	if _, err := optim.NewAdamW(dev, params, optim.AdamWConfig{}); err != nil {
 		t.Fatal(err)
 	}
-	c.label = "best weights (loop.restore)"
+	dev.Label("best weights (loop.restore)")
 	dev.Alloc(tensor.F32, values, 1)
-	c.label = "target embedding (resident at the first Gather)"
+	dev.Label("target embedding (resident at the first Gather)")
 	m := n.embed.Matrix()
 	dev.Upload(m)
 
 	const allowance = 2 << 30
 	var total int64
 	var parts []string
-	for label, b := range c.bytes {
+	for label, b := range dev.Bytes() {
 		total += b
 		parts = append(parts, fmt.Sprintf("%s %s", label, gib(b)))
 	}
@@ -145,7 +94,8 @@ func TestMemoryPlan8B(t *testing.T) {
 	total += allowance
 	t.Logf("EAGLE-3 on an 8B target, %d-token sequences, %d TTT steps, draft vocabulary %d: %d trained values (%s float32); %s, context/cuBLAS/scratch allowance %s: %s in all",
 		seq, cfg.Steps, g.DraftVocab, values, gib(int64(4*values)), strings.Join(parts, ", "), gib(allowance), gib(total))
-	t.Logf("largest allocation: %s, %s", c.largestShape, gib(c.largest))
+	largest, shape := dev.Largest()
+	t.Logf("largest allocation: %s, %s", shape, gib(largest))
 
 	// No allocation grows with the square of the sequence: newNet's bytes
 	// at 2048, 3072 and 4096 tokens have a second difference of zero (a
@@ -153,12 +103,12 @@ func TestMemoryPlan8B(t *testing.T) {
 	// 7·32·4·(4096²-2·3072²+2048²) bytes, 1.75 GiB, to it).
 	var net [3]int64
 	for i, L := range []int{2048, 3072, 4096} {
-		d := newCountingDevice()
-		d.c.label = "net"
+		d := tensortest.NewCounting()
+		d.Label("net")
 		if _, err := newNet(g, cfg.Steps, cfg.StepDecay, d, p, embed, head, voc, max(cfg.BatchTokens, L), L, true); err != nil {
 			t.Fatal(err)
 		}
-		net[i] = d.c.bytes["net"]
+		net[i] = d.Bytes()["net"]
 	}
 	t.Logf("newNet at 2048, 3072, 4096 tokens: %s, %s, %s", gib(net[0]), gib(net[1]), gib(net[2]))
 	if d2 := net[2] - 2*net[1] + net[0]; d2 < 0 || d2 > 1<<20 {
