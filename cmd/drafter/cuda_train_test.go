@@ -74,7 +74,7 @@ func stepLosses(t *testing.T, path string) map[int]float64 {
 // CPU device: every step's training loss tracks the CPU's within
 // trainTolFP32 and trainTolBF16 (see there: measured, and why), drafter.json
 // records the products used, the exports pass check-export (train runs it on
-// them before it exits 0), and eval of the drafter trained with bf16
+// them before it exits 0, and the command here again for the bf16 ones), and eval of the drafter trained with bf16
 // products on --device cuda is lossless: its output is the GPU's own greedy
 // output.
 func TestCUDATrain(t *testing.T) {
@@ -142,6 +142,7 @@ func TestCUDATrain(t *testing.T) {
 				if c.products != "bf16" {
 					continue
 				}
+				run("check-export", out)
 				report := filepath.Join(dir, m.method+"-eval.json")
 				run("eval", "--device", "cuda", "--model", model, "--drafter", out, "--prompts", "../../data/prompts/stories-eval.jsonl",
 					"--limit", "2", "--max-new-tokens", "16", "--temperature", "0", "--mode", "chain", "--report", report, "--quiet")
