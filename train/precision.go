@@ -13,7 +13,15 @@ type Precision uint8
 
 const (
 	// PrecisionAuto is bf16 products on a device that has them (a CUDA
-	// GPU's tensor cores) and float32 products elsewhere (the CPU).
+	// GPU's tensor cores) and float32 products elsewhere (the CPU). The
+	// default, because bf16 products with float32 master weights keep the
+	// training's quality: on the stand-in cuBLAS (which rounds as the tensor
+	// cores do) with stories260k, 200 Medusa steps ended at held-out loss
+	// 4.8714 against float32's 4.8711 (acceptance 2.18 and 2.16) and 60
+	// EAGLE-3 steps at 14.4973 against 14.4989 (accept length 1.382 and
+	// 1.381); per step the losses stay within 2^-8 of float32's
+	// (TestCUDATrain in cmd/drafter). Other trainers autocast further
+	// (bf16 activations too); here only the multiplier's inputs are bf16.
 	PrecisionAuto Precision = iota
 	// PrecisionFP32 multiplies in float32 on every device.
 	PrecisionFP32
