@@ -169,6 +169,9 @@ func (o *Options) check(cfg *checkpoint.Config) error {
 			return err
 		}
 	}
+	if cfg.NumLayers < 3 {
+		return &SizeError{"layers", fmt.Sprintf("%d: want at least 3 (EAGLE-3 fuses three distinct layers)", cfg.NumLayers)}
+	}
 	if o.TrainTokens < 8 {
 		return &SizeError{"train-tokens", fmt.Sprintf("%d: want at least 8 (a sample long enough for every Medusa head and EAGLE-3 step)", o.TrainTokens)}
 	}

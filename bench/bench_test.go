@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math"
-	"os"
 	"strings"
 	"testing"
 
@@ -83,21 +82,62 @@ func checkTable(t *testing.T, tb *Table) {
 	}
 }
 
-// The 60M shape runs every row on the CPU at the quick sizes.
-func TestRun60M(t *testing.T) {
-	o := Quick()
-	o.Shape = "60m"
-	tb, err := Run(context.Background(), o)
+// The memory check refuses a shape that does not fit before building
+// anything: the 8B shape's bf16 weights alone are 16 GB, more than a
+// machine reporting 20 GiB free can hold with the trainers' state, and the
+// 60M shape does not fit in 100 MiB. (Run would build the model only after
+// the check, which is what keeps this test from ever building 8B.)
+func TestMemoryRefusal(t *testing.T) {
+	for _, c := range []struct {
+		shape  string
+		free   int64
+		shared bool
+	}{
+		{"llama3-8b", 20 << 30, false},
+		{"llama3-8b", 20 << 30, true},
+		{"60m", 100 << 20, false},
+	} {
+		o := Quick()
+		o.Shape, o.MedusaSharedLMHead = c.shape, c.shared
+		o.freeHost = func() (int64, error) { return c.free, nil }
+		_, err := Run(context.Background(), o)
+		var me *MemoryError
+		if !errors.As(err, &me) {
+			t.Fatalf("%s with %d bytes free: error %v, want a MemoryError", c.shape, c.free, err)
+		}
+		if me.Where != "host" || me.Need <= c.free || !strings.Contains(err.Error(), "GiB") {
+			t.Errorf("%s: %+v (%v)", c.shape, me, err)
+		}
+	}
+	cfg, _, err := ShapeConfig("llama3-8b", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkTable(t, tb)
-	if tb.Layers != 8 || tb.ShapeLayers != 8 || tb.Params != model.Bench60MConfig().NumParams() {
-		t.Errorf("table header %+v", tb)
+	o := Quick()
+	o.MedusaSharedLMHead = true
+	if n := need(cfg, &o); n < 16_060_522_496 { // the bf16 weights alone
+		t.Errorf("the 8B shape is estimated at %d bytes, less than its weights", n)
 	}
-	if os.Getenv("DRAFTER_BENCH_PRINT") != "" {
-		if err := tb.WriteText(os.Stdout); err != nil {
-			t.Fatal(err)
+}
+
+// Sizes that cannot be measured name their option.
+func TestSizeErrors(t *testing.T) {
+	for _, c := range []struct {
+		edit  func(o *Options)
+		field string
+	}{
+		{func(o *Options) { o.Layers = 2 }, "layers"},
+		{func(o *Options) { o.Prompt = 0 }, "prompt"},
+		{func(o *Options) { o.TrainTokens = 4 }, "train-tokens"},
+		{func(o *Options) { o.Prompt = 4000 }, "prompt"},
+	} {
+		o := Quick()
+		o.Shape = "60m"
+		c.edit(&o)
+		_, err := Run(context.Background(), o)
+		var se *SizeError
+		if !errors.As(err, &se) || se.Field != c.field {
+			t.Errorf("error %v, want a SizeError for %s", err, c.field)
 		}
 	}
 }

@@ -120,4 +120,3 @@ func hostAvailable() (int64, error) {
 	}
 	return 0, fmt.Errorf("the host's available memory: /proc/meminfo has no MemAvailable")
 }
-

@@ -46,6 +46,7 @@ each other or do not apply), whichever command; 3 drafter eval's gate failed.`,
 		newCmdEval(stubbed[evalOptions](stub)),
 		newCmdDevices(stubbed[devicesOptions](stub)),
 		newCmdCheckExport(stubbed[checkExportOptions](stub)),
+		newCmdBench(stubbed[benchOptions](stub)),
 	)
 	return root
 }
