@@ -21,6 +21,9 @@ type SaveOptions struct {
 	Layers int
 	DType  tensor.DType
 	Seed   uint64
+
+	// freeHost is Options.freeHost.
+	freeHost func() (int64, error)
 }
 
 // Save writes the random model of o as a Hugging Face checkpoint into dir
@@ -41,6 +44,22 @@ func Save(dir string, o SaveOptions) error {
 	}{tensor.BF16: {safetensors.BF16, "bfloat16"}, tensor.F16: {safetensors.F16, "float16"}, tensor.F32: {safetensors.F32, "float32"}}[o.DType]
 	if !ok {
 		return &SizeError{"dtype", fmt.Sprintf("%s: want bf16, f16 or f32", o.DType)}
+	}
+	// The float32 weights and their encoding in dtype are held together
+	// while the file is written.
+	n := cfg.NumParams() * int64(4+o.DType.Size())
+	n += n/10 + gib
+	free := o.freeHost
+	if free == nil {
+		free = hostAvailable
+	}
+	avail, err := free()
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	if n > avail {
+		return &MemoryError{Shape: o.Shape, Where: "host", Need: n, Free: avail,
+			What: fmt.Sprintf("float32 weights of %d parameters and their %s encoding", cfg.NumParams(), o.DType)}
 	}
 	var c map[string]any
 	if err := json.Unmarshal(raw, &c); err != nil {

@@ -1,7 +1,9 @@
 package bench
 
 import (
+	"errors"
 	"fmt"
+	"os"
 	"testing"
 
 	"github.com/drafter-ai/drafter/pkg/model"
@@ -101,5 +103,20 @@ func TestShapeTokenizer(t *testing.T) {
 		if !tok.IsSpecial(cfg.EOS[0]) || !tok.IsSpecial(cfg.BOS[0]) {
 			t.Errorf("%s: BOS and EOS are not special", shape)
 		}
+	}
+}
+
+// Save refuses a shape whose weights do not fit the host's free memory,
+// before drawing them.
+func TestSaveMemoryRefusal(t *testing.T) {
+	dir := t.TempDir()
+	err := Save(dir, SaveOptions{Shape: "llama3-8b", DType: tensor.BF16, Seed: 1,
+		freeHost: func() (int64, error) { return 20 << 30, nil }})
+	var me *MemoryError
+	if !errors.As(err, &me) || me.Need < 8_030_261_248*6 {
+		t.Fatalf("error %v, want a MemoryError of at least 6 bytes a parameter", err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("a refused save wrote %d files", len(ents))
 	}
 }
