@@ -328,13 +328,15 @@ func (r *runner) forwardRows(ctx context.Context) error {
 		_, err := m.Forward(batch, model.Options{})
 		return batch, err
 	}
+	next := make([][1]int, DecodeBatch) // each sequence's next token, reused step after step
 	decode := func(batch []model.Input) error {
 		for step := range o.Decode {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
 			for i := range batch {
-				batch[i].Tokens = []int{(i*31 + step*17 + 5) % m.VocabSize()}
+				next[i][0] = (i*31 + step*17 + 5) % m.VocabSize()
+				batch[i].Tokens = next[i][:]
 			}
 			if _, err := m.Forward(batch, model.Options{}); err != nil {
 				return err
@@ -552,8 +554,8 @@ func (r *runner) eagleDraftStep(ctx context.Context, feats []float32, prompt []i
 	return nil
 }
 
-// medusaHeads returns the Medusa geometry drafter train medusa makes for
-// the shape by default.
+// medusaConfig returns drafter train medusa's default configuration, with
+// the heads' lm_head shared when the options say so.
 func (r *runner) medusaConfig() medusa.Config {
 	c := medusa.DefaultConfig()
 	c.SharedLMHead = r.o.MedusaSharedLMHead
