@@ -40,6 +40,8 @@ status=0
 run() { # name command...: runs, logs, records pass/fail
   local name=$1; shift
   echo "== $name: $*" >>"$log"
+  # timeout runs programs: a function of this script (exported) runs through bash.
+  if declare -F "$1" >/dev/null; then set -- bash -c '"$@"' _ "$@"; fi
   if timeout 240 "$@" >>"$log" 2>&1; then echo "| $name | pass |" >>"$out.checks"; else
     echo "| $name | FAIL (see $(basename "$log")) |" >>"$out.checks"; status=1; fi
 }
@@ -58,6 +60,8 @@ print("cpu ", a); print("cuda", b)
 sys.exit(0 if a == b else 1)
 PY
 }
+export -f parity
+export bin
 run "greedy parity stories260k (f32), cpu vs cuda" parity models/stories260k
 # The pipeline on a random 1B-shape checkpoint written by drafter bench --save (2.5 GB, removed
 # after): every stage loads a real-sized model on the GPU.
