@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/drafter-ai/drafter/internal/testdevice"
 	"github.com/drafter-ai/drafter/pkg/model"
 )
 
@@ -139,5 +140,22 @@ func TestSizeErrors(t *testing.T) {
 		if !errors.As(err, &se) || se.Field != c.field {
 			t.Errorf("error %v, want a SizeError for %s", err, c.field)
 		}
+	}
+}
+
+// Every row runs on a device whose memory is not the host's (the CPU device
+// with uploads copied and HostF32 declined): the bench reaches the model's,
+// the trainers' and the drafters' values only through the device, as on a
+// GPU.
+func TestRunOnDevice(t *testing.T) {
+	o := Quick()
+	o.Shape, o.Layers, o.Device = "60m", 3, testdevice.New()
+	tb, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkTable(t, tb)
+	if tb.Layers != 3 || tb.ShapeLayers != 8 {
+		t.Errorf("layers %d of %d, want 3 of 8", tb.Layers, tb.ShapeLayers)
 	}
 }
