@@ -31,7 +31,8 @@ func (e *MemoryError) Error() string {
 
 // need estimates the peak memory of a run: the model's weights (the
 // 16-bit matrices and the float32 draw of the largest one as NewRandomAs
-// builds them), then, after the model is freed, the trainers' state: the
+// builds them), its KV caches and activations and the drafters whose steps
+// are timed beside it, then, after the model is freed, the trainers' state: the
 // output layers in float32, Medusa's heads (their lm_head copies: values,
 // gradients and AdamW's two moments) and EAGLE-3's draft layer with its
 // draft-vocabulary head (the same four copies) and TTT's logits. On a GPU
@@ -49,7 +50,6 @@ func need(cfg *checkpoint.Config, o *Options) int64 {
 	// The widest pass's activations: 32 prompts or 64 distilled prompts.
 	rows := max(DecodeBatch*int64(o.Prompt), DistillBatch*int64(o.DistillPrompt))
 	acts := rows * (4*H + 3*I) * 4
-	phase1 := weights + kv + acts
 
 	out := V * H * 4
 	if !cfg.TieWordEmbeddings {
@@ -66,6 +66,9 @@ func need(cfg *checkpoint.Config, o *Options) int64 {
 	kvw := int64(cfg.NumKVHeads * cfg.HeadDim)
 	draft := 3*H*H + 2*H*(q+2*kvw) + q*H + 3*H*I + N*H
 	ttt := int64(o.TrainTokens) * int64(ec.Steps+2) * (N + V) * 4
+	// The draft steps run beside the model: the heads' float32 values (and
+	// the random lm_head they are made from), then the draft layer's.
+	phase1 := weights + kv + acts + 4*(V*H+heads+draft)
 	phase2 := out + 4*4*max(heads, draft) + ttt
 	return (max(phase1, phase2)*11)/10 + gib
 }
