@@ -186,6 +186,9 @@ cuda-check: ptx-check cuda-kernel-test cuda-standin-test
 
 # What scripts/gpu-check.sh runs on a GPU machine (which has no Go): the
 # binary and the test binaries, built here; carry bin/ and build/gpu-check.
+# Its pipeline step (scripts/random-pipeline.sh: drafter bench --save, then
+# distill, train, eval) and drafter bench --random need nothing else: the
+# random checkpoint is written there by the binary, the prompts are tracked.
 gpu-check-build: build
 	@mkdir -p build/gpu-check
 	$(GO) test -c -o build/gpu-check/cuda.test ./$(CUDA)

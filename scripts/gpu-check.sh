@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # The checks that need a real GPU, as one script for a lent GPU machine (which has no Go): the
-# device conformance suite and greedy parity on the GPU, then a small table of speeds, written
-# to one file. Build its inputs here first:
+# device conformance suite and greedy parity on the GPU, the whole pipeline (distill, train both
+# methods, eval) on a random-weight Llama-3.2-1B-shaped checkpoint (scripts/random-pipeline.sh),
+# then the speeds: the forward benchmarks, the copy bandwidth and cuBLAS's bf16 rate, and
+# drafter bench --random's table for the Llama-3.2-1B and Llama-3.1-8B shapes, all written to one
+# file (about 8 minutes on one GPU; every step has its own time limit). Build its inputs here
+# first:
 #
 #   make gpu-check-build        # bin/drafter and the test binaries, into build/gpu-check/
 #
@@ -36,6 +40,8 @@ status=0
 run() { # name command...: runs, logs, records pass/fail
   local name=$1; shift
   echo "== $name: $*" >>"$log"
+  # timeout runs programs: a function of this script (exported) runs through bash.
+  if declare -F "$1" >/dev/null; then set -- bash -c '"$@"' _ "$@"; fi
   if timeout 240 "$@" >>"$log" 2>&1; then echo "| $name | pass |" >>"$out.checks"; else
     echo "| $name | FAIL (see $(basename "$log")) |" >>"$out.checks"; status=1; fi
 }
@@ -54,13 +60,37 @@ print("cpu ", a); print("cuda", b)
 sys.exit(0 if a == b else 1)
 PY
 }
+export -f parity
+export bin
 run "greedy parity stories260k (f32), cpu vs cuda" parity models/stories260k
+# The pipeline on a random 1B-shape checkpoint written by drafter bench --save (2.5 GB, removed
+# after): every stage loads a real-sized model on the GPU.
+pipe=$(dirname "$out")/gpu-check-pipeline
+run "pipeline (bench --save, distill, train medusa and eagle3, eval) on random llama3-1b, cuda" \
+  scripts/random-pipeline.sh "$bin" llama3-1b cuda "$pipe"
+rm -rf "$pipe/model"
 
 # Speeds: prefill and decode tokens/s of the bundled and the 60M model on the GPU, the copy
 # bandwidth and cuBLAS's bf16 rate.
 DRAFTER_BENCH_DEVICE=cuda timeout 300 "$tests/model.test" -test.run '^$' -test.bench 'Prefill|Decode' \
   -test.benchtime 20x >"$out.bench" 2>&1 || status=1
 timeout 120 "$tests/cuda.test" -test.run '^$' -test.bench 'Copy|GemmBF16' -test.benchtime 10x >>"$out.bench" 2>&1 || status=1
+# drafter bench --random's table, at its default sizes, for the 1B and the 8B shape.
+: >"$out.random"
+# Building the 8B model draws its 8 billion random weights on one host thread (a minute or two).
+for shape in llama3-1b:150 llama3-8b:300; do
+  limit=${shape#*:}
+  shape=${shape%:*}
+  echo "== bench --random $shape" >>"$log"
+  if timeout "$limit" "$bin" bench --random "$shape" --device cuda >"$out.table" 2>>"$log"; then
+    { echo '```'; cat "$out.table"; echo '```'; echo; } >>"$out.random"
+  else
+    echo "drafter bench --random $shape: FAIL (see $(basename "$log"))" >>"$out.random"
+    echo >>"$out.random"
+    status=1
+  fi
+done
+rm -f "$out.table"
 
 {
   echo "# gpu-check $(date -u +%Y-%m-%dT%H:%MZ)"
@@ -74,7 +104,11 @@ timeout 120 "$tests/cuda.test" -test.run '^$' -test.bench 'Copy|GemmBF16' -test.
   echo "| benchmark | metrics |"
   echo "|---|---|"
   grep '^Benchmark' "$out.bench" | awk '{name=$1; $1=""; $2=""; print "| " name " |" $0 " |"}'
+  echo
+  echo "## drafter bench --random (random weights, bf16, default sizes)"
+  echo
+  cat "$out.random"
 } >"$out"
-rm -f "$out.checks"
+rm -f "$out.checks" "$out.random"
 cat "$out"
 exit $status

@@ -229,9 +229,9 @@ func Layers(def [3]int, L int, layers []int) ([]int, error) {
 	return out, nil
 }
 
-// taps maps stored layers to model taps: index L is stored pre-norm
+// Taps maps stored layers (Layers) to the model taps a run captures: index L is stored pre-norm
 // (capture's convention), and final_norm (the model's index L) comes last.
-func taps(layers []int, L int) []int {
+func Taps(layers []int, L int) []int {
 	t := make([]int, 0, len(layers)+1)
 	for _, k := range layers {
 		if k == L {
@@ -466,7 +466,7 @@ func runLocal(ctx context.Context, t *target.Target, opt Options, p *plan, start
 	defer ses.resp.close()
 	m := t.Model
 	eng, err := generate.NewEngine(m, generate.EngineOptions{Params: p.settings.Params, Seed: opt.Seed, Stop: t.Stop,
-		Batch: opt.Batch, Capacity: p.capacity, Taps: taps(p.layers, m.NumLayers())})
+		Batch: opt.Batch, Capacity: p.capacity, Taps: Taps(p.layers, m.NumLayers())})
 	if err != nil {
 		return nil, ses.fail(ctx, err)
 	}

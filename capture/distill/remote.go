@@ -113,7 +113,7 @@ func runRemote(ctx context.Context, t *target.Target, opt Options, p *plan, star
 		return nil, c.ses.fail(ctx, err)
 	}
 	c.bar = newBar(opt.Progress, "distill", len(p.items), 0)
-	c.pf = newPrefiller(t.Model, taps(p.layers, t.Model.NumLayers()), p.capacity)
+	c.pf = newPrefiller(t.Model, Taps(p.layers, t.Model.NumLayers()), p.capacity)
 	c.start = start
 	err = c.collect(ctx, client, sched, info.Source)
 	e := ending{bar: c.bar, writeTime: c.writeTime, compute: c.pf.forward, gen: c.gen,

@@ -67,7 +67,7 @@ func Capture(ctx context.Context, t *target.Target, opt CaptureOptions) (*Summar
 		return nil, err
 	}
 	bar := newBar(opt.Progress, "capture", len(c.items), c.sum.Resumed)
-	pf := newPrefiller(t.Model, taps(c.layers, t.Model.NumLayers()), c.capacity)
+	pf := newPrefiller(t.Model, Taps(c.layers, t.Model.NumLayers()), c.capacity)
 	if err := c.prefill(ctx, &opt, w, pf, bar); err != nil {
 		return nil, c.fail(ctx, &opt, w, err)
 	}

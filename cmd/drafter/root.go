@@ -24,7 +24,8 @@ checkpoint you serve, and measures it with real speculative decoding:
 
 Helpers: inspect (what drafter sees in a checkpoint), tokenize (exact token ids and chat
 rendering), generate (run the target model), capture (hidden states of existing answers),
-check-export (an export against vLLM's, SGLang's and TensorRT-LLM's loading rules).
+check-export (an export against vLLM's, SGLang's and TensorRT-LLM's loading rules), bench
+(the whole pipeline's speed on a random-weight model of a named shape).
 
 Exit codes: 0 success; 1 bad input, an I/O failure or an interrupted run; 2 a command-line
 mistake (an unknown command or flag, a missing or invalid flag value, flags that contradict
@@ -46,6 +47,7 @@ each other or do not apply), whichever command; 3 drafter eval's gate failed.`,
 		newCmdEval(stubbed[evalOptions](stub)),
 		newCmdDevices(stubbed[devicesOptions](stub)),
 		newCmdCheckExport(stubbed[checkExportOptions](stub)),
+		newCmdBench(stubbed[benchOptions](stub)),
 	)
 	return root
 }

@@ -106,6 +106,8 @@ func TestViolationsFound(t *testing.T) {
 		{p("pkg/model", "pkg/unplaced"), []string{"the imported package is in no layer"}},
 		{p("tools/x", "pkg/model"), []string{"tools/x: in no layer"}},
 		{p("pkg/eval", "train/eagle3"), []string{"pkg/eval imports train/eagle3: nothing under pkg/ imports a stage", "pkg/eval: in no layer"}},
+		{p("train", "bench"), []string{"layer 4 imports layer 5 above it"}},
+		{p("bench", "cmd/drafter"), []string{"commands and scripts are never imported"}},
 		// Tests: the same rules, but for the helpers and other stages.
 		{tp("pkg/spec", "eval"), []string{"pkg/spec test imports eval: nothing under pkg/ imports a stage"}},
 		{xp("pkg/chat", "data"), []string{"pkg/chat test imports data: nothing under pkg/"}},
@@ -136,6 +138,8 @@ func TestViolationsFound(t *testing.T) {
 		p("pkg/target", "pkg/model", "pkg/fingerprint", "pkg/tokenizer", "pkg/chat"),
 		p("cmd/drafter", "eval", "train", "capture/distill", "pkg/inspect"),
 		p("scripts/compare", "eval"),
+		p("bench", "capture/distill", "train/medusa", "train/eagle3", "pkg/model"),
+		p("cmd/drafter", "bench"),
 		p("internal/testmodel", "pkg/safetensors"),
 		tp("eval", "train/medusa", "train/eagle3", "internal/testutil"),
 		tp("train", "capture/distill", "internal/testmodel"),

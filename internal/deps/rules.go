@@ -2,7 +2,8 @@
 // (docs/architecture.md). Every package belongs to a layer, and imports only
 // its own layer or the ones below:
 //
-//	5  cmd, scripts                       the binary and the tools
+//	6  cmd, scripts                       the binary and the tools
+//	5  bench                              the whole pipeline measured (drafter bench)
 //	4  capture/distill, train, eval       the three stages
 //	3  pkg/drafters, pkg/target, pkg/generate, pkg/inspect, pkg/exportcheck,
 //	   capture, data
@@ -64,8 +65,9 @@ var layers = []layer{
 	{2, []string{"pkg/nn", "pkg/kvcache", "pkg/sample", "pkg/spec", "pkg/model"}},
 	{3, []string{"pkg/drafters", "pkg/target", "pkg/generate", "pkg/inspect", "pkg/exportcheck", "capture", "data"}},
 	{4, stages},
-	{5, []string{"cmd", "scripts"}},
-	{6, []string{"internal"}},
+	{5, []string{"bench"}},
+	{6, []string{"cmd", "scripts"}},
+	{7, []string{"internal"}},
 }
 
 // devices are the compute devices beside the device interface (pkg/tensor),

@@ -159,6 +159,18 @@ func LoadConfig(path string) (*Config, error) {
 	return parseConfig(path, m)
 }
 
+// ParseConfig validates the config.json text data as LoadConfig does a
+// file's; name stands for the file in errors and in Config.Path. It is
+// for configurations made in memory (drafter bench's random shapes), which
+// then parse exactly as the same text written to a checkpoint would.
+func ParseConfig(name string, data []byte) (*Config, error) {
+	m, err := decodeObject(name, data)
+	if err != nil {
+		return nil, err
+	}
+	return parseConfig(name, m)
+}
+
 // parseConfig interprets a decoded config.json; path names it in errors.
 func parseConfig(path string, m map[string]any) (*Config, error) {
 	f := fields{path, m}

@@ -26,6 +26,12 @@ func readObject(path string) (map[string]any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
+	return decodeObject(path, b)
+}
+
+// decodeObject decodes the JSON object b, read from path (named in
+// errors), keeping numbers exact.
+func decodeObject(path string, b []byte) (map[string]any, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	var m map[string]any

@@ -431,14 +431,11 @@ func (r *run[M]) train(ctx context.Context) (*Result[M], error) {
 // number of steps taken.
 func (r *run[M]) step(t0 time.Time) (int, error) {
 	step := int(r.opt.StepCount)
-	r.opt.ZeroGrad()
-	loss, tokens := r.t.Step()
-	if math.IsNaN(loss) || math.IsInf(loss, 0) {
-		return 0, fmt.Errorf("train: the training loss became %v at step %d (lower the learning rate)", loss, step)
-	}
-	norm := r.opt.ClipGradNorm(r.cfg.ClipNorm)
 	lr := r.sched.LR(step)
-	r.opt.Step(lr)
+	loss, tokens, norm, err := optimStep(r.opt, r.t, r.cfg.ClipNorm, lr)
+	if err != nil {
+		return 0, err
+	}
 	step++
 	r.s.LossSum += loss
 	r.s.LossCount++
@@ -457,6 +454,22 @@ func (r *run[M]) step(t0 time.Time) (int, error) {
 	var none M
 	r.report(step, none, false)
 	return step, nil
+}
+
+// optimStep is one optimiser step of t at learning rate lr: the gradients
+// zeroed, the trainer's forward and backward over the batch Next read, the
+// global norm clipped to clip and AdamW's update. It returns the loss, the
+// batch's tokens and the norm before clipping; a loss that is not finite
+// is an error.
+func optimStep[M Metric[M]](opt *optim.AdamW, t Trainer[M], clip, lr float64) (loss float64, tokens int, norm float64, err error) {
+	opt.ZeroGrad()
+	loss, tokens = t.Step()
+	if math.IsNaN(loss) || math.IsInf(loss, 0) {
+		return 0, 0, 0, fmt.Errorf("train: the training loss became %v at step %d (lower the learning rate)", loss, opt.StepCount)
+	}
+	norm = opt.ClipGradNorm(clip)
+	opt.Step(lr)
+	return loss, tokens, norm, nil
 }
 
 // evaluate evaluates the weights after step, keeps them when they are the
