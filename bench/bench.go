@@ -29,6 +29,7 @@ import (
 	"github.com/drafter-ai/drafter/pkg/model"
 	"github.com/drafter-ai/drafter/pkg/sample"
 	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/train"
 	"github.com/drafter-ai/drafter/train/dataset"
 	"github.com/drafter-ai/drafter/train/eagle3"
 	"github.com/drafter-ai/drafter/train/medusa"
@@ -607,7 +608,13 @@ func (r *runner) medusaDraftStep(ctx context.Context, last []float32) error {
 func (r *runner) trainRows(ctx context.Context) error {
 	o, cfg := r.o, r.cfg
 	H, V := cfg.HiddenSize, cfg.VocabSize
-	o.logf("bench: training steps (%d-token batches)", o.TrainTokens)
+	// The products drafter train uses by default on this device (bf16 on
+	// a GPU's tensor cores, float32 on the CPU).
+	dev, products, err := train.TrainingDevice(o.Device, train.PrecisionAuto)
+	if err != nil {
+		return fmt.Errorf("bench: training: %w", err)
+	}
+	o.logf("bench: training steps (%d-token batches, %s products)", o.TrainTokens, products)
 	lmHead := randomF32(V*H, o.Seed+4, 0.02)
 	embed := lmHead // tied: the same values, as the checkpoint holds them once
 	if !cfg.TieWordEmbeddings {
@@ -619,7 +626,7 @@ func (r *runner) trainRows(ctx context.Context) error {
 	}
 	mc := r.medusaConfig()
 	mc.BatchTokens, mc.Seed = o.TrainTokens, o.Seed
-	rate, err := medusa.StepRate(mc, lmHead, ds, o.Device, 1, o.TrainSteps)
+	rate, err := medusa.StepRate(mc, lmHead, ds, dev, 1, o.TrainSteps)
 	if err != nil {
 		return fmt.Errorf("bench: Medusa training: %w", err)
 	}
@@ -627,7 +634,7 @@ func (r *runner) trainRows(ctx context.Context) error {
 	if mc.SharedLMHead {
 		lm = "shared frozen lm_head"
 	}
-	r.add(RowTrainMedusa, rate, unitTokens, fmt.Sprintf("%d heads of %d blocks (%s), %d-position batches, %d timed steps (forward, backward, AdamW)", mc.Heads, mc.Layers, lm, o.TrainTokens, o.TrainSteps))
+	r.add(RowTrainMedusa, rate, unitTokens, fmt.Sprintf("%d heads of %d blocks (%s), %d-position batches, %s products, %d timed steps (forward, backward, AdamW)", mc.Heads, mc.Layers, lm, o.TrainTokens, products, o.TrainSteps))
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -636,10 +643,10 @@ func (r *runner) trainRows(ctx context.Context) error {
 	layers := cfg.EAGLE3DraftLayers()
 	ec.Export.LayerIDs = layers[:] // as eagle3.Options.Train fills them in
 	g := deagle3.TargetGeometry(cfg, 0)
-	if rate, err = eagle3.StepRate(ec, g, embed, lmHead, ds, o.Device, 1, o.TrainSteps); err != nil {
+	if rate, err = eagle3.StepRate(ec, g, embed, lmHead, ds, dev, 1, o.TrainSteps); err != nil {
 		return fmt.Errorf("bench: EAGLE-3 training: %w", err)
 	}
-	r.add(RowTrainEAGLE3, rate, unitTokens, fmt.Sprintf("TTT over %d steps, draft vocabulary %d, %d-token batches, %d timed steps (forward, backward, AdamW)", ec.Steps, min(ec.DraftVocab, V), o.TrainTokens, o.TrainSteps))
+	r.add(RowTrainEAGLE3, rate, unitTokens, fmt.Sprintf("TTT over %d steps, draft vocabulary %d, %d-token batches, %s products, %d timed steps (forward, backward, AdamW)", ec.Steps, min(ec.DraftVocab, V), o.TrainTokens, products, o.TrainSteps))
 	return nil
 }
 

@@ -44,9 +44,10 @@ func ParsePrecision(v string) (Precision, error) {
 	return 0, fmt.Errorf("--precision %q: want auto, fp32 or bf16", v)
 }
 
-// trainingDevice returns the device the trainer computes on for precision
-// p, and the products it computes with.
-func trainingDevice(dev tensor.Device, p Precision) (tensor.Device, tensor.Products, error) {
+// TrainingDevice returns the device a trainer computes on for precision p
+// (a sibling of dev whose MatMul uses the chosen products), and those
+// products: what drafter train does, and what drafter bench measures.
+func TrainingDevice(dev tensor.Device, p Precision) (tensor.Device, tensor.Products, error) {
 	want := tensor.BF16Products
 	if p == PrecisionFP32 {
 		want = tensor.F32Products

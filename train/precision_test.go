@@ -16,12 +16,12 @@ import (
 func TestTrainingDevicePrecision(t *testing.T) {
 	dev := cpu.New(nil)
 	for _, p := range []Precision{PrecisionAuto, PrecisionFP32} {
-		d, products, err := trainingDevice(dev, p)
+		d, products, err := TrainingDevice(dev, p)
 		if err != nil || d != tensor.Device(dev) || products != tensor.F32Products {
 			t.Errorf("precision %d on the cpu: %v, %s, %v; want the device itself, fp32", p, d, products, err)
 		}
 	}
-	if _, _, err := trainingDevice(dev, PrecisionBF16); err == nil || !strings.Contains(err.Error(), "--precision bf16") {
+	if _, _, err := TrainingDevice(dev, PrecisionBF16); err == nil || !strings.Contains(err.Error(), "--precision bf16") {
 		t.Errorf("bf16 on the cpu: %v, want an error naming --precision bf16", err)
 	}
 	for v, want := range map[string]Precision{"auto": PrecisionAuto, "": PrecisionAuto, "fp32": PrecisionFP32, "f32": PrecisionFP32, "bf16": PrecisionBF16} {

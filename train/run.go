@@ -103,7 +103,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	if dev == nil {
 		dev = cpu.New(nil)
 	}
-	dev, products, err := trainingDevice(dev, opt.Precision)
+	dev, products, err := TrainingDevice(dev, opt.Precision)
 	if err != nil {
 		return nil, err
 	}
