@@ -99,8 +99,16 @@ type Options struct {
 	SamplesPerPrompt int
 	// Seed keys every sample's random stream.
 	Seed uint64
-	// Batch is the number of sequences decoded together (default 1).
+	// Batch is the number of sequences decoded together (default 1). On a
+	// device with memory of its own (tensor.MemoryReporter: a GPU) the
+	// batch's KV caches must fit its free memory after the weights, less a
+	// reserve (batchMemory), or Run refuses it naming --batch.
 	Batch int
+	// AutoBatch, on a device with memory of its own, chooses the batch from
+	// the free memory instead of Batch (at most maxAutoBatch, at most the
+	// run's samples); a resumed run keeps the batch its manifest records,
+	// which the block schedule depends on. Elsewhere Batch applies.
+	AutoBatch bool
 	// Layers are the Hugging Face hidden_states indices to store (see
 	// capture.LayerConvention: index L is the last layer's output BEFORE
 	// the final norm); nil means drafter's EAGLE-3 defaults (checkpoint.Config.EAGLE3DraftLayers: 2, L/2, L-3 from 7 layers up). The state
@@ -332,6 +340,11 @@ func prepare(t *target.Target, opt *Options) (*plan, error) {
 	items, capacity, err := sampleList(t, opt, prompts, st, sum)
 	if err != nil {
 		return nil, err
+	}
+	if opt.Generator == nil {
+		if err := chooseBatch(t, opt, capacity, len(items)); err != nil {
+			return nil, err
+		}
 	}
 	man, err := runManifest(t, opt, layers, st, promptHash)
 	if err != nil {
