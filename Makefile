@@ -183,6 +183,8 @@ cuda-check: ptx-check cuda-kernel-test cuda-standin-test
 	  $(GO) test -count=1 -run 'TestCUDA|TestDeviceFallbacks' ./cmd/drafter
 	DRAFTER_LIBCUDA=$(CURDIR)/$(STANDIN)/libcuda.so.1 DRAFTER_CUDA_LIBS=$(CURDIR)/$(STANDIN) DRAFTER_REQUIRE_CUDA=1 \
 	  $(GO) test -count=1 -run 'TestHFReference' ./pkg/model
+	DRAFTER_LIBCUDA=$(CURDIR)/$(STANDIN)/libcuda.so.1 DRAFTER_CUDA_LIBS=$(CURDIR)/$(STANDIN) DRAFTER_REQUIRE_CUDA=1 \
+	  $(GO) test -count=1 -run 'TestCUDA' ./capture/distill
 
 # What scripts/gpu-check.sh runs on a GPU machine (which has no Go): the
 # binary and the test binaries, built here; carry bin/ and build/gpu-check.

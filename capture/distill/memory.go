@@ -46,13 +46,11 @@ func chooseBatch(t *target.Target, opt *Options, capacity, samples int) error {
 	if err != nil {
 		return fmt.Errorf("distill: reading the device's free memory: %w", err)
 	}
-	bm := batchMemory{free: free, total: total, reserve: total / memoryReserve, perSeq: perSeq}
+	var weights int64
 	for _, n := range m.Memory().Bytes {
-		bm.weights += n
+		weights += n
 	}
-	if avail := free - bm.reserve; avail > 0 && perSeq > 0 {
-		bm.fits = int(min(avail/perSeq, 1<<30))
-	}
+	bm := sizeBatch(weights, free, total, perSeq)
 	how := "--batch"
 	if opt.AutoBatch {
 		how = "from free memory"
@@ -70,6 +68,16 @@ func chooseBatch(t *target.Target, opt *Options, capacity, samples int) error {
 		writeBatchLine(opt.Progress, m.Device().Name(), bm, capacity, opt.Batch, how)
 	}
 	return nil
+}
+
+// sizeBatch applies the rule: the caches may take the free memory less a
+// reserve of a tenth of the total, whole sequences of perSeq bytes each.
+func sizeBatch(weights, free, total, perSeq int64) batchMemory {
+	bm := batchMemory{weights: weights, free: free, total: total, reserve: total / memoryReserve, perSeq: perSeq}
+	if avail := free - bm.reserve; avail > 0 && perSeq > 0 {
+		bm.fits = int(min(avail/perSeq, 1<<30))
+	}
+	return bm
 }
 
 // writeBatchLine reports the batch's sizing in one line.
