@@ -65,6 +65,9 @@ type EngineOptions struct {
 	// OnToken, when set, is called with each generated token as soon as it is
 	// sampled (streaming). An error stops Run.
 	OnToken func(job, id int) error
+	// HostSampling samples on the host (pkg/sample) even where the device
+	// could (see Engine): the tests compare the two paths with it.
+	HostSampling bool
 }
 
 // Stats are counters an Engine accumulates over its runs.
@@ -94,10 +97,25 @@ type slot struct {
 // prefill of newly started jobs, one decode row per running job and the
 // capture-only row of jobs that just finished, so the GPU-free CPU path keeps
 // its matrix multiplies wide. It is not safe for concurrent use.
+//
+// Where Params allows it (no top-k, top-p or min-p: DeviceSamples), a pass's
+// logits stay on the model's device and tensor.Device.SampleRows draws the
+// tokens there, with one uniform per row drawn on the host from the job's
+// own random stream, as pkg/sample draws it, so that the stream stays
+// (seed, job) and the tokens are the host sampler's (bit for bit on the CPU
+// device, which runs tensor.SampleRow; at temperature 0 on every device).
+// Top-k, top-p and min-p need a sort or a selection over the vocabulary,
+// which the device does not run: with any of them the logits come to the
+// host and pkg/sample draws.
 type Engine struct {
 	m       *model.Model
 	opt     EngineOptions
 	sampler *sample.Sampler
+	// devSample says that tokens are drawn on the device; ids and u are
+	// its buffers, a value per logits row of a pass.
+	devSample bool
+	ids       []int32
+	u         []float64
 	stop    map[int]struct{}
 	pool    []*model.Sequence
 	free    [][][]float32 // recycled state buffers
@@ -121,12 +139,24 @@ func NewEngine(m *model.Model, opt EngineOptions) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{m: m, opt: opt, sampler: s, stop: map[int]struct{}{}}
+	e := &Engine{m: m, opt: opt, sampler: s, stop: map[int]struct{}{},
+		devSample: !opt.HostSampling && DeviceSamples(opt.Params, m.VocabSize())}
 	for _, id := range opt.Stop {
 		e.stop[id] = struct{}{}
 	}
 	return e, nil
 }
+
+// DeviceSamples reports whether p draws tokens on the device
+// (tensor.Device.SampleRows): greedy, or temperature alone, without top-k
+// (or one of at least the vocabulary), top-p (or 1) or min-p, which the
+// device does not apply.
+func DeviceSamples(p sample.Params, vocab int) bool {
+	return (p.TopK == 0 || p.TopK >= vocab) && (p.TopP == 0 || p.TopP == 1) && p.MinP == 0
+}
+
+// SamplesOnDevice reports whether the engine draws its tokens on the device.
+func (e *Engine) SamplesOnDevice() bool { return e.devSample }
 
 // Stats returns the counters accumulated so far.
 func (e *Engine) Stats() Stats { return e.stats }
@@ -178,7 +208,7 @@ func (e *Engine) Run(ctx context.Context, jobs []Job, emit func(Done) error) err
 	if err := e.checkJobs(jobs); err != nil {
 		return err
 	}
-	r := &run{e: e, jobs: jobs, emit: emit, taps: len(e.opt.Taps) > 0, fopt: model.Options{Taps: e.opt.Taps},
+	r := &run{e: e, jobs: jobs, emit: emit, taps: len(e.opt.Taps) > 0, fopt: model.Options{Taps: e.opt.Taps, DeviceLogits: e.devSample},
 		h: e.m.HiddenSize(), slots: make([]*slot, 0, 2*e.opt.Batch), finished: map[int]*slot{}}
 	defer r.releaseAll()
 	for r.nextEmit < len(jobs) {
@@ -351,13 +381,28 @@ func (r *run) capture(res *model.Result) {
 func (r *run) sampleAll(res *model.Result) error {
 	e := r.e
 	t0 := time.Now()
+	if e.devSample {
+		r.drawOnDevice(res)
+	}
 	keep := r.slots[:0]
 	for b, s := range e.owner {
 		if s.final {
 			r.finished[s.job] = s
 			continue
 		}
-		if err := r.sample(s, res.LogitsOf(b)); err != nil {
+		var id int
+		var err error
+		if e.devSample {
+			id, err = r.deviceToken(s, res, res.LogitStart[b])
+		} else {
+			if id, err = e.sampler.Sample(res.LogitsOf(b), &s.rng); err != nil {
+				err = &JobError{Job: s.job, Token: len(s.gen), Err: err}
+			}
+		}
+		if err == nil {
+			err = r.accept(s, id)
+		}
+		if err != nil {
 			r.slots = append(keep, e.owner[b:]...)
 			return err
 		}
@@ -369,14 +414,46 @@ func (r *run) sampleAll(res *model.Result) error {
 	return nil
 }
 
-// sample draws slot s's next token from its logits row, appends it to the
-// generation, streams it and sets the finish reason when the job ended.
-func (r *run) sample(s *slot, logits []float32) error {
+// drawOnDevice draws every logits row's token of the pass on the device
+// into e.ids: first the generating slots' uniforms, in slot order, each from
+// its own stream (one per token, as pkg/sample's SampleProbs draws it; none
+// when greedy).
+func (r *run) drawOnDevice(res *model.Result) {
 	e := r.e
-	id, err := e.sampler.Sample(logits, &s.rng)
-	if err != nil {
-		return &JobError{Job: s.job, Token: len(s.gen), Err: err}
+	n := res.DeviceLogits.Rows()
+	if cap(e.ids) < n {
+		e.ids, e.u = make([]int32, n), make([]float64, n)
 	}
+	e.ids, e.u = e.ids[:n], e.u[:n]
+	greedy := e.opt.Params.Greedy()
+	for b, s := range e.owner {
+		if !s.final && !greedy {
+			e.u[res.LogitStart[b]] = s.rng.Float64()
+		}
+	}
+	e.m.Device().SampleRows(e.ids, res.DeviceLogits, e.opt.Params.Temperature, e.u)
+}
+
+// deviceToken is slot s's token drawn on the device from logits row row; a
+// row the device found nothing to draw from (a NaN, +Inf, or only -Inf)
+// comes to the host, where the sampler says what is wrong with it.
+func (r *run) deviceToken(s *slot, res *model.Result, row int) (int, error) {
+	if id := r.e.ids[row]; id >= 0 {
+		return int(id), nil
+	}
+	logits := make([]float32, res.DeviceLogits.Cols()) // the failing path only
+	r.e.m.Device().Read(logits, res.DeviceLogits.RowRange(row, row+1))
+	_, err := r.e.sampler.Sample(logits, &s.rng)
+	if err == nil {
+		err = fmt.Errorf("generate: the device found no token to draw from logits the host sampler accepts")
+	}
+	return 0, &JobError{Job: s.job, Token: len(s.gen), Err: err}
+}
+
+// accept appends slot s's sampled token id to its generation, streams it
+// and sets the finish reason when the job ended.
+func (r *run) accept(s *slot, id int) error {
+	e := r.e
 	e.stats.Generated++
 	s.gen = append(s.gen, id)
 	s.next[0] = id
