@@ -116,12 +116,12 @@ type Engine struct {
 	devSample bool
 	ids       []int32
 	u         []float64
-	stop    map[int]struct{}
-	pool    []*model.Sequence
-	free    [][][]float32 // recycled state buffers
-	batch   []model.Input
-	owner   []*slot
-	stats   Stats
+	stop      map[int]struct{}
+	pool      []*model.Sequence
+	free      [][][]float32 // recycled state buffers
+	batch     []model.Input
+	owner     []*slot
+	stats     Stats
 }
 
 // NewEngine prepares an engine over m.
