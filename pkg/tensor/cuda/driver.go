@@ -727,7 +727,9 @@ func (d *driver) streamNew() (uintptr, error) {
 	return uintptr(s), err
 }
 
-func (d *driver) streamFree(s uintptr) error { return d.callError(C.dc_stream_free(d.c, C.uintptr_t(s))) }
+func (d *driver) streamFree(s uintptr) error {
+	return d.callError(C.dc_stream_free(d.c, C.uintptr_t(s)))
+}
 
 func (d *driver) orderEvent() (uintptr, error) {
 	var e C.uintptr_t
