@@ -163,6 +163,9 @@ func TestCUDADistillBatchMemory(t *testing.T) {
 	if fits < 2 || fits >= 15 || batch != fits {
 		t.Fatalf("15 samples, %d sequences fit: want that batch, the line says %d\n%s", fits, batch, msg)
 	}
+	if !strings.Contains(msg, "distill: tokens drawn on the device; states copied to pinned host memory on a second stream during the next pass") {
+		t.Fatalf("want the start lines to say the tokens are drawn on the device and the states copied on a second stream:\n%s", msg)
+	}
 	msg, err = runBin(bin, mem("36M"), append(base, "--out", filepath.Join(dir, "two"), "--batch", "2")...)
 	if err != nil || !strings.Contains(msg, "batch 2 (--batch, ") {
 		t.Fatalf("--batch 2: %v\n%s", err, msg)

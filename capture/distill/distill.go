@@ -483,6 +483,10 @@ func runLocal(ctx context.Context, t *target.Target, opt Options, p *plan, start
 	if err != nil {
 		return nil, ses.fail(ctx, err)
 	}
+	defer eng.Close()
+	if opt.Progress != nil {
+		writeEngineLine(opt.Progress, eng)
+	}
 	g := &localGen{t: t, opt: &opt, items: p.items, done: p.sum.Resumed, ses: ses, eng: eng, start: start,
 		bar: newBar(opt.Progress, "distill", len(p.items), p.sum.Resumed)}
 	err = g.run(ctx)

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/drafter-ai/drafter/capture"
+	"github.com/drafter-ai/drafter/pkg/generate"
 	"github.com/drafter-ai/drafter/pkg/target"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 )
@@ -84,6 +85,20 @@ func sizeBatch(weights, free, total, perSeq int64) batchMemory {
 func writeBatchLine(w io.Writer, dev string, bm batchMemory, capacity, batch int, how string) {
 	fmt.Fprintf(w, "distill: %s: weights %s, %s free of %s; KV cache %s per sequence of %d positions; batch %d (%s, %d fit)\n",
 		dev, bytesText(bm.weights), bytesText(bm.free), bytesText(bm.total), bytesText(bm.perSeq), capacity, batch, how, bm.fits)
+}
+
+// writeEngineLine says where the run samples and how its states reach the
+// host, in one line.
+func writeEngineLine(w io.Writer, eng *generate.Engine) {
+	where := "on the host (top-k, top-p or min-p: pkg/sample)"
+	if eng.SamplesOnDevice() {
+		where = "on the device"
+	}
+	how := "read at the end of each pass"
+	if eng.CapturesAsync() {
+		how = "copied to pinned host memory on a second stream during the next pass"
+	}
+	fmt.Fprintf(w, "distill: tokens drawn %s; states %s\n", where, how)
 }
 
 // resumedBatch returns the batch an unfinished run in opt.Out recorded, when

@@ -52,6 +52,10 @@ type Options struct {
 	// Result.DeviceLogits holds them, so that a decode step that samples on
 	// the device (tensor.Device.SampleRows) copies only the ids back.
 	DeviceLogits bool
+	// DeviceTaps leaves the tapped states on the device: Result.Hidden is
+	// empty and Result.DeviceHidden holds them, so that a caller copies them
+	// to the host behind the next pass (tensor.StateCopier).
+	DeviceTaps bool
 }
 
 // PreNormLast is the tap index of the residual stream after the last layer,
@@ -76,6 +80,10 @@ type Result struct {
 	// Logits is nil); it is the model's scratch, overwritten by the next
 	// pass.
 	DeviceLogits tensor.Tensor
+	// DeviceHidden[t] is Hidden[t] on the model's device ([Start[len(batch)],
+	// H]) when Options.DeviceTaps asked for it there (then Hidden is empty);
+	// the model's scratch, overwritten by the next pass.
+	DeviceHidden []tensor.Tensor
 
 	v, h int
 }
@@ -517,9 +525,13 @@ func (m *Model) result(logits tensor.Tensor, opt Options, rows int) *Result {
 	} else {
 		r.Logits = m.host(logits, &s.hostLogits)
 	}
-	r.Hidden = r.Hidden[:0]
+	r.Hidden, r.DeviceHidden = r.Hidden[:0], r.DeviceHidden[:0]
 	for i := 0; i < len(opt.Taps); i++ {
-		r.Hidden = append(r.Hidden, m.host(s.taps[i].RowRange(0, rows), &s.hostTaps[i]))
+		if opt.DeviceTaps {
+			r.DeviceHidden = append(r.DeviceHidden, s.taps[i].RowRange(0, rows))
+		} else {
+			r.Hidden = append(r.Hidden, m.host(s.taps[i].RowRange(0, rows), &s.hostTaps[i]))
+		}
 	}
 	r.v, r.h = m.vocab, m.h
 	return r
