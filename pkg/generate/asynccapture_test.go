@@ -24,7 +24,9 @@ type copierDevice struct {
 	*cpu.Device
 }
 
-func (d *copierDevice) Sibling() tensor.Device { return &copierDevice{Device: d.Device.Sibling().(*cpu.Device)} }
+func (d *copierDevice) Sibling() tensor.Device {
+	return &copierDevice{Device: d.Device.Sibling().(*cpu.Device)}
+}
 
 func (d *copierDevice) NewStateCopy(parts, cols int) (tensor.StateCopy, error) {
 	return &fakeCopy{d: d, parts: parts}, nil
