@@ -489,7 +489,11 @@ func runLocal(ctx context.Context, t *target.Target, opt Options, p *plan, start
 	}
 	g := &localGen{t: t, opt: &opt, items: p.items, done: p.sum.Resumed, ses: ses, eng: eng, start: start,
 		bar: newBar(opt.Progress, "distill", len(p.items), p.sum.Resumed)}
+	g.sw = startShardWriter(ses, opt.Prompts)
 	err = g.run(ctx)
+	if werr := g.sw.Close(); werr != nil && (err == nil || errors.Is(err, errWriterStopped)) {
+		err = werr
+	}
 	stats := eng.Stats()
 	p.sum.Generated = stats.Generated
 	return ses.finish(ctx, &opt, p.sum, start, err, ending{bar: g.bar, writeTime: g.writeTime, compute: stats.Copy})
@@ -533,9 +537,11 @@ type localGen struct {
 	eng       *generate.Engine
 	bar       *progressbar.ProgressBar
 	start     time.Time
+	// writeTime is the time generation spent handing samples to sw (the
+	// copy, and waiting when the writer is behind), which writes the
+	// shards on a goroutine of its own.
 	writeTime time.Duration
-	tok32     []int32
-	mask      []bool
+	sw        *shardWriter
 }
 
 // run generates the samples not yet stored in blocks of blockPerBatch*batch,
@@ -576,21 +582,29 @@ func (g *localGen) store(k int, d generate.Done) error {
 	}
 	it := &g.items[k]
 	t0 := time.Now()
-	g.tok32, g.mask = g.tok32[:0], g.mask[:0]
+	s, ok := g.sw.buffer()
+	if !ok {
+		return errWriterStopped // Close returns the writer's failure
+	}
+	s.it, s.resp = it, response(g.t, it, d)
+	s.ids = append(s.ids[:0], d.Tokens...) // the engine reuses d.Tokens once store returns
+	s.resp.ResponseIDs = s.ids
+	s.tokens, s.mask = s.tokens[:0], s.mask[:0]
 	for _, id := range it.ids {
-		g.tok32 = append(g.tok32, int32(id))
-		g.mask = append(g.mask, false)
+		s.tokens = append(s.tokens, int32(id))
+		s.mask = append(s.mask, false)
 	}
 	for _, id := range d.Tokens {
-		g.tok32 = append(g.tok32, int32(id))
-		g.mask = append(g.mask, true)
+		s.tokens = append(s.tokens, int32(id))
+		s.mask = append(s.mask, true)
 	}
-	if err := g.ses.resp.add(response(g.t, it, d)); err != nil {
-		return err
+	if len(s.states) != len(d.States) {
+		s.states = make([][]float32, len(d.States))
 	}
-	if err := g.ses.w.Write(capture.Sample{ID: it.id, Tokens: g.tok32, LossMask: g.mask, States: d.States}); err != nil {
-		return promptError(g.opt.Prompts, it, err)
+	for i, st := range d.States {
+		s.states[i] = append(s.states[i][:0], st...)
 	}
+	g.sw.in <- s
 	g.writeTime += time.Since(t0)
 	if g.bar != nil {
 		el := time.Since(g.start).Seconds()
@@ -599,6 +613,10 @@ func (g *localGen) store(k int, d generate.Done) error {
 	}
 	return nil
 }
+
+// errWriterStopped stops generation when the shard writer goroutine has
+// failed; the run reports the writer's own error instead.
+var errWriterStopped = errors.New("distill: the shard writer stopped")
 
 // promptError names the prompt (file and line) and the sample a failure
 // happened on: a model that produces NaN or infinity fails on some inputs
