@@ -532,11 +532,11 @@ type localGen struct {
 	opt   *Options
 	items []item
 	// done samples were stored before this run started.
-	done      int
-	ses       *session
-	eng       *generate.Engine
-	bar       *progressbar.ProgressBar
-	start     time.Time
+	done  int
+	ses   *session
+	eng   *generate.Engine
+	bar   *progressbar.ProgressBar
+	start time.Time
 	// writeTime is the time generation spent handing samples to sw (the
 	// copy, and waiting when the writer is behind), which writes the
 	// shards on a goroutine of its own.
