@@ -22,7 +22,11 @@
 // sample_id in the shards and the id in responses.jsonl. Sample j draws its
 // tokens from the random stream (seed, j) and nothing else, so its tokens do
 // not depend on the batch size, on --shard or on restarts. With --shard i/n a
-// run takes the prompts whose index is i modulo n.
+// run takes the prompts whose index is i modulo n. Where the device draws the
+// tokens itself (greedy, or temperature alone: generate.Engine), each draw's
+// uniform still comes from the stream (seed, j), one per token as pkg/sample
+// draws it: the CPU device's tokens are pkg/sample's bit for bit, a GPU's at
+// temperature 0 too.
 //
 // # Captured positions
 //
