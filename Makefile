@@ -175,7 +175,9 @@ FORCE:
 # package's own tests, then the commands on --device cuda (greedy parity with
 # the CPU device, eval lossless in chain and tree mode for both methods, on a
 # float32 and a bf16 checkpoint) and --device's fallbacks, and the forward on the
-# tiny Hugging Face transformers checkpoints against transformers (TestHFReference).
+# tiny Hugging Face transformers checkpoints against transformers (TestHFReference),
+# and distill on --device cuda (TestCUDA of capture/distill: tokens and features
+# against the CPU device's, a kill and resume, the batch sized from free memory).
 cuda-check: ptx-check cuda-kernel-test cuda-standin-test
 	DRAFTER_LIBCUDA=$(CURDIR)/$(STANDIN)/libcuda.so.1 DRAFTER_CUDA_LIBS=$(CURDIR)/$(STANDIN) DRAFTER_REQUIRE_CUDA=1 \
 	  $(GO) test -count=1 ./$(CUDA)/...
@@ -183,6 +185,8 @@ cuda-check: ptx-check cuda-kernel-test cuda-standin-test
 	  $(GO) test -count=1 -run 'TestCUDA|TestDeviceFallbacks' ./cmd/drafter
 	DRAFTER_LIBCUDA=$(CURDIR)/$(STANDIN)/libcuda.so.1 DRAFTER_CUDA_LIBS=$(CURDIR)/$(STANDIN) DRAFTER_REQUIRE_CUDA=1 \
 	  $(GO) test -count=1 -run 'TestHFReference' ./pkg/model
+	DRAFTER_LIBCUDA=$(CURDIR)/$(STANDIN)/libcuda.so.1 DRAFTER_CUDA_LIBS=$(CURDIR)/$(STANDIN) DRAFTER_REQUIRE_CUDA=1 \
+	  $(GO) test -count=1 -run 'TestCUDA' ./capture/distill
 
 # What scripts/gpu-check.sh runs on a GPU machine (which has no Go): the
 # binary and the test binaries, built here; carry bin/ and build/gpu-check.

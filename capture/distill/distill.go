@@ -22,7 +22,11 @@
 // sample_id in the shards and the id in responses.jsonl. Sample j draws its
 // tokens from the random stream (seed, j) and nothing else, so its tokens do
 // not depend on the batch size, on --shard or on restarts. With --shard i/n a
-// run takes the prompts whose index is i modulo n.
+// run takes the prompts whose index is i modulo n. Where the device draws the
+// tokens itself (greedy, or temperature alone: generate.Engine), each draw's
+// uniform still comes from the stream (seed, j), one per token as pkg/sample
+// draws it: the CPU device's tokens are pkg/sample's bit for bit, a GPU's at
+// temperature 0 too.
 //
 // # Captured positions
 //
@@ -99,8 +103,16 @@ type Options struct {
 	SamplesPerPrompt int
 	// Seed keys every sample's random stream.
 	Seed uint64
-	// Batch is the number of sequences decoded together (default 1).
+	// Batch is the number of sequences decoded together (default 1). On a
+	// device with memory of its own (tensor.MemoryReporter: a GPU) the
+	// batch's KV caches must fit its free memory after the weights, less a
+	// reserve (batchMemory), or Run refuses it naming --batch.
 	Batch int
+	// AutoBatch, on a device with memory of its own, chooses the batch from
+	// the free memory instead of Batch (at most maxAutoBatch, at most the
+	// run's samples); a resumed run keeps the batch its manifest records,
+	// which the block schedule depends on. Elsewhere Batch applies.
+	AutoBatch bool
 	// Layers are the Hugging Face hidden_states indices to store (see
 	// capture.LayerConvention: index L is the last layer's output BEFORE
 	// the final norm); nil means drafter's EAGLE-3 defaults (checkpoint.Config.EAGLE3DraftLayers: 2, L/2, L-3 from 7 layers up). The state
@@ -333,6 +345,11 @@ func prepare(t *target.Target, opt *Options) (*plan, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opt.Generator == nil {
+		if err := chooseBatch(t, opt, capacity, len(items)); err != nil {
+			return nil, err
+		}
+	}
 	man, err := runManifest(t, opt, layers, st, promptHash)
 	if err != nil {
 		return nil, err
@@ -470,9 +487,17 @@ func runLocal(ctx context.Context, t *target.Target, opt Options, p *plan, start
 	if err != nil {
 		return nil, ses.fail(ctx, err)
 	}
+	defer eng.Close()
+	if opt.Progress != nil {
+		writeEngineLine(opt.Progress, eng)
+	}
 	g := &localGen{t: t, opt: &opt, items: p.items, done: p.sum.Resumed, ses: ses, eng: eng, start: start,
 		bar: newBar(opt.Progress, "distill", len(p.items), p.sum.Resumed)}
+	g.sw = startShardWriter(ses, opt.Prompts)
 	err = g.run(ctx)
+	if werr := g.sw.Close(); werr != nil && (err == nil || errors.Is(err, errWriterStopped)) {
+		err = werr
+	}
 	stats := eng.Stats()
 	p.sum.Generated = stats.Generated
 	return ses.finish(ctx, &opt, p.sum, start, err, ending{bar: g.bar, writeTime: g.writeTime, compute: stats.Copy})
@@ -511,14 +536,16 @@ type localGen struct {
 	opt   *Options
 	items []item
 	// done samples were stored before this run started.
-	done      int
-	ses       *session
-	eng       *generate.Engine
-	bar       *progressbar.ProgressBar
-	start     time.Time
+	done  int
+	ses   *session
+	eng   *generate.Engine
+	bar   *progressbar.ProgressBar
+	start time.Time
+	// writeTime is the time generation spent handing samples to sw (the
+	// copy, and waiting when the writer is behind), which writes the
+	// shards on a goroutine of its own.
 	writeTime time.Duration
-	tok32     []int32
-	mask      []bool
+	sw        *shardWriter
 }
 
 // run generates the samples not yet stored in blocks of blockPerBatch*batch,
@@ -559,21 +586,29 @@ func (g *localGen) store(k int, d generate.Done) error {
 	}
 	it := &g.items[k]
 	t0 := time.Now()
-	g.tok32, g.mask = g.tok32[:0], g.mask[:0]
+	s, ok := g.sw.buffer()
+	if !ok {
+		return errWriterStopped // Close returns the writer's failure
+	}
+	s.it, s.resp = it, response(g.t, it, d)
+	s.ids = append(s.ids[:0], d.Tokens...) // the engine reuses d.Tokens once store returns
+	s.resp.ResponseIDs = s.ids
+	s.tokens, s.mask = s.tokens[:0], s.mask[:0]
 	for _, id := range it.ids {
-		g.tok32 = append(g.tok32, int32(id))
-		g.mask = append(g.mask, false)
+		s.tokens = append(s.tokens, int32(id))
+		s.mask = append(s.mask, false)
 	}
 	for _, id := range d.Tokens {
-		g.tok32 = append(g.tok32, int32(id))
-		g.mask = append(g.mask, true)
+		s.tokens = append(s.tokens, int32(id))
+		s.mask = append(s.mask, true)
 	}
-	if err := g.ses.resp.add(response(g.t, it, d)); err != nil {
-		return err
+	if len(s.states) != len(d.States) {
+		s.states = make([][]float32, len(d.States))
 	}
-	if err := g.ses.w.Write(capture.Sample{ID: it.id, Tokens: g.tok32, LossMask: g.mask, States: d.States}); err != nil {
-		return promptError(g.opt.Prompts, it, err)
+	for i, st := range d.States {
+		s.states[i] = append(s.states[i][:0], st...)
 	}
+	g.sw.in <- s
 	g.writeTime += time.Since(t0)
 	if g.bar != nil {
 		el := time.Since(g.start).Seconds()
@@ -582,6 +617,10 @@ func (g *localGen) store(k int, d generate.Done) error {
 	}
 	return nil
 }
+
+// errWriterStopped stops generation when the shard writer goroutine has
+// failed; the run reports the writer's own error instead.
+var errWriterStopped = errors.New("distill: the shard writer stopped")
 
 // promptError names the prompt (file and line) and the sample a failure
 // happened on: a model that produces NaN or infinity fails on some inputs

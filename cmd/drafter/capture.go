@@ -43,7 +43,7 @@ func (f *captureFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.out, "out", "", "output directory (shards, manifest.json, responses.jsonl)")
 	fs.IntSliceVar(&f.layers, "layers", nil, "Hugging Face hidden_states indices to store, e.g. 2,16,29, in any order (stored sorted, each once; default: the EAGLE-3 layers 2, L/2, L-3, or 1, (L+1)/2, L below 7 layers; index L is the last layer's output before the final norm); the state after the final norm is always stored as final_norm")
 	fs.StringVar(&f.dtype, "dtype", "float16", "storage type of the states: float16 or float32")
-	fs.IntVar(&f.batch, "batch", 8, fmt.Sprintf("sequences run through the model together, 1 to %d", maxBatch))
+	fs.IntVar(&f.batch, "batch", 8, fmt.Sprintf("sequences run through the model together, 1 to %d (distill on a GPU: default from its free memory after the weights, at most 64)", maxBatch))
 	fs.Int64Var(&f.shardRows, "shard-rows", 0, "close a shard after this many rows (token positions); 0: no row limit")
 	floatVar(fs, &f.shardMB, "shard-mb", 1024, fmt.Sprintf("close a shard after this many MiB, above 0 and at most %d (1 TiB); fractions are allowed", maxShardMB))
 	fs.BoolVar(&f.force, "force", false, "delete the capture in --out and start over (default: resume it)")

@@ -77,6 +77,8 @@ store no sample (every prompt skipped, every answer unusable) fails saying why.`
 				}
 			}
 			d.Out, d.Batch, d.Layers, d.ShardRows, d.ShardBytes, d.Force = cf.out, cf.batch, cf.layers, cf.shardRows, cf.shardBytes(), cf.force
+			// Without --batch a GPU's batch comes from its free memory.
+			d.AutoBatch = !c.Flags().Changed("batch")
 			d.Sampling, d.Seed = sf.overrides(c.Flags()), sf.seed
 			if d.Generator, err = gf.options(c); err != nil {
 				return err

@@ -7,6 +7,7 @@ import (
 
 	"github.com/drafter-ai/drafter/pkg/model"
 	"github.com/drafter-ai/drafter/pkg/sample"
+	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
 // Finish reasons.
@@ -65,6 +66,13 @@ type EngineOptions struct {
 	// OnToken, when set, is called with each generated token as soon as it is
 	// sampled (streaming). An error stops Run.
 	OnToken func(job, id int) error
+	// HostSampling samples on the host (pkg/sample) even where the device
+	// could (see Engine): the tests compare the two paths with it.
+	HostSampling bool
+	// SyncCapture reads the tapped states to the host at the end of each
+	// pass even on a device that could copy them behind the next one (see
+	// Engine): the tests compare the two paths with it.
+	SyncCapture bool
 }
 
 // Stats are counters an Engine accumulates over its runs.
@@ -94,16 +102,43 @@ type slot struct {
 // prefill of newly started jobs, one decode row per running job and the
 // capture-only row of jobs that just finished, so the GPU-free CPU path keeps
 // its matrix multiplies wide. It is not safe for concurrent use.
+//
+// Where Params allows it (no top-k, top-p or min-p: DeviceSamples), a pass's
+// logits stay on the model's device and tensor.Device.SampleRows draws the
+// tokens there, with one uniform per row drawn on the host from the job's
+// own random stream, as pkg/sample draws it, so that the stream stays
+// (seed, job) and the tokens are the host sampler's (bit for bit on the CPU
+// device, which runs tensor.SampleRow; at temperature 0 on every device).
+// Top-k, top-p and min-p need a sort or a selection over the vocabulary,
+// which the device does not run: with any of them the logits come to the
+// host and pkg/sample draws.
+//
+// On a device that copies tensors to the host behind its computation
+// (tensor.StateCopier: the GPU), a pass's tapped states stay on the device
+// and go to pinned host memory on a second stream, in one of two buffers,
+// while the host samples and the device runs the next pass; the host
+// appends them to the jobs' state buffers one pass later (or at once when a
+// job of the pass ended, so that it is emitted complete). Call Close to free
+// the copier.
 type Engine struct {
 	m       *model.Model
 	opt     EngineOptions
 	sampler *sample.Sampler
-	stop    map[int]struct{}
-	pool    []*model.Sequence
-	free    [][][]float32 // recycled state buffers
-	batch   []model.Input
-	owner   []*slot
-	stats   Stats
+	// devSample says that tokens are drawn on the device; ids and u are
+	// its buffers, a value per logits row of a pass.
+	devSample bool
+	ids       []int32
+	u         []float64
+	// copier copies the tapped states behind the next pass (nil: read at
+	// the end of each pass); pend are its two buffers' passes.
+	copier tensor.StateCopy
+	pend   [2]pendingCopy
+	stop   map[int]struct{}
+	pool   []*model.Sequence
+	free   [][][]float32 // recycled state buffers
+	batch  []model.Input
+	owner  []*slot
+	stats  Stats
 }
 
 // NewEngine prepares an engine over m.
@@ -121,12 +156,53 @@ func NewEngine(m *model.Model, opt EngineOptions) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Engine{m: m, opt: opt, sampler: s, stop: map[int]struct{}{}}
+	e := &Engine{m: m, opt: opt, sampler: s, stop: map[int]struct{}{},
+		devSample: !opt.HostSampling && DeviceSamples(opt.Params, m.VocabSize())}
+	if sc, ok := m.Device().(tensor.StateCopier); ok && len(opt.Taps) > 0 && !opt.SyncCapture {
+		if e.copier, err = sc.NewStateCopy(len(opt.Taps), m.HiddenSize()); err != nil {
+			return nil, fmt.Errorf("generate: %w", err)
+		}
+	}
 	for _, id := range opt.Stop {
 		e.stop[id] = struct{}{}
 	}
 	return e, nil
 }
+
+// DeviceSamples reports whether p draws tokens on the device
+// (tensor.Device.SampleRows): greedy, or temperature alone, without top-k
+// (or one of at least the vocabulary), top-p (or 1) or min-p, which the
+// device does not apply.
+func DeviceSamples(p sample.Params, vocab int) bool {
+	return (p.TopK == 0 || p.TopK >= vocab) && (p.TopP == 0 || p.TopP == 1) && p.MinP == 0
+}
+
+// pendingCopy is a pass whose states are in flight to a host buffer: the
+// slots of its inputs, in order, and each input's first row (model.Result's
+// Start).
+type pendingCopy struct {
+	owners []*slot
+	start  []int
+	active bool
+}
+
+// Close frees what the engine holds on the device besides its sequences
+// (the state copier); the engine is not used afterwards.
+func (e *Engine) Close() error {
+	if e.copier == nil {
+		return nil
+	}
+	err := e.copier.Close()
+	e.copier = nil
+	return err
+}
+
+// CapturesAsync reports whether tapped states are copied behind the next
+// pass (tensor.StateCopier) instead of read at the end of each pass.
+func (e *Engine) CapturesAsync() bool { return e.copier != nil }
+
+// SamplesOnDevice reports whether the engine draws its tokens on the device.
+func (e *Engine) SamplesOnDevice() bool { return e.devSample }
 
 // Stats returns the counters accumulated so far.
 func (e *Engine) Stats() Stats { return e.stats }
@@ -178,7 +254,7 @@ func (e *Engine) Run(ctx context.Context, jobs []Job, emit func(Done) error) err
 	if err := e.checkJobs(jobs); err != nil {
 		return err
 	}
-	r := &run{e: e, jobs: jobs, emit: emit, taps: len(e.opt.Taps) > 0, fopt: model.Options{Taps: e.opt.Taps},
+	r := &run{e: e, jobs: jobs, emit: emit, taps: len(e.opt.Taps) > 0, fopt: model.Options{Taps: e.opt.Taps, DeviceLogits: e.devSample, DeviceTaps: e.copier != nil},
 		h: e.m.HiddenSize(), slots: make([]*slot, 0, 2*e.opt.Batch), finished: map[int]*slot{}}
 	defer r.releaseAll()
 	for r.nextEmit < len(jobs) {
@@ -221,12 +297,20 @@ type run struct {
 	finished map[int]*slot // ended jobs waiting for their turn to be emitted, by job index
 	nextJob  int           // the next job to admit
 	nextEmit int           // the next job to emit
+	pass     int           // passes run, whose parity picks the state copy's buffer
+	ended    bool          // a job's last row was in the pass just sampled
 }
 
 // releaseAll hands back the slots still held when Run returns, after an
 // error or a cancellation; each slot is either in flight or finished, never
 // both.
 func (r *run) releaseAll() {
+	for b := range r.e.pend {
+		if r.e.pend[b].active { // a run that stopped early: the copy must end before the buffer is reused
+			r.e.copier.Wait(b)
+			r.e.pend[b].active = false
+		}
+	}
 	for _, s := range r.slots {
 		r.e.release(s)
 	}
@@ -247,10 +331,50 @@ func (r *run) step() error {
 	if err != nil {
 		return err
 	}
+	b := r.pass % 2
+	r.pass++
+	if r.e.copier != nil {
+		r.consume(1 - b) // the pass before: its copy ran while this one computed
+		r.startCopy(b, res)
+	}
 	if err := r.sampleAll(res); err != nil {
 		return err
 	}
+	if r.e.copier != nil && r.ended {
+		r.consume(b) // a job ended in this pass: its states must be complete to emit it
+	}
 	return r.emitReady()
+}
+
+// startCopy queues the copy of the pass's tapped states to host buffer b
+// and remembers whose rows they are.
+func (r *run) startCopy(b int, res *model.Result) {
+	p := &r.e.pend[b]
+	p.owners = append(p.owners[:0], r.e.owner...)
+	p.start = append(p.start[:0], res.Start...)
+	p.active = true
+	r.e.copier.Start(b, res.DeviceHidden)
+}
+
+// consume waits for host buffer b's copy, when one is in flight, and
+// appends each slot's rows of it to the slot's states.
+func (r *run) consume(b int) {
+	e := r.e
+	p := &e.pend[b]
+	if !p.active {
+		return
+	}
+	t0 := time.Now()
+	st := e.copier.Wait(b)
+	p.active = false
+	for i, s := range p.owners {
+		lo, hi := p.start[i]*r.h, p.start[i+1]*r.h
+		for t := range st {
+			s.states[t] = append(s.states[t], st[t][lo:hi]...)
+		}
+	}
+	clear(p.owners) // no slot outlives its emission here
+	e.stats.Copy += time.Since(t0)
 }
 
 // admit starts jobs in job order while fewer than Batch jobs generate;
@@ -303,7 +427,7 @@ func (r *run) forward() (*model.Result, error) {
 	}
 	e.stats.Forwards++
 	e.stats.Rows += int64(res.Start[len(e.batch)])
-	if r.taps {
+	if r.taps && e.copier == nil {
 		r.capture(res)
 		e.stats.Copy += time.Since(t1)
 	}
@@ -351,13 +475,30 @@ func (r *run) capture(res *model.Result) {
 func (r *run) sampleAll(res *model.Result) error {
 	e := r.e
 	t0 := time.Now()
+	if e.devSample {
+		r.drawOnDevice(res)
+	}
 	keep := r.slots[:0]
+	r.ended = false
 	for b, s := range e.owner {
 		if s.final {
 			r.finished[s.job] = s
+			r.ended = true
 			continue
 		}
-		if err := r.sample(s, res.LogitsOf(b)); err != nil {
+		var id int
+		var err error
+		if e.devSample {
+			id, err = r.deviceToken(s, res, res.LogitStart[b])
+		} else {
+			if id, err = e.sampler.Sample(res.LogitsOf(b), &s.rng); err != nil {
+				err = &JobError{Job: s.job, Token: len(s.gen), Err: err}
+			}
+		}
+		if err == nil {
+			err = r.accept(s, id)
+		}
+		if err != nil {
 			r.slots = append(keep, e.owner[b:]...)
 			return err
 		}
@@ -369,14 +510,46 @@ func (r *run) sampleAll(res *model.Result) error {
 	return nil
 }
 
-// sample draws slot s's next token from its logits row, appends it to the
-// generation, streams it and sets the finish reason when the job ended.
-func (r *run) sample(s *slot, logits []float32) error {
+// drawOnDevice draws every logits row's token of the pass on the device
+// into e.ids: first the generating slots' uniforms, in slot order, each from
+// its own stream (one per token, as pkg/sample's SampleProbs draws it; none
+// when greedy).
+func (r *run) drawOnDevice(res *model.Result) {
 	e := r.e
-	id, err := e.sampler.Sample(logits, &s.rng)
-	if err != nil {
-		return &JobError{Job: s.job, Token: len(s.gen), Err: err}
+	n := res.DeviceLogits.Rows()
+	if cap(e.ids) < n {
+		e.ids, e.u = make([]int32, n), make([]float64, n)
 	}
+	e.ids, e.u = e.ids[:n], e.u[:n]
+	greedy := e.opt.Params.Greedy()
+	for b, s := range e.owner {
+		if !s.final && !greedy {
+			e.u[res.LogitStart[b]] = s.rng.Float64()
+		}
+	}
+	e.m.Device().SampleRows(e.ids, res.DeviceLogits, e.opt.Params.Temperature, e.u)
+}
+
+// deviceToken is slot s's token drawn on the device from logits row row; a
+// row the device found nothing to draw from (a NaN, +Inf, or only -Inf)
+// comes to the host, where the sampler says what is wrong with it.
+func (r *run) deviceToken(s *slot, res *model.Result, row int) (int, error) {
+	if id := r.e.ids[row]; id >= 0 {
+		return int(id), nil
+	}
+	logits := make([]float32, res.DeviceLogits.Cols()) // the failing path only
+	r.e.m.Device().Read(logits, res.DeviceLogits.RowRange(row, row+1))
+	_, err := r.e.sampler.Sample(logits, &s.rng)
+	if err == nil {
+		err = fmt.Errorf("generate: the device found no token to draw from logits the host sampler accepts")
+	}
+	return 0, &JobError{Job: s.job, Token: len(s.gen), Err: err}
+}
+
+// accept appends slot s's sampled token id to its generation, streams it
+// and sets the finish reason when the job ended.
+func (r *run) accept(s *slot, id int) error {
+	e := r.e
 	e.stats.Generated++
 	s.gen = append(s.gen, id)
 	s.next[0] = id

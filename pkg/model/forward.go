@@ -48,6 +48,14 @@ type Options struct {
 	// the final norm, exactly as Transformers returns them. PreNormLast records
 	// the last layer's output before the final norm.
 	Taps []int
+	// DeviceLogits leaves the logits on the device: Result.Logits is nil and
+	// Result.DeviceLogits holds them, so that a decode step that samples on
+	// the device (tensor.Device.SampleRows) copies only the ids back.
+	DeviceLogits bool
+	// DeviceTaps leaves the tapped states on the device: Result.Hidden is
+	// empty and Result.DeviceHidden holds them, so that a caller copies them
+	// to the host behind the next pass (tensor.StateCopier).
+	DeviceTaps bool
 }
 
 // PreNormLast is the tap index of the residual stream after the last layer,
@@ -67,6 +75,15 @@ type Result struct {
 	Logits []float32
 	// Hidden[t] is [Start[len(batch)], H] row-major for Options.Taps[t].
 	Hidden [][]float32
+	// DeviceLogits is the logits [LogitStart[len(batch)], V] on the
+	// model's device when Options.DeviceLogits asked for them there (then
+	// Logits is nil); it is the model's scratch, overwritten by the next
+	// pass.
+	DeviceLogits tensor.Tensor
+	// DeviceHidden[t] is Hidden[t] on the model's device ([Start[len(batch)],
+	// H]) when Options.DeviceTaps asked for it there (then Hidden is empty);
+	// the model's scratch, overwritten by the next pass.
+	DeviceHidden []tensor.Tensor
 
 	v, h int
 }
@@ -149,7 +166,7 @@ func (m *Model) Forward(batch []Input, opt Options) (*Result, error) {
 	lx := m.finalNorm(p)
 	logits := m.lmHead(lx)
 	commitInputs(batch)
-	return m.result(logits, len(opt.Taps), rows), nil
+	return m.result(logits, opt, rows), nil
 }
 
 // hasTree reports whether any input of the batch is a tree.
@@ -495,16 +512,26 @@ func commitInputs(batch []Input) {
 	}
 }
 
-// result fills the model's Result with the pass's row layout and its
-// logits and taps as host memory.
-func (m *Model) result(logits tensor.Tensor, taps, rows int) *Result {
+// result fills the model's Result with the pass's row layout, its logits
+// (as host memory, or on the device with Options.DeviceLogits) and its taps
+// as host memory.
+func (m *Model) result(logits tensor.Tensor, opt Options, rows int) *Result {
 	s := &m.s
 	r := &m.res
 	r.Start, r.LogitStart = s.start, s.lst
-	r.Logits = m.host(logits, &s.hostLogits)
-	r.Hidden = r.Hidden[:0]
-	for i := 0; i < taps; i++ {
-		r.Hidden = append(r.Hidden, m.host(s.taps[i].RowRange(0, rows), &s.hostTaps[i]))
+	r.Logits, r.DeviceLogits = nil, tensor.Tensor{}
+	if opt.DeviceLogits {
+		r.DeviceLogits = logits
+	} else {
+		r.Logits = m.host(logits, &s.hostLogits)
+	}
+	r.Hidden, r.DeviceHidden = r.Hidden[:0], r.DeviceHidden[:0]
+	for i := 0; i < len(opt.Taps); i++ {
+		if opt.DeviceTaps {
+			r.DeviceHidden = append(r.DeviceHidden, s.taps[i].RowRange(0, rows))
+		} else {
+			r.Hidden = append(r.Hidden, m.host(s.taps[i].RowRange(0, rows), &s.hostTaps[i]))
+		}
 	}
 	r.v, r.h = m.vocab, m.h
 	return r

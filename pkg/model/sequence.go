@@ -3,6 +3,8 @@ package model
 import (
 	"fmt"
 
+	"github.com/drafter-ai/drafter/pkg/tensor"
+
 	"github.com/drafter-ai/drafter/pkg/kvcache"
 )
 
@@ -33,6 +35,18 @@ func (m *Model) NewSequence(capacity int) (*Sequence, error) {
 		return nil, fmt.Errorf("model: sequence: %w", err)
 	}
 	return &Sequence{m: m, kv: kv}, nil
+}
+
+// SequenceBytes returns the device memory a sequence of capacity positions
+// takes (its KV cache, as the device lays it out), and false when the
+// device's memory is the host's (it does not report its memory: see
+// tensor.MemoryReporter).
+func (m *Model) SequenceBytes(capacity int) (int64, bool) {
+	mr, ok := m.dev.(tensor.MemoryReporter)
+	if !ok {
+		return 0, false
+	}
+	return mr.KVBytes(len(m.Layers), m.kvDim, capacity), true
 }
 
 // Len returns the number of committed positions.

@@ -253,6 +253,21 @@ type Device interface {
 	// returns how many it wrote: min(len(idx), x's columns). idx is a host
 	// slice the caller keeps, so that a decoding loop allocates nothing.
 	TopK(idx []int, x Tensor) int
+	// SampleRows draws a token for every row of logits ([rows, V] float32)
+	// into ids[r] (a host slice of at least rows values), as SampleRow
+	// does: the argmax at temperature 0, else a draw from
+	// softmax(logits/temperature) by the inverse transform of u[r], a
+	// uniform in [0, 1) the caller drew from the row's own random stream
+	// (so that a sequence's randomness stays its own). A row with a NaN or
+	// +Inf value, or only -Inf values, gets -1. It is decoding's sampling
+	// step on the device: only the ids (not the logits) come back to the
+	// host. Top-k, top-p and min-p are not applied (a caller that needs them
+	// samples on the host). A device equals SampleRow at temperature 0;
+	// above, its sums may round differently (a GPU's block reductions), so
+	// a draw can differ when u falls within rounding of a boundary between
+	// two tokens. It allocates nothing on the host once warm; an invalid
+	// call panics (CheckSampleRows).
+	SampleRows(ids []int32, logits Tensor, temperature float64, u []float64)
 	// Cast writes src's values into dst (the same number of values) in
 	// dst's dtype, one of F32, BF16 and F16: narrowing rounds to the nearest
 	// value, ties to even (F32ToBF16's and F32ToF16's rounding), and

@@ -297,6 +297,7 @@ type Device struct {
 	ew   elementwiseOps
 	att  attentionOps
 	loss lossOps
+	dec  decodeOps
 }
 
 // shared is what a root Device and its siblings share: the driver (context,
@@ -427,6 +428,7 @@ func (d *Device) setup() (err error) {
 	d.ew.init(d)
 	d.att.init(d)
 	d.loss.init(d)
+	d.dec.init(d)
 	return nil
 }
 

@@ -77,6 +77,9 @@ typedef struct {
 		const void *, int, int, long long, const void *, int, int, long long, const void *,
 		void *, int, int, long long, int, int, int);
 
+	// A second stream's copies, ordered by events (streams.go).
+	CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned);
+
 	CUdevice dev;
 	CUcontext ctx;
 	CUstream stream;
@@ -145,6 +148,7 @@ static const char *dc_open_driver(dc_t *d, const char *path, int *missing) {
 	SYM(cuEventSynchronize, "cuEventSynchronize");
 	SYM(cuEventElapsedTime, "cuEventElapsedTime");
 	SYM(cuEventDestroy, "cuEventDestroy_v2");
+	SYM(cuStreamWaitEvent, "cuStreamWaitEvent");
 #undef SYM
 	*missing = 0;
 	return NULL;
@@ -412,6 +416,66 @@ static dc_res dc_gemm_batched(dc_t *d, int ta, int tb, int m, int n, int k, floa
 		(const void *)b, btype, ldb, sb, &beta, (void *)c, 0, ldc, sc, batch, 68, -1), "cublasGemmStridedBatchedEx");
 	return dc_ok();
 }
+
+// ---- A second stream and the events that order it (streams.go). A stream
+// or event handle of 0 in these calls means the device's own stream.
+
+static CUstream dc_stream_of(dc_t *d, uintptr_t s) { return s ? (CUstream)s : d->stream; }
+
+// dc_stream_new creates a non-blocking stream.
+static dc_res dc_stream_new(dc_t *d, uintptr_t *s) {
+	DC_CTX(d);
+	CUstream st = 0;
+	DC_CALL(d->cuStreamCreate(&st, 1), "cuStreamCreate");
+	*s = (uintptr_t)st;
+	return dc_ok();
+}
+
+// dc_stream_free waits for the stream's work and destroys it.
+static dc_res dc_stream_free(dc_t *d, uintptr_t s) {
+	DC_CTX(d);
+	DC_CALL(d->cuStreamSynchronize((CUstream)s), "cuStreamSynchronize");
+	DC_CALL(d->cuStreamDestroy((CUstream)s), "cuStreamDestroy_v2");
+	return dc_ok();
+}
+
+// dc_order_event creates an event for ordering only
+// (CU_EVENT_DISABLE_TIMING: cheaper to record and wait on).
+static dc_res dc_order_event(dc_t *d, uintptr_t *e) {
+	DC_CTX(d);
+	CUevent ev = 0;
+	DC_CALL(d->cuEventCreate(&ev, 2), "cuEventCreate");
+	*e = (uintptr_t)ev;
+	return dc_ok();
+}
+
+static dc_res dc_record_on(dc_t *d, uintptr_t e, uintptr_t s) {
+	DC_CTX(d);
+	DC_CALL(d->cuEventRecord((CUevent)e, dc_stream_of(d, s)), "cuEventRecord");
+	return dc_ok();
+}
+
+// dc_wait_event makes stream s's later work wait for event e.
+static dc_res dc_wait_event(dc_t *d, uintptr_t s, uintptr_t e) {
+	DC_CTX(d);
+	DC_CALL(d->cuStreamWaitEvent(dc_stream_of(d, s), (CUevent)e, 0), "cuStreamWaitEvent");
+	return dc_ok();
+}
+
+// dc_host_wait blocks the host until event e has completed.
+static dc_res dc_host_wait(dc_t *d, uintptr_t e) {
+	DC_CTX(d);
+	DC_CALL(d->cuEventSynchronize((CUevent)e), "cuEventSynchronize");
+	return dc_ok();
+}
+
+// dc_dtoh_on queues a copy to (pinned) host memory on stream s, without
+// waiting for it.
+static dc_res dc_dtoh_on(dc_t *d, void *dst, CUdeviceptr src, size_t bytes, uintptr_t s) {
+	DC_CTX(d);
+	DC_CALL(d->cuMemcpyDtoHAsync(dst, src, bytes, dc_stream_of(d, s)), "cuMemcpyDtoHAsync_v2");
+	return dc_ok();
+}
 */
 import "C"
 
@@ -671,4 +735,37 @@ func cbool(t bool) C.int {
 		return 1
 	}
 	return 0
+}
+
+// A second stream and the events that order it (streams.go); stream 0 is
+// the device's own.
+
+func (d *driver) streamNew() (uintptr, error) {
+	var s C.uintptr_t
+	err := d.callError(C.dc_stream_new(d.c, &s))
+	return uintptr(s), err
+}
+
+func (d *driver) streamFree(s uintptr) error {
+	return d.callError(C.dc_stream_free(d.c, C.uintptr_t(s)))
+}
+
+func (d *driver) orderEvent() (uintptr, error) {
+	var e C.uintptr_t
+	err := d.callError(C.dc_order_event(d.c, &e))
+	return uintptr(e), err
+}
+
+func (d *driver) recordOn(e, s uintptr) error {
+	return d.callError(C.dc_record_on(d.c, C.uintptr_t(e), C.uintptr_t(s)))
+}
+
+func (d *driver) waitEvent(s, e uintptr) error {
+	return d.callError(C.dc_wait_event(d.c, C.uintptr_t(s), C.uintptr_t(e)))
+}
+
+func (d *driver) hostWait(e uintptr) error { return d.callError(C.dc_host_wait(d.c, C.uintptr_t(e))) }
+
+func (d *driver) dtohOn(dst unsafe.Pointer, src uint64, bytes int, s uintptr) error {
+	return d.callError(C.dc_dtoh_on(d.c, dst, C.CUdeviceptr(src), C.size_t(bytes), C.uintptr_t(s)))
 }

@@ -61,3 +61,13 @@ func (d *driver) gemmBatched(bool, bool, int, int, int, float32, uint64, int, in
 func (d *driver) gemmCompute(bool, bool, int, int, int, float32, uint64, int, int, uint64, int, int, float32, uint64, int, int) error {
 	return errNoCgo
 }
+
+// A second stream and its events (streams.go).
+
+func (d *driver) streamNew() (uintptr, error)                       { return 0, errNoCgo }
+func (d *driver) streamFree(uintptr) error                          { return errNoCgo }
+func (d *driver) orderEvent() (uintptr, error)                      { return 0, errNoCgo }
+func (d *driver) recordOn(uintptr, uintptr) error                   { return errNoCgo }
+func (d *driver) waitEvent(uintptr, uintptr) error                  { return errNoCgo }
+func (d *driver) hostWait(uintptr) error                            { return errNoCgo }
+func (d *driver) dtohOn(unsafe.Pointer, uint64, int, uintptr) error { return errNoCgo }

@@ -63,6 +63,16 @@ func (d *Device) NewKV(layers, kvDim, capacity int) (*tensor.KV, error) {
 	return tensor.NewDeviceKV(kvDim, capacity, s), nil
 }
 
+// The device reports its memory, so that a distillation sizes its batch from it.
+var _ tensor.MemoryReporter = (*Device)(nil)
+
+// KVBytes returns the bytes NewKV allocates for a cache of layers layers of
+// kvDim keys and values at capacity positions: float32 keys and values, one
+// plane each per layer (tensor.MemoryReporter).
+func (d *Device) KVBytes(layers, kvDim, capacity int) int64 {
+	return 2 * int64(layers) * int64(capacity) * int64(kvDim) * 4
+}
+
 // KVWrite stores the rows of k and v (both [r, kvDim] float32) at positions
 // row..row+r-1 of layer l: two copies on the stream.
 func (d *Device) KVWrite(kv *tensor.KV, l, row int, k, v tensor.Tensor) {

@@ -13,6 +13,7 @@ import (
 func losses(t *testing.T, dev tensor.Device) {
 	t.Run("Softmax", func(t *testing.T) { softmax(t, dev) })
 	t.Run("selection", func(t *testing.T) { selection(t, dev) })
+	t.Run("SampleRows", func(t *testing.T) { sampleRows(t, dev) })
 	t.Run("CrossEntropy", func(t *testing.T) { crossEntropy(t, dev) })
 	t.Run("SoftCrossEntropy", func(t *testing.T) { softCrossEntropy(t, dev) })
 	t.Run("LKLoss", func(t *testing.T) { lkLoss(t, dev) })

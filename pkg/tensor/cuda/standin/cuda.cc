@@ -27,6 +27,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <set>
@@ -51,6 +52,7 @@ enum : CUresult {
   CUDA_ERROR_INVALID_CONTEXT = 201,
   CUDA_ERROR_INVALID_PTX = 218,
   CUDA_ERROR_INVALID_HANDLE = 400,
+  CUDA_ERROR_ILLEGAL_STATE = 401,
   CUDA_ERROR_NOT_FOUND = 500,
 };
 
@@ -191,12 +193,42 @@ struct Function {
   Module* module;
   int maxDynamicShared = kSharedDefault;
 };
+// ---- cross-stream ordering
+//
+// The stand-in runs the work of every stream at once, in call order, so two
+// streams never actually overlap; what it checks instead is that the caller
+// ORDERED them as a GPU needs: a copy's device bytes, read or written on one
+// stream, must not have been written (for a read) or read or written (for a
+// write) by a copy on another stream unless this stream is ordered after
+// that access, by cuStreamWaitEvent on an event recorded after it, or by the
+// host having synchronized with it (cuStreamSynchronize, cuEventSynchronize,
+// cuCtxSynchronize) before the call. A violation fails the call with
+// CUDA_ERROR_ILLEGAL_STATE and says what raced on stderr: a copy that reads
+// before the event it should wait for was recorded, or that overwrites what
+// another stream's copy has not yet been ordered to finish reading. Only
+// copies are tracked (kernels' accesses are not known here), each stream's
+// last kRecent of them; the NULL stream, which a real driver synchronizes
+// with every blocking stream, is exempt.
+constexpr size_t kRecent = 256;
+struct Stream;
+using Order = std::map<const Stream*, uint64_t>;  // per other stream: the last of its accesses this one follows
+struct Access {
+  CUdeviceptr lo, hi;
+  uint64_t seq;
+  bool write;
+};
 struct Stream {
   unsigned flags;
+  Order after;
+  uint64_t last = 0;  // the sequence number of its last access
+  std::deque<Access> recent;
 };
 struct Event {
   bool recorded = false;
   std::chrono::steady_clock::time_point at;
+  const Stream* stream = nullptr;  // where it was last recorded, with the order it carries
+  uint64_t seq = 0;
+  Order after;
 };
 std::set<Module*> modules;
 std::set<Function*> functions;
@@ -212,6 +244,39 @@ CUresult ready() {
 }
 bool validStream(void* s) { return s == nullptr || streams.count(static_cast<Stream*>(s)); }
 
+uint64_t accessSeq = 0;
+Order hostAfter;  // what the host has synchronized with
+
+void orderAfter(Order& dst, const Order& src) {
+  for (const auto& [st, q] : src) dst[st] = std::max(dst[st], q);
+}
+
+// ordered checks (and records) a copy's access to device bytes [p, p+n) on
+// stream sp, as the comment above says; false on a race.
+bool ordered(const char* call, void* sp, CUdeviceptr p, size_t n, bool write) {
+  if (!sp || n == 0) return true;
+  Stream* s = static_cast<Stream*>(sp);
+  orderAfter(s->after, hostAfter);
+  for (Stream* o : streams) {
+    if (o == s) continue;
+    auto it = s->after.find(o);
+    uint64_t seen = it == s->after.end() ? 0 : it->second;
+    for (const Access& a : o->recent) {
+      if (a.seq <= seen || a.hi <= p || p + n <= a.lo || (!write && !a.write)) continue;
+      fprintf(stderr,
+              "stand-in libcuda: %s on stream %p %s device bytes [%#llx, %#llx) that a copy on stream %p %s, "
+              "with no event ordering the two (cuEventRecord after that copy, then cuStreamWaitEvent)\n",
+              call, (void*)s, write ? "writes" : "reads", (unsigned long long)p, (unsigned long long)(p + n), (void*)o,
+              a.write ? "wrote" : "reads");
+      return false;
+    }
+  }
+  s->last = ++accessSeq;
+  s->recent.push_back(Access{p, p + n, s->last, write});
+  if (s->recent.size() > kRecent) s->recent.pop_front();
+  return true;
+}
+
 // The primary context's last release destroys what lived in it, as the driver does.
 void destroyContext() {
   live.clear();
@@ -226,6 +291,7 @@ void destroyContext() {
   modules.clear();
   streams.clear();
   events.clear();
+  hostAfter.clear();
 }
 
 // parsePTX fills m with the .entry names of ptx and their parameter sizes.
@@ -337,6 +403,7 @@ const ErrorText errorTexts[] = {
     {201, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
     {218, "CUDA_ERROR_INVALID_PTX", "a PTX JIT compilation failed"},
     {400, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
+    {401, "CUDA_ERROR_ILLEGAL_STATE", "the operation is not permitted in the current state"},
     {500, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
     {600, "CUDA_ERROR_NOT_READY", "device not ready"},
     {700, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered"},
@@ -455,7 +522,9 @@ API CUresult cuCtxSetCurrent(void* ctx) {
 
 API CUresult cuCtxSynchronize(void) {
   std::lock_guard<std::mutex> l(mu);
-  return ready();
+  if (CUresult r = ready()) return r;
+  for (Stream* st : streams) hostAfter[st] = std::max(hostAfter[st], st->last);
+  return CUDA_SUCCESS;
 }
 
 // ---------------------------------------------------------------- memory
@@ -523,6 +592,7 @@ API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, vo
   if (!validStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
   if (n == 0) return CUDA_SUCCESS;
   if (!src || !inAllocation(dst, n) || inArena((CUdeviceptr)(uintptr_t)src)) return CUDA_ERROR_INVALID_VALUE;
+  if (!ordered("cuMemcpyHtoDAsync_v2", stream, dst, n, true)) return CUDA_ERROR_ILLEGAL_STATE;
   return copy(host(dst), src, n);
 }
 
@@ -532,6 +602,7 @@ API CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, void* st
   if (!validStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
   if (n == 0) return CUDA_SUCCESS;
   if (!dst || !inAllocation(src, n) || inArena((CUdeviceptr)(uintptr_t)dst)) return CUDA_ERROR_INVALID_VALUE;
+  if (!ordered("cuMemcpyDtoHAsync_v2", stream, src, n, false)) return CUDA_ERROR_ILLEGAL_STATE;
   return copy(dst, host(src), n);
 }
 
@@ -541,6 +612,8 @@ API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, vo
   if (!validStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
   if (n == 0) return CUDA_SUCCESS;
   if (!inAllocation(dst, n) || !inAllocation(src, n)) return CUDA_ERROR_INVALID_VALUE;
+  if (!ordered("cuMemcpyDtoDAsync_v2", stream, src, n, false) || !ordered("cuMemcpyDtoDAsync_v2", stream, dst, n, true))
+    return CUDA_ERROR_ILLEGAL_STATE;
   return copy(host(dst), host(src), n);
 }
 
@@ -677,7 +750,8 @@ API CUresult cuStreamCreate(void** s, unsigned flags) {
   std::lock_guard<std::mutex> l(mu);
   if (CUresult r = ready()) return r;
   if (!s || flags > 1) return CUDA_ERROR_INVALID_VALUE;
-  Stream* st = new Stream{flags};
+  Stream* st = new Stream;
+  st->flags = flags;
   streams.insert(st);
   *s = st;
   return CUDA_SUCCESS;
@@ -686,15 +760,28 @@ API CUresult cuStreamCreate(void** s, unsigned flags) {
 API CUresult cuStreamDestroy_v2(void* s) {
   std::lock_guard<std::mutex> l(mu);
   if (CUresult r = ready()) return r;
-  if (!streams.erase(static_cast<Stream*>(s))) return CUDA_ERROR_INVALID_HANDLE;
-  delete static_cast<Stream*>(s);
+  Stream* st = static_cast<Stream*>(s);
+  if (!streams.erase(st)) return CUDA_ERROR_INVALID_HANDLE;
+  // Forget it everywhere: a later stream may reuse its address.
+  hostAfter.erase(st);
+  for (Stream* o : streams) o->after.erase(st);
+  for (Event* ev : events) {
+    ev->after.erase(st);
+    if (ev->stream == st) ev->stream = nullptr;
+  }
+  delete st;
   return CUDA_SUCCESS;
 }
 
 API CUresult cuStreamSynchronize(void* s) {
   std::lock_guard<std::mutex> l(mu);
   if (CUresult r = ready()) return r;
-  return validStream(s) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+  if (!validStream(s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (Stream* st = static_cast<Stream*>(s)) {
+    hostAfter[st] = std::max(hostAfter[st], st->last);
+    orderAfter(hostAfter, st->after);
+  }
+  return CUDA_SUCCESS;
 }
 
 API CUresult cuEventCreate(void** e, unsigned flags) {
@@ -714,13 +801,39 @@ API CUresult cuEventRecord(void* e, void* s) {
   if (!events.count(ev) || !validStream(s)) return CUDA_ERROR_INVALID_HANDLE;
   ev->recorded = true;
   ev->at = std::chrono::steady_clock::now();
+  ev->stream = static_cast<Stream*>(s);
+  ev->seq = ev->stream ? ev->stream->last : 0;
+  ev->after = ev->stream ? ev->stream->after : Order{};
   return CUDA_SUCCESS;
 }
 
 API CUresult cuEventSynchronize(void* e) {
   std::lock_guard<std::mutex> l(mu);
   if (CUresult r = ready()) return r;
-  return events.count(static_cast<Event*>(e)) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+  Event* ev = static_cast<Event*>(e);
+  if (!events.count(ev)) return CUDA_ERROR_INVALID_HANDLE;
+  if (ev->stream) {
+    hostAfter[ev->stream] = std::max(hostAfter[ev->stream], ev->seq);
+    orderAfter(hostAfter, ev->after);
+  }
+  return CUDA_SUCCESS;
+}
+
+// cuStreamWaitEvent orders the stream's later work after the event's last
+// record (nothing, as on a GPU, for an event never recorded: the copies
+// that follow are then unordered, which ordered() reports).
+API CUresult cuStreamWaitEvent(void* s, void* e, unsigned flags) {
+  std::lock_guard<std::mutex> l(mu);
+  if (CUresult r = ready()) return r;
+  Event* ev = static_cast<Event*>(e);
+  if (!events.count(ev) || !validStream(s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  Stream* st = static_cast<Stream*>(s);
+  if (st && ev->stream && ev->stream != st) {
+    st->after[ev->stream] = std::max(st->after[ev->stream], ev->seq);
+    orderAfter(st->after, ev->after);
+  }
+  return CUDA_SUCCESS;
 }
 
 API CUresult cuEventElapsedTime(float* ms, void* start, void* end) {

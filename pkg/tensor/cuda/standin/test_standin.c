@@ -130,6 +130,8 @@ int main(int argc, char** argv) {
   FN(CUresult, cuEventSynchronize, (void*));
   FN(CUresult, cuEventElapsedTime, (float*, void*, void*));
   FN(CUresult, cuEventDestroy_v2, (void*));
+  FN(CUresult, cuStreamWaitEvent, (void*, void*, unsigned));
+  FN(CUresult, cuMemcpyDtoHAsync_v2, (void*, CUdeviceptr, size_t, void*));
 
   int dev = -1, major = 0, minor = -1, sms = 0, optin = 0, version = 0;
   char name[128];
@@ -191,6 +193,36 @@ int main(int argc, char** argv) {
                                cuEventRecord(e1, stream) == 0 && cuEventSynchronize(e1) == 0 &&
                                cuEventElapsedTime(&ms, e0, e1) == 0 && ms >= 0 && cuStreamSynchronize(stream) == 0 &&
                                cuEventDestroy_v2(e0) == 0 && cuEventDestroy_v2(e1) == 0);
+
+  // Two streams (a second one copying to pinned memory, as distill's
+  // asynchronous capture does): a copy on one stream of bytes another
+  // stream's copy wrote is refused (CUDA_ERROR_ILLEGAL_STATE, 401) until an
+  // event recorded after that write is waited on; waiting on an event not
+  // yet recorded orders nothing; an overwrite of bytes the other stream
+  // reads needs the reverse wait; a host synchronization orders too.
+  {
+    void *compute = 0, *copier = 0, *step = 0, *done = 0, *pin = 0;
+    CUdeviceptr stage = 0;
+    int race = cuStreamCreate(&compute, 1) == 0 && cuStreamCreate(&copier, 1) == 0 && cuEventCreate(&step, 2) == 0 &&
+               cuEventCreate(&done, 2) == 0 && cuMemHostAlloc(&pin, N * 4, 0) == 0 && cuMemAlloc_v2(&stage, N * 4) == 0 &&
+               cuMemcpyDtoDAsync_v2(stage, d, N * 4, compute) == 0 &&
+               cuStreamWaitEvent(copier, step, 0) == 0 &&                  // not yet recorded: no order
+               cuMemcpyDtoHAsync_v2(pin, stage, N * 4, copier) == 401 &&   // reads before the write is ordered
+               cuEventRecord(step, compute) == 0 && cuStreamWaitEvent(copier, step, 0) == 0 &&
+               cuMemcpyDtoHAsync_v2(pin, stage, N * 4, copier) == 0 &&     // ordered after the write
+               cuMemcpyDtoHAsync_v2(pin, stage + 4, 8, compute) == 0 &&    // two reads never race
+               cuMemcpyDtoDAsync_v2(stage, d2, N * 4, compute) == 401 &&  // overwrites what the copier reads
+               cuEventRecord(done, copier) == 0 && cuStreamWaitEvent(compute, done, 0) == 0 &&
+               cuMemcpyDtoDAsync_v2(stage, d2, N * 4, compute) == 0 &&    // after the copier's read
+               cuMemcpyDtoHAsync_v2(pin, stage, N * 4, copier) == 401 &&  // the new write is not ordered yet
+               cuStreamSynchronize(compute) == 0 &&                       // the host waited for it
+               cuMemcpyDtoHAsync_v2(pin, stage, N * 4, copier) == 0 && cuStreamWaitEvent(copier, done, 1) == 1;
+    cuMemcpyDtoH_v2(back, d2, N * 4);
+    for (int i = 0; i < N; i++) race = race && ((float*)pin)[i] == back[i];
+    report("stream_order", race && cuStreamDestroy_v2(copier) == 0 && cuStreamDestroy_v2(compute) == 0 &&
+                               cuEventDestroy_v2(step) == 0 && cuEventDestroy_v2(done) == 0 && cuMemFreeHost(pin) == 0 &&
+                               cuMemFree_v2(stage) == 0);
+  }
 
   // A kernel from PTX text: only the .entry lines matter to the stand-in.
   const char* ptx =
