@@ -25,6 +25,7 @@ import (
 	"github.com/drafter-ai/drafter/pkg/model"
 	"github.com/drafter-ai/drafter/pkg/sample"
 	"github.com/drafter-ai/drafter/pkg/spec"
+	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
 // Mode is the shape of the draft (drafters.Mode).
@@ -208,6 +209,13 @@ type runner struct {
 	// lazy turns into the logits rows verification reads.
 	finalTap int
 	lazy     lazyRows
+	// devRows, on a device with memory of its own (a GPU), serves the
+	// logits rows a verification pass left on the device instead: the pass
+	// computes every row's logits in one product (the lm_head read once,
+	// not once per row read) and, when greedy, ranks them there (argmax),
+	// so that only ids come back to the host.
+	devRows *deviceRows
+	argmax  []int32
 
 	tree    spec.Tree
 	vres    spec.Result
@@ -264,6 +272,10 @@ func newRunner(m *model.Model, d *Drafter, cfg Config, prompts []Prompt) (*runne
 		r.taps = append(r.taps, m.NumLayers())
 	}
 	r.lazy = lazyRows{m: m, buf: make([]float32, (r.prop.MaxNodes()+1)*m.VocabSize()), v: m.VocabSize(), h: m.HiddenSize()}
+	if !m.HostMemory() {
+		r.devRows = &deviceRows{dev: m.Device(), buf: r.lazy.buf, v: m.VocabSize()}
+		r.argmax = make([]int32, r.prop.MaxNodes()+1)
+	}
 	capacity := longest + cfg.MaxNewTokens + r.prop.MaxNodes() + 2
 	if capacity > m.MaxPositions() {
 		return nil, fmt.Errorf("eval: the longest prompt (%d tokens) plus %d new tokens and a %d-node draft need %d positions; the model attends over %d",
@@ -439,19 +451,26 @@ func (r *runner) speculate(ctx context.Context, prompt []int, stream uint64, st 
 			r.parents = append(r.parents, nd.Parent+1) // Root (-1) maps to the root row 0
 		}
 		// Typical acceptance reads every row; greedy and sampled
-		// verification read a few, computed on demand from the final state.
-		rows := model.LogitsNone
-		if r.cfg.Typical != nil {
+		// verification read a few, computed on demand from the final state
+		// on the CPU, left on a GPU (devRows).
+		rows, vopt := model.LogitsNone, opt
+		switch {
+		case r.cfg.Typical != nil:
 			rows = model.LogitsAll
+		case r.devRows != nil:
+			rows, vopt.DeviceLogits = model.LogitsAll, true
 		}
 		in[0] = model.Input{Seq: r.seq, Tokens: r.tokens, Parents: r.parents, Logits: rows}
-		res, err := r.m.Forward(in, opt)
+		res, err := r.m.Forward(in, vopt)
 		if err != nil {
 			return 0, fmt.Errorf("verification pass: %w", err)
 		}
-		if r.cfg.Typical != nil {
+		switch {
+		case r.cfg.Typical != nil:
 			err = r.ver.Typical(&r.tree, res.LogitsOf(0), *r.cfg.Typical, r.rng, &r.vres)
-		} else {
+		case r.devRows != nil:
+			err = r.verifyOnDevice(res.DeviceLogits)
+		default:
 			r.lazy.hidden = res.HiddenOf(r.finalTap, 0)
 			if q := r.draftProbs(); q != nil {
 				err = r.ver.SampleRows(&r.tree, &r.lazy, q, r.rng, &r.vres)
@@ -489,6 +508,44 @@ func (r *runner) speculate(ctx context.Context, prompt []int, stream uint64, st 
 		}
 		drafted += time.Since(t0)
 	}
+}
+
+// verifyOnDevice verifies the tree against the logits rows the pass left
+// on the device: greedily from their argmax there (only the ids are read
+// back), else by reading the rows the verifier asks for.
+func (r *runner) verifyOnDevice(logits tensor.Tensor) error {
+	r.devRows.logits = logits
+	defer func() { r.devRows.logits = tensor.Tensor{} }()
+	q := r.draftProbs()
+	switch {
+	case q != nil:
+		return r.ver.SampleRows(&r.tree, r.devRows, q, r.rng, &r.vres)
+	case r.cfg.Sampling.Greedy():
+		n := logits.Rows()
+		r.m.Device().SampleRows(r.argmax[:n], logits, 0, nil)
+		return r.ver.GreedyArgmax(&r.tree, r.argmax[:n], r.devRows, &r.vres)
+	}
+	return r.ver.VerifyRows(&r.tree, r.devRows, r.rng, &r.vres)
+}
+
+// deviceRows serves a verification pass's logits rows from the device that
+// holds them ([rows, V]), copying a row to the host when the verifier reads
+// it.
+type deviceRows struct {
+	dev    tensor.Device
+	logits tensor.Tensor
+	buf    []float32 // [maxNodes+1, V]
+	v      int
+}
+
+// Row implements spec.Rows.
+func (d *deviceRows) Row(r int) ([]float32, error) {
+	if r < 0 || r >= d.logits.Rows() {
+		return nil, fmt.Errorf("eval: logits row %d of a %d-row verification pass", r, d.logits.Rows())
+	}
+	out := d.buf[r*d.v : (r+1)*d.v]
+	d.dev.Read(out, d.logits.RowRange(r, r+1))
+	return out, nil
 }
 
 // lazyRows computes the target's logits rows of a verification pass from its

@@ -193,6 +193,15 @@ type Model struct {
 // Device returns the device the model computes on.
 func (m *Model) Device() tensor.Device { return m.dev }
 
+// HostMemory reports whether the model's device computes in host memory
+// (the CPU device), where a pass's results are read in place; a device with
+// memory of its own (a GPU) copies what the host reads, so callers keep
+// bulky results such as logits there (Options.DeviceLogits).
+func (m *Model) HostMemory() bool {
+	_, ok := m.dev.HostF32(m.norm)
+	return ok
+}
+
 // NumLayers returns the number of decoder layers L; hidden-state tap indices run
 // from 0 to L.
 func (m *Model) NumLayers() int { return len(m.Layers) }

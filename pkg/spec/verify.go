@@ -137,9 +137,33 @@ func (v *Verifier) VerifyRows(t *Tree, rows Rows, rng *sample.RNG, res *Result) 
 	v.lazy = rowCheck{src: rows, vocab: v.vocab}
 	defer func() { v.lazy.src = nil }()
 	if v.s.Params().Greedy() {
-		return v.greedy(t, &v.lazy, res)
+		return v.greedy(t, &v.lazy, nil, res)
 	}
 	return v.sample(t, &v.lazy, nil, rng, res)
+}
+
+// GreedyArgmax is Greedy with the target's argmax of every row already
+// computed where its logits are (a GPU's tensor.Device.SampleRows at
+// temperature 0, so that a verification copies ids, not rows, to the host):
+// argmax[r] for row r, lowest id on ties, or -1 for a row the device could
+// not rank (a NaN or infinite logit), which is then read from rows so that
+// such a row fails or ranks exactly as Greedy would. Its outcome is
+// Greedy's on the same rows.
+func (v *Verifier) GreedyArgmax(t *Tree, argmax []int32, rows Rows, res *Result) error {
+	if err := v.checkTokens(t); err != nil {
+		return err
+	}
+	if len(argmax) < t.Len()+1 {
+		return fmt.Errorf("spec: %d argmax values for a tree of %d nodes: want %d (one per row)", len(argmax), t.Len(), t.Len()+1)
+	}
+	for r, a := range argmax[:t.Len()+1] {
+		if int(a) >= v.vocab || a < -1 {
+			return fmt.Errorf("spec: argmax %d of target logits row %d is outside the vocabulary of %d", a, r, v.vocab)
+		}
+	}
+	v.lazy = rowCheck{src: rows, vocab: v.vocab}
+	defer func() { v.lazy.src = nil }()
+	return v.greedy(t, &v.lazy, argmax, res)
 }
 
 // SampleRows is Sample (sampled or, with draft == nil, deterministic drafts)
@@ -197,16 +221,20 @@ func (v *Verifier) Greedy(t *Tree, logits []float32, res *Result) error {
 	}
 	v.flat = flatRows{logits: logits, vocab: v.vocab}
 	defer func() { v.flat.logits = nil }()
-	return v.greedy(t, &v.flat, res)
+	return v.greedy(t, &v.flat, nil, res)
 }
 
-// greedy is Greedy over rows read on demand.
-func (v *Verifier) greedy(t *Tree, rows Rows, res *Result) error {
+// greedy is Greedy over rows read on demand; known, when not nil, holds
+// rows' argmax values computed already (-1 where not).
+func (v *Verifier) greedy(t *Tree, rows Rows, known []int32, res *Result) error {
 	res.reset()
 	n := t.Len()
 	v.grow(n)
 	for i := range n + 1 {
 		v.rowArg[i] = -1
+		if known != nil && known[i] >= 0 {
+			v.rowArg[i] = int(known[i])
+		}
 	}
 	argmax := func(r int) (int, error) {
 		if v.rowArg[r] < 0 {

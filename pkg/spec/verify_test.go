@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/drafter-ai/drafter/internal/testutil"
@@ -744,5 +745,78 @@ func TestSampleRowsMatchesSample(t *testing.T) {
 		if err := e.ver.SampleRows(&e.tree, &countingRows{logits: e.logits}, e.draft[:len(e.draft)-1], e.vrng, &e.res); err == nil {
 			t.Errorf("%v: a draft one value short was accepted", p)
 		}
+	}
+}
+
+// TestGreedyArgmaxMatchesGreedy: greedy verification from argmax values
+// ranked elsewhere (a device's) commits what Greedy does over all rows,
+// reading only the rows whose argmax is unknown (-1); a NaN row left to the
+// host fails as Greedy fails on it; argmax values outside the vocabulary
+// or too few of them are refused.
+func TestGreedyArgmaxMatchesGreedy(t *testing.T) {
+	e := newEnv(t, sample.Params{}, 7)
+	b, err := NewDynamicBuilder(DynamicParams{Depth: 4, TopK: 3, TotalTokens: 12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.builder = b
+	var want Result
+	ids := make([]int32, 13)
+	accepted := 0
+	for trial := range 200 {
+		ctx := []int{trial % V, (trial * 7) % V}
+		if err := e.builder.Build(&e.tree, &draftExpander{ctx: ctx, toy: e.toy}); err != nil {
+			t.Fatal(err)
+		}
+		e.fillRows(ctx, false)
+		if err := e.ver.Greedy(&e.tree, e.logits, &want); err != nil {
+			t.Fatal(err)
+		}
+		accepted += len(want.Path)
+		want.Path, want.Tokens = slices.Clone(want.Path), slices.Clone(want.Tokens)
+		n := e.tree.Len() + 1
+		for r := range n {
+			a, err := sample.Argmax(e.logits[r*V : (r+1)*V])
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids[r] = int32(a)
+			if (r+trial)%3 == 0 {
+				ids[r] = -1 // left to the host
+			}
+		}
+		rows := &countingRows{logits: e.logits}
+		if err := e.ver.GreedyArgmax(&e.tree, ids[:n], rows, &e.res); err != nil {
+			t.Fatal(err)
+		}
+		checkRowsResult(t, fmt.Sprintf("trial %d: GreedyArgmax", trial), &e.res, &want, rows)
+		for _, r := range rows.asked {
+			if ids[r] >= 0 {
+				t.Fatalf("trial %d: row %d read though its argmax %d was given", trial, r, ids[r])
+			}
+		}
+	}
+	if accepted == 0 {
+		t.Fatal("no trial accepted a draft token: the comparison never walked below the root")
+	}
+	// A row the device could not rank is ranked on the host, with Greedy's error.
+	e.fillRows([]int{1, 2}, false)
+	e.logits[3] = float32(math.NaN())
+	n := e.tree.Len() + 1
+	for r := range n {
+		ids[r] = 0
+	}
+	ids[0] = -1
+	werr := e.ver.Greedy(&e.tree, e.logits, &want)
+	gerr := e.ver.GreedyArgmax(&e.tree, ids[:n], &countingRows{logits: e.logits}, &e.res)
+	if werr == nil || gerr == nil || !strings.Contains(gerr.Error(), "row 0") {
+		t.Fatalf("a NaN root row: Greedy %v, GreedyArgmax %v; want both to fail naming row 0", werr, gerr)
+	}
+	ids[0] = V
+	if err := e.ver.GreedyArgmax(&e.tree, ids[:n], &countingRows{logits: e.logits}, &e.res); err == nil || !strings.Contains(err.Error(), "outside the vocabulary") {
+		t.Fatalf("an argmax of %d: %v, want an error naming the vocabulary", V, err)
+	}
+	if err := e.ver.GreedyArgmax(&e.tree, ids[:n-1], &countingRows{logits: e.logits}, &e.res); err == nil {
+		t.Fatal("one argmax short of the rows was accepted")
 	}
 }
