@@ -110,11 +110,11 @@ $(STANDIN)/cudasim.o: $(SIM_SRC)
 	@mkdir -p $(@D)
 	$(SIMCXX) $(STANDIN_FLAGS) -c $(KERNELS)/sim/cudasim.cc -o $@
 
-$(STANDIN)/cuda.o: $(CUDA)/standin/cuda.cc $(CUDA)/standin/standin.h $(CUDA)/standin/kernels.h
+$(STANDIN)/cuda.o: $(CUDA)/standin/cuda.cc $(CUDA)/standin/graph.h $(CUDA)/standin/standin.h $(CUDA)/standin/kernels.h
 	@mkdir -p $(@D)
 	$(SIMCXX) $(STANDIN_FLAGS) -c $< -o $@
 
-$(STANDIN)/cuda-initfail.o: $(CUDA)/standin/cuda.cc $(CUDA)/standin/standin.h $(CUDA)/standin/kernels.h
+$(STANDIN)/cuda-initfail.o: $(CUDA)/standin/cuda.cc $(CUDA)/standin/graph.h $(CUDA)/standin/standin.h $(CUDA)/standin/kernels.h
 	@mkdir -p $(@D)
 	$(SIMCXX) $(STANDIN_FLAGS) -DSTANDIN_INITFAIL -c $< -o $@
 

@@ -14,7 +14,9 @@
 //     parameters differ from the compiled kernel's (stale PTX);
 //   - launches check grid, block and shared memory limits as an sm_80 GPU
 //     does (dynamic shared memory over 48 KiB needs cuFuncSetAttribute);
-//   - streams and events run everything synchronously, at enqueue.
+//   - streams and events run everything synchronously, at enqueue;
+//   - stream capture records instead, and graphs replay (graph.h), with the
+//     driver's errors for what a capture forbids.
 // Built with -DSTANDIN_INITFAIL, cuInit returns CUDA_ERROR_NO_DEVICE.
 #include "standin.h"
 
@@ -28,10 +30,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include <malloc.h>
 
 #include "kernels.h"
 
@@ -276,6 +282,8 @@ void* host(CUdeviceptr p) { return reinterpret_cast<void*>((uintptr_t)p); }
 
 }  // namespace
 
+#include "graph.h"  // stream capture and graphs: the hooks the entry points below call
+
 // ---------------------------------------------------------------- the bridge for cuBLAS
 
 static int bridgeContains(unsigned long long p) {
@@ -337,10 +345,13 @@ const ErrorText errorTexts[] = {
     {201, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
     {218, "CUDA_ERROR_INVALID_PTX", "a PTX JIT compilation failed"},
     {400, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
+    {401, "CUDA_ERROR_ILLEGAL_STATE", "the operation cannot be performed in the present state"},
     {500, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
     {600, "CUDA_ERROR_NOT_READY", "device not ready"},
     {700, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered"},
     {701, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES", "too many resources requested for launch"},
+    {900, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED", "operation not permitted when stream is capturing"},
+    {901, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED", "operation failed due to a previous error during capture"},
     {999, "CUDA_ERROR_UNKNOWN", "unknown error"},
 };
 const ErrorText* findError(int code) {
@@ -455,7 +466,12 @@ API CUresult cuCtxSetCurrent(void* ctx) {
 
 API CUresult cuCtxSynchronize(void) {
   std::lock_guard<std::mutex> l(mu);
-  return ready();
+  if (CUresult r = ready()) return r;
+  if (!captures.empty()) {  // it would wait for a capturing stream
+    for (auto& c : captures) c.second.invalid = true;
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  }
+  return CUDA_SUCCESS;
 }
 
 // ---------------------------------------------------------------- memory
@@ -472,6 +488,7 @@ API CUresult cuMemGetInfo_v2(size_t* freeBytes, size_t* total) {
 API CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t bytes) {
   std::lock_guard<std::mutex> l(mu);
   if (CUresult r = ready()) return r;
+  if (unsafeDuringCapture()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   if (!p || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   size_t off = allocate(bytes);
   if (off == SIZE_MAX) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -489,6 +506,7 @@ API CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t bytes) {
 API CUresult cuMemFree_v2(CUdeviceptr p) {
   std::lock_guard<std::mutex> l(mu);
   if (CUresult r = ready()) return r;
+  if (unsafeDuringCapture()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   if (p == 0) return CUDA_SUCCESS;
   if (!inArena(p) || !live.count((size_t)(p - (CUdeviceptr)(uintptr_t)arenaBase))) return CUDA_ERROR_INVALID_VALUE;
   release((size_t)(p - (CUdeviceptr)(uintptr_t)arenaBase));
@@ -498,6 +516,7 @@ API CUresult cuMemFree_v2(CUdeviceptr p) {
 API CUresult cuMemHostAlloc(void** p, size_t bytes, unsigned flags) {
   std::lock_guard<std::mutex> l(mu);
   if (CUresult r = ready()) return r;
+  if (unsafeDuringCapture()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   if (!p || bytes == 0 || flags > 7) return CUDA_ERROR_INVALID_VALUE;
   void* m = aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
   if (!m) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -509,6 +528,7 @@ API CUresult cuMemHostAlloc(void** p, size_t bytes, unsigned flags) {
 API CUresult cuMemFreeHost(void* p) {
   std::lock_guard<std::mutex> l(mu);
   if (CUresult r = ready()) return r;
+  if (unsafeDuringCapture()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   if (!hostAllocs.erase(p)) return CUDA_ERROR_INVALID_VALUE;
   free(p);
   return CUDA_SUCCESS;
@@ -523,6 +543,11 @@ API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, vo
   if (!validStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
   if (n == 0) return CUDA_SUCCESS;
   if (!src || !inAllocation(dst, n) || inArena((CUdeviceptr)(uintptr_t)src)) return CUDA_ERROR_INVALID_VALUE;
+  if (Capture* c = capturing(stream)) {
+    if (c->invalid) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    if (!pinned(src)) return c->invalid = true, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    return record(c, copyNode(Node::HTOD, dst, 0, nullptr, src, n, 0));
+  }
   return copy(host(dst), src, n);
 }
 
@@ -532,6 +557,11 @@ API CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, void* st
   if (!validStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
   if (n == 0) return CUDA_SUCCESS;
   if (!dst || !inAllocation(src, n) || inArena((CUdeviceptr)(uintptr_t)dst)) return CUDA_ERROR_INVALID_VALUE;
+  if (Capture* c = capturing(stream)) {
+    if (c->invalid) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    if (!pinned(dst)) return c->invalid = true, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    return record(c, copyNode(Node::DTOH, 0, src, dst, nullptr, n, 0));
+  }
   return copy(dst, host(src), n);
 }
 
@@ -541,6 +571,7 @@ API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, vo
   if (!validStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
   if (n == 0) return CUDA_SUCCESS;
   if (!inAllocation(dst, n) || !inAllocation(src, n)) return CUDA_ERROR_INVALID_VALUE;
+  if (Capture* c = capturing(stream)) return record(c, copyNode(Node::DTOD, dst, src, nullptr, nullptr, n, 0));
   return copy(host(dst), host(src), n);
 }
 
@@ -554,6 +585,7 @@ API CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, void* s
   if (!validStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
   if (n == 0) return CUDA_SUCCESS;
   if (!inAllocation(dst, n)) return CUDA_ERROR_INVALID_VALUE;
+  if (Capture* c = capturing(stream)) return record(c, copyNode(Node::MEMSET8, dst, 0, nullptr, nullptr, n, v));
   arenaOpen();
   memset(host(dst), v, n);
   arenaClose();
@@ -566,6 +598,7 @@ API CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned v, size_t n, void* strea
   if (!validStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
   if (n == 0) return CUDA_SUCCESS;
   if (dst % 4 != 0 || n > SIZE_MAX / 4 || !inAllocation(dst, n * 4)) return CUDA_ERROR_INVALID_VALUE;
+  if (Capture* c = capturing(stream)) return record(c, copyNode(Node::MEMSET32, dst, 0, nullptr, nullptr, n, v));
   arenaOpen();
   unsigned* p = static_cast<unsigned*>(host(dst));
   for (size_t i = 0; i < n; i++) p[i] = v;
@@ -665,6 +698,7 @@ API CUresult cuLaunchKernel(void* fn, unsigned gx, unsigned gy, unsigned gz, uns
   if (bx == 0 || by == 0 || bz == 0 || bx > 1024 || by > 1024 || bz > 64 || (unsigned long long)bx * by * bz > 1024)
     return CUDA_ERROR_INVALID_VALUE;
   if ((int)shared > f->maxDynamicShared) return CUDA_ERROR_INVALID_VALUE;
+  if (Capture* c = capturing(stream)) return recordKernel(c, f, gx, gy, gz, bx, by, bz, shared, params);
   arenaOpen();
   f->kernel->launch(gx, gy, gz, bx, by, bz, shared, params);
   arenaClose();
@@ -687,6 +721,10 @@ API CUresult cuStreamDestroy_v2(void* s) {
   std::lock_guard<std::mutex> l(mu);
   if (CUresult r = ready()) return r;
   if (!streams.erase(static_cast<Stream*>(s))) return CUDA_ERROR_INVALID_HANDLE;
+  if (Capture* c = capturing(s)) {  // the capture ends with the stream
+    delete c->graph;
+    captures.erase(static_cast<Stream*>(s));
+  }
   delete static_cast<Stream*>(s);
   return CUDA_SUCCESS;
 }
@@ -694,7 +732,9 @@ API CUresult cuStreamDestroy_v2(void* s) {
 API CUresult cuStreamSynchronize(void* s) {
   std::lock_guard<std::mutex> l(mu);
   if (CUresult r = ready()) return r;
-  return validStream(s) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+  if (!validStream(s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (Capture* c = capturing(s)) return c->invalid = true, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  return CUDA_SUCCESS;
 }
 
 API CUresult cuEventCreate(void** e, unsigned flags) {
