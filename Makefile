@@ -175,14 +175,16 @@ FORCE:
 # package's own tests, then the commands on --device cuda (greedy parity with
 # the CPU device, eval lossless in chain and tree mode for both methods, on a
 # float32 and a bf16 checkpoint) and --device's fallbacks, and the forward on the
-# tiny Hugging Face transformers checkpoints against transformers (TestHFReference).
+# tiny Hugging Face transformers checkpoints against transformers (TestHFReference);
+# CUDA graphs against the plain path (TestCUDAGraphs*: the same logits and outputs,
+# replays counted).
 cuda-check: ptx-check cuda-kernel-test cuda-standin-test
 	DRAFTER_LIBCUDA=$(CURDIR)/$(STANDIN)/libcuda.so.1 DRAFTER_CUDA_LIBS=$(CURDIR)/$(STANDIN) DRAFTER_REQUIRE_CUDA=1 \
 	  $(GO) test -count=1 ./$(CUDA)/...
 	DRAFTER_LIBCUDA=$(CURDIR)/$(STANDIN)/libcuda.so.1 DRAFTER_CUDA_LIBS=$(CURDIR)/$(STANDIN) DRAFTER_REQUIRE_CUDA=1 \
 	  $(GO) test -count=1 -run 'TestCUDA|TestDeviceFallbacks' ./cmd/drafter
 	DRAFTER_LIBCUDA=$(CURDIR)/$(STANDIN)/libcuda.so.1 DRAFTER_CUDA_LIBS=$(CURDIR)/$(STANDIN) DRAFTER_REQUIRE_CUDA=1 \
-	  $(GO) test -count=1 -run 'TestHFReference' ./pkg/model
+	  $(GO) test -count=1 -run 'TestHFReference|TestCUDAGraphs' ./pkg/model
 
 # What scripts/gpu-check.sh runs on a GPU machine (which has no Go): the
 # binary and the test binaries, built here; carry bin/ and build/gpu-check.

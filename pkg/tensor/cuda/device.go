@@ -318,8 +318,9 @@ type shared struct {
 	weights map[*tensor.Weight]struct{}
 	closed  bool
 	// graphsOff says why the device runs no CUDA graphs, "" when it can
-	// (startGraphs).
+	// (startGraphs); gr is its values' switch and counts.
 	graphsOff string
+	gr        sharedGraphs
 }
 
 // The arena: small allocations are carved from chunks of arenaChunk bytes,

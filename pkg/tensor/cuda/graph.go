@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/drafter-ai/drafter/pkg/tensor"
@@ -144,6 +146,7 @@ type devGraph struct {
 // graphRun is a graph pass in progress (the driver's gr while it runs).
 type graphRun struct {
 	mode graphMode
+	dev  *Device // the device value running the pass
 	g    *devGraph
 	ops  []graphOp // graphCapture: the ops issued
 	at   int       // graphReplay: the next op to compare
@@ -182,8 +185,9 @@ func (r *graphRun) record(op graphOp) bool {
 	if r.diff == "" {
 		if r.at >= len(r.g.ops) {
 			r.diff = fmt.Sprintf("op %d: the pass issues more ops than its capture's %d", r.at, len(r.g.ops))
-		} else if !r.g.ops[r.at].same(&op) {
-			r.diff = fmt.Sprintf("op %d differs from the capture's", r.at)
+		} else if c := &r.g.ops[r.at]; !c.same(&op) {
+			r.diff = fmt.Sprintf("op %d (kind %d) differs from the capture's: %v %v %d %v, captured %v %v %d %v",
+				r.at, op.kind, op.grid, op.block, op.shared, op.args[:op.n], c.grid, c.block, c.shared, c.args[:c.n])
 		}
 	}
 	r.at++
@@ -210,28 +214,48 @@ func (r *graphRun) stage(src unsafe.Pointer, n int) uint64 {
 	return r.g.dev + uint64(off)
 }
 
-// GraphStats counts a device value's graph passes.
+// GraphStats counts a device's graph passes (all its values together).
 type GraphStats struct {
 	// Captures is the passes captured (each also ran as its graph),
 	// Replays the passes replayed from a capture.
 	Captures, Replays int
 	// Mismatches is the passes of a captured key that issued other ops
-	// than the capture (they ran plainly and the key is captured again).
-	Mismatches int
+	// than the capture (they ran plainly and the key is captured again),
+	// MismatchWhy the last one's difference.
+	Mismatches  int
+	MismatchWhy string
 	// Plain is the passes run plainly because their key cannot be graphed
 	// (PlainWhy says why, for the first such key), or graphs are off.
 	Plain    int
 	PlainWhy string
 }
 
-// graphState is a device value's graphs.
+// graphState is a device value's graphs: they hold its scratch's
+// addresses, so each value captures its own.
 type graphState struct {
-	off    bool // SetGraphs(false)
 	graphs map[tensor.GraphKey]*devGraph
 	plain  map[tensor.GraphKey]bool
 	run    graphRun
-	stats  GraphStats
 }
+
+// sharedGraphs is what a device's values share about graphs: the switch
+// and the counts (siblings may run on several goroutines).
+type sharedGraphs struct {
+	off   atomic.Bool // SetGraphs(false)
+	mu    sync.Mutex
+	stats GraphStats
+}
+
+// count adds one pass to the device's counts.
+func (g *sharedGraphs) count(add func(*GraphStats)) {
+	g.mu.Lock()
+	add(&g.stats)
+	g.mu.Unlock()
+}
+
+// maxGraphs bounds the graphs a device value keeps (each holds its
+// staging buffer): the passes of a shape beyond them run plainly.
+const maxGraphs = 64
 
 // graphsEnv is the environment variable that turns CUDA graphs off ("0").
 const graphsEnv = "DRAFTER_CUDA_GRAPHS"
@@ -269,12 +293,19 @@ func (sh *shared) startGraphs() {
 // GraphsOff says why the device runs no CUDA graphs ("" when it can).
 func (d *Device) GraphsOff() string { return d.sh.graphsOff }
 
-// SetGraphs turns this device value's CUDA graphs on (the default, where
-// the device has them) or off: off, RunGraph runs every pass plainly.
-func (d *Device) SetGraphs(on bool) { d.gs.off = !on }
+// SetGraphs turns the device's CUDA graphs on (the default, where the
+// device has them) or off, for all its values (siblings included): off,
+// RunGraph runs every pass plainly, op by op.
+func (d *Device) SetGraphs(on bool) { d.sh.gr.off.Store(!on) }
 
-// GraphStats returns the counts of this device value's graph passes.
-func (d *Device) GraphStats() GraphStats { return d.gs.stats }
+// GraphStats returns the counts of the device's graph passes since Open,
+// over all its values.
+func (d *Device) GraphStats() GraphStats {
+	g := &d.sh.gr
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.stats
+}
 
 // RunGraph runs pass (see tensor.Grapher) as a CUDA graph: the first pass of
 // a key is run dry, then captured and launched; later ones are staged,
@@ -283,18 +314,25 @@ func (d *Device) GraphStats() GraphStats { return d.gs.stats }
 // capture (which is then captured again).
 func (d *Device) RunGraph(key tensor.GraphKey, pass func()) bool {
 	sh, gs := d.sh, &d.gs
-	if sh.graphsOff != "" || gs.off || sh.drv.gr != nil {
-		gs.stats.Plain++
-		if gs.stats.PlainWhy == "" && sh.graphsOff != "" {
-			gs.stats.PlainWhy = sh.graphsOff
-		}
+	plain := func(why string) bool {
+		sh.gr.count(func(s *GraphStats) {
+			s.Plain++
+			if s.PlainWhy == "" {
+				s.PlainWhy = why
+			}
+		})
 		pass()
 		return false
 	}
-	if gs.plain[key] {
-		gs.stats.Plain++
-		pass()
-		return false
+	switch {
+	case sh.graphsOff != "":
+		return plain(sh.graphsOff)
+	case sh.gr.off.Load():
+		return plain("graphs turned off (SetGraphs)")
+	case sh.drv.gr != nil:
+		return plain("a graph pass inside another")
+	case gs.plain[key]:
+		return plain("")
 	}
 	if g := gs.graphs[key]; g != nil {
 		r := &gs.run
@@ -302,13 +340,19 @@ func (d *Device) RunGraph(key tensor.GraphKey, pass func()) bool {
 		why := d.graphPass(r, pass)
 		if why == "" && r.diff == "" && r.at == len(g.ops) {
 			d.launchGraph(g)
-			gs.stats.Replays++
+			sh.gr.count(func(s *GraphStats) { s.Replays++ })
 			return true
 		}
-		gs.stats.Mismatches++
+		if r.diff == "" {
+			r.diff = why
+		}
+		sh.gr.count(func(s *GraphStats) { s.Mismatches++; s.MismatchWhy = r.diff })
 		d.dropGraph(key, g)
 		pass()
 		return false
+	}
+	if len(gs.graphs) >= maxGraphs {
+		return plain(fmt.Sprintf("more than %d pass shapes", maxGraphs))
 	}
 	g, why := d.capture(pass)
 	if g == nil {
@@ -316,18 +360,13 @@ func (d *Device) RunGraph(key tensor.GraphKey, pass func()) bool {
 			gs.plain = map[tensor.GraphKey]bool{}
 		}
 		gs.plain[key] = true
-		gs.stats.Plain++
-		if gs.stats.PlainWhy == "" {
-			gs.stats.PlainWhy = why
-		}
-		pass()
-		return false
+		return plain(why)
 	}
 	if gs.graphs == nil {
 		gs.graphs = map[tensor.GraphKey]*devGraph{}
 	}
 	gs.graphs[key] = g
-	gs.stats.Captures++
+	sh.gr.count(func(s *GraphStats) { s.Captures++ })
 	d.launchGraph(g)
 	return true
 }
@@ -338,6 +377,7 @@ func (d *Device) RunGraph(key tensor.GraphKey, pass func()) bool {
 // made a call the capture forbids: the panic is that call's failure).
 func (d *Device) graphPass(r *graphRun, pass func()) (why string) {
 	drv := d.sh.drv
+	r.dev = d
 	drv.gr = r
 	defer func() {
 		drv.gr = nil
@@ -437,9 +477,20 @@ func (d *Device) freeGraphs() {
 	}
 }
 
-// graphing reports whether a graph pass is in progress on the device: the
-// ops that change what they issue for one (toDevice, Attend, KVWrite) ask.
-func (d *Device) graphing() *graphRun { return d.sh.drv.gr }
+// graphing returns the graph pass in progress on the device, or nil: the
+// ops that change what they issue for one (launches, toDevice, Attend,
+// KVWrite) ask. A pass belongs to one device value: another value's op
+// during it (a sibling on another goroutine) would be captured into the
+// graph, or skipped, so it panics instead. The device's values run one at a
+// time where graphs are on (generate and eval alternate the target and the
+// drafter on one goroutine); SetGraphs(false) lifts that.
+func (d *Device) graphing() *graphRun {
+	r := d.sh.drv.gr
+	if r != nil && r.dev != d {
+		panic("cuda: an op of another value of the device during a CUDA graph pass (turn graphs off with SetGraphs(false) to run the device's values concurrently)")
+	}
+	return r
+}
 
 // stageToDevice is toDevice in a graph pass: the bytes go to the staging
 // buffer, and a device-to-device copy node takes them to dst.
