@@ -186,12 +186,19 @@ func (r *graphRun) record(op graphOp) bool {
 		if r.at >= len(r.g.ops) {
 			r.diff = fmt.Sprintf("op %d: the pass issues more ops than its capture's %d", r.at, len(r.g.ops))
 		} else if c := &r.g.ops[r.at]; !c.same(&op) {
-			r.diff = fmt.Sprintf("op %d (kind %d) differs from the capture's: %v %v %d %v, captured %v %v %d %v",
-				r.at, op.kind, op.grid, op.block, op.shared, op.args[:op.n], c.grid, c.block, c.shared, c.args[:c.n])
+			r.diff = describeDiff(r.at, &op, c)
 		}
 	}
 	r.at++
 	return false
+}
+
+// describeDiff says how op, the at'th of a replayed pass, differs from the
+// captured c (apart from record, so that op stays on record's stack).
+func describeDiff(at int, op, c *graphOp) string {
+	got, want := *op, *c
+	return fmt.Sprintf("op %d (kind %d) differs from the capture's: %v %v %d %v, captured %v %v %d %v",
+		at, got.kind, got.grid, got.block, got.shared, got.args[:got.n], want.grid, want.block, want.shared, want.args[:want.n])
 }
 
 // stage copies n bytes at src into the staging buffer and returns their

@@ -223,3 +223,24 @@ func TestGraphsOff(t *testing.T) {
 		t.Fatalf("x = %v, stats %+v", got, d.GraphStats())
 	}
 }
+
+// TestGraphReplayNoAllocs: a replayed step allocates nothing on the host
+// (staging, comparing and launching reuse the graph's buffers).
+func TestGraphReplayNoAllocs(t *testing.T) {
+	d := openTest(t)
+	s := newGraphStep(t, d)
+	run := s.run
+	key := tensor.GraphKey{Layout: 4}
+	if !d.RunGraph(key, run) {
+		t.Fatal("not captured")
+	}
+	allocs := testing.AllocsPerRun(20, func() {
+		s.pos = (s.pos + 1) % 500
+		if !d.RunGraph(key, run) {
+			t.Fatal("not replayed")
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("%v allocations per replayed step", allocs)
+	}
+}
