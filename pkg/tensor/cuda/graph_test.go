@@ -244,3 +244,20 @@ func TestGraphReplayNoAllocs(t *testing.T) {
 		t.Fatalf("%v allocations per replayed step", allocs)
 	}
 }
+
+// TestGraphsEnvOff: DRAFTER_CUDA_GRAPHS=0 opens the device without graphs,
+// saying why, and its passes run plainly.
+func TestGraphsEnvOff(t *testing.T) {
+	t.Setenv(graphsEnv, "0")
+	d := openTest(t)
+	if d.GraphsOff() != "DRAFTER_CUDA_GRAPHS=0" {
+		t.Fatalf("GraphsOff %q", d.GraphsOff())
+	}
+	x := devTensor(t, d, []float32{1, 2}, 1, 2)
+	if d.RunGraph(tensor.GraphKey{}, func() { d.Scale(x, 3) }) {
+		t.Fatal("ran as a graph with DRAFTER_CUDA_GRAPHS=0")
+	}
+	if got := readAll(d, x); got[1] != 6 || d.GraphStats().PlainWhy != "DRAFTER_CUDA_GRAPHS=0" {
+		t.Fatalf("x = %v, stats %+v", got, d.GraphStats())
+	}
+}
