@@ -182,7 +182,7 @@ cuda-check: ptx-check cuda-kernel-test cuda-standin-test
 	DRAFTER_LIBCUDA=$(CURDIR)/$(STANDIN)/libcuda.so.1 DRAFTER_CUDA_LIBS=$(CURDIR)/$(STANDIN) DRAFTER_REQUIRE_CUDA=1 \
 	  $(GO) test -count=1 ./$(CUDA)/...
 	DRAFTER_LIBCUDA=$(CURDIR)/$(STANDIN)/libcuda.so.1 DRAFTER_CUDA_LIBS=$(CURDIR)/$(STANDIN) DRAFTER_REQUIRE_CUDA=1 \
-	  $(GO) test -count=1 -run 'TestCUDA|TestDeviceFallbacks' ./cmd/drafter
+	  $(GO) test -count=1 -timeout 40m -run 'TestCUDA|TestDeviceFallbacks' ./cmd/drafter
 	DRAFTER_LIBCUDA=$(CURDIR)/$(STANDIN)/libcuda.so.1 DRAFTER_CUDA_LIBS=$(CURDIR)/$(STANDIN) DRAFTER_REQUIRE_CUDA=1 \
 	  $(GO) test -count=1 -run 'TestHFReference|TestCUDAGraphs' ./pkg/model
 
