@@ -4,6 +4,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/drafter-ai/drafter/internal/hfref"
 	"github.com/drafter-ai/drafter/internal/testmodel"
 	"github.com/drafter-ai/drafter/internal/testutil"
 	"github.com/drafter-ai/drafter/pkg/devices"
@@ -46,8 +47,8 @@ func graphScript(t *testing.T, m *model.Model) [][]float32 {
 		}
 		return best
 	}
-	last := fwd(model.Input{Seq: seq, Tokens: []int{1, 100, 200, 300, 50}})
-	vocab := len(last)
+	vocab := m.VocabSize()
+	last := fwd(model.Input{Seq: seq, Tokens: []int{1, 100 % vocab, 200 % vocab, 300 % vocab, 50 % vocab}})
 	next := argmax(last)
 	decode := func(n int) {
 		for i := 0; i < n; i++ {
@@ -56,7 +57,7 @@ func graphScript(t *testing.T, m *model.Model) [][]float32 {
 	}
 	decode(8)
 	for i := 0; i < 2; i++ { // chain verification: every row's logits
-		l := fwd(model.Input{Seq: seq, Tokens: []int{next, 7, 8, 9}, Logits: model.LogitsAll})
+		l := fwd(model.Input{Seq: seq, Tokens: []int{next, 7 % vocab, 8 % vocab, 9 % vocab}, Logits: model.LogitsAll})
 		next = argmax(l[3*vocab:])
 	}
 	small := []int{-1, 0, 0, 1, 2, 3}
@@ -78,7 +79,7 @@ func graphScript(t *testing.T, m *model.Model) [][]float32 {
 		decode(3)
 	}
 	// A batch of two sequences: the other's prefill, then steps of both.
-	fwd(model.Input{Seq: other, Tokens: []int{1, 5, 6}})
+	fwd(model.Input{Seq: other, Tokens: []int{1, 5 % vocab, 6 % vocab}})
 	for i := 0; i < 4; i++ {
 		fwd(model.Input{Seq: seq, Tokens: []int{next}}, model.Input{Seq: other, Tokens: []int{(next + i) % vocab}})
 		next = (next + 1) % vocab
@@ -132,6 +133,56 @@ func TestCUDAGraphsMatchPlain(t *testing.T) {
 						}
 					}
 				}
+			}
+		})
+	}
+}
+
+// sameLogits fails unless every pass's logits are the same bits.
+func sameLogits(t *testing.T, what string, got, want [][]float32) {
+	t.Helper()
+	for i := range want {
+		if len(got[i]) != len(want[i]) {
+			t.Fatalf("%s pass %d: %d logits with graphs, %d plain", what, i, len(got[i]), len(want[i]))
+		}
+		for j := range want[i] {
+			if math.Float32bits(got[i][j]) != math.Float32bits(want[i][j]) {
+				t.Fatalf("%s pass %d logit %d: %v with graphs, %v plain", what, i, j, got[i][j], want[i][j])
+			}
+		}
+	}
+}
+
+// TestCUDAGraphsArchitectures: every supported architecture's tiny
+// transformers checkpoint (internal/hfref) gives the same logits bit for
+// bit with graphs and without over graphScript's passes; the dense
+// families' passes are replayed from captures (sliding windows, softcaps,
+// sandwich norms, longrope included), the mixture-of-experts families'
+// (host routing) run op by op without a capture.
+func TestCUDAGraphsArchitectures(t *testing.T) {
+	od := cudaDevice(t).(*devices.Opened)
+	dev := od.Device.(*cuda.Device)
+	c := hfref.Checkpoints(t)
+	for _, a := range hfref.Archs {
+		t.Run(a.Name, func(t *testing.T) {
+			m, err := model.Load(c.Model(a.Name, a.Shipped()), od)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			dev.SetGraphs(false)
+			plain := graphScript(t, m)
+			dev.SetGraphs(true)
+			s0 := dev.GraphStats()
+			graph := graphScript(t, m)
+			s1 := dev.GraphStats()
+			sameLogits(t, a.Name, graph, plain)
+			moe := m.Config.Experts > 0
+			switch {
+			case moe && (s1.Captures != s0.Captures || s1.Replays != s0.Replays):
+				t.Fatalf("a mixture of experts was graphed: %+v after %+v", s1, s0)
+			case !moe && (s1.Replays-s0.Replays < len(plain)/2 || s1.Plain != s0.Plain):
+				t.Fatalf("%d passes: graph stats %+v after %+v: want at least %d replays, no plain pass", len(plain), s1, s0, len(plain)/2)
 			}
 		})
 	}
