@@ -110,11 +110,11 @@ $(STANDIN)/cudasim.o: $(SIM_SRC)
 	@mkdir -p $(@D)
 	$(SIMCXX) $(STANDIN_FLAGS) -c $(KERNELS)/sim/cudasim.cc -o $@
 
-$(STANDIN)/cuda.o: $(CUDA)/standin/cuda.cc $(CUDA)/standin/standin.h $(CUDA)/standin/kernels.h
+$(STANDIN)/cuda.o: $(CUDA)/standin/cuda.cc $(CUDA)/standin/graph.h $(CUDA)/standin/standin.h $(CUDA)/standin/kernels.h
 	@mkdir -p $(@D)
 	$(SIMCXX) $(STANDIN_FLAGS) -c $< -o $@
 
-$(STANDIN)/cuda-initfail.o: $(CUDA)/standin/cuda.cc $(CUDA)/standin/standin.h $(CUDA)/standin/kernels.h
+$(STANDIN)/cuda-initfail.o: $(CUDA)/standin/cuda.cc $(CUDA)/standin/graph.h $(CUDA)/standin/standin.h $(CUDA)/standin/kernels.h
 	@mkdir -p $(@D)
 	$(SIMCXX) $(STANDIN_FLAGS) -DSTANDIN_INITFAIL -c $< -o $@
 
@@ -176,15 +176,16 @@ FORCE:
 # the CPU device, eval lossless in chain and tree mode for both methods, on a
 # float32 and a bf16 checkpoint) and --device's fallbacks, and the forward on the
 # tiny Hugging Face transformers checkpoints against transformers (TestHFReference),
-# and distill on --device cuda (TestCUDA of capture/distill: tokens and features
-# against the CPU device's, a kill and resume, the batch sized from free memory).
+# CUDA graphs against the plain path (TestCUDAGraphs*: the same logits and outputs,
+# replays counted), and distill on --device cuda (TestCUDA of capture/distill: tokens
+# and features against the CPU device's, a kill and resume, the batch sized from free memory).
 cuda-check: ptx-check cuda-kernel-test cuda-standin-test
 	DRAFTER_LIBCUDA=$(CURDIR)/$(STANDIN)/libcuda.so.1 DRAFTER_CUDA_LIBS=$(CURDIR)/$(STANDIN) DRAFTER_REQUIRE_CUDA=1 \
 	  $(GO) test -count=1 ./$(CUDA)/...
 	DRAFTER_LIBCUDA=$(CURDIR)/$(STANDIN)/libcuda.so.1 DRAFTER_CUDA_LIBS=$(CURDIR)/$(STANDIN) DRAFTER_REQUIRE_CUDA=1 \
-	  $(GO) test -count=1 -run 'TestCUDA|TestDeviceFallbacks' ./cmd/drafter
+	  $(GO) test -count=1 -timeout 40m -run 'TestCUDA|TestDeviceFallbacks' ./cmd/drafter
 	DRAFTER_LIBCUDA=$(CURDIR)/$(STANDIN)/libcuda.so.1 DRAFTER_CUDA_LIBS=$(CURDIR)/$(STANDIN) DRAFTER_REQUIRE_CUDA=1 \
-	  $(GO) test -count=1 -run 'TestHFReference' ./pkg/model
+	  $(GO) test -count=1 -run 'TestHFReference|TestCUDAGraphs' ./pkg/model
 	DRAFTER_LIBCUDA=$(CURDIR)/$(STANDIN)/libcuda.so.1 DRAFTER_CUDA_LIBS=$(CURDIR)/$(STANDIN) DRAFTER_REQUIRE_CUDA=1 \
 	  $(GO) test -count=1 -run 'TestCUDA' ./capture/distill
 

@@ -71,6 +71,17 @@ type Opened struct {
 	close func() error
 }
 
+// RunGraph runs pass as a graph where the device runs graphs
+// (tensor.Grapher: the CUDA device), else plainly: an Opened wraps the
+// device, so it passes the capability on.
+func (o *Opened) RunGraph(key tensor.GraphKey, pass func()) bool {
+	if g, ok := o.Device.(tensor.Grapher); ok {
+		return g.RunGraph(key, pass)
+	}
+	pass()
+	return false
+}
+
 // Close releases the device; the Opened must not be used afterwards.
 func (o *Opened) Close() error {
 	if o.close == nil {
@@ -103,6 +114,10 @@ func Open(spec Spec, be cpu.Backend) (*Opened, error) {
 		note := ""
 		if spec.Kind == Auto {
 			note = "device: using " + d.Name()
+		}
+		if off := d.GraphsOff(); off != "" && !strings.HasPrefix(off, "DRAFTER_CUDA_GRAPHS=") {
+			// Said once: the device runs, without CUDA graphs.
+			note = strings.TrimPrefix(note+"; ", "; ") + "device: no CUDA graphs (" + off + "): decode steps launch op by op"
 		}
 		return &Opened{Device: d, Note: note, close: d.Close}, nil
 	}

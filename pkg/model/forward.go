@@ -151,6 +151,7 @@ func (m *Model) Forward(batch []Input, opt Options) (*Result, error) {
 		return nil, fmt.Errorf("model: forward: %w", err)
 	}
 	m.layout(batch, rows)
+	grapher, graphs := m.dev.(tensor.Grapher)
 	if rows > tensor.FewRows && hasTree(batch) {
 		// A verification pass: its rows must score as decode steps do,
 		// which products guarantee up to FewRows rows only (beyond, a
@@ -159,14 +160,28 @@ func (m *Model) Forward(batch []Input, opt Options) (*Result, error) {
 		m.dev = &m.rowExact
 		defer func() { m.dev = m.rowExact.Device }()
 	}
-	m.embedRows(batch)
 	p := m.views(rows)
-	m.dev.WriteI32(p.pos, m.s.hostPos[:rows])
-	m.decoderLayers(p)
-	lx := m.finalNorm(p)
-	logits := m.lmHead(lx)
+	if graphs && m.graphable(batch) {
+		m.graph.batch, m.graph.p = batch, p
+		grapher.RunGraph(m.graphKey(batch, rows, len(opt.Taps)), m.graph.fn(m))
+		m.graph.batch, m.graph.p = nil, nil
+	} else {
+		m.passOps(batch, p)
+	}
+	logits := m.s.logits.RowRange(0, len(m.s.lidx))
 	commitInputs(batch)
 	return m.result(logits, opt, rows), nil
+}
+
+// passOps issues the device ops of a pass laid out by layout, from the
+// embeddings to the logits (m.s.logits' first rows): the part of Forward a
+// device may run as a graph.
+func (m *Model) passOps(batch []Input, p *pass) {
+	m.embedRows(batch)
+	m.dev.WriteI32(p.pos, m.s.hostPos[:p.rows])
+	m.decoderLayers(p)
+	lx := m.finalNorm(p)
+	m.lmHead(lx)
 }
 
 // hasTree reports whether any input of the batch is a tree.

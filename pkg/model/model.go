@@ -188,6 +188,7 @@ type Model struct {
 	rowExact rowExact // the device of tree passes (see Forward)
 	p        pass     // the views of the pass in flight
 	res      Result
+	graph    graphPass // the pass as a CUDA graph (graph.go)
 }
 
 // Device returns the device the model computes on.

@@ -190,6 +190,19 @@ func (d *Device) Attend(out, q tensor.Tensor, l int, shape tensor.AttnShape, seq
 	mtab := unsafe.Slice((*byte)(unsafe.Add(host, maskOff)), max(maskBytes, 1))
 	vec := shape.HeadDim%4 == 0 && aligned16(tensor.DeviceAddr(q))
 	r, m, tl, records, chunks := 0, 0, 0, 0, 1
+	// In a graph pass the launch must not depend on the contexts' lengths,
+	// which change from step to step: every row gets room for the most
+	// chunks its cache's capacity allows (graphChunks; a row with fewer
+	// has its blocks beyond them return at once) and the combine runs
+	// whenever rows do (rows of one chunk return at once). Where a row's
+	// records lie changes no bit of its result.
+	gr := d.graphing()
+	graphChunks := 0
+	if gr != nil {
+		for b := range seqs {
+			graphChunks = max(graphChunks, (seqs[b].KV.Cap()-1)/attChunk+1)
+		}
+	}
 	for b := range seqs {
 		s := &seqs[b]
 		k, v, stride := d.kvLayers(s.KV, l)
@@ -242,13 +255,24 @@ func (d *Device) Attend(out, q tensor.Tensor, l int, shape tensor.AttnShape, seq
 				part = records
 				records += n
 				chunks = max(chunks, n)
+				if gr != nil {
+					part = r * graphChunks
+				}
 			}
 			rt := rtab[r*attRowVals : (r+1)*attRowVals]
 			rt[0], rt[1], rt[2], rt[3], rt[4] = int32(b), int32(i), int32(limit), int32(part), int32(lo)
 			r++
 		}
 	}
-	dev := d.att.tab.upload(d, host, total)
+	var dev uint64
+	if gr != nil {
+		dev = gr.stage(host, total)
+		if rows > 0 {
+			chunks, records = graphChunks, rows*graphChunks
+		}
+	} else {
+		dev = d.att.tab.upload(d, host, total)
+	}
 
 	var part uint64
 	if records > 0 {

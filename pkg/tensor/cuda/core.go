@@ -15,6 +15,7 @@ type coreOps struct {
 	cast     [3]*kernel // float32 to BF16, F16 (index by dtype)
 	mxfp4F32 *kernel    // an MXFP4 panel widened to float32
 	kvMove   *kernel
+	kvWrite  *kernel
 }
 
 func (o *coreOps) init(d *Device) {
@@ -26,6 +27,7 @@ func (o *coreOps) init(d *Device) {
 	o.cast[tensor.BF16] = d.fn("drafter_core_round_bf16")
 	o.cast[tensor.F16] = d.fn("drafter_core_round_f16")
 	o.kvMove = d.fn("drafter_core_kv_move")
+	o.kvWrite = d.fn("drafter_core_kv_write")
 }
 
 // The cuBLAS data types (cudaDataType_t).

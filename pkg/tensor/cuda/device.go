@@ -298,6 +298,8 @@ type Device struct {
 	att  attentionOps
 	loss lossOps
 	dec  decodeOps
+	// gs is the value's CUDA graphs (graph.go).
+	gs graphState
 }
 
 // shared is what a root Device and its siblings share: the driver (context,
@@ -319,6 +321,10 @@ type shared struct {
 	// weights are the weights whose resident copy this device uploaded.
 	weights map[*tensor.Weight]struct{}
 	closed  bool
+	// graphsOff says why the device runs no CUDA graphs, "" when it can
+	// (startGraphs); gr is its values' switch and counts.
+	graphsOff string
+	gr        sharedGraphs
 }
 
 // The arena: small allocations are carved from chunks of arenaChunk bytes,
@@ -348,6 +354,7 @@ func Open(ordinal int) (*Device, error) {
 		d.Close()
 		return nil, err
 	}
+	sh.startGraphs()
 	return d, nil
 }
 
@@ -514,6 +521,7 @@ func (d *Device) Close() error {
 // freeOwn frees a device value's scratch, pinned buffer and argument buffer.
 func (d *Device) freeOwn() {
 	drv := d.sh.drv
+	d.freeGraphs()
 	for i := range d.scr {
 		if d.scr[i].addr != 0 {
 			drv.free(d.scr[i].addr)

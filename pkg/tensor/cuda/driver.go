@@ -491,6 +491,11 @@ import (
 // to an OS thread.
 type driver struct {
 	c *C.dc_t
+	// graphs is the capture and graph entry points (graph_driver.go), nil
+	// where the driver lacks them; gr is the graph pass in progress
+	// (graph.go), nil outside one.
+	graphs *graphDriver
+	gr     *graphRun
 }
 
 // cgoEnabled reports that this build can load CUDA.
@@ -589,6 +594,10 @@ func (d *driver) stop() error { return d.callError(C.dc_stop(d.c)) }
 // release frees the C table (the libraries stay loaded: unloading a library
 // whose threads may still run is unsafe, and a process loads them once).
 func (d *driver) release() {
+	if d.graphs != nil {
+		d.graphs.free()
+		d.graphs = nil
+	}
 	C.free(unsafe.Pointer(d.c))
 	d.c = nil
 }
@@ -600,20 +609,28 @@ func (d *driver) memInfo() (free, total int64, err error) {
 }
 
 func (d *driver) alloc(bytes int) (uint64, error) {
+	d.gr.guard(callAlloc)
 	var p C.CUdeviceptr
 	r := C.dc_alloc(d.c, C.size_t(bytes), &p)
 	return uint64(p), d.callError(r)
 }
 
-func (d *driver) free(p uint64) error { return d.callError(C.dc_free(d.c, C.CUdeviceptr(p))) }
+func (d *driver) free(p uint64) error {
+	d.gr.guard(callAlloc)
+	return d.callError(C.dc_free(d.c, C.CUdeviceptr(p)))
+}
 
 func (d *driver) hostAlloc(bytes int) (unsafe.Pointer, error) {
+	d.gr.guard(callAlloc)
 	var p unsafe.Pointer
 	r := C.dc_host_alloc(d.c, C.size_t(bytes), &p)
 	return p, d.callError(r)
 }
 
-func (d *driver) hostFree(p unsafe.Pointer) error { return d.callError(C.dc_host_free(d.c, p)) }
+func (d *driver) hostFree(p unsafe.Pointer) error {
+	d.gr.guard(callAlloc)
+	return d.callError(C.dc_host_free(d.c, p))
+}
 
 // cMalloc returns zeroed C memory (the launch argument buffers).
 func (d *driver) cMalloc(bytes int) unsafe.Pointer { return C.calloc(1, C.size_t(bytes)) }
@@ -621,22 +638,33 @@ func (d *driver) cMalloc(bytes int) unsafe.Pointer { return C.calloc(1, C.size_t
 func (d *driver) cFree(p unsafe.Pointer) { C.free(p) }
 
 func (d *driver) htod(dst uint64, src unsafe.Pointer, bytes int) error {
+	d.gr.guard(callHtoD)
 	return d.callError(C.dc_htod(d.c, C.CUdeviceptr(dst), src, C.size_t(bytes)))
 }
 
 func (d *driver) dtoh(dst unsafe.Pointer, src uint64, bytes int) error {
+	d.gr.guard(callDtoH)
 	return d.callError(C.dc_dtoh(d.c, dst, C.CUdeviceptr(src), C.size_t(bytes)))
 }
 
 func (d *driver) dtod(dst, src uint64, bytes int) error {
+	if d.gr != nil && !d.gr.record(graphOp{kind: opDtoD, n: 3, args: [maxArgs]uint64{dst, src, uint64(bytes)}}) {
+		return nil
+	}
 	return d.callError(C.dc_dtod(d.c, C.CUdeviceptr(dst), C.CUdeviceptr(src), C.size_t(bytes)))
 }
 
 func (d *driver) memset(dst uint64, value uint32, bytes int) error {
+	if d.gr != nil && !d.gr.record(graphOp{kind: opMemset, n: 3, args: [maxArgs]uint64{dst, uint64(value), uint64(bytes)}}) {
+		return nil
+	}
 	return d.callError(C.dc_memset(d.c, C.CUdeviceptr(dst), C.unsigned(value), C.size_t(bytes)))
 }
 
-func (d *driver) sync() error { return d.callError(C.dc_sync(d.c)) }
+func (d *driver) sync() error {
+	d.gr.guard(callSync)
+	return d.callError(C.dc_sync(d.c))
+}
 
 // eventCreate makes a timing event.
 func (d *driver) eventCreate() (uintptr, error) {
@@ -708,6 +736,9 @@ func (d *driver) launch(fn uintptr, grid, block dim3, shared int, params unsafe.
 // gemm runs cublasGemmEx: C (float32, column-major m×n, ldc) = alpha·op(A)·op(B)
 // + beta·C with A and B of the given cuBLAS data types, computed in float32.
 func (d *driver) gemm(ta, tb bool, m, n, k int, alpha float32, a uint64, atype, lda int, b uint64, btype, ldb int, beta float32, c uint64, ldc int) error {
+	if d.gr != nil && !d.gr.record(gemmOp(ta, tb, m, n, k, alpha, a, atype, lda, 0, b, btype, ldb, 0, beta, c, ldc, 0, 0)) {
+		return nil
+	}
 	return d.callError(C.dc_gemm(d.c, cbool(ta), cbool(tb), C.int(m), C.int(n), C.int(k), C.float(alpha),
 		C.CUdeviceptr(a), C.int(atype), C.int(lda), C.CUdeviceptr(b), C.int(btype), C.int(ldb), C.float(beta),
 		C.CUdeviceptr(c), C.int(ldc)))
@@ -724,6 +755,9 @@ func (d *driver) gemmCompute(ta, tb bool, m, n, k int, alpha float32, a uint64, 
 // gemmBatched runs cublasGemmStridedBatchedEx with gemm's types; sa, sb and sc
 // are the strides between the batch's matrices, in values.
 func (d *driver) gemmBatched(ta, tb bool, m, n, k int, alpha float32, a uint64, atype, lda int, sa int64, b uint64, btype, ldb int, sb int64, beta float32, c uint64, ldc int, sc int64, batch int) error {
+	if d.gr != nil && !d.gr.record(gemmOp(ta, tb, m, n, k, alpha, a, atype, lda, sa, b, btype, ldb, sb, beta, c, ldc, sc, batch)) {
+		return nil
+	}
 	return d.callError(C.dc_gemm_batched(d.c, cbool(ta), cbool(tb), C.int(m), C.int(n), C.int(k), C.float(alpha),
 		C.CUdeviceptr(a), C.int(atype), C.int(lda), C.longlong(sa), C.CUdeviceptr(b), C.int(btype), C.int(ldb), C.longlong(sb),
 		C.float(beta), C.CUdeviceptr(c), C.int(ldc), C.longlong(sc), C.int(batch)))

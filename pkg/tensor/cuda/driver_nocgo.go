@@ -11,7 +11,10 @@ import (
 // load it: loadDriver fails, so no other method is ever called. The methods
 // exist so that the rest of the package (the Device and its ops) compiles
 // the same in both builds.
-type driver struct{}
+type driver struct {
+	graphs *graphDriver
+	gr     *graphRun
+}
 
 // cgoEnabled reports that this build cannot load CUDA.
 const cgoEnabled = false

@@ -87,6 +87,10 @@ func (d *Device) KVWrite(kv *tensor.KV, l, row int, k, v tensor.Tensor) {
 	}
 	kd, vd := d.kvLayer(kv, l)
 	off := uint64(row * s.kvDim * 4)
+	if r := d.graphing(); r != nil {
+		d.kvWriteStaged(r, kd+off, vd+off, k, v, n)
+		return
+	}
 	d.check("KVWrite", d.sh.drv.dtod(kd+off, tensor.DeviceAddr(k), 4*n))
 	d.check("KVWrite", d.sh.drv.dtod(vd+off, tensor.DeviceAddr(v), 4*n))
 }

@@ -121,6 +121,9 @@ func (d *Device) launch(k *kernel, grid, block dim3, sharedBytes int) {
 	if grid.x == 0 || grid.y == 0 || grid.z == 0 {
 		return
 	}
+	if r := d.graphing(); r != nil && !r.record(kernelOp(k, grid, block, sharedBytes, &d.arg)) {
+		return
+	}
 	if err := d.sh.drv.launch(k.fn, grid, block, sharedBytes, d.arg.params); err != nil {
 		panic(fmt.Sprintf("cuda: launching %s (grid %d,%d,%d block %d,%d,%d, %d bytes shared): %v",
 			k.name, grid.x, grid.y, grid.z, block.x, block.y, block.z, sharedBytes, err))
@@ -223,6 +226,10 @@ func (d *Device) hostScratch(bytes int) unsafe.Pointer {
 // no pointers) to the device address dst, after the work queued before, and
 // returns when src may be reused.
 func (d *Device) toDevice(dst uint64, src unsafe.Pointer, bytes int) {
+	if r := d.graphing(); r != nil && bytes > 0 {
+		d.stageToDevice(r, dst, src, bytes)
+		return
+	}
 	if bytes > 0 {
 		d.check("copy to the device", d.sh.drv.htod(dst, src, bytes))
 	}

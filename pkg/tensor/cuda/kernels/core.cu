@@ -219,6 +219,20 @@ extern "C" __global__ void drafter_core_round_f16(uint16_t* out, const float* x,
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) out[i] = f32_to_f16(x[i]);
 }
 
+// drafter_core_kv_write copies n values of k to the address dst[0] and n of
+// v to dst[1] (blockIdx.y picks the pair; grid-stride over the values): a
+// KV cache write whose destination rows are read from device memory, so
+// that a decode step replayed as a CUDA graph writes at the step's own
+// position (the plain path's two device-to-device copies bake the position
+// into the copy).
+extern "C" __global__ void drafter_core_kv_write(const unsigned long long* __restrict__ dst, const float* __restrict__ k,
+                                                 const float* __restrict__ v, long long n) {
+  const float* src = blockIdx.y == 0 ? k : v;
+  float* out = (float*)dst[blockIdx.y];
+  long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) out[i] = src[i];
+}
+
 // drafter_core_kv_move copies position src to position dst in each of the
 // cache's planes (a layer's keys, then its values: planes of plane values
 // each, kvDim per position): blockIdx.y is the plane, threads the values.

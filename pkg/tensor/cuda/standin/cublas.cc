@@ -51,15 +51,24 @@ enum { CUBLAS_COMPUTE_32F = 68, CUBLAS_COMPUTE_32F_FAST_16BF = 75 };
 namespace {
 
 typedef std::vector<const drafter_standin_bridge*> Bridges;
+typedef std::vector<const drafter_standin_capture*> Captures;
 
 struct Handle {
   void* stream = nullptr;
   int mathMode = 0;
   Bridges bridges;  // the stand-in libcudas loaded when the handle was made
+  Captures captures;  // and their stream-capture tables
+  void* workspace = nullptr;  // cublasSetWorkspace's (null: none set)
+  size_t workspaceBytes = 0;
 };
 
 std::mutex mu;  // guards handles
 std::set<Handle*> handles;
+
+struct Found {
+  Bridges bridges;
+  Captures captures;
+};
 
 int collect(struct dl_phdr_info* info, size_t, void* out) {
   if (!info->dlpi_name || !info->dlpi_name[0]) return 0;
@@ -67,7 +76,10 @@ int collect(struct dl_phdr_info* info, size_t, void* out) {
   if (!h) return 0;
   auto get = reinterpret_cast<const drafter_standin_bridge* (*)()>(dlsym(h, "drafter_standin_get_bridge"));
   if (get && get()->version == DRAFTER_STANDIN_BRIDGE_VERSION)
-    static_cast<Bridges*>(out)->push_back(get());
+    static_cast<Found*>(out)->bridges.push_back(get());
+  auto cap = reinterpret_cast<const drafter_standin_capture* (*)()>(dlsym(h, "drafter_standin_get_capture"));
+  if (cap && cap()->version == DRAFTER_STANDIN_CAPTURE_VERSION)
+    static_cast<Found*>(out)->captures.push_back(cap());
   dlclose(h);  // the library stays loaded: drafter holds it, and it is nodelete
   return 0;
 }
@@ -189,18 +201,65 @@ void run(const Gemm& g) {
     }
 }
 
+// Batched is a checked GEMM call: what gemmBatched runs now, or records in
+// a stream capture to run at each replay of the graph.
+struct Batched {
+  Gemm g;
+  long long sA, sB, sC;
+  int batch;
+  Bridges bridges;
+};
+
+cublasStatus_t execute(const Batched& x);
+
+void runRecorded(void* arg) {
+  if (execute(*static_cast<Batched*>(arg)) != CUBLAS_STATUS_SUCCESS)
+    fprintf(stderr, "stand-in cuBLAS: a GEMM replayed from a CUDA graph failed\n");
+}
+void dropRecorded(void* arg) { delete static_cast<Batched*>(arg); }
+
 cublasStatus_t gemmBatched(Handle* h, Gemm g, int Ctype, int computeType, int algo, long long sA, long long sB,
                            long long sC, int batch) {
   Bridges bridges;
+  Captures captures;
+  void* stream;
+  bool workspace;
   {
     std::lock_guard<std::mutex> l(mu);
     if (!handles.count(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
     bridges = h->bridges;
+    captures = h->captures;
+    stream = h->stream;
+    workspace = h->workspace != nullptr;
   }
   if (batch < 0) return CUBLAS_STATUS_INVALID_VALUE;
   if (cublasStatus_t s = check(g, Ctype, computeType, algo)) return s;
   g.fast16bf = computeType == CUBLAS_COMPUTE_32F_FAST_16BF;
   if (g.m == 0 || g.n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
+  for (const drafter_standin_capture* c : captures) {
+    if (!c->capturing(stream)) continue;
+    // In a capture cuBLAS may not allocate its workspace itself (it would
+    // be a cudaMalloc in the capture): the handle must have one set with
+    // cublasSetWorkspace, as NVIDIA's documentation asks for graphs.
+    if (!workspace) {
+      fprintf(stderr, "stand-in cuBLAS: a GEMM in a stream capture on a handle without cublasSetWorkspace\n");
+      return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    Batched* x = new Batched{g, sA, sB, sC, batch, bridges};
+    int r = c->record(stream, runRecorded, x, dropRecorded);
+    if (r == 1) return CUBLAS_STATUS_SUCCESS;
+    if (r == 0) delete x;  // the capture ended meanwhile: run now
+    else return CUBLAS_STATUS_EXECUTION_FAILED;  // an invalidated capture (record dropped x)
+  }
+  return execute(Batched{g, sA, sB, sC, batch, bridges});
+}
+
+// execute runs a checked GEMM call on the device memory it names.
+cublasStatus_t execute(const Batched& x) {
+  const Gemm& g = x.g;
+  const long long sA = x.sA, sB = x.sB, sC = x.sC;
+  const int batch = x.batch;
+  const Bridges& bridges = x.bridges;
   bool ta = g.transa != CUBLAS_OP_N, tb = g.transb != CUBLAS_OP_N;
   const bool readAB = g.k > 0 && g.alpha != 0;
   size_t ea = extent(ta ? g.k : g.m, ta ? g.m : g.k, g.lda), eb = extent(tb ? g.n : g.k, tb ? g.k : g.n, g.ldb),
@@ -244,12 +303,13 @@ cublasStatus_t gemmBatched(Handle* h, Gemm g, int Ctype, int computeType, int al
 API cublasStatus_t cublasCreate_v2(void** handle) {
   if (!handle) return CUBLAS_STATUS_INVALID_VALUE;
   // cuBLAS needs a working driver: some stand-in libcuda must be loaded.
-  Bridges all;
+  Found all;
   dl_iterate_phdr(collect, &all);
-  if (all.empty()) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (all.bridges.empty()) return CUBLAS_STATUS_NOT_INITIALIZED;
   std::lock_guard<std::mutex> l(mu);
   Handle* h = new Handle;
-  h->bridges = all;
+  h->bridges = all.bridges;
+  h->captures = all.captures;
   handles.insert(h);
   *handle = h;
   return CUBLAS_STATUS_SUCCESS;
@@ -266,6 +326,29 @@ API cublasStatus_t cublasSetStream_v2(void* handle, void* stream) {
   std::lock_guard<std::mutex> l(mu);
   if (!handles.count(static_cast<Handle*>(handle))) return CUBLAS_STATUS_NOT_INITIALIZED;
   static_cast<Handle*>(handle)->stream = stream;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// cublasSetWorkspace_v2 gives the handle its workspace (device memory of a
+// stand-in libcuda, 256-byte aligned, as cuBLAS requires); the stand-in's
+// GEMMs need none, but a GEMM in a stream capture is refused without one.
+API cublasStatus_t cublasSetWorkspace_v2(void* handle, void* workspace, size_t bytes) {
+  std::lock_guard<std::mutex> l(mu);
+  Handle* h = static_cast<Handle*>(handle);
+  if (!handles.count(h)) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (workspace == nullptr || bytes == 0) {
+    h->workspace = nullptr, h->workspaceBytes = 0;
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  unsigned long long p = (unsigned long long)(uintptr_t)workspace;
+  if (p % 256 != 0) return CUBLAS_STATUS_INVALID_VALUE;
+  const drafter_standin_bridge* br = bridgeFor(h->bridges, p);
+  if (!br) return CUBLAS_STATUS_INVALID_VALUE;
+  br->enter();
+  int bad = br->check(p, bytes);
+  br->leave();
+  if (bad) return CUBLAS_STATUS_INVALID_VALUE;
+  h->workspace = workspace, h->workspaceBytes = bytes;
   return CUBLAS_STATUS_SUCCESS;
 }
 

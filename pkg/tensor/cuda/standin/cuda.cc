@@ -14,7 +14,9 @@
 //     parameters differ from the compiled kernel's (stale PTX);
 //   - launches check grid, block and shared memory limits as an sm_80 GPU
 //     does (dynamic shared memory over 48 KiB needs cuFuncSetAttribute);
-//   - streams and events run everything synchronously, at enqueue.
+//   - streams and events run everything synchronously, at enqueue;
+//   - stream capture records instead, and graphs replay (graph.h), with the
+//     driver's errors for what a capture forbids.
 // Built with -DSTANDIN_INITFAIL, cuInit returns CUDA_ERROR_NO_DEVICE.
 #include "standin.h"
 
@@ -29,10 +31,14 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
+
+#include <malloc.h>
 
 #include "kernels.h"
 
@@ -342,6 +348,8 @@ void* host(CUdeviceptr p) { return reinterpret_cast<void*>((uintptr_t)p); }
 
 }  // namespace
 
+#include "graph.h"  // stream capture and graphs: the hooks the entry points below call
+
 // ---------------------------------------------------------------- the bridge for cuBLAS
 
 static int bridgeContains(unsigned long long p) {
@@ -408,6 +416,8 @@ const ErrorText errorTexts[] = {
     {600, "CUDA_ERROR_NOT_READY", "device not ready"},
     {700, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered"},
     {701, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES", "too many resources requested for launch"},
+    {900, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED", "operation not permitted when stream is capturing"},
+    {901, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED", "operation failed due to a previous error during capture"},
     {999, "CUDA_ERROR_UNKNOWN", "unknown error"},
 };
 const ErrorText* findError(int code) {
@@ -523,6 +533,10 @@ API CUresult cuCtxSetCurrent(void* ctx) {
 API CUresult cuCtxSynchronize(void) {
   std::lock_guard<std::mutex> l(mu);
   if (CUresult r = ready()) return r;
+  if (!captures.empty()) {  // it would wait for a capturing stream
+    for (auto& c : captures) c.second.invalid = true;
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  }
   for (Stream* st : streams) hostAfter[st] = std::max(hostAfter[st], st->last);
   return CUDA_SUCCESS;
 }
@@ -541,6 +555,7 @@ API CUresult cuMemGetInfo_v2(size_t* freeBytes, size_t* total) {
 API CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t bytes) {
   std::lock_guard<std::mutex> l(mu);
   if (CUresult r = ready()) return r;
+  if (unsafeDuringCapture()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   if (!p || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   size_t off = allocate(bytes);
   if (off == SIZE_MAX) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -558,6 +573,7 @@ API CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t bytes) {
 API CUresult cuMemFree_v2(CUdeviceptr p) {
   std::lock_guard<std::mutex> l(mu);
   if (CUresult r = ready()) return r;
+  if (unsafeDuringCapture()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   if (p == 0) return CUDA_SUCCESS;
   if (!inArena(p) || !live.count((size_t)(p - (CUdeviceptr)(uintptr_t)arenaBase))) return CUDA_ERROR_INVALID_VALUE;
   release((size_t)(p - (CUdeviceptr)(uintptr_t)arenaBase));
@@ -567,6 +583,7 @@ API CUresult cuMemFree_v2(CUdeviceptr p) {
 API CUresult cuMemHostAlloc(void** p, size_t bytes, unsigned flags) {
   std::lock_guard<std::mutex> l(mu);
   if (CUresult r = ready()) return r;
+  if (unsafeDuringCapture()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   if (!p || bytes == 0 || flags > 7) return CUDA_ERROR_INVALID_VALUE;
   void* m = aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
   if (!m) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -578,6 +595,7 @@ API CUresult cuMemHostAlloc(void** p, size_t bytes, unsigned flags) {
 API CUresult cuMemFreeHost(void* p) {
   std::lock_guard<std::mutex> l(mu);
   if (CUresult r = ready()) return r;
+  if (unsafeDuringCapture()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   if (!hostAllocs.erase(p)) return CUDA_ERROR_INVALID_VALUE;
   free(p);
   return CUDA_SUCCESS;
@@ -592,6 +610,11 @@ API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, vo
   if (!validStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
   if (n == 0) return CUDA_SUCCESS;
   if (!src || !inAllocation(dst, n) || inArena((CUdeviceptr)(uintptr_t)src)) return CUDA_ERROR_INVALID_VALUE;
+  if (Capture* c = capturing(stream)) {
+    if (c->invalid) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    if (!pinned(src)) return c->invalid = true, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    return record(c, copyNode(Node::HTOD, dst, 0, nullptr, src, n, 0));
+  }
   if (!ordered("cuMemcpyHtoDAsync_v2", stream, dst, n, true)) return CUDA_ERROR_ILLEGAL_STATE;
   return copy(host(dst), src, n);
 }
@@ -602,6 +625,11 @@ API CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, void* st
   if (!validStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
   if (n == 0) return CUDA_SUCCESS;
   if (!dst || !inAllocation(src, n) || inArena((CUdeviceptr)(uintptr_t)dst)) return CUDA_ERROR_INVALID_VALUE;
+  if (Capture* c = capturing(stream)) {
+    if (c->invalid) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    if (!pinned(dst)) return c->invalid = true, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    return record(c, copyNode(Node::DTOH, 0, src, dst, nullptr, n, 0));
+  }
   if (!ordered("cuMemcpyDtoHAsync_v2", stream, src, n, false)) return CUDA_ERROR_ILLEGAL_STATE;
   return copy(dst, host(src), n);
 }
@@ -612,6 +640,7 @@ API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, vo
   if (!validStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
   if (n == 0) return CUDA_SUCCESS;
   if (!inAllocation(dst, n) || !inAllocation(src, n)) return CUDA_ERROR_INVALID_VALUE;
+  if (Capture* c = capturing(stream)) return record(c, copyNode(Node::DTOD, dst, src, nullptr, nullptr, n, 0));
   if (!ordered("cuMemcpyDtoDAsync_v2", stream, src, n, false) || !ordered("cuMemcpyDtoDAsync_v2", stream, dst, n, true))
     return CUDA_ERROR_ILLEGAL_STATE;
   return copy(host(dst), host(src), n);
@@ -627,6 +656,7 @@ API CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, void* s
   if (!validStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
   if (n == 0) return CUDA_SUCCESS;
   if (!inAllocation(dst, n)) return CUDA_ERROR_INVALID_VALUE;
+  if (Capture* c = capturing(stream)) return record(c, copyNode(Node::MEMSET8, dst, 0, nullptr, nullptr, n, v));
   arenaOpen();
   memset(host(dst), v, n);
   arenaClose();
@@ -639,6 +669,7 @@ API CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned v, size_t n, void* strea
   if (!validStream(stream)) return CUDA_ERROR_INVALID_HANDLE;
   if (n == 0) return CUDA_SUCCESS;
   if (dst % 4 != 0 || n > SIZE_MAX / 4 || !inAllocation(dst, n * 4)) return CUDA_ERROR_INVALID_VALUE;
+  if (Capture* c = capturing(stream)) return record(c, copyNode(Node::MEMSET32, dst, 0, nullptr, nullptr, n, v));
   arenaOpen();
   unsigned* p = static_cast<unsigned*>(host(dst));
   for (size_t i = 0; i < n; i++) p[i] = v;
@@ -738,6 +769,7 @@ API CUresult cuLaunchKernel(void* fn, unsigned gx, unsigned gy, unsigned gz, uns
   if (bx == 0 || by == 0 || bz == 0 || bx > 1024 || by > 1024 || bz > 64 || (unsigned long long)bx * by * bz > 1024)
     return CUDA_ERROR_INVALID_VALUE;
   if ((int)shared > f->maxDynamicShared) return CUDA_ERROR_INVALID_VALUE;
+  if (Capture* c = capturing(stream)) return recordKernel(c, f, gx, gy, gz, bx, by, bz, shared, params);
   arenaOpen();
   f->kernel->launch(gx, gy, gz, bx, by, bz, shared, params);
   arenaClose();
@@ -762,6 +794,10 @@ API CUresult cuStreamDestroy_v2(void* s) {
   if (CUresult r = ready()) return r;
   Stream* st = static_cast<Stream*>(s);
   if (!streams.erase(st)) return CUDA_ERROR_INVALID_HANDLE;
+  if (Capture* c = capturing(s)) {  // the capture ends with the stream
+    delete c->graph;
+    captures.erase(st);
+  }
   // Forget it everywhere: a later stream may reuse its address.
   hostAfter.erase(st);
   for (Stream* o : streams) o->after.erase(st);
@@ -777,6 +813,7 @@ API CUresult cuStreamSynchronize(void* s) {
   std::lock_guard<std::mutex> l(mu);
   if (CUresult r = ready()) return r;
   if (!validStream(s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (Capture* c = capturing(s)) return c->invalid = true, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   if (Stream* st = static_cast<Stream*>(s)) {
     hostAfter[st] = std::max(hostAfter[st], st->last);
     orderAfter(hostAfter, st->after);

@@ -30,6 +30,22 @@ struct drafter_standin_bridge {
 
 const struct drafter_standin_bridge* drafter_standin_get_bridge(void);
 
+// drafter_standin_capture is how the stand-in cuBLAS takes part in a stream
+// capture (graph.h): capturing reports whether stream is capturing; record
+// records run(arg) as a node of the stream's capture, to run at each replay
+// of the graph (drop(arg) frees it with the last graph), and returns 1, or 0
+// when the stream is not capturing (the caller runs the work now), or minus
+// the CUresult of an invalidated capture.
+struct drafter_standin_capture {
+  int version;  // DRAFTER_STANDIN_CAPTURE_VERSION
+  int (*capturing)(void* stream);
+  int (*record)(void* stream, void (*run)(void*), void* arg, void (*drop)(void*));
+};
+
+#define DRAFTER_STANDIN_CAPTURE_VERSION 1
+
+const struct drafter_standin_capture* drafter_standin_get_capture(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -256,6 +256,82 @@ int main(int argc, char** argv) {
                               cuFuncSetAttribute(fn, 8, 200 * 1024) == 1 &&
                               cuLaunchKernel(fn, 0, 1, 1, 32, 1, 1, 0, 0, params, 0) == 1);
 
+  // Stream capture and graphs: launches, copies and memsets are recorded, not
+  // run; a replay runs them in order with the parameter values captured,
+  // reading what device pointers point to at the replay.
+  FN(CUresult, cuStreamBeginCapture_v2, (void*, int));
+  FN(CUresult, cuStreamEndCapture, (void*, void**));
+  FN(CUresult, cuStreamIsCapturing, (void*, int*));
+  FN(CUresult, cuGraphGetNodes, (void*, void**, size_t*));
+  FN(CUresult, cuGraphInstantiateWithFlags, (void**, void*, unsigned long long));
+  FN(CUresult, cuGraphLaunch, (void*, void*));
+  FN(CUresult, cuGraphExecDestroy, (void*));
+  FN(CUresult, cuGraphDestroy, (void*));
+  FN(CUresult, cuMemcpyHtoDAsync_v2, (CUdeviceptr, const void*, size_t, void*));
+  FN(CUresult, cuCtxSynchronize, (void));
+  {
+    void *graph = 0, *exec = 0, *pin = 0;
+    size_t nodes = 0;
+    int st = -1;
+    float zeros[N], h2[N];
+    memset(zeros, 0, sizeof zeros);
+    for (int i = 0; i < N; i++) h2[i] = (float)i;
+    int half = N / 2;
+    void* gparams[] = {&dc, &d, &d2, &half};
+    ok = cuMemcpyHtoD_v2(dc, zeros, N * 4) == 0 && cuMemHostAlloc(&pin, N * 4, 0) == 0;
+    memcpy(pin, h2, N * 4);
+    ok = ok && cuStreamBeginCapture_v2(stream, 0) == 0 && cuStreamIsCapturing(stream, &st) == 0 && st == 1 &&
+         cuMemcpyHtoDAsync_v2(d, pin, N * 4, stream) == 0 && cuMemsetD32Async(d2, 0x40000000u, N, stream) == 0 &&
+         cuLaunchKernel(fn, (N + 127) / 128, 1, 1, 128, 1, 1, 0, stream, gparams, 0) == 0;
+    half = 3;  // after the launch: the graph keeps the value it had
+    ok = ok && cuStreamEndCapture(stream, &graph) == 0 && graph != 0 && cuStreamIsCapturing(stream, &st) == 0 &&
+         st == 0 && cuGraphGetNodes(graph, 0, &nodes) == 0 && nodes == 3;
+    // Nothing ran during the capture.
+    ok = ok && cuMemcpyDtoH_v2(back, dc, N * 4) == 0;
+    for (int i = 0; i < N; i++) ok = ok && back[i] == 0;
+    report("capture_records", ok);
+    // Two replays, the pinned source changed in between: each reads it anew.
+    ok = cuGraphInstantiateWithFlags(&exec, graph, 0) == 0 && cuGraphLaunch(exec, stream) == 0 &&
+         cuStreamSynchronize(stream) == 0 && cuMemcpyDtoH_v2(back, dc, N * 4) == 0;
+    for (int i = 0; i < N; i++) ok = ok && back[i] == (i < N / 2 ? h2[i] + 2 : 0);
+    for (int i = 0; i < N; i++) ((float*)pin)[i] = -h2[i];
+    ok = ok && cuGraphLaunch(exec, stream) == 0 && cuMemcpyDtoH_v2(back, dc, N * 4) == 0;
+    for (int i = 0; i < N; i++) ok = ok && back[i] == (i < N / 2 ? 2 - h2[i] : 0);
+    report("graph_replay", ok);
+    // What a capture forbids fails as on a GPU and invalidates it: a
+    // synchronize, an allocation, a pageable copy; then every further call
+    // on the stream and the end of the capture fail with INVALIDATED.
+    void* g2 = (void*)1;
+    CUdeviceptr tmp = 0;
+    report("capture_sync_fails",
+           cuStreamBeginCapture_v2(stream, 0) == 0 && cuStreamSynchronize(stream) == 900 &&
+               cuStreamIsCapturing(stream, &st) == 0 && st == 2 &&
+               cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, stream, gparams, 0) == 901 &&
+               cuStreamEndCapture(stream, &g2) == 901 && g2 == 0 && cuStreamSynchronize(stream) == 0);
+    report("capture_alloc_fails", cuStreamBeginCapture_v2(stream, 0) == 0 && cuMemAlloc_v2(&tmp, 64) == 900 &&
+                                      cuStreamEndCapture(stream, &g2) == 901 && g2 == 0);
+    report("capture_relaxed_alloc", cuStreamBeginCapture_v2(stream, 2) == 0 && cuMemAlloc_v2(&tmp, 64) == 0 &&
+                                        cuStreamEndCapture(stream, &g2) == 0 && g2 != 0 && cuGraphDestroy(g2) == 0 &&
+                                        cuMemFree_v2(tmp) == 0);
+    report("capture_pageable_copy_fails", cuStreamBeginCapture_v2(stream, 0) == 0 &&
+                                              cuMemcpyHtoDAsync_v2(d, h2, N * 4, stream) == 900 &&
+                                              cuStreamEndCapture(stream, &g2) == 901);
+    report("capture_ctx_sync_fails", cuStreamBeginCapture_v2(stream, 0) == 0 && cuCtxSynchronize() == 900 &&
+                                         cuStreamEndCapture(stream, &g2) == 901);
+    report("capture_states", cuStreamBeginCapture_v2(0, 0) == 900 && cuStreamEndCapture(stream, &g2) == 401 &&
+                                 cuStreamBeginCapture_v2(stream, 0) == 0 && cuStreamBeginCapture_v2(stream, 0) == 401 &&
+                                 cuGraphLaunch(exec, stream) == 900 && cuStreamEndCapture(stream, &g2) == 901);
+    // A replay after an operand was freed faults instead of writing freed memory.
+    CUdeviceptr gone = 0;
+    void *g3 = 0, *e3 = 0;
+    ok = cuMemAlloc_v2(&gone, 64) == 0 && cuStreamBeginCapture_v2(stream, 2) == 0 &&
+         cuMemsetD32Async(gone, 0, 16, stream) == 0 && cuStreamEndCapture(stream, &g3) == 0 &&
+         cuGraphInstantiateWithFlags(&e3, g3, 0) == 0 && cuMemFree_v2(gone) == 0 && cuGraphLaunch(e3, stream) == 700;
+    report("replay_checks_memory", ok && cuGraphExecDestroy(e3) == 0 && cuGraphDestroy(g3) == 0);
+    report("graph_destroy", cuGraphExecDestroy(exec) == 0 && cuGraphDestroy(graph) == 0 &&
+                                cuGraphDestroy(graph) == 400 && cuMemFreeHost(pin) == 0);
+  }
+
   // cuBLAS.
   snprintf(path, sizeof path, "%s/libcublas.so.12", argv[1]);
   void* blas = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -401,6 +477,45 @@ int main(int argc, char** argv) {
              cublasGemmStridedBatchedEx(hb, 0, 0, M, NN, K, &alpha, pA, 0, LD, 0, pB, 0, LD, 0, &beta, pC, 0, LD,
                                         LD * NN, BATCH + 1, 68, -1) == 13 &&
              cublasGemmEx(hb, 0, 0, M, NN, K, &alpha, pA, 2, LD, pB, 0, LD, &beta, pC, 0, LD, 68, -1) == 15);
+
+  // cuBLAS in a capture: refused without a workspace (cublasSetWorkspace),
+  // recorded with one, and run at each replay.
+  {
+    FN(int, cublasSetWorkspace_v2, (void*, void*, size_t));
+    snprintf(path, sizeof path, "%s/libcuda.so.1", argv[1]);
+    lib = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+    FN(CUresult, cuStreamBeginCapture_v2, (void*, int));
+    FN(CUresult, cuStreamEndCapture, (void*, void**));
+    FN(CUresult, cuGraphInstantiateWithFlags, (void**, void*, unsigned long long));
+    FN(CUresult, cuGraphLaunch, (void*, void*));
+    FN(CUresult, cuGraphExecDestroy, (void*));
+    FN(CUresult, cuGraphDestroy, (void*));
+    void *g = 0, *e = 0;
+    CUdeviceptr ws = 0;
+    float Cb[LD * NN];
+    for (int i = 0; i < LD * NN; i++) C[i] = 0;
+    cuMemcpyHtoD_v2(dC, C, sizeof C);
+    ok = cuStreamBeginCapture_v2(stream, 0) == 0 &&
+         cublasGemmEx(hb, 0, 0, M, NN, K, &alpha, pA, 0, LD, pB, 0, LD, &zero, pC, 0, LD, 68, -1) == 15 &&
+         cuStreamEndCapture(stream, &g) == 0 && cuGraphDestroy(g) == 0;
+    report("cublas_capture_needs_workspace", ok);
+    ok = cuMemAlloc_v2(&ws, 1 << 20) == 0 && cublasSetWorkspace_v2(hb, (void*)(uintptr_t)(ws + 8), 1024) == 7 &&
+         cublasSetWorkspace_v2(hb, (void*)(uintptr_t)ws, 1 << 20) == 0 && cuStreamBeginCapture_v2(stream, 0) == 0 &&
+         cublasGemmEx(hb, 0, 0, M, NN, K, &alpha, pA, 0, LD, pB, 0, LD, &zero, pC, 0, LD, 68, -1) == 0 &&
+         cuStreamEndCapture(stream, &g) == 0 && cuMemcpyDtoH_v2(Cb, dC, sizeof Cb) == 0;
+    for (int i = 0; i < LD * NN; i++) ok = ok && Cb[i] == 0;  // recorded, not run
+    ok = ok && cuGraphInstantiateWithFlags(&e, g, 0) == 0 && cuGraphLaunch(e, stream) == 0 &&
+         cuMemcpyDtoH_v2(Cb, dC, sizeof Cb) == 0;
+    for (int j = 0; j < NN; j++)
+      for (int i = 0; i < M; i++) {
+        double sum = 0;
+        for (int l = 0; l < K; l++) sum += (double)A[i + l * LD] * B[l + j * LD];
+        ok = ok && fabs(Cb[i + j * LD] - alpha * sum) <= 1e-5 * (1 + fabs(alpha * sum));
+      }
+    report("cublas_capture_replay", ok && cuGraphExecDestroy(e) == 0 && cuGraphDestroy(g) == 0 &&
+                                        cublasSetWorkspace_v2(hb, 0, 0) == 0 && cuMemFree_v2(ws) == 0);
+    lib = blas;
+  }
 
   report("teardown", cublasDestroy_v2(hb) == 0 && cuModuleUnload(mod) == 0 && cuStreamDestroy_v2(stream) == 0 &&
                          cuMemFree_v2(d) == 0 && cuMemFree_v2(d2) == 0 && cuMemFree_v2(dc) == 0 &&

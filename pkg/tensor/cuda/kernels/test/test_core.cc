@@ -301,6 +301,28 @@ void testKVMove(Rng& r) {
   }
 }
 
+// kv_write copies k and v to the two addresses its table holds, over a
+// grid smaller than the values (the grid-stride loop) and larger.
+void testKVWrite(Rng& r) {
+  for (long long n : {1LL, 300LL, 5000LL}) {
+    std::vector<float> k = r.floats((size_t)n), v = r.floats((size_t)n);
+    std::vector<float> cache = r.floats((size_t)(4 * n + 8)), want = cache;
+    float* kd = cache.data() + 3;
+    float* vd = cache.data() + 2 * n + 5;
+    for (long long i = 0; i < n; i++) want[3 + i] = k[i], want[2 * n + 5 + i] = v[i];
+    std::vector<unsigned long long> tab = {(unsigned long long)(uintptr_t)kd, (unsigned long long)(uintptr_t)vd};
+    for (unsigned blocks : {1u, 3u, 64u}) {
+      std::vector<float> got = cache;
+      tab[0] = (unsigned long long)(uintptr_t)(got.data() + 3);
+      tab[1] = (unsigned long long)(uintptr_t)(got.data() + 2 * n + 5);
+      sim::launch(dim3(blocks, 2), dim3(256), 0, drafter_core_kv_write, tab.data(), k.data(), v.data(), n);
+      char name[64];
+      std::snprintf(name, sizeof name, "kv_write/n=%lld/blocks=%u", n, blocks);
+      testutil::report(name, testutil::expectClose("cache", got, want, got.size(), 0, 0));
+    }
+  }
+}
+
 }  // namespace
 
 int main() {
@@ -309,5 +331,6 @@ int main() {
   testMXFP4(r);
   testRound(r);
   testKVMove(r);
+  testKVWrite(r);
   return testutil::exitCode();
 }
