@@ -141,7 +141,7 @@ const (
 // RowNames lists every row of a table, in order.
 func RowNames() []string {
 	return []string{RowPrefill1, RowPrefill32, RowDecode1, RowDecode32, RowDistill, RowTrainMedusa, RowTrainEAGLE3,
-		RowVerifyChain, RowVerifyTree, RowDraftEAGLE3, RowDraftMedusa}
+		RowVerifyChain, RowVerifyTree, RowDraftEAGLE3, RowDraftMedusa, RowCopy, RowProducts, RowDecodeRoof, RowPrefillRoof}
 }
 
 // SizeError is an option out of range: Field names it (the flag's name
@@ -221,6 +221,9 @@ func Run(ctx context.Context, o Options) (*Table, error) {
 	err = r.forwardRows(ctx)
 	if err == nil {
 		err = r.stepCosts(ctx)
+	}
+	if err == nil {
+		err = r.ceilingRows(ctx)
 	}
 	if cerr := m.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("bench: %w", cerr)
