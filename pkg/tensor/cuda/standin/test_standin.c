@@ -459,6 +459,9 @@ int main(int argc, char** argv) {
                         &zero, (void*)(uintptr_t)dC, 0, LD, 75, -1) == 15 &&
                cublasGemmEx(hb, 0, 0, M, NN, K, &alpha, (void*)(uintptr_t)dA, 0, LD, (void*)(uintptr_t)dB, 0, LD,
                             &zero, (void*)(uintptr_t)dC, 0, LD, 77, -1) == 15);
+    // The cases below multiply A and B again.
+    cuMemcpyHtoD_v2(dA, A, sizeof A);
+    cuMemcpyHtoD_v2(dB, B, sizeof B);
   }
   void* pA = (void*)(uintptr_t)dA;
   void* pB = (void*)(uintptr_t)dB;
