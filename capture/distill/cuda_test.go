@@ -29,20 +29,6 @@ import (
 // states' own size (order 0.1 to 10).
 const cudaFeatureTol = 3e-5
 
-// needCUDA skips the test unless a CUDA driver is configured
-// (DRAFTER_LIBCUDA: make cuda-check points it at the stand-in driver); with
-// DRAFTER_REQUIRE_CUDA set it fails instead.
-func needCUDA(t *testing.T) {
-	t.Helper()
-	if os.Getenv("DRAFTER_LIBCUDA") != "" {
-		return
-	}
-	if os.Getenv("DRAFTER_REQUIRE_CUDA") != "" {
-		t.Fatal("DRAFTER_REQUIRE_CUDA is set but DRAFTER_LIBCUDA is not: run through make cuda-check")
-	}
-	t.Skip("no CUDA driver configured: make cuda-check runs this test against the stand-in driver and cuBLAS")
-}
-
 // cudaPrompts writes n of the story prompts.
 func cudaPrompts(t *testing.T, dir string, n int) string {
 	var b strings.Builder
@@ -67,7 +53,7 @@ func runBin(bin string, env []string, args ...string) (string, error) {
 // with --batch 1 and --batch 3 (5 prompts: the slots are refilled as
 // sequences finish).
 func TestCUDADistillParity(t *testing.T) {
-	needCUDA(t)
+	testutil.NeedCUDA(t)
 	dir := t.TempDir()
 	t.Setenv(filecache.EnvDir, t.TempDir())
 	bin := buildDrafter(t, dir)
@@ -120,7 +106,7 @@ func TestCUDADistillParity(t *testing.T) {
 // its first and second shards and rerun stores the same bytes as an
 // uninterrupted run (the block schedule repeats on the device too).
 func TestCUDADistillKillAndResume(t *testing.T) {
-	needCUDA(t)
+	testutil.NeedCUDA(t)
 	dir := t.TempDir()
 	bin := buildDrafter(t, dir)
 	prompts := cudaPrompts(t, dir, 4)
@@ -142,7 +128,7 @@ func TestCUDADistillKillAndResume(t *testing.T) {
 // samples), and the start line reports it; an explicit --batch that fits is
 // taken as given.
 func TestCUDADistillBatchMemory(t *testing.T) {
-	needCUDA(t)
+	testutil.NeedCUDA(t)
 	dir := t.TempDir()
 	bin := buildDrafter(t, dir)
 	prompts := cudaPrompts(t, dir, 3)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/drafter-ai/drafter/internal/hfref"
+	"github.com/drafter-ai/drafter/internal/testutil"
 )
 
 // TestCUDAArchitectures runs every supported architecture's tiny
@@ -15,7 +16,7 @@ import (
 // drafters trained on its shards evaluate losslessly on the device in chain
 // and tree mode. make cuda-check runs it against the stand-in driver.
 func TestCUDAArchitectures(t *testing.T) {
-	needCUDA(t)
+	testutil.NeedCUDA(t)
 	c := hfref.Checkpoints(t)
 	tmp := t.TempDir()
 	prompts := trainPrompts(t, tmp, 4)

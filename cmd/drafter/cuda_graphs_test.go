@@ -24,7 +24,7 @@ import (
 // replayed (counted). A pass may differ from its capture only where the
 // device's scratch grew since (a larger pass came), once per recapture.
 func TestCUDAGraphsLossless(t *testing.T) {
-	needCUDA(t)
+	testutil.NeedCUDA(t)
 	tmp := t.TempDir()
 	prompts := trainPrompts(t, tmp, 16)
 	model := testutil.Stories260k()

@@ -12,21 +12,6 @@ import (
 	"github.com/drafter-ai/drafter/pkg/safetensors"
 )
 
-// needCUDA skips the test unless a CUDA driver is configured
-// (DRAFTER_LIBCUDA: make cuda-check points it at the stand-in driver, which
-// runs drafter's kernels on CPU threads); with DRAFTER_REQUIRE_CUDA set (CI)
-// it fails instead.
-func needCUDA(t *testing.T) {
-	t.Helper()
-	if os.Getenv("DRAFTER_LIBCUDA") != "" {
-		return
-	}
-	if os.Getenv("DRAFTER_REQUIRE_CUDA") != "" {
-		t.Fatal("DRAFTER_REQUIRE_CUDA is set but DRAFTER_LIBCUDA is not: run through make cuda-check")
-	}
-	t.Skip("no CUDA driver configured: make cuda-check runs this test against the stand-in driver and cuBLAS")
-}
-
 // greedyIDs runs drafter generate on device and returns the generated ids.
 func greedyIDs(t *testing.T, model, device, prompt string, n string) []int {
 	t.Helper()
@@ -54,7 +39,7 @@ func cudaModels(t *testing.T) map[string]string {
 // TestCUDAGreedyParity: greedy generation on the CUDA device gives the CPU
 // device's ids, on a float32 and a bf16 checkpoint, for several prompts.
 func TestCUDAGreedyParity(t *testing.T) {
-	needCUDA(t)
+	testutil.NeedCUDA(t)
 	for name, model := range cudaModels(t) {
 		for _, prompt := range []string{"Once upon a time", "The little dog", "Lily wanted to"} {
 			cpu := greedyIDs(t, model, "cpu", prompt, "48")
@@ -84,7 +69,7 @@ func equalInts(a, b []int) bool {
 // device's own greedy output (eval exits 0 only then), and the acceptance
 // equals the CPU device's.
 func TestCUDAEvalLossless(t *testing.T) {
-	needCUDA(t)
+	testutil.NeedCUDA(t)
 	tmp := t.TempDir()
 	prompts := trainPrompts(t, tmp, 40)
 	run := func(args ...string) cliResult {

@@ -78,7 +78,7 @@ func stepLosses(t *testing.T, path string) map[int]float64 {
 // products on --device cuda is lossless: its output is the GPU's own greedy
 // output.
 func TestCUDATrain(t *testing.T) {
-	needCUDA(t)
+	testutil.NeedCUDA(t)
 	tmp := t.TempDir()
 	prompts := trainPrompts(t, tmp, 12)
 	run := func(args ...string) {

@@ -135,3 +135,18 @@ func EditJSON(tb testing.TB, path string, edit func(map[string]any)) {
 		tb.Fatal(err)
 	}
 }
+
+// NeedCUDA skips the test unless a CUDA driver is configured
+// (DRAFTER_LIBCUDA: make cuda-check points it at the stand-in driver, which
+// runs drafter's kernels on CPU threads); with DRAFTER_REQUIRE_CUDA set (CI)
+// it fails instead.
+func NeedCUDA(t testing.TB) {
+	t.Helper()
+	if os.Getenv("DRAFTER_LIBCUDA") != "" {
+		return
+	}
+	if os.Getenv("DRAFTER_REQUIRE_CUDA") != "" {
+		t.Fatal("DRAFTER_REQUIRE_CUDA is set but DRAFTER_LIBCUDA is not: run through make cuda-check")
+	}
+	t.Skip("no CUDA driver configured: make cuda-check runs this test against the stand-in driver and cuBLAS")
+}
