@@ -386,7 +386,7 @@ func (r *runner) forwardRows(ctx context.Context) error {
 // featureLayers returns the hidden_states indices drafter distill stores by
 // default (the EAGLE-3 feature layers) and the model taps it captures.
 func (r *runner) featureLayers() ([]int, []int, error) {
-	layers, err := distill.Layers(r.cfg.EAGLE3DraftLayers(), r.m.NumLayers(), nil)
+	layers, err := distill.Layers(r.cfg, r.m.NumLayers(), nil)
 	if err != nil {
 		return nil, nil, fmt.Errorf("bench: %w", err)
 	}
@@ -643,7 +643,7 @@ func (r *runner) trainRows(ctx context.Context) error {
 	}
 	ec := eagle3.DefaultConfig()
 	ec.BatchTokens, ec.MaxLength, ec.Seed = o.TrainTokens, o.TrainTokens, o.Seed
-	layers := cfg.EAGLE3DraftLayers()
+	layers := deagle3.DefaultLayers(cfg.NumLayers)
 	ec.Export.LayerIDs = layers[:] // as eagle3.Options.Train fills them in
 	g := deagle3.TargetGeometry(cfg, 0)
 	if rate, err = eagle3.StepRate(ec, g, embed, lmHead, ds, dev, 1, o.TrainSteps); err != nil {
