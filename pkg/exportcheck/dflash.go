@@ -98,6 +98,7 @@ type blockView struct {
 	// takes a default that depends on what nothing here records.
 	ids      []int
 	idsKey   string
+	idsWhy   string
 	idsKnown bool
 	// features is the number of target features fc's input holds, fcWidth
 	// the width of one (the engine sizes fc [H, features*fcWidth]).
@@ -585,6 +586,7 @@ func (b *blockCheck) vllmView(v *blockView, cfg object) {
 	}
 	if v.ids == nil {
 		v.idsKey = keyDFlashConfig + "." + keyTargetLayerIDs
+		v.idsWhy = fmt.Sprintf("absent: vLLM's get_eagle3_aux_layers_from_config finds no ids, so the target captures its EAGLE-3 default hidden_states (2, L//2, L-3) and fc is sized for num_hidden_layers (%d) features", v.g.layers)
 		if b.L > 0 {
 			v.ids, v.idsKnown = defaultLayers(b.L), true
 		}
@@ -673,7 +675,8 @@ func (b *blockCheck) sglangView(v *blockView) {
 	v.idsKnown = true
 	if key == "" {
 		raw = dflashDefault(numTarget, v.g.layers)
-		key = fmt.Sprintf("%s.%s (absent: build_target_layer_ids(%s %d, %d draft layers))", keyDFlashConfig, keyTargetLayerIDs, ntKey, numTarget, v.g.layers)
+		key = keyDFlashConfig + "." + keyTargetLayerIDs
+		v.idsWhy = fmt.Sprintf("absent: SGLang takes build_target_layer_ids(%s %d, %d draft layers) = outputs %v", ntKey, numTarget, v.g.layers, raw)
 	}
 	for _, id := range raw {
 		if id < 0 || id >= numTarget {
@@ -765,6 +768,9 @@ func (b *blockCheck) layerIDs(v *blockView) {
 		b.c.add(Error, es, b.cfgPath, v.idsKey, "absent, and no target layer count is recorded: the engine captures a default nothing here can check")
 	case b.ids != nil && !slices.Equal(v.ids, b.ids):
 		msg := fmt.Sprintf("the engine captures hidden_states %v, but the export describes %v (%s)", v.ids, b.ids, b.idsFrom)
+		if v.idsWhy != "" {
+			msg = v.idsWhy + "; " + msg
+		}
 		if d := offBy(v.ids, b.ids); d != 0 {
 			msg += fmt.Sprintf(": off by %+d, the signature of one id spelling read as another (dflash_config.target_layer_ids and DeepSpec's target_layer_ids count layer outputs, = hidden_states index - 1; speculators' aux_hidden_state_layer_ids are hidden_states indices); shapes still match, so the draft loads and accepts almost nothing", d)
 		}
