@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/drafter-ai/drafter/pkg/drafters/layerids"
 )
 
 // The block drafters: DFlash (z-lab) and DSpark (DeepSeek), one Qwen3-style
@@ -227,11 +229,16 @@ func (b *blockCheck) vllmTranslated() object {
 	dc := map[string]any{keyMaskTokenID: b.top[keyMaskTokenID]}
 	if aux, ok := b.top.ints(keyAuxLayerIDs); ok {
 		t[keyLayerIDs] = b.top[keyAuxLayerIDs]
-		tl := make([]any, len(aux))
-		for i, id := range shift(aux, -1) {
-			tl[i] = jsonInt(id)
+		// vLLM reads the eagle_aux copy first, so the dflash_config copy
+		// matters only for display; an aux id 0 has no output-of-layer
+		// spelling and is left out of it.
+		if out, err := layerids.Encode(layerids.DFlashTarget, aux); err == nil {
+			tl := make([]any, len(out))
+			for i, id := range out {
+				tl[i] = jsonInt(id)
+			}
+			dc[keyTargetLayerIDs] = tl
 		}
-		dc[keyTargetLayerIDs] = tl
 	}
 	nonCausal := true
 	if v, present := b.top[keyNonCausal]; present && v != nil {
@@ -319,23 +326,36 @@ func (b *blockCheck) describe() {
 		}
 	}
 	if b.ids == nil {
+		// The export's own spelling of the ids it was trained on.
+		var (
+			obj object
+			key string
+			sp  layerids.Spelling
+		)
 		switch {
 		case b.speculators:
-			if ids, ok := b.top.ints(keyAuxLayerIDs); ok && len(ids) > 0 {
-				b.ids, b.idsFrom = ids, keyAuxLayerIDs
-			}
+			obj, key, sp = b.top, keyAuxLayerIDs, layerids.SpeculatorsAux
 		case b.top.obj(keyDFlashConfig).has(keyTargetLayerIDs):
-			if ids, ok := b.top.obj(keyDFlashConfig).ints(keyTargetLayerIDs); ok && len(ids) > 0 {
-				b.ids, b.idsFrom = outputToHF(ids), keyDFlashConfig+"."+keyTargetLayerIDs+" + 1"
-			}
+			obj, key, sp = b.top.obj(keyDFlashConfig), keyTargetLayerIDs, layerids.DFlashTarget
 		case b.top.has(keyTargetLayerIDs):
-			if ids, ok := b.top.ints(keyTargetLayerIDs); ok && len(ids) > 0 {
-				b.ids, b.idsFrom = outputToHF(ids), keyTargetLayerIDs+" + 1"
+			obj, key, sp = b.top, keyTargetLayerIDs, layerids.DeepSpecTarget
+		}
+		switch ids, ok := obj.ints(key); {
+		case key != "" && ok && len(ids) > 0:
+			hf, err := hfIndices(sp, ids, b.L)
+			if err != nil {
+				b.c.add(Error, b.c.engines, b.cfgPath, sp.String(), err.Error())
+			} else {
+				b.ids, b.idsFrom = hf, sp.String()+" as hidden_states"
 			}
+		case key != "":
+			b.c.add(Error, b.c.engines, b.cfgPath, sp.String(), fmt.Sprintf("%v is not a non-empty list of integers", obj[key]))
 		case b.L > 0 && b.draftLayers > 0:
 			// z-lab's build_target_layer_ids: what the reference model
 			// captures for a config without ids.
-			b.ids, b.idsFrom = outputToHF(dflashDefault(b.L, b.draftLayers)), fmt.Sprintf("z-lab's default ids for %d target and %d draft layers, + 1", b.L, b.draftLayers)
+			if hf, err := hfIndices(layerids.DFlashTarget, layerids.DFlashDefault(b.L, b.draftLayers), b.L); err == nil {
+				b.ids, b.idsFrom = hf, fmt.Sprintf("z-lab's default ids for %d target and %d draft layers, as hidden_states", b.L, b.draftLayers)
+			}
 		}
 	}
 	// Block size.
@@ -551,10 +571,10 @@ func (b *blockCheck) vllmView(v *blockView, cfg object) {
 	dc := cfg.obj(keyDFlashConfig)
 	v.fcWidth = v.g.TH
 	type src struct {
-		key   string
-		ids   []int
-		ok    bool
-		delta int
+		key string
+		ids []int
+		ok  bool
+		sp  layerids.Spelling
 	}
 	get := func(o object, key string) ([]int, bool) {
 		ids, ok := o.ints(key)
@@ -565,24 +585,31 @@ func (b *blockCheck) vllmView(v *blockView, cfg object) {
 		o      object
 		key    string
 		prefix string
-		delta  int
+		sp     layerids.Spelling
 	}{
-		{cfg, keyLayerIDs, "", 0},
-		{dc, keyTargetLayerIDs, keyDFlashConfig + ".", 1},
-		{cfg, "dspark_target_layer_ids", "", 1},
-		{cfg, keyTargetLayerIDs, "", 1},
-		{dc, "layer_ids", keyDFlashConfig + ".", 0},
-		{cfg.obj("eagle_config"), "layer_ids", "eagle_config.", 0},
+		{cfg, keyLayerIDs, "", layerids.EAGLEAux},
+		{dc, keyTargetLayerIDs, keyDFlashConfig + ".", layerids.DFlashTarget},
+		{cfg, "dspark_target_layer_ids", "", layerids.DeepSpecTarget},
+		{cfg, keyTargetLayerIDs, "", layerids.DeepSpecTarget},
+		{dc, "layer_ids", keyDFlashConfig + ".", layerids.EAGLEAux},
+		{cfg.obj("eagle_config"), "layer_ids", "eagle_config.", layerids.EAGLEAux},
 	} {
 		ids, ok := get(s.o, s.key)
-		srcs = append(srcs, src{s.prefix + s.key, ids, ok, s.delta})
+		srcs = append(srcs, src{s.prefix + s.key, ids, ok, s.sp})
 	}
 	v.features = v.g.layers
 	for _, s := range srcs {
-		if s.ok {
-			v.ids, v.idsKey, v.idsKnown, v.features = shift(s.ids, s.delta), s.key, true, len(s.ids)
+		if !s.ok {
+			continue
+		}
+		v.idsKey, v.idsKnown, v.features = s.key, true, len(s.ids)
+		hf, err := hfIndices(s.sp, s.ids, b.L)
+		if err != nil {
+			b.c.add(Error, []Engine{VLLM}, b.cfgPath, s.key, "vLLM captures by this key: "+err.Error())
 			break
 		}
+		v.ids = hf
+		break
 	}
 	if v.ids == nil {
 		v.idsKey = keyDFlashConfig + "." + keyTargetLayerIDs
@@ -674,7 +701,7 @@ func (b *blockCheck) sglangView(v *blockView) {
 	}
 	v.idsKnown = true
 	if key == "" {
-		raw = dflashDefault(numTarget, v.g.layers)
+		raw = layerids.DFlashDefault(numTarget, v.g.layers)
 		key = keyDFlashConfig + "." + keyTargetLayerIDs
 		v.idsWhy = fmt.Sprintf("absent: SGLang takes build_target_layer_ids(%s %d, %d draft layers) = outputs %v", ntKey, numTarget, v.g.layers, raw)
 	}
@@ -684,7 +711,9 @@ func (b *blockCheck) sglangView(v *blockView) {
 			break
 		}
 	}
-	v.ids, v.idsKey, v.features = outputToHF(raw), key, len(raw)
+	v.idsKey, v.features = key, len(raw)
+	// An id SGLang refuses (reported above) has no hidden_states index.
+	v.ids, _ = hfIndices(layerids.DFlashTarget, raw, 0)
 	if n, k, ok := firstInt(dc, b.top, keyBlockSize); ok {
 		v.block, v.blockKey = n, k
 	} else {
@@ -721,7 +750,9 @@ func (b *blockCheck) trtllmView(v *blockView) {
 	}
 	msg := "TensorRT-LLM's DFlash (DFlashDecodingConfig, PR #12794): how it reads target_layer_ids, block_size and intra-block causality, and which weight names it loads, were not verified, so they are not checked here"
 	if b.ids != nil {
-		msg += fmt.Sprintf("; serve with the layer outputs %v (hidden_states %v, from %s)", shift(b.ids, -1), b.ids, b.idsFrom)
+		if out, err := layerids.Encode(layerids.DFlashTarget, b.ids); err == nil {
+			msg += fmt.Sprintf("; serve with the layer outputs %v (hidden_states %v, from %s)", out, b.ids, b.idsFrom)
+		}
 	}
 	if b.block > 0 {
 		msg += fmt.Sprintf(" and max_draft_len %d (block %d)", b.block-1, b.block)
@@ -762,6 +793,8 @@ func (b *blockCheck) layerIDs(v *blockView) {
 		}
 	}
 	switch {
+	case v.idsKnown && v.ids == nil:
+		// The engine's ids have no hidden_states index: reported where read.
 	case !v.idsKnown && b.ids != nil:
 		b.c.add(Error, es, b.cfgPath, v.idsKey, fmt.Sprintf("absent: the engine captures the target's default layers, which nothing here shows equal to the export's hidden_states %v (%s); write the ids", b.ids, b.idsFrom))
 	case !v.idsKnown:
@@ -1038,23 +1071,12 @@ func (b *blockCheck) speculatorsEnvelope() {
 // config reads like a parsed one.
 func jsonInt(n int) any { return json.Number(fmt.Sprint(n)) }
 
-// outputToHF converts "output of layer k" ids (z-lab's
-// dflash_config.target_layer_ids, DeepSpec's target_layer_ids) to
-// hidden_states indices.
-func outputToHF(ids []int) []int { return shift(ids, 1) }
-
-// dflashDefault is z-lab's build_target_layer_ids (dflash/model.py, the
-// same in SGLang's dflash_utils.py): one draft layer takes the middle
-// layer's output, more take n outputs evenly spaced from 1 to L-3, rounded
-// half to even as Python's round does.
-func dflashDefault(numTarget, numDraft int) []int {
-	if numDraft <= 1 {
-		return []int{numTarget / 2}
+// hfIndices converts ids written as sp to hidden_states indices through
+// layerids, checked against a target of numLayers layers when that is known
+// (numLayers > 0) and only against the spelling's smallest id otherwise.
+func hfIndices(sp layerids.Spelling, ids []int, numLayers int) ([]int, error) {
+	if numLayers <= 0 {
+		numLayers = math.MaxInt32
 	}
-	span := float64(numTarget - 4)
-	out := make([]int, numDraft)
-	for i := range out {
-		out[i] = int(math.RoundToEven(1 + float64(i)*span/float64(numDraft-1)))
-	}
-	return out
+	return layerids.Decode(sp, ids, numLayers)
 }

@@ -517,3 +517,13 @@ func TestBlockTensorWrongShape(t *testing.T) {
 		t.Fatalf("vLLM sizes fc by target_hidden_size:\n%s", strings.Join(r.Lines(), "\n"))
 	}
 }
+
+func TestLayerIDsOutsideTarget(t *testing.T) {
+	// Output 8 of an 8-layer target does not exist (outputs are 0..7).
+	dir := blockExport(t, t.TempDir(), dflashNativeL, func(cfg map[string]any, _ map[string][]int) {
+		cfg["dflash_config"].(map[string]any)["target_layer_ids"] = []int{1, 8}
+	})
+	r := check(t, dir)
+	caught(t, r, SGLang, "dflash_config.target_layer_ids", "id 8 outside [0, 8)")
+	caught(t, r, VLLM, "dflash_config.target_layer_ids", "outside", "8 layers")
+}
