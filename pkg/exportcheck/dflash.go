@@ -423,74 +423,64 @@ func (b *blockCheck) describe() {
 // architecture, Markov or confidence keys or tensors), or the reverse. Each
 // engine would run the declared layout on weights trained for the other.
 func (b *blockCheck) evidence() {
-	var dspark, dflash []string
+	// clue is one thing in the export that belongs to one label layout.
+	type clue struct{ file, key, what string }
+	var dspark, dflash []clue
 	dc := b.top.obj(keyDFlashConfig)
 	for _, o := range []struct {
 		obj  object
 		pref string
 	}{{b.top, ""}, {dc, keyDFlashConfig + "."}} {
 		if v, present := o.obj[keySampleFromAnchor]; present && v != nil {
+			c := clue{b.cfgPath, o.pref + keySampleFromAnchor, fmt.Sprintf("%s%s %v", o.pref, keySampleFromAnchor, truthy(v))}
 			if truthy(v) {
-				dspark = append(dspark, o.pref+keySampleFromAnchor+" true")
+				dspark = append(dspark, c)
 			} else {
-				dflash = append(dflash, o.pref+keySampleFromAnchor+" false")
+				dflash = append(dflash, c)
 			}
 		}
 		if v, present := o.obj[keyBonusAnchor]; present && v != nil {
+			c := clue{b.cfgPath, o.pref + keyBonusAnchor, fmt.Sprintf("%s%s %v", o.pref, keyBonusAnchor, truthy(v))}
 			if truthy(v) {
-				dflash = append(dflash, o.pref+keyBonusAnchor+" true")
+				dflash = append(dflash, c)
 			} else {
-				dspark = append(dspark, o.pref+keyBonusAnchor+" false")
+				dspark = append(dspark, c)
 			}
 		}
 	}
 	archs := b.top.strs("architectures")
 	if slices.Contains(archs, "Qwen3DSparkModel") {
-		dspark = append(dspark, "architectures Qwen3DSparkModel")
+		dspark = append(dspark, clue{b.cfgPath, "architectures", "architectures Qwen3DSparkModel"})
 	}
 	if slices.Contains(archs, "DFlashDraftModel") {
-		dflash = append(dflash, "architectures DFlashDraftModel")
+		dflash = append(dflash, clue{b.cfgPath, "architectures", "architectures DFlashDraftModel"})
 	}
-	for _, k := range []string{"markov_rank", "markov_head_type", "enable_confidence_head", "confidence_head_with_markov"} {
-		if b.top.has(k) && b.m == blockDFlash {
-			dspark = append(dspark, "config key "+k)
+	if b.m == blockDFlash {
+		for _, k := range []string{"markov_rank", "markov_head_type", "enable_confidence_head", "confidence_head_with_markov"} {
+			if b.top.has(k) {
+				dspark = append(dspark, clue{b.cfgPath, k, "the DSpark key " + k})
+			}
+		}
+		for _, n := range b.w.sortedNames() {
+			if isDSparkName(n) {
+				dspark = append(dspark, clue{b.w.file, n, "the DSpark tensor " + n})
+				break
+			}
 		}
 	}
-	for _, n := range b.w.sortedNames() {
-		if isDSparkName(n) {
-			dspark = append(dspark, "tensor "+n)
-			break
-		}
-	}
-	if p := b.c.prov; p != nil {
-		if meth := p.o.str("method"); meth == string(blockDSpark) {
-			dspark = append(dspark, p.path+" method dspark")
-		} else if meth == string(blockDFlash) {
-			dflash = append(dflash, p.path+" method dflash")
-		}
-	}
-	against := dspark
+	against, other := dspark, blockDSpark
 	if b.m == blockDSpark {
-		against = dflash
+		against, other = dflash, blockDFlash
 	}
 	if len(against) == 0 {
 		return
 	}
-	other := blockDSpark
-	if b.m == blockDSpark {
-		other = blockDFlash
+	whats := make([]string, len(against))
+	for i, c := range against {
+		whats[i] = c.what
 	}
-	key := keySampleFromAnchor
-	if strings.HasPrefix(against[0], "tensor ") {
-		key = strings.TrimPrefix(against[0], "tensor ")
-	} else if f := strings.Fields(against[0]); len(f) > 0 && !strings.Contains(f[0], "/") {
-		key = f[0]
-		if f[0] == "config" && len(f) > 2 {
-			key = f[2]
-		}
-	}
-	b.c.add(Error, b.c.engines, b.cfgPath, key, fmt.Sprintf("the export is laid out as %s (%s), but %s belong to %s: the engines run %s, and a draft trained for the other layout loads without a word and drafts every token one position off (acceptance near 1)",
-		b.m, b.layoutWhat(), strings.Join(against, ", "), other, labelName(b.m.shifted())))
+	b.c.add(Error, b.c.engines, against[0].file, against[0].key, fmt.Sprintf("the export is laid out as %s (%s), but %s belong to %s: the engines run %s, and a draft trained for the other layout loads without a word and drafts every token one position off (acceptance near 1)",
+		b.m, b.layoutWhat(), strings.Join(whats, ", "), other, labelName(b.m.shifted())))
 }
 
 // layoutWhat says what declares the export's method.
