@@ -195,7 +195,8 @@ type Options struct {
 
 // Check checks the export in dir, or every export in dir's subfolders when
 // dir is a training run's output folder (drafter train's --out: eagle3/,
-// vllm/, medusa/), for o.Engines. Each export is checked for those of the
+// vllm/, medusa/, or a DFlash or DSpark run's export folders), for
+// o.Engines. Each export is checked for those of the
 // engines that load its layout; an engine named on its own (not all of
 // them) that loads none of the exports found is an Error. drafter.json, in
 // dir or its parent (where drafter train writes it), is read for what the

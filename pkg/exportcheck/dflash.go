@@ -153,6 +153,7 @@ func checkBlockDrafter(c *checker, m blockMethod, speculatorsLayout bool) {
 		}
 	}
 	b.describe()
+	b.formatBlockSize()
 	for _, e := range c.engines {
 		v := b.view(e)
 		if v == nil {
@@ -823,29 +824,38 @@ func offBy(got, want []int) int {
 	return d
 }
 
-// blockSize checks the block the engine runs against the one trained.
-func (b *blockCheck) blockSize(v *blockView) {
-	es := []Engine{v.engine}
+// formatBlockSize checks where the export writes its block size, for every
+// engine checked: the native layouts' reference models read the top-level
+// key (z-lab's DFlashDraftModel reads config.block_size and fails without
+// it; DeepSpec's build_draft_config writes it there), SGLang reads
+// dflash_config's first, and a speculators config records the trained
+// block at the top level.
+func (b *blockCheck) formatBlockSize() {
+	es := b.c.engines
 	top, inDC := b.top[keyBlockSize], b.top.obj(keyDFlashConfig)[keyBlockSize]
-	if top != nil && inDC != nil {
+	ref := "z-lab's DFlashDraftModel (dflash/model.py) reads the top-level block_size and fails without it"
+	if b.m == blockDSpark {
+		ref = "DeepSpec's build_draft_config writes it at the top level, where its model reads it"
+	}
+	switch {
+	case top != nil && inDC != nil:
 		t, _ := integer(top)
 		d, _ := integer(inDC)
 		if t != d {
-			b.c.add(Error, es, b.cfgPath, keyDFlashConfig+"."+keyBlockSize, fmt.Sprintf("%d, but the top-level block_size is %d: SGLang reads dflash_config's, z-lab's DFlashDraftModel the top level", d, t))
+			b.c.add(Error, es, b.cfgPath, keyDFlashConfig+"."+keyBlockSize, fmt.Sprintf("%d, but the top-level block_size is %d: SGLang reads dflash_config's, and %s", d, t, ref))
 		}
-	}
-	if !b.speculators && top == nil && v.engine == VLLM {
-		// z-lab's DFlashDraftModel reads config.block_size and fails
-		// without it; SGLang defaults; vLLM ignores.
-		msg := "absent: z-lab's DFlashDraftModel (dflash/model.py) reads the top-level block_size and fails without it, and SGLang takes 16"
-		if inDC != nil {
-			msg = "only in dflash_config: SGLang reads it there, but z-lab's DFlashDraftModel (dflash/model.py) reads the top-level block_size and fails without it"
-		}
-		b.c.add(Error, es, b.cfgPath, keyBlockSize, msg)
-	}
-	if b.speculators && !b.top.has(keyBlockSize) && v.engine == VLLM {
+	case b.speculators && top == nil:
 		b.c.add(Error, es, b.cfgPath, keyBlockSize, "absent: the speculators layout records the trained block here; vLLM's default num_speculative_tokens (speculators_config.proposal_methods[0].speculative_tokens) cannot be checked against it")
+	case top == nil && inDC != nil:
+		b.c.add(Error, es, b.cfgPath, keyBlockSize, "only in dflash_config: SGLang reads it there, but "+ref)
+	case top == nil:
+		b.c.add(Error, es, b.cfgPath, keyBlockSize, "absent: "+ref+"; SGLang takes 16 and vLLM never reads it")
 	}
+}
+
+// blockSize checks the block the engine runs against the one trained.
+func (b *blockCheck) blockSize(v *blockView) {
+	es := []Engine{v.engine}
 	switch v.engine {
 	case SGLang:
 		if b.block > 0 && v.block != b.block {
@@ -969,9 +979,22 @@ func (b *blockCheck) tensors(v *blockView) {
 	if b.m == blockDSpark {
 		b.dsparkWants(v, wants)
 	}
+	// Names the engine drops before looking (reported below where that
+	// matters): t2d (no engine reads it), a mask_embedding tensor, and for
+	// SGLang, whose DFlash draft uses the target's embedding and head, the
+	// draft's own.
+	dropped := func(name string) bool {
+		switch name {
+		case "t2d", "mask_embedding":
+			return true
+		case "embed_tokens.weight", "lm_head.weight", "d2t":
+			return v.engine == SGLang
+		}
+		return false
+	}
 	rename := func(name string) string {
 		name = strings.TrimPrefix(name, "model.")
-		if v.engine == VLLM && (name == "t2d" || name == "mask_embedding") {
+		if dropped(name) {
 			return ""
 		}
 		return name
@@ -996,10 +1019,32 @@ func (b *blockCheck) tensors(v *blockView) {
 	b.c.compare(es, b.w, wants, rename, unused, missing)
 	if v.engine == SGLang {
 		for _, n := range []string{"embed_tokens.weight", "lm_head.weight", "d2t"} {
-			if _, ok := b.w.infos[n]; ok {
-				b.c.add(Error, es, b.w.file, n, "SGLang's DFlash draft has no embedding, lm_head or vocabulary map (it uses the target's) and skips this without a word: a draft trained with its own would run with the target's")
+			if _, ok := b.w.infos[n]; !ok {
+				continue
+			}
+			if g.N < g.V || n == "d2t" {
+				b.c.add(Error, es, b.w.file, n, fmt.Sprintf("SGLang's DFlash draft has no embedding, lm_head or vocabulary map of its own and skips this without a word: it drafts over the target's full vocabulary with the target's head, not the draft's %d-token one", g.N))
+			} else {
+				b.c.add(Note, es, b.w.file, n, "SGLang's DFlash draft uses the target's embedding and lm_head and skips this without a word: the same drafter only when this is the target's frozen copy")
 			}
 		}
+	}
+	b.maskEmbedding(v)
+}
+
+// maskEmbedding checks a separately trained mask-slot embedding: vLLM
+// substitutes mask_embedding.pt for the mask token's row (and drops a
+// mask_embedding tensor in the weights: its loader maps the name to None
+// unless the .pt file was found; DFlashQwen3ForCausalLM.load_weights);
+// SGLang's DFlash model reads neither and embeds the mask slots with the
+// target's row.
+func (b *blockCheck) maskEmbedding(v *blockView) {
+	es := []Engine{v.engine}
+	if _, ok := b.w.infos["mask_embedding"]; ok {
+		b.c.add(Error, es, b.w.file, "mask_embedding", "a trained mask-slot embedding in the weights: the engine drops it without a word (vLLM reads one only from mask_embedding.pt; SGLang never) and feeds the target's embedding row of mask_token_id")
+	}
+	if fileExists(filepath.Join(b.c.dir, "mask_embedding.pt")) && v.engine == SGLang {
+		b.c.add(Error, es, filepath.Join(b.c.dir, "mask_embedding.pt"), "", "SGLang's DFlash model never reads mask_embedding.pt: it feeds the target's embedding row of mask_token_id, not the trained one")
 	}
 }
 

@@ -374,9 +374,15 @@ func TestBlockSizeMissing(t *testing.T) {
 	})
 	r = check(t, dir)
 	caught(t, r, VLLM, "block_size", "only in dflash_config")
-	if slices.ContainsFunc(r.Findings, func(f Finding) bool { return f.Level == Error && slices.Contains(f.Engines, SGLang) }) {
+	if slices.ContainsFunc(r.Findings, func(f Finding) bool { return strings.Contains(f.Msg, "SGLang runs blocks") }) {
 		t.Fatalf("SGLang reads dflash_config.block_size:\n%s", strings.Join(r.Lines(), "\n"))
 	}
+	// DSpark's reference is DeepSpec's config.
+	dir = blockExport(t, t.TempDir(), dsparkNativeL, func(cfg map[string]any, _ map[string][]int) { delete(cfg, "block_size") })
+	withProvenance(t, dir, dsparkNativeL, nil)
+	r = check(t, dir)
+	caught(t, r, VLLM, "block_size", "absent", "DeepSpec's build_draft_config")
+	caught(t, r, SGLang, "block_size", "SGLang runs blocks of 16", "describes 4")
 	// The two spellings disagreeing.
 	dir = blockExport(t, t.TempDir(), dflashNativeL, func(cfg map[string]any, _ map[string][]int) {
 		cfg["dflash_config"].(map[string]any)["block_size"] = 8
@@ -488,13 +494,34 @@ func TestBlockTensorMissingOrExtra(t *testing.T) {
 	// A layer more in the file than the config builds.
 	dir := blockExport(t, t.TempDir(), dflashNativeL, func(_ map[string]any, ts map[string][]int) { ts["layers.2.input_layernorm.weight"] = []int{tH} })
 	caught(t, check(t, dir), SGLang, "layers.2.input_layernorm.weight", "without a word")
-	// SGLang has no own embedding or lm_head for a DFlash draft.
+	// SGLang has no own embedding or lm_head for a DFlash draft: a
+	// full-vocabulary copy is noted, a reduced vocabulary is an error.
 	dir = blockExport(t, t.TempDir(), dflashNativeL, func(_ map[string]any, ts map[string][]int) { ts["lm_head.weight"] = []int{tV, tH} })
 	r := check(t, dir)
-	caught(t, r, SGLang, "lm_head.weight", "the target's")
-	if slices.ContainsFunc(r.Findings, func(f Finding) bool { return f.Level == Error && slices.Contains(f.Engines, VLLM) }) {
-		t.Fatalf("vLLM loads an own lm_head:\n%s", strings.Join(r.Lines(), "\n"))
+	passes(t, r)
+	if !slices.ContainsFunc(r.Findings, func(f Finding) bool {
+		return f.Level == Note && f.Key == "lm_head.weight" && strings.Contains(f.Msg, "target's frozen copy")
+	}) {
+		t.Fatalf("no note on SGLang's own lm_head:\n%s", strings.Join(r.Lines(), "\n"))
 	}
+	dir = blockExport(t, t.TempDir(), dflashNativeL, func(cfg map[string]any, ts map[string][]int) {
+		cfg["draft_vocab_size"] = 10
+		ts["lm_head.weight"], ts["d2t"] = []int{10, tH}, []int{10}
+	})
+	r = check(t, dir)
+	caught(t, r, SGLang, "lm_head.weight", "10-token")
+	caught(t, r, VLLM, "d2t", "type F32", "integer")
+	if slices.ContainsFunc(r.Findings, func(f Finding) bool {
+		return f.Level == Error && slices.Contains(f.Engines, VLLM) && f.Key != "d2t"
+	}) {
+		t.Fatalf("vLLM loads an own lm_head and d2t:\n%s", strings.Join(r.Lines(), "\n"))
+	}
+	// A reduced vocabulary without d2t: vLLM reads draft id i as target id i.
+	dir = blockExport(t, t.TempDir(), dflashNativeL, func(cfg map[string]any, ts map[string][]int) {
+		cfg["draft_vocab_size"] = 10
+		ts["lm_head.weight"] = []int{10, tH}
+	})
+	caught(t, check(t, dir), VLLM, "d2t", "missing", "draft_vocab_size 10 differs from vocab_size 16")
 }
 
 func TestBlockTensorWrongShape(t *testing.T) {
@@ -526,4 +553,23 @@ func TestLayerIDsOutsideTarget(t *testing.T) {
 	r := check(t, dir)
 	caught(t, r, SGLang, "dflash_config.target_layer_ids", "id 8 outside [0, 8)")
 	caught(t, r, VLLM, "dflash_config.target_layer_ids", "outside", "8 layers")
+}
+
+func TestMaskEmbedding(t *testing.T) {
+	// A trained mask row shipped as a tensor: vLLM and SGLang both drop it.
+	dir := blockExport(t, t.TempDir(), dflashNativeL, func(_ map[string]any, ts map[string][]int) { ts["mask_embedding"] = []int{tH} })
+	r := check(t, dir)
+	for _, e := range []Engine{VLLM, SGLang} {
+		caught(t, r, e, "mask_embedding", "drops it without a word", "mask_embedding.pt")
+	}
+	// Shipped as vLLM's mask_embedding.pt: SGLang still never reads it.
+	dir = blockExport(t, t.TempDir(), dflashNativeL, nil)
+	if err := os.WriteFile(filepath.Join(dir, "mask_embedding.pt"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = check(t, dir)
+	caught(t, r, SGLang, "", "never reads mask_embedding.pt")
+	if slices.ContainsFunc(r.Findings, func(f Finding) bool { return f.Level == Error && slices.Contains(f.Engines, VLLM) }) {
+		t.Fatalf("vLLM reads mask_embedding.pt:\n%s", strings.Join(r.Lines(), "\n"))
+	}
 }
