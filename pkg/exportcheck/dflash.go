@@ -102,6 +102,9 @@ type blockView struct {
 	idsKey   string
 	idsWhy   string
 	idsKnown bool
+	// idsUnverified: how the engine turns the ids into capture points was
+	// not read; only the feature count is compared.
+	idsUnverified bool
 	// features is the number of target features fc's input holds, fcWidth
 	// the width of one (the engine sizes fc [H, features*fcWidth]).
 	features, fcWidth int
@@ -518,11 +521,16 @@ func (b *blockCheck) view(e Engine) *blockView {
 		if !ok {
 			return nil
 		}
-		// SGLang's fc is [H, features*H] (dflash.py DFlashDraftModel):
-		// it has no target_hidden_size.
+		// SGLang's fc is [H, features*H] (dflash.py DFlashDraftModel,
+		// qwen3_dspark.py Qwen3DSparkBackbone): it has no
+		// target_hidden_size.
 		g.TH = g.H
 		v.g = g
-		b.sglangView(v)
+		if b.m == blockDSpark {
+			b.sglangDSparkView(v)
+		} else {
+			b.sglangView(v)
+		}
 	case TRTLLM:
 		g, ok := b.geometry(es, b.top, "")
 		if !ok {
@@ -713,19 +721,22 @@ func (b *blockCheck) sglangView(v *blockView) {
 	if id, k, ok := firstInt(dc, b.top, keyMaskTokenID); ok {
 		v.mask, v.maskKey = id, k
 	}
-	types := b.top.strs(keyLayerTypes)
-	v.causal = make([]bool, v.g.layers)
-	for i := range v.causal {
-		v.causal[i] = i < len(types) && types[i] == slidingAttention
+	v.shiftedKnown, v.shifted = true, false
+	v.shiftedWhy = "SGLang's DFlash worker drafts slots 1..B-1 after the bonus token (dflash_utils.py compute_dflash_correct_drafts_and_bonus)"
+	v.causal, v.causalWhy = sglangCausal(b.top, v.g.layers)
+}
+
+// sglangCausal is SGLang's intra-block causality per layer: its DFlash
+// attention (_get_dflash_layer_attention_params in models/dflash.py, which
+// its Qwen3 DSpark layers inherit) is bidirectional for full_attention
+// layers and causal for sliding_attention ones, and reads no causal flag.
+func sglangCausal(cfg object, layers int) ([]bool, string) {
+	types := cfg.strs(keyLayerTypes)
+	causal := make([]bool, layers)
+	for i := range causal {
+		causal[i] = i < len(types) && types[i] == slidingAttention
 	}
-	v.causalWhy = "SGLang's DFlash attention (_get_dflash_layer_attention_params in models/dflash.py) is bidirectional for full_attention layers and causal for sliding_attention ones, and reads no causal flag"
-	if b.m == blockDFlash {
-		v.shiftedKnown, v.shifted = true, false
-		v.shiftedWhy = "SGLang's DFlash worker drafts slots 1..B-1 after the bonus token (dflash_utils.py compute_dflash_correct_drafts_and_bonus)"
-	} else {
-		v.shiftedWhy = "SGLang's DSpark model class was not read (methods.md section 4): its label layout is unverified"
-		b.c.add(Note, es, b.cfgPath, "", "SGLang's DSpark model (weights, Markov and confidence heads, label layout) was not read, only parse_dflash_draft_config, which it shares with DFlash: checked here are the layer ids, block size and mask token id SGLang parses; the tensors and label layout are not")
-	}
+	return causal, "SGLang's DFlash attention (_get_dflash_layer_attention_params in models/dflash.py, inherited by its Qwen3 DSpark layers) is bidirectional for full_attention layers and causal for sliding_attention ones, and reads no causal flag"
 }
 
 // trtllmView fills what TensorRT-LLM's DFlash is known to read: the mask
@@ -784,6 +795,8 @@ func (b *blockCheck) layerIDs(v *blockView) {
 		}
 	}
 	switch {
+	case v.idsUnverified:
+		// Only the feature count below.
 	case v.idsKnown && v.ids == nil:
 		// The engine's ids have no hidden_states index: reported where read.
 	case !v.idsKnown && b.ids != nil:
@@ -834,8 +847,10 @@ func (b *blockCheck) formatBlockSize() {
 	es := b.c.engines
 	top, inDC := b.top[keyBlockSize], b.top.obj(keyDFlashConfig)[keyBlockSize]
 	ref := "z-lab's DFlashDraftModel (dflash/model.py) reads the top-level block_size and fails without it"
+	others := "; SGLang takes 16 and vLLM never reads it"
 	if b.m == blockDSpark {
 		ref = "DeepSpec's build_draft_config writes it at the top level, where its model reads it"
+		others = "; SGLang's Qwen3DSparkModel refuses the config and vLLM never reads it"
 	}
 	switch {
 	case top != nil && inDC != nil:
@@ -849,7 +864,7 @@ func (b *blockCheck) formatBlockSize() {
 	case top == nil && inDC != nil:
 		b.c.add(Error, es, b.cfgPath, keyBlockSize, "only in dflash_config: SGLang reads it there, but "+ref)
 	case top == nil:
-		b.c.add(Error, es, b.cfgPath, keyBlockSize, "absent: "+ref+"; SGLang takes 16 and vLLM never reads it")
+		b.c.add(Error, es, b.cfgPath, keyBlockSize, "absent: "+ref+others)
 	}
 }
 
@@ -858,6 +873,9 @@ func (b *blockCheck) blockSize(v *blockView) {
 	es := []Engine{v.engine}
 	switch v.engine {
 	case SGLang:
+		if v.block == 0 {
+			return // refused, reported by the view
+		}
 		if b.block > 0 && v.block != b.block {
 			b.c.add(Error, es, b.cfgPath, keyBlockSize, fmt.Sprintf("SGLang runs blocks of %d (%s), but the export describes %d (%s)", v.block, v.blockKey, b.block, b.blockFrom))
 		} else if b.block == 0 && v.block == 16 {
@@ -944,7 +962,7 @@ func (b *blockCheck) labels(v *blockView) {
 
 // tensors checks the weights against the parameters engine v builds.
 func (b *blockCheck) tensors(v *blockView) {
-	if v.engine == TRTLLM || v.engine == SGLang && b.m == blockDSpark {
+	if v.engine == TRTLLM {
 		return // not verified: noted in the view
 	}
 	es := []Engine{v.engine}
@@ -984,6 +1002,9 @@ func (b *blockCheck) tensors(v *blockView) {
 	// SGLang, whose DFlash draft uses the target's embedding and head, the
 	// draft's own.
 	dropped := func(name string) bool {
+		if b.m == blockDSpark && v.engine == SGLang {
+			return b.sglangDSparkDrops(name)
+		}
 		switch name {
 		case "t2d", "mask_embedding":
 			return true
@@ -1007,8 +1028,11 @@ func (b *blockCheck) tensors(v *blockView) {
 		if v.engine == VLLM && b.m == blockDSpark && strings.HasPrefix(name, "confidence_head.") {
 			return what + ": vLLM's Qwen3DSparkForCausalLM.load_weights drops confidence_head.* without a word when enable_confidence_head is false or absent, so the scheduler has no confidence head"
 		}
-		if v.engine == VLLM {
+		switch {
+		case v.engine == VLLM:
 			return what + ": vLLM refuses the checkpoint (AutoWeightsLoader raises \"There is no module or parameter named ...\")"
+		case b.m == blockDSpark:
+			return what + ": SGLang's Qwen3DSparkModel refuses the checkpoint (resolve_qwen3_dspark_weight raises for a name it has no destination for)"
 		}
 		return what + ": SGLang skips it without a word (DFlashDraftModel.load_weights ignores names it has no parameter for)"
 	}
@@ -1016,8 +1040,11 @@ func (b *blockCheck) tensors(v *blockView) {
 		VLLM:   "vLLM's AutoWeightsLoader loads the names the file has and never asks for those it lacks, so the parameter keeps its initial value",
 		SGLang: "SGLang's DFlashDraftModel.load_weights loads the names the file has and never asks for those it lacks, so the parameter keeps its initial value",
 	}[v.engine]
+	if v.engine == SGLang && b.m == blockDSpark {
+		missing = "SGLang's Qwen3DSparkModel.load_weights refuses a checkpoint that leaves a parameter without a weight"
+	}
 	b.c.compare(es, b.w, wants, rename, unused, missing)
-	if v.engine == SGLang {
+	if v.engine == SGLang && b.m == blockDFlash {
 		for _, n := range []string{"embed_tokens.weight", "lm_head.weight", "d2t"} {
 			if _, ok := b.w.infos[n]; !ok {
 				continue

@@ -11,11 +11,10 @@ import (
 //   - native (DeepSpec's save_pretrained, architectures Qwen3DSparkModel,
 //     top-level target_layer_ids counting layer outputs, markov_rank,
 //     markov_head_type, enable_confidence_head, confidence_head_with_markov):
-//     vLLM (model_executor/models/qwen3_dspark.py Qwen3DSparkForCausalLM).
-//     SGLang parses the config with the DFlash parser
-//     (dflash_utils.py parse_dflash_draft_config, which reads the top-level
-//     target_layer_ids, block_size and mask_token_id), so those are checked
-//     for it; its DSpark model class was not read (methods.md section 4).
+//     vLLM (model_executor/models/qwen3_dspark.py Qwen3DSparkForCausalLM)
+//     and SGLang (python/sglang/srt/models/qwen3_dspark.py Qwen3DSparkModel,
+//     driven by speculative/dspark_worker_v2.py DSparkWorkerV2; read at
+//     sgl-project/sglang 2dd29f7 and 028b6e6, recent and still changing).
 //   - speculators (speculators_model_type dspark): vLLM, through
 //     update_dspark.
 //
@@ -55,6 +54,14 @@ func dsparkHeadOf(cfg object) dsparkHead {
 
 // dsparkConfig checks the DSpark keys engine v reads.
 func (b *blockCheck) dsparkConfig(v *blockView) {
+	if v.engine == SGLang {
+		for _, n := range b.w.sortedNames() {
+			if b.sglangDSparkDrops(n) {
+				b.c.add(Error, []Engine{SGLang}, b.w.file, n, "a trained DSpark head SGLang's Qwen3DSparkModel does not build (markov_rank 0 or enable_confidence_head false): it drops the tensor with only a log line")
+			}
+		}
+		return
+	}
 	if v.engine != VLLM {
 		return
 	}
@@ -119,7 +126,20 @@ func (b *blockCheck) dsparkConfig(v *blockView) {
 // with enable_confidence_head, confidence_head.proj a Linear(H (+ r with
 // confidence_head_with_markov), 1) with bias (DSparkConfidenceHead).
 func (b *blockCheck) dsparkWants(v *blockView, wants map[string]want) {
-	if v.engine != VLLM {
+	if v.engine == SGLang {
+		// Qwen3DSparkModel builds its own embedding and lm_head over
+		// vocab_size, and both heads over vocab_size, only when enabled.
+		wants["embed_tokens.weight"] = want{shape: []int{v.g.V, v.g.H}, why: "vocab_size, hidden_size (SGLang's Qwen3DSparkModel owns its embedding)"}
+		wants["lm_head.weight"] = want{shape: []int{v.g.V, v.g.H}, why: "vocab_size, hidden_size (SGLang's Qwen3DSparkModel owns its lm_head)"}
+		h := dsparkHeadOf(b.top)
+		if h.rank > 0 {
+			wants["markov_head.markov_w1.weight"] = want{shape: []int{v.g.V, h.rank}, why: fmt.Sprintf("vocab_size %d, markov_rank %d", v.g.V, h.rank)}
+			wants["markov_head.markov_w2.weight"] = want{shape: []int{v.g.V, h.rank}, why: fmt.Sprintf("vocab_size %d, markov_rank %d", v.g.V, h.rank)}
+		}
+		if h.confidence && h.rank > 0 {
+			wants["confidence_head.proj.weight"] = want{shape: []int{1, v.g.H + h.rank}, why: fmt.Sprintf("hidden_size %d + markov_rank %d (SGLang's confidence head always takes the Markov embedding)", v.g.H, h.rank)}
+			wants["confidence_head.proj.bias"] = want{shape: []int{1}, why: "the confidence head's bias"}
+		}
 		return
 	}
 	h := dsparkHeadOf(b.flat())
@@ -147,4 +167,59 @@ func isDSparkName(name string) bool {
 // declaresDSpark reports whether a config declares a DSpark draft.
 func declaresDSpark(cfg object) bool {
 	return cfg.str("speculators_model_type") == "dspark" || slices.Contains(cfg.strs("architectures"), "Qwen3DSparkModel")
+}
+
+// sglangDSparkView fills v as SGLang's Qwen3DSparkModel reads a native
+// config (Qwen3DSparkBackbone.__init__): head_dim, target_layer_ids,
+// block_size, num_hidden_layers and mask_token_id are required at the top
+// level (a dflash_config is not read); fc is [H, len(target_layer_ids) x H].
+// DSparkWorkerV2 runs the model's block_size as the number of drafts after
+// the anchor (verify stride block_size + 1): DeepSpec's sample-from-anchor
+// layout. How the worker maps target_layer_ids to the target's capture
+// points was not read, so the ids themselves are not compared for SGLang.
+func (b *blockCheck) sglangDSparkView(v *blockView) {
+	es := []Engine{SGLang}
+	for _, k := range []string{"head_dim", keyTargetLayerIDs, keyBlockSize, keyMaskTokenID} {
+		if !b.top.has(k) {
+			b.c.add(Error, es, b.cfgPath, k, "absent: SGLang's Qwen3DSparkModel refuses the config (Qwen3DSparkBackbone requires it at the top level)")
+		}
+	}
+	ids, _ := b.top.ints(keyTargetLayerIDs)
+	v.fcWidth, v.features = v.g.H, len(ids)
+	v.idsKey, v.idsKnown, v.idsUnverified = keyTargetLayerIDs, true, true
+	if n, ok := integer(b.top[keyBlockSize]); ok {
+		v.block, v.blockKey = n, keyBlockSize
+	}
+	if n, ok := integer(b.top[keyMaskTokenID]); ok {
+		v.mask, v.maskKey = n, keyMaskTokenID
+	}
+	v.causal, v.causalWhy = sglangCausal(b.top, v.g.layers)
+	v.shiftedKnown, v.shifted = true, true
+	v.shiftedWhy = "SGLang's DSparkWorkerV2 drafts block_size tokens after the anchor and verifies anchor + block_size (DeepSpec's layout)"
+	h := dsparkHeadOf(b.top)
+	if h.confidence && (h.rank <= 0 || b.top.has("confidence_head_with_markov") && !h.withMk) {
+		b.c.add(Error, es, b.cfgPath, "enable_confidence_head", fmt.Sprintf("true with markov_rank %d and confidence_head_with_markov %v: SGLang's Qwen3DSparkModel refuses it (DSparkWorkerV2 always feeds the confidence head the Markov embedding)", h.rank, h.withMk))
+	}
+	msg := "SGLang's DSparkWorkerV2: how it maps target_layer_ids to the target's capture points was not read, so the ids are compared only by count"
+	if b.ids != nil {
+		msg += fmt.Sprintf("; the export describes hidden_states %v (%s)", b.ids, b.idsFrom)
+	}
+	msg += "; the worker read (sgl-project/sglang 028b6e6) also replaces the draft's embed_tokens and lm_head with the target's, which is the same drafter only when they are the target's frozen copies"
+	b.c.add(Note, es, b.cfgPath, keyTargetLayerIDs, msg)
+}
+
+// sglangDSparkDrops reports whether SGLang's Qwen3DSparkModel drops a
+// tensor before looking for its parameter: a Markov tensor when
+// markov_rank is 0, a confidence tensor when enable_confidence_head is
+// false (resolve_qwen3_dspark_weight's drop reasons). dsparkConfig reports
+// those as trained heads the engine does not run.
+func (b *blockCheck) sglangDSparkDrops(name string) bool {
+	h := dsparkHeadOf(b.top)
+	switch {
+	case strings.HasPrefix(name, "markov_head."):
+		return h.rank <= 0
+	case strings.HasPrefix(name, "confidence_head."):
+		return !h.confidence
+	}
+	return false
 }
