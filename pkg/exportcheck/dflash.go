@@ -171,7 +171,42 @@ func checkBlockDrafter(c *checker, m blockMethod, speculatorsLayout bool) {
 			b.dsparkConfig(v)
 		}
 		b.tensors(v)
+		b.effective(v)
 	}
+}
+
+// effective notes what engine v runs, in one line: the feature layers as
+// hidden_states indices, fc's width, the block, the mask token, the
+// intra-block attention per layer and the label layout.
+func (b *blockCheck) effective(v *blockView) {
+	if v.engine == TRTLLM {
+		return // noted by the view: not verified
+	}
+	ids := "an unverified mapping of " + v.idsKey
+	switch {
+	case !v.idsUnverified && v.ids != nil:
+		ids = fmt.Sprintf("%v (from %s)", v.ids, v.idsKey)
+	case !v.idsUnverified:
+		ids = "a default nothing here records (" + v.idsKey + " absent)"
+	}
+	block := "not read from the config"
+	if v.block > 0 {
+		block = fmt.Sprintf("%d (%s)", v.block, v.blockKey)
+	}
+	mask := "none"
+	if v.maskKey != "" {
+		mask = fmt.Sprintf("%d (%s)", v.mask, v.maskKey)
+	}
+	attn := make([]string, len(v.causal))
+	for i, c := range v.causal {
+		attn[i] = causalWord(c)
+	}
+	labels := "unverified"
+	if v.shiftedKnown {
+		labels = labelName(v.shifted)
+	}
+	b.c.add(Note, []Engine{v.engine}, b.cfgPath, "", fmt.Sprintf("effective: captures hidden_states %s into fc [%d, %d x %d]; block %s; mask token %s; block attention per layer [%s]; %s",
+		ids, v.g.H, v.features, v.fcWidth, block, mask, strings.Join(attn, " "), labels))
 }
 
 // blockCheck is the state of one block drafter check.
@@ -622,6 +657,9 @@ func (b *blockCheck) vllmView(v *blockView, cfg object) {
 	}
 	if id, key, ok := firstInt(dc, cfg, keyMaskTokenID); ok {
 		v.mask, v.maskKey = id, key
+		if b.speculators {
+			v.maskKey = keyMaskTokenID // the key as the export spells it
+		}
 	}
 	v.causal = make([]bool, v.g.layers)
 	types := cfg.strs(keyLayerTypes)

@@ -363,6 +363,8 @@ func TestMaskTokenID(t *testing.T) {
 	caught(t, check(t, dir), VLLM, "mask_token_id", "records mask_token_id 15")
 	dir = blockExport(t, t.TempDir(), dflashSpecsL, func(cfg map[string]any, _ map[string][]int) { delete(cfg, "mask_token_id") })
 	caught(t, check(t, dir), VLLM, "mask_token_id", "KeyError")
+	dir = blockExport(t, t.TempDir(), dflashSpecsL, func(cfg map[string]any, _ map[string][]int) { cfg["mask_token_id"] = -1 })
+	caught(t, check(t, dir), VLLM, "mask_token_id", "-1 is outside the vocabulary")
 }
 
 func TestBlockSizeMissing(t *testing.T) {

@@ -93,6 +93,7 @@ func (b *blockCheck) dsparkConfig(v *blockView) {
 		b.c.add(Note, es, b.cfgPath, "enable_confidence_head", "vLLM builds whose update_dspark copies only markov_rank and markov_head_type (the speculators translation as read) build no confidence head from this config and drop its weights without a word; drafting is unaffected, scheduling by confidence is not available")
 	}
 	if b.speculators {
+		b.c.add(Note, es, b.cfgPath, "speculators_model_type", "dspark: vLLM builds whose update_dspark sets architectures DSparkDraftModel (the speculators translation as read) resolve it in the model registry to the DeepSeek-V4 DSpark class, not Qwen3DSparkModel; serve the native layout, or a build whose update_dspark writes Qwen3DSparkModel")
 		switch v, present := b.top[keySampleFromAnchor]; {
 		case !present || v == nil:
 			b.c.add(Error, es, b.cfgPath, keySampleFromAnchor, "absent: vLLM builds disagree on the default (update_dspark: true since vLLM #48639, a hard-coded bonus anchor before it, false in some patched builds); write it")
