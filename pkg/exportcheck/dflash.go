@@ -157,6 +157,7 @@ func checkBlockDrafter(c *checker, m blockMethod, speculatorsLayout bool) {
 	}
 	b.describe()
 	b.formatBlockSize()
+	b.formatTargetLayers()
 	for _, e := range c.engines {
 		v := b.view(e)
 		if v == nil {
@@ -873,6 +874,20 @@ func offBy(got, want []int) int {
 		}
 	}
 	return d
+}
+
+// formatTargetLayers compares the config's num_target_layers (SGLang's
+// target layer count for its default ids and range check; z-lab's for its
+// default ids) with the target's layer count drafter.json records.
+func (b *blockCheck) formatTargetLayers() {
+	L := b.c.prov.targetLayers()
+	if L == 0 {
+		return
+	}
+	n, key, ok := firstInt(b.top.obj(keyDFlashConfig), b.top, keyNumTargetLayers)
+	if ok && n != L {
+		b.c.add(Error, b.c.engines, b.cfgPath, key, fmt.Sprintf("%d, but %s records a target of %d layers: SGLang and z-lab derive the default ids and SGLang bounds them by this count", n, b.c.prov.path, L))
+	}
 }
 
 // formatBlockSize checks where the export writes its block size, for every

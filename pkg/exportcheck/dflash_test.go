@@ -324,6 +324,12 @@ func TestNumTargetLayersAbsentForSGLang(t *testing.T) {
 	caught(t, r, SGLang, "dflash_config.target_layer_ids", "outside [0, 2)")
 }
 
+func TestNumTargetLayersAgainstDrafterJSON(t *testing.T) {
+	dir := blockExport(t, t.TempDir(), dflashNativeL, func(cfg map[string]any, _ map[string][]int) { cfg["num_target_layers"] = 36 })
+	withProvenance(t, dir, dflashNativeL, nil)
+	caught(t, check(t, dir), SGLang, "num_target_layers", "36", "records a target of 8 layers")
+}
+
 func TestDeepSpecEmbeddingID(t *testing.T) {
 	// DeepSpec allows -1 (the embedding output, hidden_states 0): vLLM
 	// captures hidden_states 0 as trained.
