@@ -433,6 +433,12 @@ func (b *blockCheck) describe() {
 		}
 		b.causalFrom = "layer_types (sliding layers causal, full layers bidirectional)"
 		switch {
+		case flat["is_causal"] != nil:
+			// What vLLM (and drafter's own exporters) read first.
+			for i := range b.causal {
+				b.causal[i] = truthy(flat["is_causal"])
+			}
+			b.causalFrom = "is_causal"
 		case b.speculators && truthy(b.top[keyNonCausal]):
 			for i := range b.causal {
 				b.causal[i] = false

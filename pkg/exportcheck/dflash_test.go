@@ -434,6 +434,14 @@ func TestCausalFlagAgainstDrafterJSON(t *testing.T) {
 	})
 	withProvenance(t, dir, dflashNativeL, nil)
 	caught(t, check(t, dir), VLLM, "dflash_config.causal", "runs layer 0's block attention causal", "describes bidirectional")
+	// is_causal, read first by vLLM and ignored by SGLang, states the
+	// export's mask without drafter.json.
+	dir = blockExport(t, t.TempDir(), dflashNativeL, func(cfg map[string]any, _ map[string][]int) { cfg["is_causal"] = true })
+	r = check(t, dir)
+	caught(t, r, SGLang, "dflash_config.causal", "bidirectional", "describes causal (is_causal)")
+	if slices.ContainsFunc(r.Findings, func(f Finding) bool { return f.Level == Error && slices.Contains(f.Engines, VLLM) }) {
+		t.Fatalf("vLLM reads is_causal:\n%s", strings.Join(r.Lines(), "\n"))
+	}
 	// Speculators: sliding_window_non_causal false (the speculators
 	// default) makes vLLM's update_dflash write causal for every layer.
 	for _, layout := range []string{dflashSpecsL, dsparkSpecsL} {
