@@ -958,6 +958,9 @@ func (b *blockCheck) maskToken(v *blockView) {
 	if b.speculators || b.m == blockDSpark && !b.top.obj(keyDFlashConfig).has(keyMaskTokenID) {
 		key = keyMaskTokenID
 	}
+	if v.maskKey == "" && v.engine == SGLang && b.m == blockDSpark {
+		return // refused: reported by the view
+	}
 	if v.maskKey == "" {
 		msg := map[Engine]string{
 			VLLM:   "absent: vLLM's DFlash model has no mask token id to feed the masked slots (and update_dflash raises KeyError on a speculators config without it)",
@@ -968,7 +971,7 @@ func (b *blockCheck) maskToken(v *blockView) {
 		return
 	}
 	if v.mask < 0 || v.mask >= v.g.V {
-		b.c.add(Error, es, b.cfgPath, v.maskKey, fmt.Sprintf("%d is outside the vocabulary [0, %d): the engine embeds the masked slots with the target's embedding row of this id", v.mask, v.g.V))
+		b.c.add(Error, es, b.cfgPath, v.maskKey, fmt.Sprintf("%d is outside the vocabulary [0, %d): the engine embeds the masked slots with the embedding row of this id", v.mask, v.g.V))
 	}
 	if p := b.c.prov; p != nil {
 		if n, ok := integer(p.o[keyMaskTokenID]); ok && n != v.mask {
