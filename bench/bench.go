@@ -660,7 +660,7 @@ func randomSamples(n, t, h, v int, seed uint64) *dataset.Memory {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	ds := &dataset.Memory{H: h}
 	for i := range n {
-		s := dataset.Sample{Tokens: make([]int32, t), LossMask: make([]bool, t), Final: randomF32(t*h, seed+uint64(4*i)+1, 1)}
+		s := dataset.Sample{Tokens: make([]int32, t), LossMask: make([]bool, t), Final: randomF32(t*h, seed+uint64(4*i)+1, 1), Features: make([][]float32, deagle3.Features)}
 		for c := range s.Features {
 			s.Features[c] = randomF32(t*h, seed+uint64(4*i+c)+2, 1)
 		}
