@@ -4,6 +4,7 @@ package methods
 
 import (
 	"github.com/drafter-ai/drafter/pkg/drafters"
+	"github.com/drafter-ai/drafter/pkg/drafters/dflash"
 	"github.com/drafter-ai/drafter/pkg/drafters/eagle3"
 	"github.com/drafter-ai/drafter/pkg/drafters/medusa"
 )
@@ -14,5 +15,6 @@ func All() []drafters.Method {
 	return []drafters.Method{
 		medusa.Method{},
 		eagle3.Method{},
+		dflash.Method{},
 	}
 }
