@@ -69,7 +69,8 @@ func TestTrainAndEvalStories260k(t *testing.T) {
 	}
 	defer tg.Close()
 	o := dflash.DefaultOptions()
-	o.Epochs, o.Seed, o.LogEvery = 4, 1, 0
+	// Two layers and 64 anchors keep the run short.
+	o.Epochs, o.Seed, o.LogEvery, o.DraftLayers, o.Anchors = 4, 1, 0, 2, 64
 	cols, err := o.Columns(tg.Config)
 	if err != nil {
 		t.Fatal(err)
