@@ -96,21 +96,27 @@ func TestTrainAndEvalStories260k(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	exp := filepath.Join(out, dflash.ExportDir)
 	spec := filepath.Join(tmp, "speculators")
 	if err := ddflash.Export(spec, r.Draft, ddflash.ExportOptions{Format: ddflash.FormatSpeculators}); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []struct{ dir, layout string }{{exp, ddflash.FormatNative}, {spec, ddflash.FormatSpeculators}} {
-		layout, err := ddflash.Method{}.Detect(c.dir)
-		if err != nil || layout != c.layout {
-			t.Fatalf("Detect(%s) = %q, %v", c.dir, layout, err)
-		}
-		d, err := ddflash.Method{}.Load(c.dir, layout, tg.Model, nil)
+	// Found as drafter eval finds them: the train output folder (its
+	// drafter.json checked against the export) and a bare speculators
+	// export, through every method's Detect.
+	for _, c := range []struct{ dir, layout string }{{out, ddflash.FormatNative}, {spec, ddflash.FormatSpeculators}} {
+		info, err := eval.Detect(c.dir)
 		if err != nil {
 			t.Fatal(err)
 		}
-		rep, err := eval.Run(context.Background(), tg.Model, eval.NewDrafter(d), prompts,
+		if info.Kind != ddflash.Kind || info.Layout != c.layout {
+			t.Fatalf("eval.Detect(%s) found %s in the %s layout", c.dir, info.Kind, info.Layout)
+		}
+		d, err := eval.LoadDrafter(info, tg.Model)
+		if err != nil {
+			t.Fatal(err)
+		}
+		layout := info.Layout
+		rep, err := eval.Run(context.Background(), tg.Model, d, prompts,
 			eval.Config{Mode: eval.ModeChain, MaxNewTokens: 64, EOS: tg.Stop})
 		if err != nil {
 			t.Fatal(err)
