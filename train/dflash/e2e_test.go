@@ -14,6 +14,7 @@ import (
 	"github.com/drafter-ai/drafter/internal/testutil"
 	ddflash "github.com/drafter-ai/drafter/pkg/drafters/dflash"
 	"github.com/drafter-ai/drafter/pkg/generate"
+	"github.com/drafter-ai/drafter/pkg/sample"
 	"github.com/drafter-ai/drafter/pkg/target"
 	"github.com/drafter-ai/drafter/train"
 	"github.com/drafter-ai/drafter/train/dflash"
@@ -127,6 +128,21 @@ func TestTrainAndEvalStories260k(t *testing.T) {
 		t.Logf("%s: T=0 chain of %d: mean acceptance length %.3f over %d prompts", layout, o.BlockSize-1, rep.MeanAcceptLength, len(prompts))
 		if rep.MeanAcceptLength < 1.5 {
 			t.Errorf("%s: mean acceptance length %.3f: the trained drafter barely drafts", layout, rep.MeanAcceptLength)
+		}
+		if layout != ddflash.FormatNative {
+			continue
+		}
+		// Sampled: drafts drawn from each slot's distribution, verified by
+		// speculative sampling with those rows (no token-for-token check
+		// applies; the run must complete and accept drafts).
+		rep, err = eval.Run(context.Background(), tg.Model, d, prompts,
+			eval.Config{Mode: eval.ModeChain, MaxNewTokens: 64, EOS: tg.Stop, Sampling: sample.Params{Temperature: 1}, Seed: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: T=1 chain of %d: mean acceptance length %.3f (%s)", layout, o.BlockSize-1, rep.MeanAcceptLength, rep.Acceptance)
+		if rep.MeanAcceptLength <= 1 {
+			t.Errorf("%s at T=1: mean acceptance length %.3f", layout, rep.MeanAcceptLength)
 		}
 	}
 }
