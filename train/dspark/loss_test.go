@@ -185,11 +185,21 @@ func TestHeadsAndLossGradients(t *testing.T) {
 				}
 			}
 		}
-		check("do", do, o64, func(v []float64) ([]float64, []float64, []float64, []float64, []float64) { return v, w164, w264, wc64, bc64 })
-		check("dW1", dW1, w164, func(v []float64) ([]float64, []float64, []float64, []float64, []float64) { return o64, v, w264, wc64, bc64 })
-		check("dW2", dW2, w264, func(v []float64) ([]float64, []float64, []float64, []float64, []float64) { return o64, w164, v, wc64, bc64 })
-		check("dWc", dWc, wc64, func(v []float64) ([]float64, []float64, []float64, []float64, []float64) { return o64, w164, w264, v, bc64 })
-		check("dbc", dbc, bc64, func(v []float64) ([]float64, []float64, []float64, []float64, []float64) { return o64, w164, w264, wc64, v })
+		check("do", do, o64, func(v []float64) ([]float64, []float64, []float64, []float64, []float64) {
+			return v, w164, w264, wc64, bc64
+		})
+		check("dW1", dW1, w164, func(v []float64) ([]float64, []float64, []float64, []float64, []float64) {
+			return o64, v, w264, wc64, bc64
+		})
+		check("dW2", dW2, w264, func(v []float64) ([]float64, []float64, []float64, []float64, []float64) {
+			return o64, w164, v, wc64, bc64
+		})
+		check("dWc", dWc, wc64, func(v []float64) ([]float64, []float64, []float64, []float64, []float64) {
+			return o64, w164, w264, v, bc64
+		})
+		check("dbc", dbc, bc64, func(v []float64) ([]float64, []float64, []float64, []float64, []float64) {
+			return o64, w164, w264, wc64, v
+		})
 		// The gradients must not be trivially zero where the reference's are not.
 		var n float64
 		for _, v := range dW1 {
