@@ -386,7 +386,7 @@ func (r *runner) forwardRows(ctx context.Context) error {
 // featureLayers returns the hidden_states indices drafter distill stores by
 // default (the EAGLE-3 feature layers) and the model taps it captures.
 func (r *runner) featureLayers() ([]int, []int, error) {
-	layers, err := distill.Layers(r.cfg.EAGLE3DraftLayers(), r.m.NumLayers(), nil)
+	layers, err := distill.Layers(r.cfg, r.m.NumLayers(), nil)
 	if err != nil {
 		return nil, nil, fmt.Errorf("bench: %w", err)
 	}
@@ -643,7 +643,7 @@ func (r *runner) trainRows(ctx context.Context) error {
 	}
 	ec := eagle3.DefaultConfig()
 	ec.BatchTokens, ec.MaxLength, ec.Seed = o.TrainTokens, o.TrainTokens, o.Seed
-	layers := cfg.EAGLE3DraftLayers()
+	layers := deagle3.DefaultLayers(cfg.NumLayers)
 	ec.Export.LayerIDs = layers[:] // as eagle3.Options.Train fills them in
 	g := deagle3.TargetGeometry(cfg, 0)
 	if rate, err = eagle3.StepRate(ec, g, embed, lmHead, ds, dev, 1, o.TrainSteps); err != nil {
@@ -660,7 +660,7 @@ func randomSamples(n, t, h, v int, seed uint64) *dataset.Memory {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	ds := &dataset.Memory{H: h}
 	for i := range n {
-		s := dataset.Sample{Tokens: make([]int32, t), LossMask: make([]bool, t), Final: randomF32(t*h, seed+uint64(4*i)+1, 1)}
+		s := dataset.Sample{Tokens: make([]int32, t), LossMask: make([]bool, t), Final: randomF32(t*h, seed+uint64(4*i)+1, 1), Features: make([][]float32, deagle3.Features)}
 		for c := range s.Features {
 			s.Features[c] = randomF32(t*h, seed+uint64(4*i+c)+2, 1)
 		}

@@ -38,6 +38,10 @@ type Manifest struct {
 	Layers []int `json:"layers"`
 	// FinalNorm tells whether the final_norm column is present.
 	FinalNorm bool `json:"final_norm"`
+	// Serves names the drafter methods whose default training reads only
+	// states this capture holds (methods.Serves when it was made); drafter
+	// train names the layers to capture for any other.
+	Serves []string `json:"serves,omitempty"`
 	// Columns are the state column names in storage order.
 	Columns []string `json:"columns"`
 	// LayerConvention states what the indices and names mean (the LayerConvention constant).

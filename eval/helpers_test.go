@@ -221,7 +221,7 @@ func trainDrafters(t *testing.T) (tr trained) {
 			mask[i] = i >= len(p.Tokens)
 		}
 		mem.Samples = append(mem.Samples, dataset.Sample{Tokens: toks, LossMask: mask, Final: states[0],
-			Features: [3][]float32{slices.Clone(states[slot[0]]), slices.Clone(states[slot[1]]), slices.Clone(states[slot[2]])}})
+			Features: [][]float32{slices.Clone(states[slot[0]]), slices.Clone(states[slot[1]]), slices.Clone(states[slot[2]])}})
 	}
 	root, err := os.MkdirTemp("", "drafter-eval-test-")
 	if err != nil {

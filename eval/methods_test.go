@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/drafter-ai/drafter/pkg/checkpoint"
 	"github.com/drafter-ai/drafter/pkg/drafters"
 	deagle3 "github.com/drafter-ai/drafter/pkg/drafters/eagle3"
 	dmedusa "github.com/drafter-ai/drafter/pkg/drafters/medusa"
@@ -41,6 +42,9 @@ const fakeKind drafters.Kind = "fake"
 func (fakeMethod) Kind() drafters.Kind { return fakeKind }
 func (fakeMethod) Layouts() []string   { return []string{"plain", "fancy"} }
 func (fakeMethod) Wants() string       { return "fake drafters (fake.plain or fake.fancy)" }
+func (fakeMethod) Capture(*checkpoint.Config) drafters.CaptureNeeds {
+	return drafters.CaptureNeeds{FinalNorm: true}
+}
 
 func (fakeMethod) Detect(dir string) (string, error) {
 	for _, l := range []string{"plain", "fancy"} {

@@ -14,7 +14,6 @@ import (
 
 	"github.com/drafter-ai/drafter/capture"
 	"github.com/drafter-ai/drafter/train/dataset"
-	"github.com/drafter-ai/drafter/train/eagle3"
 )
 
 // DataDir is one capture directory as checked by CheckData.
@@ -38,6 +37,25 @@ type Needs struct {
 	// --layers (for the error message).
 	Layers         []int
 	LayersFromFlag bool
+	// LayerName names feature layer c in error messages (EAGLE-3: "low",
+	// "mid", "high"); nil numbers them.
+	LayerName func(c int) string
+}
+
+// ordinal names feature layer c by its position: "1st", "2nd", ...
+func ordinal(c int) string {
+	n := c + 1
+	switch {
+	case n%100 >= 11 && n%100 <= 13:
+		return strconv.Itoa(n) + "th"
+	case n%10 == 1:
+		return strconv.Itoa(n) + "st"
+	case n%10 == 2:
+		return strconv.Itoa(n) + "nd"
+	case n%10 == 3:
+		return strconv.Itoa(n) + "rd"
+	}
+	return strconv.Itoa(n) + "th"
 }
 
 // CheckData reads the manifest of every capture directory and checks it
@@ -84,13 +102,17 @@ func CheckData(dirs []string, fingerprint string, hidden int, need Needs) ([]Dat
 			if slices.Contains(m.Layers, k) {
 				continue
 			}
-			src := "the target's default EAGLE-3 feature layers"
+			src := "the target's default " + need.Method + " feature layers"
 			if need.LayersFromFlag {
 				src = "--layers " + joinInts(need.Layers)
 			}
+			name := need.LayerName
+			if name == nil {
+				name = ordinal
+			}
 			return nil, fmt.Errorf("train: capture %s has no %s column: Hugging Face hidden_states index %d, the %s %s feature layer from %s, was not captured; "+
-				"it was distilled with --layers %s (columns: %s). Train with --layers naming 3 captured indices, or capture again with --layers %s",
-				dir, capture.ColumnName(k), k, eagle3.FeatureName(c), need.Method, src, joinInts(m.Layers), columnList(m), joinInts(uniq(need.Layers)))
+				"it was distilled with --layers %s (columns: %s). Train with --layers naming %d captured indices, or capture again with --layers %s",
+				dir, capture.ColumnName(k), k, name(c), need.Method, src, joinInts(m.Layers), columnList(m), len(need.Layers), joinInts(uniq(need.Layers)))
 		}
 		if len(out) > 0 {
 			if err := sameLayout(out[0], DataDir{Dir: dir, Manifest: m}); err != nil {
@@ -446,12 +468,13 @@ func uniq(v []int) []int {
 	return out
 }
 
-// CaptureData adapts a capture.Dataset to train/dataset.Dataset for both
-// trainers: tokens, loss mask, the final_norm state and, when built with
-// feature layers, the three EAGLE-3 features. It keeps no per-call state, so it
+// CaptureData adapts a capture.Dataset to train/dataset.Dataset for every
+// trainer: tokens, loss mask, the final_norm state and, when built with
+// feature layers, the method's feature layers in its order. It keeps no per-call state, so it
 // is safe for concurrent use as capture.Dataset is; each call fills the
 // caller's buffers, reallocating only when they are too small. A feature layer
-// repeated in the fusion (small models: 2, 2, 2) is converted once and copied.
+// repeated in the list (EAGLE-3 on small models: 2, 2, 2) is converted once
+// and copied.
 type CaptureData struct {
 	ds *capture.Dataset
 	// order maps the trainers' sample index to the dataset's (sampleOrder);
@@ -459,13 +482,13 @@ type CaptureData struct {
 	order    []int
 	final    int
 	features bool
-	cols     [3]int
-	alias    [3]int // alias[c] < c: feature c is the same column as feature alias[c]
+	cols     []int
+	alias    []int // alias[c] < c: feature c is the same column as feature alias[c]
 }
 
 // NewCaptureData wraps ds, which must hold the final_norm column and, when
-// layers is not nil, hidden_<k> for each of its 3 Hugging Face hidden_states
-// indices (low, mid, high).
+// layers is not nil, hidden_<k> for each of its Hugging Face hidden_states
+// indices, in the order the method reads them.
 func NewCaptureData(ds *capture.Dataset, layers []int) (*CaptureData, error) {
 	d := &CaptureData{ds: ds}
 	var err error
@@ -475,13 +498,14 @@ func NewCaptureData(ds *capture.Dataset, layers []int) (*CaptureData, error) {
 	if layers == nil {
 		return d, nil
 	}
-	if len(layers) != 3 {
-		return nil, fmt.Errorf("train: %d feature layers given, EAGLE-3 fuses 3 (low, mid, high)", len(layers))
+	if len(layers) == 0 {
+		return nil, fmt.Errorf("train: an empty list of feature layers")
 	}
 	d.features = true
+	d.cols, d.alias = make([]int, len(layers)), make([]int, len(layers))
 	for c, k := range layers {
 		if d.cols[c], err = ds.ColumnIndex(capture.ColumnName(k)); err != nil {
-			return nil, fmt.Errorf("train: eagle3 %s feature layer (hidden_states index %d): %w", eagle3.FeatureName(c), k, err)
+			return nil, fmt.Errorf("train: feature layer %d of %d (hidden_states index %d): %w", c+1, len(layers), k, err)
 		}
 		d.alias[c] = c
 		for j := 0; j < c; j++ {
@@ -524,16 +548,17 @@ func (d *CaptureData) Sample(i int, dst *dataset.Sample, what dataset.Fields) er
 	if what.Has(dataset.Final) {
 		dst.Final = d.ds.State(i, d.final, dst.Final)
 	}
+	if !what.Has(dataset.Features) {
+		dst.ClearFeatures()
+		return nil
+	}
+	dst.ResizeFeatures(len(d.cols))
 	for c := range dst.Features {
-		f := dst.Features[c][:0]
-		if what.Has(dataset.Features) {
-			if a := d.alias[c]; a != c {
-				f = append(f, dst.Features[a]...)
-			} else {
-				f = d.ds.State(i, d.cols[c], f)
-			}
+		if a := d.alias[c]; a != c {
+			dst.Features[c] = append(dst.Features[c], dst.Features[a]...)
+		} else {
+			dst.Features[c] = d.ds.State(i, d.cols[c], dst.Features[c])
 		}
-		dst.Features[c] = f
 	}
 	return nil
 }

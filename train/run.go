@@ -128,7 +128,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	need := Needs{Method: string(m.Kind()), FinalNorm: true, Layers: cols.FeatureLayers, LayersFromFlag: cols.FromFlag}
+	need := Needs{Method: string(m.Kind()), FinalNorm: true, Layers: cols.FeatureLayers, LayersFromFlag: cols.FromFlag, LayerName: cols.LayerName}
 	start := time.Now()
 	td, err := openData(opt.Data, tg.Fingerprint, tg.Config.HiddenSize, need,
 		capture.DatasetOptions{Cache: opt.Cache, Recheck: opt.VerifyData}, cols.FeatureLayers)

@@ -13,6 +13,7 @@ import (
 	"github.com/drafter-ai/drafter/capture"
 	"github.com/drafter-ai/drafter/capture/distill"
 	"github.com/drafter-ai/drafter/internal/testutil"
+	deagle3 "github.com/drafter-ai/drafter/pkg/drafters/eagle3"
 	"github.com/drafter-ai/drafter/pkg/drafters/medusa"
 	"github.com/drafter-ai/drafter/pkg/generate"
 	"github.com/drafter-ai/drafter/pkg/target"
@@ -62,7 +63,7 @@ func (d *distiller) run(out string, shard, n int, change ...func(*distill.Option
 // (the default feature layers and final_norm).
 func (d *distiller) open(entries ...string) (*trainingData, error) {
 	d.t.Helper()
-	layers := d.tg.Config.EAGLE3DraftLayers()
+	layers := deagle3.DefaultLayers(d.tg.Config.NumLayers)
 	need := Needs{Method: "eagle3", FinalNorm: true, Layers: layers[:]}
 	td, err := openData(entries, d.tg.Fingerprint, d.tg.Config.HiddenSize, need, capture.DatasetOptions{}, layers[:])
 	if err == nil {

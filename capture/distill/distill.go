@@ -76,7 +76,9 @@ import (
 
 	"github.com/drafter-ai/drafter/capture"
 	"github.com/drafter-ai/drafter/data"
+	"github.com/drafter-ai/drafter/pkg/checkpoint"
 	"github.com/drafter-ai/drafter/pkg/completions"
+	"github.com/drafter-ai/drafter/pkg/drafters/methods"
 	"github.com/drafter-ai/drafter/pkg/generate"
 	"github.com/drafter-ai/drafter/pkg/model"
 	"github.com/drafter-ai/drafter/pkg/outlock"
@@ -115,8 +117,9 @@ type Options struct {
 	AutoBatch bool
 	// Layers are the Hugging Face hidden_states indices to store (see
 	// capture.LayerConvention: index L is the last layer's output BEFORE
-	// the final norm); nil means drafter's EAGLE-3 defaults (checkpoint.Config.EAGLE3DraftLayers: 2, L/2, L-3 from 7 layers up). The state
-	// after the final norm is always stored as final_norm.
+	// the final norm); nil means every drafter method's default layers
+	// (methods.DefaultLayers). The state after the final norm is always
+	// stored as final_norm.
 	Layers []int
 	// DType is the storage type (default float16).
 	DType capture.DType
@@ -218,17 +221,17 @@ type item struct {
 	budget int
 }
 
-// Layers resolves the layers to store for a model of L layers: the EAGLE-3
-// defaults when layers is nil (duplicates once), else layers sorted and
-// deduplicated. Every index must be in 0..L.
-func Layers(def [3]int, L int, layers []int) ([]int, error) {
+// Layers resolves the layers to store for a target of config c and L
+// layers: when layers is nil, every drafter method's default layers
+// (methods.DefaultLayers), so that the capture trains each method as it
+// defaults; else layers sorted and deduplicated. Every index must be in 0..L.
+func Layers(c *checkpoint.Config, L int, layers []int) ([]int, error) {
 	if layers == nil {
-		layers = def[:]
-		for _, k := range layers {
-			if k < 1 {
-				return nil, fmt.Errorf("the model has %d layers; the EAGLE-3 default layers %v include index %d (the embedding or below); choose --layers", L, def, k)
-			}
+		def, err := methods.DefaultLayers(c)
+		if err != nil {
+			return nil, err
 		}
+		layers = def
 	}
 	out := slices.Clone(layers)
 	sort.Ints(out)
@@ -318,7 +321,7 @@ type plan struct {
 
 // prepare reads the prompts and builds the run's sample list and manifest.
 func prepare(t *target.Target, opt *Options) (*plan, error) {
-	layers, err := Layers(t.Config.EAGLE3DraftLayers(), t.Model.NumLayers(), opt.Layers)
+	layers, err := Layers(t.Config, t.Model.NumLayers(), opt.Layers)
 	if err != nil {
 		return nil, fmt.Errorf("distill: --layers: %w", err)
 	}
@@ -429,9 +432,27 @@ func runManifest(t *target.Target, opt *Options, layers []int, st generate.Setti
 	man := capture.Manifest{
 		ModelFingerprint: t.Fingerprint, Layers: layers, FinalNorm: true, DType: opt.DType, HiddenSize: m.HiddenSize(),
 		TokenizerHash: t.TokenizerHash, ChatTemplateHash: t.TemplateHash(), Generation: genDesc, Seed: int64(opt.Seed),
-		PromptFileHash: promptHash, Args: args,
+		PromptFileHash: promptHash, Args: args, Serves: serves(t.Config, layers),
 	}
 	return man, nil
+}
+
+// serves names the methods a capture of layers and the final-norm state
+// trains with their default settings.
+func serves(c *checkpoint.Config, layers []int) []string {
+	var out []string
+	for _, k := range methods.Serves(c, layers, true) {
+		out = append(out, string(k))
+	}
+	return out
+}
+
+// servesText lists the methods a capture serves for a report.
+func servesText(s []string) string {
+	if len(s) == 0 {
+		return "no method with its default layers"
+	}
+	return strings.Join(s, ", ")
 }
 
 // noSampleToGenerate says why a run has no sample at all, which would leave
@@ -789,8 +810,8 @@ func (s *Summary) WriteText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "\n  %d generated tokens in %.1fs: %.0f tokens/s, capture %.1f%% of the time; %s\n",
 		s.Generated, s.Seconds, s.TokensPerSecond(), 100*s.CaptureShare(), s.Settings.Params)
-	fmt.Fprintf(w, "  %d shards, %d rows (%d response tokens), %.1f MiB, %.0f bytes per token, layers %v + final_norm as %s\n",
-		len(m.Shards), m.Totals.Rows, m.Totals.ResponseTokens, float64(m.Totals.Bytes)/(1<<20), m.BytesPerToken, m.Layers, m.DType)
+	fmt.Fprintf(w, "  %d shards, %d rows (%d response tokens), %.1f MiB, %.0f bytes per token, layers %v + final_norm as %s; trains %s\n",
+		len(m.Shards), m.Totals.Rows, m.Totals.ResponseTokens, float64(m.Totals.Bytes)/(1<<20), m.BytesPerToken, m.Layers, m.DType, servesText(m.Serves))
 }
 
 func response(t *target.Target, it *item, d generate.Done) *Response {

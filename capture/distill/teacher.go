@@ -84,8 +84,8 @@ func Capture(ctx context.Context, t *target.Target, opt CaptureOptions) (*Summar
 	sum.Seconds = time.Since(start).Seconds()
 	sum.CaptureSeconds = sum.Seconds - pf.forward.Seconds()
 	if opt.Progress != nil {
-		fmt.Fprintf(opt.Progress, "capture: %d samples in %s (%d resumed), %d rows (%d loss-masked), %d shards, %.0f bytes per token, %.1fs\n",
-			final.Totals.Samples, opt.Out, sum.Resumed, final.Totals.Rows, final.Totals.ResponseTokens, len(final.Shards), final.BytesPerToken, sum.Seconds)
+		fmt.Fprintf(opt.Progress, "capture: %d samples in %s (%d resumed), %d rows (%d loss-masked), %d shards, %.0f bytes per token, %.1fs; trains %s\n",
+			final.Totals.Samples, opt.Out, sum.Resumed, final.Totals.Rows, final.Totals.ResponseTokens, len(final.Shards), final.BytesPerToken, sum.Seconds, servesText(final.Serves))
 	}
 	return sum, nil
 }
@@ -130,7 +130,7 @@ type capturePlan struct {
 // stops the run unless --skip-invalid counts it.
 func prepareCapture(t *target.Target, opt *CaptureOptions) (*capturePlan, error) {
 	m := t.Model
-	layers, err := Layers(t.Config.EAGLE3DraftLayers(), m.NumLayers(), opt.Layers)
+	layers, err := Layers(t.Config, m.NumLayers(), opt.Layers)
 	if err != nil {
 		return nil, fmt.Errorf("capture: --layers: %w", err)
 	}
@@ -175,7 +175,7 @@ func prepareCapture(t *target.Target, opt *CaptureOptions) (*capturePlan, error)
 	}
 	c.man = capture.Manifest{ModelFingerprint: t.Fingerprint, Layers: layers, FinalNorm: true, DType: opt.DType,
 		HiddenSize: m.HiddenSize(), TokenizerHash: t.TokenizerHash, ChatTemplateHash: t.TemplateHash(),
-		Generation: map[string]any{"teacher_forced": true, "raw_pair_eos": eos}, PromptFileHash: hash, Args: args}
+		Generation: map[string]any{"teacher_forced": true, "raw_pair_eos": eos}, PromptFileHash: hash, Args: args, Serves: serves(t.Config, layers)}
 	return c, nil
 }
 

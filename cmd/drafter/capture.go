@@ -87,7 +87,7 @@ func checkLayers(t *target.Target, layers []int) error {
 	if layers == nil {
 		return nil
 	}
-	if _, err := distill.Layers(t.Config.EAGLE3DraftLayers(), t.Model.NumLayers(), layers); err != nil {
+	if _, err := distill.Layers(t.Config, t.Model.NumLayers(), layers); err != nil {
 		return &usageError{fmt.Errorf("--layers: %w", err)}
 	}
 	return nil

@@ -977,30 +977,3 @@ func longRope(f fields, c *Config, key string, s fields) (*RopeScaling, error) {
 	}
 	return r, nil
 }
-
-// EAGLE3Layers returns the Hugging Face hidden_states indices EAGLE-3 reads by default:
-// 2, L/2 and L-3 (integer division), as every engine computes them. Index k >= 1 is the
-// residual stream after decoder layer k-1. For small models indices can repeat (L=5
-// gives 2, 2, 2), and for L < 4 the last is below 1 (the embedding output or
-// negative), which callers must refuse.
-func (c *Config) EAGLE3Layers() [3]int {
-	return [3]int{2, c.NumLayers / 2, c.NumLayers - 3}
-}
-
-// EAGLE3DraftLayers returns the hidden_states indices drafter captures and
-// fuses by default: EAGLE3Layers when they are three distinct indices in
-// [1, L] (every model of 7 layers or more), else low, middle and last: 1,
-// (L+1)/2 and L (index L being the last layer's output before the final
-// norm). On a small model the engines' formula repeats a layer (L=5 gives
-// 2, 2, 2: one feature three times) or leaves the model; on stories260k the
-// distinct layers 1, 3, 5 accepted 0.05-0.13 more in drafter eval. An
-// export whose layers differ from EAGLE3Layers writes them out, so every
-// engine reads the same ones.
-func (c *Config) EAGLE3DraftLayers() [3]int {
-	d := c.EAGLE3Layers()
-	L := c.NumLayers
-	if d[0] >= 1 && d[0] < d[1] && d[1] < d[2] && d[2] <= L {
-		return d
-	}
-	return [3]int{1, (L + 1) / 2, L}
-}

@@ -113,23 +113,6 @@ func TestTensorShapesByHand(t *testing.T) {
 	}
 }
 
-func TestEAGLE3Layers(t *testing.T) {
-	for _, c := range []struct {
-		l     int
-		want  string
-		draft string
-	}{{32, "[2 16 29]", "[2 16 29]"}, {28, "[2 14 25]", "[2 14 25]"}, {7, "[2 3 4]", "[2 3 4]"},
-		{6, "[2 3 3]", "[1 3 6]"}, {5, "[2 2 2]", "[1 3 5]"}} {
-		cfg := &Config{NumLayers: c.l}
-		if got := fmt.Sprint(cfg.EAGLE3Layers()); got != c.want {
-			t.Fatalf("L=%d: %s, want %s", c.l, got, c.want)
-		}
-		if got := fmt.Sprint(cfg.EAGLE3DraftLayers()); got != c.draft {
-			t.Fatalf("L=%d: draft layers %s, want %s", c.l, got, c.draft)
-		}
-	}
-}
-
 // writeConfig writes the llama3_rope fixture with edits applied (a nil value deletes
 // the key) and returns its path.
 func writeConfig(t *testing.T, edit map[string]any) string {

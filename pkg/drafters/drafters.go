@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/drafter-ai/drafter/pkg/checkpoint"
 	"github.com/drafter-ai/drafter/pkg/model"
 	"github.com/drafter-ai/drafter/pkg/sample"
 	"github.com/drafter-ai/drafter/pkg/spec"
@@ -112,6 +113,21 @@ type Method interface {
 	// Shape describes in words the draft a decoding setup (as Configure
 	// returned it) makes, nodes being the most nodes of one draft.
 	Shape(d Decoding, nodes int) string
+	// Capture says what the method trains on by default for a target of
+	// config c: the captures drafter distill makes by default hold the
+	// union of every method's (methods.DefaultLayers).
+	Capture(c *checkpoint.Config) CaptureNeeds
+}
+
+// CaptureNeeds are the captured target states a method's training reads by
+// default, besides the tokens and loss mask every method reads.
+type CaptureNeeds struct {
+	// Layers are Hugging Face hidden_states indices (repeats allowed, in the
+	// order the method fuses them); empty when the method reads none.
+	Layers []int
+	// FinalNorm is whether it reads the last hidden state after the final
+	// norm (every method today: the target's distribution comes from it).
+	FinalNorm bool
 }
 
 // Drafter is a drafter loaded for one target model.

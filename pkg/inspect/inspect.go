@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/drafter-ai/drafter/pkg/checkpoint"
+	deagle3 "github.com/drafter-ai/drafter/pkg/drafters/eagle3"
+	"github.com/drafter-ai/drafter/pkg/drafters/methods"
 	"github.com/drafter-ai/drafter/pkg/filecache"
 	"github.com/drafter-ai/drafter/pkg/fingerprint"
 	"github.com/drafter-ai/drafter/pkg/model"
@@ -58,7 +60,11 @@ type Report struct {
 	TokenizerVocab    int     `json:"tokenizer_vocab"`
 	ChatTemplate      bool    `json:"chat_template"`
 	EAGLE3Layers      [3]int  `json:"eagle3_feature_layers"`
-	Fingerprint       string  `json:"fingerprint"`
+	// CaptureLayers are the hidden_states indices drafter distill captures
+	// by default (every method's default layers); empty when some method's
+	// defaults do not fit the target.
+	CaptureLayers []int  `json:"capture_layers"`
+	Fingerprint   string `json:"fingerprint"`
 	// Fingerprinting says how the fingerprint was obtained: bytes hashed and
 	// the rate, or from the cache.
 	Fingerprinting fingerprint.Stats `json:"fingerprinting"`
@@ -83,8 +89,9 @@ func Inspect(dir string, cache *filecache.Cache) (*Report, error) {
 		AttnSoftcap: c.AttnSoftcap, FinalSoftcap: c.FinalSoftcap,
 		TieWordEmbeddings: c.TieWordEmbeddings,
 		RopeTheta:         c.RopeTheta, EOS: eosIDs(c, t.Gen), TokenizerFamily: t.Tok.Family(), TokenizerVocab: t.Tok.VocabSize(),
-		ChatTemplate: t.Template != nil, EAGLE3Layers: c.EAGLE3DraftLayers(), Fingerprint: t.Fingerprint, Fingerprinting: t.Fingerprinting,
+		ChatTemplate: t.Template != nil, EAGLE3Layers: deagle3.DefaultLayers(c.NumLayers), Fingerprint: t.Fingerprint, Fingerprinting: t.Fingerprinting,
 	}
+	r.CaptureLayers, _ = methods.DefaultLayers(c)
 	if s := c.RopeScaling; s != nil {
 		r.RopeScaling = fmt.Sprintf("%s (factor %g)", s.Type, s.Factor)
 	}
@@ -176,6 +183,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		{"eos ids", fmt.Sprint(r.EOS)},
 		{"chat template", tmpl},
 		{"eagle3 layers", fmt.Sprintf("%v (Hugging Face hidden_states indices 2, L/2, L-3; 1, (L+1)/2, L below 7 layers)", r.EAGLE3Layers)},
+		{"capture layers", fmt.Sprintf("%v (drafter distill's default: every method's default layers)", r.CaptureLayers)},
 		{"fingerprint", r.Fingerprint},
 		{"fingerprinted", r.Fingerprinting.String()},
 	}

@@ -14,7 +14,8 @@ type Fields uint8
 const (
 	// Final asks for Sample.Final, the last hidden state after the final norm.
 	Final Fields = 1 << iota
-	// Features asks for Sample.Features, the three fused EAGLE-3 feature layers.
+	// Features asks for Sample.Features, the feature layers the method
+	// asked the data for.
 	Features
 )
 
@@ -36,10 +37,10 @@ type Sample struct {
 	// Hidden() values (row-major [T, H]); empty when Final was not requested.
 	Final []float32
 	// Features[c] is the target's residual stream (before the final norm) at
-	// the c-th EAGLE-3 feature layer, low to high (by default Hugging Face
-	// hidden_states indices 2, L/2 and L-3), [T, H] each; empty when Features
-	// was not requested.
-	Features [3][]float32
+	// the c-th feature layer the method reads (loop.Columns.FeatureLayers:
+	// EAGLE-3's low, mid and high layers; one per DFlash target layer), [T, H]
+	// each. When Features was not requested its entries are empty.
+	Features [][]float32
 }
 
 // Dataset is a random-access collection of samples.
@@ -90,16 +91,38 @@ func (m *Memory) Sample(i int, dst *Sample, what Fields) error {
 		}
 		dst.Final = append(dst.Final, s.Final...)
 	}
+	if !what.Has(Features) {
+		dst.ClearFeatures()
+		return nil
+	}
+	if len(s.Features) == 0 {
+		return fmt.Errorf("dataset: sample %d holds no feature layer, and features were requested", i)
+	}
+	dst.ResizeFeatures(len(s.Features))
 	for c := range dst.Features {
-		dst.Features[c] = dst.Features[c][:0]
-		if what.Has(Features) {
-			if len(s.Features[c]) != want {
-				return fmt.Errorf("dataset: sample %d has %d values of feature layer %d, want %d tokens x hidden %d", i, len(s.Features[c]), c, len(s.Tokens), m.H)
-			}
-			dst.Features[c] = append(dst.Features[c], s.Features[c]...)
+		if len(s.Features[c]) != want {
+			return fmt.Errorf("dataset: sample %d has %d values of feature layer %d, want %d tokens x hidden %d", i, len(s.Features[c]), c, len(s.Tokens), m.H)
 		}
+		dst.Features[c] = append(dst.Features[c][:0], s.Features[c]...)
 	}
 	return nil
+}
+
+// ResizeFeatures makes s.Features n entries long, keeping the buffers it
+// had (a reader fills them in place), each resliced to length 0.
+func (s *Sample) ResizeFeatures(n int) {
+	if cap(s.Features) < n {
+		s.Features = append(s.Features[:cap(s.Features)], make([][]float32, n-cap(s.Features))...)
+	}
+	s.Features = s.Features[:n]
+	s.ClearFeatures()
+}
+
+// ClearFeatures reslices every feature buffer to length 0, keeping them.
+func (s *Sample) ClearFeatures() {
+	for c := range s.Features {
+		s.Features[c] = s.Features[c][:0]
+	}
 }
 
 // Check validates one filled sample: the loss mask's length, the requested

@@ -6,7 +6,7 @@ import (
 )
 
 func TestMemoryAndCheck(t *testing.T) {
-	f := [3][]float32{{1, 1, 1, 1}, {2, 2, 2, 2}, {3, 3, 3, 3}}
+	f := [][]float32{{1, 1, 1, 1}, {2, 2, 2, 2}, {3, 3, 3, 3}}
 	m := &Memory{H: 2, Samples: []Sample{{Tokens: []int32{1, 2}, LossMask: []bool{false, true}, Final: []float32{1, 2, 3, 4}, Features: f}}}
 	var s Sample
 	if err := m.Sample(0, &s, Final|Features); err != nil || len(s.Final) != 4 || s.Features[2][0] != 3 {

@@ -30,7 +30,7 @@ func BenchmarkTrainStep(b *testing.B) {
 	embed, head := rnd(g.Vocab*g.Hidden, 0.02), rnd(g.Vocab*g.Hidden, 0.02)
 	var samples []*dataset.Sample
 	for s := 0; s < seqs; s++ {
-		smp := &dataset.Sample{Tokens: make([]int32, seqLen), LossMask: make([]bool, seqLen), Final: rnd(seqLen*g.Hidden, 1)}
+		smp := &dataset.Sample{Tokens: make([]int32, seqLen), LossMask: make([]bool, seqLen), Final: rnd(seqLen*g.Hidden, 1), Features: make([][]float32, deagle3.Features)}
 		for c := range smp.Features {
 			smp.Features[c] = rnd(seqLen*g.Hidden, 1)
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/drafter-ai/drafter/pkg/checkpoint"
+	deagle3 "github.com/drafter-ai/drafter/pkg/drafters/eagle3"
 )
 
 // LayerError is a set of EAGLE-3 feature layers the target cannot use: an
@@ -23,7 +24,7 @@ func (e *LayerError) Unwrap() error { return e.Err }
 
 // featureLayers returns the three Hugging Face hidden_states indices EAGLE-3
 // fuses: override when given (it must hold 3), else drafter's defaults for
-// the target c (checkpoint.Config.EAGLE3DraftLayers: 2, L/2, L-3 from 7 layers
+// the target c (deagle3.DefaultLayers: 2, L/2, L-3 from 7 layers
 // up). It reports whether they are the engines' defaults (2, L/2, L-3),
 // which an export may leave unwritten, and refuses indices outside [1, L]
 // (0 is the embedding output, L the last layer's output) with a *LayerError.
@@ -33,10 +34,10 @@ func (e *LayerError) Unwrap() error { return e.Err }
 // drafter train refuses --layers that are not ascending and distinct, since
 // the serving engines gather the states in ascending order, each once.
 func featureLayers(c *checkpoint.Config, override []int) (layers [3]int, isDefault bool, err error) {
-	def := c.EAGLE3Layers()
 	L := c.NumLayers
+	def := [3]int(deagle3.EngineDefaultLayers(L))
 	if override == nil {
-		layers = c.EAGLE3DraftLayers()
+		layers = deagle3.DefaultLayers(L)
 		isDefault = layers == def
 	} else {
 		if len(override) != 3 {

@@ -36,7 +36,7 @@ func (o Options) Columns(c *checkpoint.Config) (loop.Columns, error) {
 	if err != nil {
 		return loop.Columns{}, err
 	}
-	return loop.Columns{FeatureLayers: layers[:], FromFlag: o.Layers != nil}, nil
+	return loop.Columns{FeatureLayers: layers[:], FromFlag: o.Layers != nil, LayerName: FeatureName}, nil
 }
 
 // Train trains a draft layer for the target and exports it into s.Job.Out's

@@ -312,7 +312,7 @@ func (t *tinyTarget) samples(seed uint64, count, minLen, maxLen int) []*dataset.
 	var out []*dataset.Sample
 	for s := 0; s < count; s++ {
 		n := minLen + r.IntN(maxLen-minLen+1)
-		smp := &dataset.Sample{Tokens: make([]int32, n), LossMask: make([]bool, n), Final: make([]float32, n*H)}
+		smp := &dataset.Sample{Tokens: make([]int32, n), LossMask: make([]bool, n), Final: make([]float32, n*H), Features: make([][]float32, deagle3.Features)}
 		for c := range smp.Features {
 			smp.Features[c] = make([]float32, n*H)
 		}

@@ -207,6 +207,9 @@ func (t *net) add(s *dataset.Sample) error {
 		return fmt.Errorf("eagle3: batch sample %d: %d tokens need %d loss-mask entries and %d final-state values, got %d and %d",
 			si, len(s.Tokens), len(s.Tokens), len(s.Tokens)*h, len(s.LossMask), len(s.Final))
 	}
+	if len(s.Features) != deagle3.Features {
+		return fmt.Errorf("eagle3: batch sample %d has %d feature layers, want %d (low, middle, high)", si, len(s.Features), deagle3.Features)
+	}
 	for c := range s.Features {
 		if len(s.Features[c]) != len(s.Tokens)*h {
 			return fmt.Errorf("eagle3: batch sample %d: feature %d has %d values, want %d tokens x hidden %d", si, c, len(s.Features[c]), len(s.Tokens), h)

@@ -33,6 +33,9 @@ type Columns struct {
 	// the target's defaults.
 	FeatureLayers []int
 	FromFlag      bool
+	// LayerName names feature layer c in messages (EAGLE-3's "low", "middle",
+	// "high"); nil numbers them.
+	LayerName func(c int) string
 }
 
 // Setup is what a method trains with: the opened target, the checked

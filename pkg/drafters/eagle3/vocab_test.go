@@ -1,6 +1,7 @@
 package eagle3
 
 import (
+	"fmt"
 	"reflect"
 	"testing"
 )
@@ -59,4 +60,22 @@ func countTrue(b []bool) int {
 		}
 	}
 	return n
+}
+
+// TestDefaultLayers: the engines' 2, L/2, L-3, and drafter's distinct low,
+// middle and last layers where the engines' formula repeats one or leaves
+// the model.
+func TestDefaultLayers(t *testing.T) {
+	for _, c := range []struct {
+		l           int
+		want, draft string
+	}{{32, "[2 16 29]", "[2 16 29]"}, {28, "[2 14 25]", "[2 14 25]"}, {7, "[2 3 4]", "[2 3 4]"},
+		{6, "[2 3 3]", "[1 3 6]"}, {5, "[2 2 2]", "[1 3 5]"}} {
+		if got := fmt.Sprint(EngineDefaultLayers(c.l)); got != c.want {
+			t.Fatalf("L=%d: %s, want %s", c.l, got, c.want)
+		}
+		if got := fmt.Sprint(DefaultLayers(c.l)); got != c.draft {
+			t.Fatalf("L=%d: draft layers %s, want %s", c.l, got, c.draft)
+		}
+	}
 }

@@ -3,6 +3,7 @@ package medusa
 import (
 	"fmt"
 
+	"github.com/drafter-ai/drafter/pkg/checkpoint"
 	"github.com/drafter-ai/drafter/pkg/drafters"
 	"github.com/drafter-ai/drafter/pkg/model"
 	"github.com/drafter-ai/drafter/pkg/spec"
@@ -106,6 +107,12 @@ func checkProvenance(prov *drafters.Provenance, dir string, ld *Loaded) (spec.Ch
 		fields = append(fields, drafters.Recorded{Key: "shared_lm_head", Recorded: drafters.Value(p.SharedLMHead), Export: h.SharedLMHead, File: ld.Config})
 	}
 	return p.Tree, prov.Agree(fields)
+}
+
+// Capture implements drafters.Method: Medusa's heads read the final-norm
+// state alone.
+func (Method) Capture(*checkpoint.Config) drafters.CaptureNeeds {
+	return drafters.CaptureNeeds{FinalNorm: true}
 }
 
 // Shape implements drafters.Method.

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/drafter-ai/drafter/pkg/checkpoint"
 	"github.com/drafter-ai/drafter/pkg/drafters"
 	"github.com/drafter-ai/drafter/pkg/drafters/eagle3"
 	"github.com/drafter-ai/drafter/pkg/drafters/medusa"
@@ -94,5 +95,45 @@ func TestDetectEachLayout(t *testing.T) {
 		case w != [2]string{} && (len(got) != 1 || got[0] != w):
 			t.Errorf("%s: detected %v; want exactly %v", dir, got, w)
 		}
+	}
+}
+
+// TestDefaultLayersServeEveryMethod: the default capture holds every
+// method's default layers, ascending and each once, so it serves every
+// method; a capture without one of EAGLE-3's layers does not serve EAGLE-3,
+// and one without the final-norm state serves none.
+func TestDefaultLayersServeEveryMethod(t *testing.T) {
+	for _, L := range []int{5, 6, 16, 32, 36} {
+		c := &checkpoint.Config{NumLayers: L}
+		layers, err := DefaultLayers(c)
+		if err != nil {
+			t.Fatalf("L=%d: %v", L, err)
+		}
+		if !slices.IsSorted(layers) || len(slices.Compact(slices.Clone(layers))) != len(layers) {
+			t.Fatalf("L=%d: default layers %v are not ascending and distinct", L, layers)
+		}
+		var all []drafters.Kind
+		for _, m := range All() {
+			all = append(all, m.Kind())
+			for _, k := range m.Capture(c).Layers {
+				if !slices.Contains(layers, k) {
+					t.Errorf("L=%d: %s's layer %d is not captured by default (%v)", L, m.Kind(), k, layers)
+				}
+			}
+		}
+		if got := Serves(c, layers, true); !slices.Equal(got, all) {
+			t.Errorf("L=%d: the default capture serves %v, want %v", L, got, all)
+		}
+		if got := Serves(c, layers, false); len(got) != 0 {
+			t.Errorf("L=%d: a capture without final_norm serves %v", L, got)
+		}
+		e := eagle3.DefaultLayers(L)
+		fewer := slices.DeleteFunc(slices.Clone(layers), func(k int) bool { return k == e[1] })
+		if slices.Contains(Serves(c, fewer, true), eagle3.Kind) {
+			t.Errorf("L=%d: a capture without layer %d serves eagle3", L, e[1])
+		}
+	}
+	if _, err := DefaultLayers(&checkpoint.Config{NumLayers: 0}); err == nil {
+		t.Error("a target without layers got default capture layers")
 	}
 }
