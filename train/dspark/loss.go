@@ -87,12 +87,18 @@ func newLoss(dev tensor.Device, w LossWeights, rows, vocab int, withGrad bool) (
 // w (host slices of rows values; a row of weight 0 is skipped). When
 // dlogits is not empty it receives d(loss)/d(logits), overwritten (it may
 // be logits itself, whose values are then consumed), and dconf [rows, 1]
-// d(loss)/d(conf) (α* held constant). The per-row α* stay in l.alpha.
-func (l *loss) forward(dev tensor.Device, dlogits, dconf, logits, conf, pT tensor.Tensor, labels []int32, w []float32) LossStats {
+// d(loss)/d(conf) (α* held constant). Every term is normalised by norm, the
+// Σw of the whole batch these rows are part of (0: their own Σw), so that
+// a batch's sequences, passed one at a time, add up to its loss. The
+// per-row α (before clamping) stay in l.alpha.
+func (l *loss) forward(dev tensor.Device, dlogits, dconf, logits, conf, pT tensor.Tensor, labels []int32, w []float32, norm float64) LossStats {
 	rows := len(labels)
 	var st LossStats
 	for _, v := range w[:rows] {
 		st.Weight += float64(v)
+	}
+	if norm == 0 {
+		norm = st.Weight
 	}
 	if st.Weight == 0 {
 		if !dlogits.Empty() {
@@ -103,7 +109,7 @@ func (l *loss) forward(dev tensor.Device, dlogits, dconf, logits, conf, pT tenso
 		}
 		return st
 	}
-	inv := 1 / st.Weight
+	inv := 1 / norm
 	for r, v := range w[:rows] {
 		l.wce[r] = float32(l.w.CE * float64(v) * inv)
 		// TV = ½ L1, so the L1 term's weight doubles.

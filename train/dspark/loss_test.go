@@ -145,7 +145,7 @@ func TestHeadsAndLossGradients(t *testing.T) {
 			t.Fatal(err)
 		}
 		dlogits, dconf := make([]float32, R*V), make([]float32, R)
-		st := ls.forward(dev, host(dlogits, R, V), host(dconf, R, 1), host(logits, R, V), host(conf, R, 1), host(pT, R, V), labels, w)
+		st := ls.forward(dev, host(dlogits, R, V), host(dconf, R, 1), host(logits, R, V), host(conf, R, 1), host(pT, R, V), labels, w, 0)
 
 		ref := &headsRef{R: R, Hd: Hd, V: V, r: r, head: to64(head), prev: prev, labels: labels, pT: to64(pT), w: to64(w), withMarkov: withMarkov, useConf: true, lw: lw}
 		o64, w164, w264, wc64, bc64 := to64(o), to64(w1), to64(w2), to64(wc), to64(bc)
