@@ -45,6 +45,9 @@ func (h *headsRef) eval(o, w1, w2, wc, bc []float64, alphaStar []float64) (float
 	alpha := make([]float64, h.R)
 	var L float64
 	for i := 0; i < h.R; i++ {
+		if h.w[i] == 0 {
+			continue // no term (a label past the end is -1)
+		}
 		logits := make([]float64, h.V)
 		e := w1[int(h.prev[i])*h.r : (int(h.prev[i])+1)*h.r]
 		mx := math.Inf(-1)
