@@ -138,6 +138,10 @@ func qwen3Config(g Geometry) map[string]any {
 		"attention_bias":          false,
 		"tie_word_embeddings":     false,
 		"torch_dtype":             "float32",
+		// is_causal is what z-lab's model and vLLM read first for every
+		// layer's block attention (before dflash_config.causal and the
+		// layer type): written as trained, it leaves no default to guess.
+		"is_causal": g.Causal,
 	}
 }
 
@@ -214,6 +218,7 @@ type qwen3Fields struct {
 	Vocab        int      `json:"vocab_size"`
 	HiddenAct    string   `json:"hidden_act"`
 	Bias         bool     `json:"attention_bias"`
+	IsCausal     *bool    `json:"is_causal"`
 }
 
 // rawConfig is config.json in either layout.
@@ -288,7 +293,14 @@ func LoadDraft(dir, layout string, numLayers int) (*Draft, error) {
 		if block == 0 {
 			block = c.DFlash.BlockSize
 		}
-		causal = c.DFlash.Causal != nil && *c.DFlash.Causal
+		// z-lab reads is_causal only (absent: full-attention layers are
+		// bidirectional); vLLM reads is_causal, then dflash_config.causal.
+		switch {
+		case c.IsCausal != nil:
+			causal = *c.IsCausal
+		case c.DFlash.Causal != nil && *c.DFlash.Causal:
+			return nil, fmt.Errorf("dflash: %s: dflash_config.causal is true without is_causal: vLLM would run causal blocks and z-lab bidirectional ones", cfgPath)
+		}
 	case FormatSpeculators:
 		if c.Layer == nil {
 			return nil, fmt.Errorf("dflash: %s: speculators config without transformer_layer_config", cfgPath)
@@ -301,6 +313,9 @@ func LoadDraft(dir, layout string, numLayers int) (*Draft, error) {
 		// vLLM: causal = not sliding_window_non_causal, absent meaning
 		// non-causal.
 		causal = c.SWNonCausal != nil && !*c.SWNonCausal
+		if geo.IsCausal != nil {
+			causal = *geo.IsCausal // read before the translated flag
+		}
 		if c.SampleAnchor != nil && *c.SampleAnchor {
 			return nil, fmt.Errorf("dflash: %s: sample_from_anchor true is not DFlash's block (slot 0 is the verified anchor)", cfgPath)
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/drafter-ai/drafter/pkg/checkpoint"
 	"github.com/drafter-ai/drafter/pkg/drafters"
+	"github.com/drafter-ai/drafter/pkg/drafters/dflash"
 	"github.com/drafter-ai/drafter/pkg/drafters/eagle3"
 	"github.com/drafter-ai/drafter/pkg/drafters/medusa"
 )
@@ -18,6 +19,7 @@ func All() []drafters.Method {
 	return []drafters.Method{
 		medusa.Method{},
 		eagle3.Method{},
+		dflash.Method{},
 	}
 }
 

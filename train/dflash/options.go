@@ -1,0 +1,211 @@
+// Package dflash trains a DFlash drafter (pkg/drafters/dflash) with the
+// shared training loop (train/loop): per sequence, up to Anchors anchor
+// positions p sampled among the response positions whose next token is
+// also a response token; one block per anchor (slot 0 the token at p, slots
+// 1..B-1 the mask token, at positions p..p+B-1) attending to the context
+// features strictly before p and to its own block only; slot k trained
+// toward the token at p+k with weight exp(-(k-1)/Gamma), the loss the
+// weighted mean cross-entropy through the target's frozen lm_head. See
+// ../shared/docs/methods.md section 3.
+package dflash
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/drafter-ai/drafter/pkg/checkpoint"
+	"github.com/drafter-ai/drafter/pkg/drafters"
+	ddflash "github.com/drafter-ai/drafter/pkg/drafters/dflash"
+	"github.com/drafter-ai/drafter/pkg/drafters/layerids"
+	"github.com/drafter-ai/drafter/train/loop"
+)
+
+// Options are `drafter train dflash`'s settings; the value is the method
+// train.Run trains with (loop.Method). Start from DefaultOptions.
+type Options struct {
+	// BlockSize is B: one draft forward drafts B-1 tokens (--block-size;
+	// default 8, z-lab ships 16).
+	BlockSize int `json:"block_size"`
+	// DraftLayers is the number of draft decoder layers n (--draft-layers;
+	// default 2; the z-lab and SpecForge recipes use 5 on 8B targets).
+	DraftLayers int `json:"draft_layers"`
+	// Layers are the fused target layers as Hugging Face hidden_states
+	// indices (--layers); nil takes z-lab's default for DraftLayers layers
+	// (layerids.DFlashDefault, converted to HF indices).
+	Layers []int `json:"layers,omitempty"`
+	// Gamma is the position decay of the loss, w_k = exp(-(k-1)/Gamma)
+	// (--gamma); 0 chooses 7 for blocks of 16 or more (SpecForge) and 4
+	// below (DeepSpec's B=7 recipe).
+	Gamma float64 `json:"gamma"`
+	// Anchors caps the anchors sampled per sequence (--anchors; default 64,
+	// SpecForge 512 on 3-4k-token sequences).
+	Anchors int `json:"anchors"`
+	// MaskToken is the token id of slots 1..B-1 (--mask-token); -1 chooses
+	// the least frequent token of the training samples (lowest id on ties),
+	// which for a Llama tokenizer is typically <unk> (id 0). The chosen id
+	// is written into the export and drafter.json.
+	MaskToken int `json:"mask_token_id"`
+	// Causal trains causal attention within a block instead of DFlash's
+	// bidirectional block (--causal); the export records it.
+	Causal bool `json:"causal"`
+	// Intermediate is the draft MLP width (0: the target's).
+	Intermediate int `json:"intermediate_size,omitempty"`
+	// LR is the peak learning rate; WarmupFrac the linear warm-up share;
+	// MinLRRatio the cosine floor; ClipNorm the gradient-norm clip;
+	// WeightDecay and Beta2 AdamW's.
+	LR          float64 `json:"lr"`
+	WarmupFrac  float64 `json:"warmup_frac"`
+	MinLRRatio  float64 `json:"min_lr_ratio"`
+	ClipNorm    float64 `json:"clip_norm"`
+	WeightDecay float64 `json:"weight_decay"`
+	Beta2       float64 `json:"beta2"`
+	// BatchSeqs is the sequences per update; MaxLength truncates each.
+	BatchSeqs int `json:"batch_seqs"`
+	MaxLength int `json:"max_length"`
+	// Epochs caps the run; MaxSteps stops it after that many updates (0:
+	// no limit); Patience stops it after that many evaluations without a
+	// lower held-out loss (0: never early).
+	Epochs   int `json:"epochs"`
+	MaxSteps int `json:"max_steps"`
+	Patience int `json:"patience"`
+	// EvalEvery is the updates between evaluations (0: every epoch);
+	// EvalFraction the held-out share of samples (at least one).
+	EvalEvery    int     `json:"eval_every"`
+	EvalFraction float64 `json:"eval_fraction"`
+	// Seed drives initialisation, the split, the order and the anchors.
+	Seed uint64 `json:"seed"`
+	// CheckpointEvery and LogEvery are the loop's intervals.
+	CheckpointEvery int `json:"checkpoint_every"`
+	LogEvery        int `json:"log_every"`
+	// Format is the export layout (ddflash.FormatNative default, or
+	// ddflash.FormatSpeculators).
+	Format string `json:"format"`
+	// Progress, when set, is called after every update and evaluation.
+	Progress func(loop.Progress[*EvalMetrics]) `json:"-"`
+}
+
+// DefaultOptions returns the defaults: B 8 (7 drafts) with gamma 4
+// (DeepSpec's decay for B 7), 2 draft layers, 64 anchors per sequence, the
+// mask token chosen from the data, a bidirectional block, one sequence per
+// update, and AdamW at lr 3e-3 (SpecForge's 6e-4 is tuned for millions of
+// tokens; small runs, as EAGLE-3's trainer found, want a larger rate) with
+// 4% warm-up, cosine to zero, clip 1 and no weight decay (SpecForge's),
+// 10 epochs with early stopping after 4 evaluations without improvement.
+func DefaultOptions() Options {
+	return Options{BlockSize: 8, DraftLayers: 2, Anchors: 64, MaskToken: -1,
+		LR: 3e-3, WarmupFrac: 0.04, ClipNorm: 1, Beta2: 0.999,
+		BatchSeqs: 1, MaxLength: 2048, Epochs: 10, Patience: 4, EvalFraction: 0.1, LogEvery: 10}
+}
+
+// gamma returns the loss decay, 0 chosen by block size.
+func (o *Options) gamma() float64 {
+	switch {
+	case o.Gamma > 0:
+		return o.Gamma
+	case o.BlockSize >= 16:
+		return 7
+	}
+	return 4
+}
+
+func (o *Options) validate() error {
+	switch {
+	case o.BlockSize < 2:
+		return fmt.Errorf("dflash: block size must be >= 2 (the anchor and one draft), got %d", o.BlockSize)
+	case o.DraftLayers < 1:
+		return fmt.Errorf("dflash: draft layers must be >= 1, got %d", o.DraftLayers)
+	case o.Gamma < 0:
+		return fmt.Errorf("dflash: gamma must be positive (or 0 for the default), got %g", o.Gamma)
+	case o.Anchors < 1:
+		return fmt.Errorf("dflash: anchors must be >= 1, got %d", o.Anchors)
+	case o.MaskToken < -1:
+		return fmt.Errorf("dflash: mask token id must be >= 0 (or -1 to choose), got %d", o.MaskToken)
+	case o.Intermediate < 0:
+		return fmt.Errorf("dflash: intermediate size must be >= 1 (or 0 for the target's), got %d", o.Intermediate)
+	case !(o.LR > 0):
+		return fmt.Errorf("dflash: lr must be > 0, got %g", o.LR)
+	case !(o.WarmupFrac >= 0 && o.WarmupFrac < 1):
+		return fmt.Errorf("dflash: warm-up fraction must lie in [0,1), got %g", o.WarmupFrac)
+	case !(o.MinLRRatio >= 0 && o.MinLRRatio <= 1):
+		return fmt.Errorf("dflash: min-lr ratio must lie in [0,1], got %g", o.MinLRRatio)
+	case !(o.Beta2 > 0 && o.Beta2 < 1):
+		return fmt.Errorf("dflash: beta2 must lie in (0,1), got %g", o.Beta2)
+	case o.WeightDecay < 0:
+		return fmt.Errorf("dflash: weight decay must not be negative, got %g", o.WeightDecay)
+	case o.BatchSeqs < 1 || o.MaxLength < 3:
+		return fmt.Errorf("dflash: batch sequences must be >= 1 and max length >= 3, got %d and %d", o.BatchSeqs, o.MaxLength)
+	case o.Epochs < 1:
+		return fmt.Errorf("dflash: epochs must be >= 1, got %d", o.Epochs)
+	case !(o.EvalFraction > 0 && o.EvalFraction < 1):
+		return fmt.Errorf("dflash: held-out fraction must lie in (0,1), got %g", o.EvalFraction)
+	case o.MaxSteps < 0 || o.Patience < 0 || o.EvalEvery < 0 || o.CheckpointEvery < 0 || o.LogEvery < 0:
+		return errors.New("dflash: max steps, patience and the eval/checkpoint/log intervals must not be negative")
+	case o.Format != "" && o.Format != ddflash.FormatNative && o.Format != ddflash.FormatSpeculators:
+		return fmt.Errorf("dflash: export format %q is not %q or %q", o.Format, ddflash.FormatNative, ddflash.FormatSpeculators)
+	}
+	return nil
+}
+
+var _ loop.Method = Options{}
+
+// Kind is dflash.
+func (o Options) Kind() drafters.Kind { return ddflash.Kind }
+
+// featureLayers returns the HF indices of the fused layers for a target of
+// L layers.
+func (o Options) featureLayers(L int) ([]int, error) {
+	if o.Layers != nil {
+		if len(o.Layers) == 0 {
+			return nil, errors.New("dflash: --layers names no layer")
+		}
+		for _, k := range o.Layers {
+			if k < 1 || k > L {
+				return nil, fmt.Errorf("dflash: feature layer %d is outside the hidden_states indices [1, %d] of this %d-layer target (0 is the embedding output)", k, L, L)
+			}
+		}
+		return append([]int(nil), o.Layers...), nil
+	}
+	hf, err := layerids.Decode(layerids.DFlashTarget, layerids.DFlashDefault(L, o.DraftLayers), L)
+	if err != nil {
+		return nil, fmt.Errorf("dflash: z-lab's default target layers for %d draft layers on a %d-layer target: %w", o.DraftLayers, L, err)
+	}
+	return hf, nil
+}
+
+// Columns are the fused feature layers.
+func (o Options) Columns(c *checkpoint.Config) (loop.Columns, error) {
+	if err := o.validate(); err != nil {
+		return loop.Columns{}, err
+	}
+	layers, err := o.featureLayers(c.NumLayers)
+	if err != nil {
+		return loop.Columns{}, err
+	}
+	return loop.Columns{FeatureLayers: layers, FromFlag: o.Layers != nil}, nil
+}
+
+// Train trains a DFlash draft for the target and exports it into
+// s.Job.Out's dflash/ folder.
+func (o Options) Train(ctx context.Context, s *loop.Setup) (*loop.Outcome, error) {
+	c := s.Target.Config
+	layers, err := o.featureLayers(c.NumLayers)
+	if err != nil {
+		return nil, err
+	}
+	embed, lmHead, err := s.OutputLayers(true)
+	if err != nil {
+		return nil, err
+	}
+	job := s.Job
+	if job.Settings != nil {
+		job.Settings.FeatureLayers = layers
+	}
+	in := Inputs{Config: c, Layers: layers, Embed: embed, LMHead: lmHead, Data: s.Data, Resume: s.Resume,
+		TargetName: s.Target.Name()}
+	r, err := Train(ctx, o, in, &job)
+	if err != nil {
+		return nil, err
+	}
+	return &loop.Outcome{Steps: r.Steps, Epochs: r.Epochs, Stopped: r.Stopped, Exports: []string{r.ExportDir}, Result: r}, nil
+}
