@@ -4,6 +4,7 @@
 #   make test   set up, vet, and run every test on both compute paths (OpenBLAS and pure Go)
 #   make bench  print one table of the benchmarks (see docs/performance.md)
 #   make acceptance  the acceptance measurement of docs/acceptance.md (about 30 minutes)
+#   make block-acceptance  EAGLE-3, DFlash and DSpark on the same data (docs/acceptance.md)
 
 GO        ?= go
 BIN       := bin/drafter
@@ -11,7 +12,7 @@ MODEL     := models/stories260k
 DEMO_OUT  := demo-out
 export GOFLAGS ?= -mod=mod
 
-.PHONY: all build setup demo acceptance test test-openblas test-purego vet bench fuzz clean
+.PHONY: all build setup demo acceptance block-acceptance test test-openblas test-purego vet bench fuzz clean
 .PHONY: ptx ptx-check cuda-standin cuda-standin-test cuda-kernel-test cuda-check gpu-check-build
 
 all: build
@@ -33,6 +34,11 @@ demo: setup build
 # prompts; about 30 minutes on 2 cores).
 acceptance: setup build
 	@scripts/acceptance.sh $(BIN) $(MODEL) acceptance-out
+
+# Issue 30's table: EAGLE-3, DFlash and DSpark with their defaults on the same 2000 prompts,
+# distilled at temperature 0 and at 1, evaluated at each.
+block-acceptance: setup build
+	@scripts/block-acceptance.sh $(BIN) $(MODEL) block-acceptance-out
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }

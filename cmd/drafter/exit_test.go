@@ -117,7 +117,7 @@ func TestExitCodes(t *testing.T) {
 		{with(captureArgs, "--shard", "0/2"), exitUsage, "unknown flag: --shard"},
 
 		// train, both spellings: flags that do not apply.
-		{with(byMedusa[:1], "--method", "hydra", "--model", "m", "--data", "d", "--out", "o"), exitUsage, `--method "hydra": want medusa or eagle3`},
+		{with(byMedusa[:1], "--method", "hydra", "--model", "m", "--data", "d", "--out", "o"), exitUsage, `--method "hydra": want one of medusa, eagle3`},
 		{with(byMedusa, "--ttt-steps", "3"), exitUsage, "--ttt-steps is an EAGLE-3 setting; it does not apply to --method medusa"},
 		{with(byMedusa, "--format", "native"), exitUsage, "--format is an EAGLE-3 setting"},
 		{with(byMedusa, "--intermediate", "64"), exitUsage, "--intermediate is an EAGLE-3 setting"},

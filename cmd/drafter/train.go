@@ -392,7 +392,7 @@ func (f *trainFlags) readMethodFlags(fs *pflag.FlagSet) error {
 	case methodEAGLE3:
 		this, other, otherName = eagle3Cmd, medusaCmd, "a Medusa"
 	default:
-		return usagef("--method %q: want %s or %s", f.method, methodMedusa, methodEAGLE3)
+		return otherMethod(f.method)
 	}
 	// The other method's flags are those its subcommand has and this
 	// method's does not; --layers and --warmup are read below.
@@ -618,6 +618,7 @@ the outputs and --resume.`,
   drafter train eagle3 --model /models/my-sft --data caps/a --out drafters/eagle3 --layers 2,16,29 --warmup 0.02`,
 		}),
 	)
+	c.AddCommand(methodCommands(runF)...)
 	return c
 }
 
