@@ -124,7 +124,9 @@ func TestLoadRefuses(t *testing.T) {
 		"wrong rank":     {FormatDeepSpec, func(c map[string]any) { c["markov_rank"] = 4 }, "markov_head.markov_w1.weight"},
 		"no confidence":  {FormatDeepSpec, func(c map[string]any) { c["enable_confidence_head"] = false }, "confidence_head"},
 		"id past target": {FormatDeepSpec, func(c map[string]any) { c["target_layer_ids"] = []int{0, 4} }, "target_layer_ids"},
-		"sliding":        {FormatSpeculators, func(c map[string]any) { c["transformer_layer_config"].(map[string]any)["layer_types"] = []string{"full_attention", "sliding_attention"} }, "sliding_attention"},
+		"sliding": {FormatSpeculators, func(c map[string]any) {
+			c["transformer_layer_config"].(map[string]any)["layer_types"] = []string{"full_attention", "sliding_attention"}
+		}, "sliding_attention"},
 	} {
 		dir := edit(c.layout, c.f)
 		if _, err := LoadDraft(dir, c.layout); err == nil || !strings.Contains(err.Error(), c.want) {
