@@ -10,6 +10,18 @@ import (
 	"github.com/drafter-ai/drafter/pkg/spec"
 )
 
+// ConfidenceReporter is a DSpark proposer's view of its confidence head:
+// the probability, per slot of the last proposed chain, that the slot's
+// draft is accepted given that the slots before it were (NaN without a
+// confidence head). A scheduler multiplies them for the expected
+// acceptance of a prefix (methods.md §4).
+type ConfidenceReporter interface {
+	drafters.Proposer
+	Confidences() []float32
+}
+
+var _ ConfidenceReporter = (*proposer)(nil)
+
 // proposer drafts DSpark chains: each round runs the backbone once on the
 // block after the newest token, then the Markov loop over the slots (add
 // slot k's bias for the previous token, take the argmax at temperature 0
@@ -165,9 +177,8 @@ func (p *proposer) Propose(t *spec.Tree, root int) error {
 	return nil
 }
 
-// Confidences returns the confidence head's per-slot acceptance
-// probabilities of the last Propose (NaN without a confidence head), one
-// per slot it evaluated.
+// Confidences implements ConfidenceReporter: one value per slot of the
+// block, those past the last Propose's evaluated slots left from before.
 func (p *proposer) Confidences() []float32 { return p.conf }
 
 // DraftProbs implements drafters.SampledProposer.
