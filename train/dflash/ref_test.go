@@ -92,7 +92,7 @@ func loss64(t *testing.T, g ddflash.Geometry, w, gw *ddflash.Weights[float64], s
 	if gw != nil {
 		dY = make([]float64, R*g.Hidden)
 	}
-	l := LossAndGrad(n.Y, lm, sb.labels, sb.weights, sb.wsum, g.Vocab, g.Hidden, logits, dY, nil, nil, g.BlockSize)
+	l := n.Loss(lm, sb.labels, sb.weights, sb.wsum, logits, dY, nil, nil)
 	if gw != nil {
 		n.Backward(dY)
 	}
@@ -154,7 +154,7 @@ func TestFloat32MatchesFloat64(t *testing.T) {
 		t.Fatal(err)
 	}
 	logits := make([]float32, len(sb.labels)*g.Vocab)
-	l32 := LossAndGrad(n.Y, lm32, sb.labels, sb.weights, sb.wsum, g.Vocab, g.Hidden, logits, nil, nil, nil, g.BlockSize)
+	l32 := n.Loss(lm32, sb.labels, sb.weights, sb.wsum, logits, nil, nil, nil)
 	l64 := loss64(t, g, w, nil, sb, to64(lm32))
 	if math.Abs(l32-l64) > 1e-4*math.Abs(l64) {
 		t.Fatalf("float32 loss %.8g, float64 %.8g", l32, l64)

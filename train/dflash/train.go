@@ -446,15 +446,18 @@ func (t *trainer) pass(sb *seqBatch, wsum float64, grad bool, acc *accepts) (flo
 	}
 	R, V, H := len(sb.labels), g.Vocab, g.Hidden
 	t.logits = growF(t.logits, R*V)
+	if !grad {
+		// Without a gradient the logits stay logits, for the acceptance.
+		loss := n.Loss(t.in.LMHead, sb.labels, sb.weights, wsum, t.logits, nil, t.correct, t.counted)
+		if acc != nil {
+			acc.add(t.logits, sb.labels, V, g.BlockSize)
+		}
+		return loss, nil
+	}
 	t.dY = growF(t.dY, R*H)
 	clear(t.dY)
-	loss := LossAndGrad(n.Y, t.in.LMHead, sb.labels, sb.weights, wsum, V, H, t.logits, t.dY, t.correct, t.counted, g.BlockSize)
-	if acc != nil {
-		acc.add(t.logits, sb.labels, V, g.BlockSize)
-	}
-	if grad {
-		n.Backward(t.dY)
-	}
+	loss := n.Loss(t.in.LMHead, sb.labels, sb.weights, wsum, t.logits, t.dY, t.correct, t.counted)
+	n.Backward(t.dY)
 	return loss, nil
 }
 
@@ -463,68 +466,6 @@ func growF(b []float32, n int) []float32 {
 		return make([]float32, n)
 	}
 	return b[:n]
-}
-
-// LossAndGrad computes the logits Y·lmHeadᵀ of the rows with a label into
-// logits [R, V] and returns Σ_r w_r·CE_r / wsum; when dY is not nil it adds
-// the loss's gradient at Y into it. correct and counted (per slot 1..B-1,
-// nil to skip) count the labelled rows whose argmax is the label.
-func LossAndGrad[T ddflash.Float](Y, lmHead []T, labels []int, weights []float64, wsum float64, V, H int, logits, dY []T, correct, counted []int, B int) float64 {
-	var loss float64
-	for r, lab := range labels {
-		if lab < 0 || weights[r] == 0 {
-			continue
-		}
-		y := Y[r*H : (r+1)*H]
-		lg := logits[r*V : (r+1)*V]
-		for v := range V {
-			w := lmHead[v*H : (v+1)*H]
-			var s T
-			for k, x := range y {
-				s += x * w[k]
-			}
-			lg[v] = s
-		}
-		mx, arg := math.Inf(-1), 0
-		for v, x := range lg {
-			if float64(x) > mx {
-				mx, arg = float64(x), v
-			}
-		}
-		var z float64
-		for _, x := range lg {
-			z += math.Exp(float64(x) - mx)
-		}
-		lz := mx + math.Log(z)
-		loss += weights[r] * (lz - float64(lg[lab])) / wsum
-		if counted != nil {
-			k := r%B - 1
-			counted[k]++
-			if arg == lab {
-				correct[k]++
-			}
-		}
-		if dY == nil {
-			continue
-		}
-		scale := weights[r] / wsum
-		dy := dY[r*H : (r+1)*H]
-		for v, x := range lg {
-			d := math.Exp(float64(x)-lz) * scale
-			if v == lab {
-				d -= scale
-			}
-			if d == 0 {
-				continue
-			}
-			w := lmHead[v*H : (v+1)*H]
-			td := T(d)
-			for k := range dy {
-				dy[k] += td * w[k]
-			}
-		}
-	}
-	return loss
 }
 
 // accepts counts simulated greedy acceptance: per block the leading slots

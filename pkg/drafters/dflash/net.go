@@ -3,6 +3,9 @@ package dflash
 import (
 	"fmt"
 	"math"
+
+	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 )
 
 // Block is one block of a pass's query rows: BlockSize rows from Row0 at
@@ -25,6 +28,9 @@ type Net[T Float] struct {
 	// into (nil for inference).
 	W, G *Weights[T]
 	rot  *ropeTable
+	// dev is a CPU device whose BLAS runs the float32 products (nil in
+	// float64, where plain loops run them).
+	dev tensor.Device
 
 	// Context: S rows of fused features at positions ctxPos.
 	S      int
@@ -59,6 +65,9 @@ type Net[T Float] struct {
 // geometry geo.
 func NewNet[T Float](geo Geometry, w, g *Weights[T]) *Net[T] {
 	n := &Net[T]{g: geo, W: w, G: g, rot: newRopeTable(geo.HeadDim, geo.RopeTheta)}
+	if _, ok := any(w.All).([]float32); ok {
+		n.dev = cpu.New(nil)
+	}
 	L := geo.Layers
 	for _, p := range []*[][]T{&n.kcRaw, &n.Kc, &n.Vc, &n.x, &n.s1, &n.x2, &n.qRaw, &n.q, &n.kRaw, &n.k, &n.v, &n.o, &n.gate, &n.up, &n.act, &n.probs} {
 		*p = make([][]T, L)
@@ -95,7 +104,7 @@ func (n *Net[T]) Context(feat []T, pos []int) error {
 	n.S, n.feat, n.ctxPos = S, feat, pos
 	h, kd := g.Hidden, g.KVDim()
 	n.fcOut, n.C = grow(n.fcOut, S*h), grow(n.C, S*h)
-	linear(n.fcOut, feat, w.FC, S, g.FCIn(), h, false)
+	linear(n.dev, n.fcOut, feat, w.FC, S, g.FCIn(), h, false)
 	rmsNorm(n.C, n.fcOut, w.HiddenNorm, S, h, g.RMSNormEps)
 	maxPos := -1
 	for _, p := range pos {
@@ -105,10 +114,10 @@ func (n *Net[T]) Context(feat []T, pos []int) error {
 	for l := range g.Layers {
 		lw := &w.Layers[l]
 		n.kcRaw[l], n.Kc[l], n.Vc[l] = grow(n.kcRaw[l], S*kd), grow(n.Kc[l], S*kd), grow(n.Vc[l], S*kd)
-		linear(n.kcRaw[l], n.C, lw.K, S, h, kd, false)
+		linear(n.dev, n.kcRaw[l], n.C, lw.K, S, h, kd, false)
 		rmsNorm(n.Kc[l], n.kcRaw[l], lw.KNorm, S*g.KVHeads, g.HeadDim, g.RMSNormEps)
 		rope(n.rot, n.Kc[l], S, g.KVHeads, pos, 1)
-		linear(n.Vc[l], n.C, lw.V, S, h, kd, false)
+		linear(n.dev, n.Vc[l], n.C, lw.V, S, h, kd, false)
 	}
 	return nil
 }
@@ -158,22 +167,22 @@ func (n *Net[T]) Blocks(emb []T, blocks []Block, kc, vc [][]T) error {
 		n.resid[l+1] = grow(n.resid[l+1], R*h)
 		s := n.resid[l]
 		rmsNorm(n.x[l], s, lw.InputNorm, R, h, g.RMSNormEps)
-		linear(n.qRaw[l], n.x[l], lw.Q, R, h, qd, false)
+		linear(n.dev, n.qRaw[l], n.x[l], lw.Q, R, h, qd, false)
 		rmsNorm(n.q[l], n.qRaw[l], lw.QNorm, R*g.Heads, g.HeadDim, g.RMSNormEps)
 		rope(n.rot, n.q[l], R, g.Heads, n.pos, 1)
-		linear(n.kRaw[l], n.x[l], lw.K, R, h, kd, false)
+		linear(n.dev, n.kRaw[l], n.x[l], lw.K, R, h, kd, false)
 		rmsNorm(n.k[l], n.kRaw[l], lw.KNorm, R*g.KVHeads, g.HeadDim, g.RMSNormEps)
 		rope(n.rot, n.k[l], R, g.KVHeads, n.pos, 1)
-		linear(n.v[l], n.x[l], lw.V, R, h, kd, false)
+		linear(n.dev, n.v[l], n.x[l], lw.V, R, h, kd, false)
 		n.attend(l)
 		copy(n.s1[l], s)
-		linear(n.s1[l], n.o[l], lw.O, R, qd, h, true)
+		linear(n.dev, n.s1[l], n.o[l], lw.O, R, qd, h, true)
 		rmsNorm(n.x2[l], n.s1[l], lw.PostNorm, R, h, g.RMSNormEps)
-		linear(n.gate[l], n.x2[l], lw.Gate, R, h, I, false)
-		linear(n.up[l], n.x2[l], lw.Up, R, h, I, false)
+		linear(n.dev, n.gate[l], n.x2[l], lw.Gate, R, h, I, false)
+		linear(n.dev, n.up[l], n.x2[l], lw.Up, R, h, I, false)
 		swiGLU(n.act[l], n.gate[l], n.up[l])
 		copy(n.resid[l+1], n.s1[l])
-		linear(n.resid[l+1], n.act[l], lw.Down, R, I, h, true)
+		linear(n.dev, n.resid[l+1], n.act[l], lw.Down, R, I, h, true)
 	}
 	n.Y = grow(n.Y, R*h)
 	rmsNorm(n.Y, n.resid[g.Layers], w.Norm, R, h, g.RMSNormEps)
@@ -320,16 +329,16 @@ func (n *Net[T]) Backward(dY []T) {
 		lw, lg := &w.Layers[l], &gw.Layers[l]
 		// MLP: resid[l+1] = s1 + down(silu(gate(x2))·up(x2)), x2 = RMS(s1).
 		n.dA = growZero(n.dA, R*I)
-		linearBackward(n.dA, lg.Down, n.dS, n.act[l], lw.Down, R, I, h)
+		linearBackward(n.dev, n.dA, lg.Down, n.dS, n.act[l], lw.Down, R, I, h)
 		n.dG, n.dU = growZero(n.dG, R*I), growZero(n.dU, R*I)
 		swiGLUBackward(n.dG, n.dU, n.dA, n.gate[l], n.up[l])
 		n.dX2 = growZero(n.dX2, R*h)
-		linearBackward(n.dX2, lg.Gate, n.dG, n.x2[l], lw.Gate, R, h, I)
-		linearBackward(n.dX2, lg.Up, n.dU, n.x2[l], lw.Up, R, h, I)
+		linearBackward(n.dev, n.dX2, lg.Gate, n.dG, n.x2[l], lw.Gate, R, h, I)
+		linearBackward(n.dev, n.dX2, lg.Up, n.dU, n.x2[l], lw.Up, R, h, I)
 		rmsNormBackward(n.dS, lg.PostNorm, n.dX2, n.s1[l], lw.PostNorm, R, h, g.RMSNormEps) // dS is now d s1
 		// Attention: s1 = resid[l] + o_proj(attn).
 		n.dO = growZero(n.dO, R*qd)
-		linearBackward(n.dO, lg.O, n.dS, n.o[l], lw.O, R, qd, h)
+		linearBackward(n.dev, n.dO, lg.O, n.dS, n.o[l], lw.O, R, qd, h)
 		n.dQ, n.dK, n.dV = growZero(n.dQ, R*qd), growZero(n.dK, R*kd), growZero(n.dV, R*kd)
 		n.dKc, n.dVc = growZero(n.dKc, S*kd), growZero(n.dVc, S*kd)
 		n.attendBackward(l)
@@ -339,9 +348,9 @@ func (n *Net[T]) Backward(dY []T) {
 		rmsNormBackward(n.dQRaw, lg.QNorm, n.dQ, n.qRaw[l], lw.QNorm, R*g.Heads, g.HeadDim, g.RMSNormEps)
 		rmsNormBackward(n.dKRaw, lg.KNorm, n.dK, n.kRaw[l], lw.KNorm, R*g.KVHeads, g.HeadDim, g.RMSNormEps)
 		n.dX = growZero(n.dX, R*h)
-		linearBackward(n.dX, lg.Q, n.dQRaw, n.x[l], lw.Q, R, h, qd)
-		linearBackward(n.dX, lg.K, n.dKRaw, n.x[l], lw.K, R, h, kd)
-		linearBackward(n.dX, lg.V, n.dV, n.x[l], lw.V, R, h, kd)
+		linearBackward(n.dev, n.dX, lg.Q, n.dQRaw, n.x[l], lw.Q, R, h, qd)
+		linearBackward(n.dev, n.dX, lg.K, n.dKRaw, n.x[l], lw.K, R, h, kd)
+		linearBackward(n.dev, n.dX, lg.V, n.dV, n.x[l], lw.V, R, h, kd)
 		rmsNormBackward(n.dS, lg.InputNorm, n.dX, n.resid[l], lw.InputNorm, R, h, g.RMSNormEps) // dS is now d resid[l]
 		// The injected context: Kc = RoPE(k_norm(Wk c)), Vc = Wv c, with the
 		// layer's own Wk and Wv.
@@ -349,13 +358,13 @@ func (n *Net[T]) Backward(dY []T) {
 			rope(n.rot, n.dKc, S, g.KVHeads, n.ctxPos, -1)
 			n.dKcRaw = growZero(n.dKcRaw, S*kd)
 			rmsNormBackward(n.dKcRaw, lg.KNorm, n.dKc, n.kcRaw[l], lw.KNorm, S*g.KVHeads, g.HeadDim, g.RMSNormEps)
-			linearBackward(n.dC, lg.K, n.dKcRaw, n.C, lw.K, S, h, kd)
-			linearBackward(n.dC, lg.V, n.dVc, n.C, lw.V, S, h, kd)
+			linearBackward(n.dev, n.dC, lg.K, n.dKcRaw, n.C, lw.K, S, h, kd)
+			linearBackward(n.dev, n.dC, lg.V, n.dVc, n.C, lw.V, S, h, kd)
 		}
 	}
 	if S > 0 {
 		n.dFC = growZero(n.dFC, S*h)
 		rmsNormBackward(n.dFC, gw.HiddenNorm, n.dC, n.fcOut, w.HiddenNorm, S, h, g.RMSNormEps)
-		linearBackward(nil, gw.FC, n.dFC, n.feat, w.FC, S, g.FCIn(), h)
+		linearBackward(n.dev, nil, gw.FC, n.dFC, n.feat, w.FC, S, g.FCIn(), h)
 	}
 }

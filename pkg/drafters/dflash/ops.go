@@ -4,6 +4,8 @@ import (
 	"math"
 	"runtime"
 	"sync"
+
+	"github.com/drafter-ai/drafter/pkg/tensor"
 )
 
 // The host ops the passes are built from, each forward beside its backward.
@@ -31,9 +33,20 @@ func parallelRows(n, perRow int, f func(lo, hi int)) {
 	wg.Wait()
 }
 
+// f32 views v's first rows*cols values as a host tensor.
+func f32(v []float32, rows, cols int) tensor.Tensor {
+	return tensor.HostTensorF32(v[:rows*cols], rows, cols)
+}
+
 // linear computes out[rows, o] = x[rows, in]·wᵀ for w [o, in] (a bias-free
-// nn.Linear); out is overwritten, or added to when acc.
-func linear[T Float](out, x, w []T, rows, in, o int, acc bool) {
+// nn.Linear); out is overwritten, or added to when acc. In float32 with a
+// CPU device (dev, whose memory is the host's) the device's BLAS runs it;
+// otherwise (float64, the finite-difference checks) plain loops do.
+func linear[T Float](dev tensor.Device, out, x, w []T, rows, in, o int, acc bool) {
+	if o32, ok := any(out).([]float32); ok && dev != nil {
+		dev.MatMul(f32(o32, rows, o), f32(any(x).([]float32), rows, in), f32(any(w).([]float32), o, in), false, true, 1, acc)
+		return
+	}
 	parallelRows(rows, in*o, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			xr := x[r*in : (r+1)*in]
@@ -55,8 +68,17 @@ func linear[T Float](out, x, w []T, rows, in, o int, acc bool) {
 }
 
 // linearBackward accumulates linear's gradients given dout [rows, o]:
-// dx += dout·w and dw += doutᵀ·x.
-func linearBackward[T Float](dx, dw, dout, x, w []T, rows, in, o int) {
+// dx += dout·w and dw += doutᵀ·x (through dev's BLAS as linear).
+func linearBackward[T Float](dev tensor.Device, dx, dw, dout, x, w []T, rows, in, o int) {
+	if d32, ok := any(dout).([]float32); ok && dev != nil {
+		if dx != nil {
+			dev.MatMul(f32(any(dx).([]float32), rows, in), f32(d32, rows, o), f32(any(w).([]float32), o, in), false, false, 1, true)
+		}
+		if dw != nil {
+			dev.MatMul(f32(any(dw).([]float32), o, in), f32(d32, rows, o), f32(any(x).([]float32), rows, in), true, false, 1, true)
+		}
+		return
+	}
 	if dx != nil {
 		parallelRows(rows, in*o, func(lo, hi int) {
 			for r := lo; r < hi; r++ {

@@ -52,7 +52,7 @@ func (t *HostTarget) Embed(dst []float32, id int) error {
 
 // Logits implements Target.
 func (t *HostTarget) Logits(dst, y []float32, rows int) error {
-	linear(dst[:rows*t.V], y[:rows*t.H], t.LMHead, rows, t.H, t.V, false)
+	linear[float32](nil, dst[:rows*t.V], y[:rows*t.H], t.LMHead, rows, t.H, t.V, false)
 	return nil
 }
 
