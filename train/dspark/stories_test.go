@@ -133,3 +133,26 @@ func TestTrainStories(t *testing.T) {
 }
 
 func readFile(path string) ([]byte, error) { return os.ReadFile(path) }
+
+// layerView is a capture of every layer in all seen as one holding the
+// layers want (in that order), as train.Run opens a capture for a method.
+type layerView struct {
+	mem       *dataset.Memory
+	all, want []int
+}
+
+func (v *layerView) NumSamples() int { return v.mem.NumSamples() }
+func (v *layerView) Hidden() int     { return v.mem.Hidden() }
+func (v *layerView) Sample(i int, dst *dataset.Sample, what dataset.Fields) error {
+	if err := v.mem.Sample(i, dst, what); err != nil {
+		return err
+	}
+	if what.Has(dataset.Features) {
+		feats := dst.Features
+		dst.Features = make([][]float32, len(v.want))
+		for c, k := range v.want {
+			dst.Features[c] = feats[slices.Index(v.all, k)]
+		}
+	}
+	return nil
+}

@@ -178,7 +178,8 @@ func (p *proposer) Propose(t *spec.Tree, root int) error {
 }
 
 // Confidences implements ConfidenceReporter: one value per slot of the
-// block, those past the last Propose's evaluated slots left from before.
+// chain (Depth); with a threshold, those past the slot where the last
+// Propose stopped are left from before.
 func (p *proposer) Confidences() []float32 { return p.conf }
 
 // DraftProbs implements drafters.SampledProposer.
