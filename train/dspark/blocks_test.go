@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/drafter-ai/drafter/train/dataset"
 )
 
 // The shifted labels, the Markov head's prev tokens, the target rows and
@@ -55,5 +57,50 @@ func TestAnchors(t *testing.T) {
 	}
 	if all := sampleAnchors(nil, slices.Clone(cand), 5, rng); !slices.Equal(all, cand) {
 		t.Fatalf("more anchors than candidates: %v, want all %v", all, cand)
+	}
+}
+
+// The trainer's blocks of a real read: slot k of the block anchored at p
+// has the anchor's embedding (slot 0) or the mask token's, the label
+// x_{p+k+1}, and the target distribution's input is the final-norm state
+// at p+k, the position before the label (methods.md §4, silent break 3:
+// the label's own position trains the confidence head on the wrong α*).
+func TestBuildBlocksAlignment(t *testing.T) {
+	o := DefaultOptions()
+	o.BlockSize, o.MarkovRank, o.Anchors, o.Seed = 4, 3, 5, 2
+	in := tinyInputs(3)
+	tr, err := newTrainer(o, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const i = 1
+	s := in.Data.(*dataset.Memory).Samples[i]
+	sb, err := tr.read(i, rand.New(rand.NewPCG(1, 1)))
+	if err != nil || sb == nil {
+		t.Fatalf("read: %v", err)
+	}
+	B, H := o.BlockSize, in.Config.HiddenSize
+	maskTok := tr.g.MaskToken
+	for b, bl := range sb.blocks {
+		p := bl.Start
+		if bl.Ctx != p || bl.Row0 != b*B {
+			t.Fatalf("block %d: %+v, want context = the %d positions before the anchor", b, bl, p)
+		}
+		for k := range B {
+			r := b*B + k
+			tok := maskTok
+			if k == 0 {
+				tok = int(s.Tokens[p])
+			}
+			if !slices.Equal(sb.emb[r*H:(r+1)*H], in.Embed[tok*H:(tok+1)*H]) {
+				t.Fatalf("block %d slot %d: embedding is not token %d's", b, k, tok)
+			}
+			if p+k+1 < len(s.Tokens) && sb.labels[r] != s.Tokens[p+k+1] {
+				t.Fatalf("block %d slot %d: label %d, want x_%d = %d", b, k, sb.labels[r], p+k+1, s.Tokens[p+k+1])
+			}
+			if q := min(p+k, len(s.Tokens)-1); !slices.Equal(sb.final[r*H:(r+1)*H], s.Final[q*H:(q+1)*H]) {
+				t.Fatalf("block %d slot %d: target state is not the final-norm state at %d", b, k, q)
+			}
+		}
 	}
 }
