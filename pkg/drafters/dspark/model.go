@@ -177,5 +177,11 @@ func (d *Draft) Validate() error {
 	if len(d.LayerIDs) != g.Features {
 		return fmt.Errorf("dspark: %d feature layer ids for fc over %d features", len(d.LayerIDs), g.Features)
 	}
+	for i := 1; i < len(d.LayerIDs); i++ {
+		if d.LayerIDs[i] <= d.LayerIDs[i-1] {
+			// DeepSpec's validate_target_layer_ids refuses any other order.
+			return fmt.Errorf("dspark: feature layers %v must be strictly ascending", d.LayerIDs)
+		}
+	}
 	return nil
 }
