@@ -14,6 +14,7 @@ import (
 	"github.com/drafter-ai/drafter/internal/testutil"
 	ddflash "github.com/drafter-ai/drafter/pkg/drafters/dflash"
 	"github.com/drafter-ai/drafter/pkg/generate"
+	"github.com/drafter-ai/drafter/pkg/sample"
 	"github.com/drafter-ai/drafter/pkg/target"
 	"github.com/drafter-ai/drafter/train"
 	"github.com/drafter-ai/drafter/train/dflash"
@@ -69,7 +70,8 @@ func TestTrainAndEvalStories260k(t *testing.T) {
 	}
 	defer tg.Close()
 	o := dflash.DefaultOptions()
-	o.Epochs, o.Seed, o.LogEvery = 4, 1, 0
+	// Two layers and 64 anchors keep the run short.
+	o.Epochs, o.Seed, o.LogEvery, o.DraftLayers, o.Anchors = 4, 1, 0, 2, 64
 	cols, err := o.Columns(tg.Config)
 	if err != nil {
 		t.Fatal(err)
@@ -95,21 +97,27 @@ func TestTrainAndEvalStories260k(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	exp := filepath.Join(out, dflash.ExportDir)
 	spec := filepath.Join(tmp, "speculators")
 	if err := ddflash.Export(spec, r.Draft, ddflash.ExportOptions{Format: ddflash.FormatSpeculators}); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []struct{ dir, layout string }{{exp, ddflash.FormatNative}, {spec, ddflash.FormatSpeculators}} {
-		layout, err := ddflash.Method{}.Detect(c.dir)
-		if err != nil || layout != c.layout {
-			t.Fatalf("Detect(%s) = %q, %v", c.dir, layout, err)
-		}
-		d, err := ddflash.Method{}.Load(c.dir, layout, tg.Model, nil)
+	// Found as drafter eval finds them: the train output folder (its
+	// drafter.json checked against the export) and a bare speculators
+	// export, through every method's Detect.
+	for _, c := range []struct{ dir, layout string }{{out, ddflash.FormatNative}, {spec, ddflash.FormatSpeculators}} {
+		info, err := eval.Detect(c.dir)
 		if err != nil {
 			t.Fatal(err)
 		}
-		rep, err := eval.Run(context.Background(), tg.Model, eval.NewDrafter(d), prompts,
+		if info.Kind != ddflash.Kind || info.Layout != c.layout {
+			t.Fatalf("eval.Detect(%s) found %s in the %s layout", c.dir, info.Kind, info.Layout)
+		}
+		d, err := eval.LoadDrafter(info, tg.Model)
+		if err != nil {
+			t.Fatal(err)
+		}
+		layout := info.Layout
+		rep, err := eval.Run(context.Background(), tg.Model, d, prompts,
 			eval.Config{Mode: eval.ModeChain, MaxNewTokens: 64, EOS: tg.Stop})
 		if err != nil {
 			t.Fatal(err)
@@ -120,6 +128,21 @@ func TestTrainAndEvalStories260k(t *testing.T) {
 		t.Logf("%s: T=0 chain of %d: mean acceptance length %.3f over %d prompts", layout, o.BlockSize-1, rep.MeanAcceptLength, len(prompts))
 		if rep.MeanAcceptLength < 1.5 {
 			t.Errorf("%s: mean acceptance length %.3f: the trained drafter barely drafts", layout, rep.MeanAcceptLength)
+		}
+		if layout != ddflash.FormatNative {
+			continue
+		}
+		// Sampled: drafts drawn from each slot's distribution, verified by
+		// speculative sampling with those rows (no token-for-token check
+		// applies; the run must complete and accept drafts).
+		rep, err = eval.Run(context.Background(), tg.Model, d, prompts,
+			eval.Config{Mode: eval.ModeChain, MaxNewTokens: 64, EOS: tg.Stop, Sampling: sample.Params{Temperature: 1}, Seed: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: T=1 chain of %d: mean acceptance length %.3f (%s)", layout, o.BlockSize-1, rep.MeanAcceptLength, rep.Acceptance)
+		if rep.MeanAcceptLength <= 1 {
+			t.Errorf("%s at T=1: mean acceptance length %.3f", layout, rep.MeanAcceptLength)
 		}
 	}
 }

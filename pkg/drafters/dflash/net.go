@@ -189,8 +189,8 @@ func (n *Net[T]) Blocks(emb []T, blocks []Block, kc, vc [][]T) error {
 	return nil
 }
 
-// visible reports the block keys row i (slot si) attends to: slots
-// 0..hi-1 of its block.
+// blockKeys is the number of its block's keys a row at slot si attends
+// to: slots 0..blockKeys-1 (all of them, or up to its own when Causal).
 func (n *Net[T]) blockKeys(si int) int {
 	if n.g.Causal {
 		return si + 1
@@ -318,7 +318,9 @@ func (n *Net[T]) attendBackward(l int) {
 
 // Backward accumulates into n.G the gradients of every weight given dY [R,
 // Hd] at the final norm's output, through the block part and the context
-// part (the same context rows' keys and values feed every block).
+// part (the same context rows' keys and values feed every block). The
+// blocks must have attended to the net's own context (Blocks with n.Kc and
+// n.Vc after Context), through which it differentiates.
 func (n *Net[T]) Backward(dY []T) {
 	g, w, gw := n.g, n.W, n.G
 	R, S, h, qd, kd, I := n.R, n.S, g.Hidden, g.QDim(), g.KVDim(), g.Intermediate

@@ -58,7 +58,7 @@ func (speculators) config(g Geometry, opt ExportOptions) map[string]any {
 // drafter runs eagle3 only.
 func (speculators) detect(cfgPath string, c *draftConfig) (bool, error) {
 	switch c.SpeculatorsType {
-	case "":
+	case "", "dflash", "dspark": // none, or another method's (its own Detect reads it)
 		return false, nil
 	case "eagle3":
 		return true, nil
