@@ -2,7 +2,8 @@
 // of the serving engines that load it: vLLM, SGLang and TensorRT-LLM. The
 // rules are written down here from each engine's own loading code (cited by
 // file and function in the comments), independently of drafter's exporters
-// (pkg/drafters/eagle3, pkg/drafters/medusa): this package reads the export's
+// (pkg/drafters/eagle3, pkg/drafters/medusa, and the DFlash and DSpark
+// exporters): this package reads the export's
 // config.json and safetensors header as an engine would, and so catches an
 // export that an engine would load without complaint and run wrong — a
 // config key it never reads, a default it assumes when a key is absent, a
@@ -92,8 +93,8 @@ func (f Finding) String() string {
 
 // Export is one export folder Check found and the engines it checked it for.
 type Export struct {
-	// Dir is the folder; Method "eagle3" or "medusa"; Layout the export
-	// layout ("native", "speculators", "vllm", "medusa").
+	// Dir is the folder; Method "eagle3", "dflash", "dspark" or "medusa";
+	// Layout the export layout ("native", "speculators", "vllm", "medusa").
 	Dir, Method, Layout string
 	// Engines are the engines checked: those asked for that load the layout.
 	Engines []Engine
@@ -158,8 +159,18 @@ func detect(dir string) (*layout, error) {
 		return nil, err
 	}
 	switch {
+	case cfg.str("speculators_model_type") == "dflash":
+		return &dflashSpecs, nil
+	case cfg.str("speculators_model_type") == "dspark":
+		return &dsparkSpecs, nil
 	case cfg.has("speculators_model_type"):
 		return &eagle3Speculators, nil
+	case declaresDSpark(cfg):
+		// Before DFlashDraftModel: an export naming both is DSpark's class
+		// with DFlash's name, which the DSpark check reports.
+		return &dsparkNative, nil
+	case slices.Contains(cfg.strs("architectures"), "DFlashDraftModel"):
+		return &dflashNative, nil
 	case cfg.str("model_type") == "medusa" || slices.Contains(cfg.strs("architectures"), "MedusaModel"):
 		return &medusaVLLM, nil
 	case slices.ContainsFunc(cfg.strs("architectures"), func(a string) bool { return strings.Contains(strings.ToLower(a), "eagle3") }):
@@ -184,7 +195,8 @@ type Options struct {
 
 // Check checks the export in dir, or every export in dir's subfolders when
 // dir is a training run's output folder (drafter train's --out: eagle3/,
-// vllm/, medusa/), for o.Engines. Each export is checked for those of the
+// vllm/, medusa/, or a DFlash or DSpark run's export folders), for
+// o.Engines. Each export is checked for those of the
 // engines that load its layout; an engine named on its own (not all of
 // them) that loads none of the exports found is an Error. drafter.json, in
 // dir or its parent (where drafter train writes it), is read for what the
@@ -237,7 +249,7 @@ func Check(dir string, o Options) (*Report, error) {
 		}
 	}
 	if len(exports) == 0 {
-		return nil, fmt.Errorf("exportcheck: %s holds no drafter export (an EAGLE-3 config.json, a vLLM Medusa config.json, or %s), nor do its subfolders: %w", dir, fdWeights, ErrNoExport)
+		return nil, fmt.Errorf("exportcheck: %s holds no drafter export (an EAGLE-3, DFlash or DSpark config.json, a vLLM Medusa config.json, or %s), nor do its subfolders: %w", dir, fdWeights, ErrNoExport)
 	}
 	prov, err := readProvenance(dir)
 	if err != nil {
