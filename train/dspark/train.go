@@ -108,6 +108,7 @@ type provenance struct {
 	BlockSize         int               `json:"block_size"`
 	MaskToken         int               `json:"mask_token_id"`
 	DraftLayers       int               `json:"draft_layers"`
+	Causal            bool              `json:"causal"`
 	MarkovRank        int               `json:"markov_rank"`
 	Confidence        bool              `json:"enable_confidence_head"`
 	ConfWithMarkov    bool              `json:"confidence_head_with_markov"`

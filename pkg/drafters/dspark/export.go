@@ -81,7 +81,10 @@ type deepSpecConfig struct {
 	TorchDType               string `json:"torch_dtype"`
 }
 
-// speculatorsConfig is FormatSpeculators' config.json.
+// speculatorsConfig is FormatSpeculators' config.json. It writes
+// sliding_window_non_causal true: vLLM's translator sets every layer's
+// causality to its negation (absent: non-causal), and DSpark's block is
+// bidirectional; false would make vLLM run every layer causal.
 type speculatorsConfig struct {
 	Architectures            []string     `json:"architectures"`
 	SpeculatorsModelType     string       `json:"speculators_model_type"`
@@ -97,6 +100,7 @@ type speculatorsConfig struct {
 	EnableConfidenceHead     bool         `json:"enable_confidence_head"`
 	ConfidenceHeadWithMarkov bool         `json:"confidence_head_with_markov"`
 	SampleFromAnchor         bool         `json:"sample_from_anchor"`
+	SlidingWindowNonCausal   bool         `json:"sliding_window_non_causal"`
 	NumTargetLayers          int          `json:"num_target_layers"`
 	SpeculatorsConfig        any          `json:"speculators_config,omitempty"`
 	TorchDType               string       `json:"torch_dtype"`
@@ -161,7 +165,7 @@ func (d *Draft) config(format string, opt ExportOptions) (any, error) {
 			DraftVocabSize: g.Vocab, BlockSize: g.BlockSize, NumAnchors: d.NumAnchors, TargetHiddenSize: g.TargetHidden,
 			AuxHiddenStateLayerIDs: ids, MaskTokenID: g.MaskToken, MarkovRank: sh.Rank, MarkovHeadType: MarkovHeadType,
 			EnableConfidenceHead: sh.Confidence, ConfidenceHeadWithMarkov: sh.WithMarkov, SampleFromAnchor: true,
-			NumTargetLayers: d.TargetLayers, SpeculatorsConfig: verifier, TorchDType: "float32"}, nil
+			SlidingWindowNonCausal: true, NumTargetLayers: d.TargetLayers, SpeculatorsConfig: verifier, TorchDType: "float32"}, nil
 	}
 	return nil, fmt.Errorf("dspark: unknown export layout %q (want %s or %s)", format, FormatDeepSpec, FormatSpeculators)
 }

@@ -72,7 +72,8 @@ func TestExportRoundTrip(t *testing.T) {
 					}
 				}
 			case FormatSpeculators:
-				if !reflectIDs(cfg["aux_hidden_state_layer_ids"], ids) || cfg["sample_from_anchor"] != true || cfg["speculators_model_type"] != "dspark" {
+				if !reflectIDs(cfg["aux_hidden_state_layer_ids"], ids) || cfg["sample_from_anchor"] != true || cfg["speculators_model_type"] != "dspark" ||
+					cfg["sliding_window_non_causal"] != true {
 					t.Errorf("speculators config: aux %v, sample_from_anchor %v", cfg["aux_hidden_state_layer_ids"], cfg["sample_from_anchor"])
 				}
 			}
