@@ -162,11 +162,11 @@ func (d *Drafter) NewProposer(c drafters.Decoding, opt drafters.ProposerOptions)
 }
 
 // Capture implements drafters.Method: z-lab's default target layers for
-// train/dflash's default of 2 draft layers, in HF indices, and the
+// train/dflash's default of 3 draft layers, in HF indices, and the
 // final-norm state. (Added on the dspark branch so that it compiles against
 // main's drafters.Method; the dflash branch's own version supersedes it.)
 func (Method) Capture(c *checkpoint.Config) drafters.CaptureNeeds {
-	ids := layerids.DFlashDefault(c.NumLayers, 2)
+	ids := layerids.DFlashDefault(c.NumLayers, 3)
 	hf := make([]int, len(ids))
 	for i, k := range ids {
 		hf[i] = k + 1
