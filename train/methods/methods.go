@@ -5,10 +5,15 @@
 // flags that scripts depend on).
 package methods
 
-import "github.com/drafter-ai/drafter/train/loop"
+import (
+	"github.com/drafter-ai/drafter/train/dspark"
+	"github.com/drafter-ai/drafter/train/loop"
+)
 
 // Commands returns the generic commands, in the order drafter train lists
 // them. The list is built on each call: there is no registry to mutate.
 func Commands() []loop.Command {
-	return []loop.Command{}
+	return []loop.Command{
+		dspark.Command{},
+	}
 }

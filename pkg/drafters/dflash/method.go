@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/drafter-ai/drafter/pkg/checkpoint"
 	"github.com/drafter-ai/drafter/pkg/drafters"
+	"github.com/drafter-ai/drafter/pkg/drafters/layerids"
 	"github.com/drafter-ai/drafter/pkg/model"
 )
 
@@ -157,4 +159,17 @@ func (d *Drafter) Configure(c drafters.Decoding) (drafters.Decoding, error) {
 // NewProposer implements drafters.Drafter.
 func (d *Drafter) NewProposer(c drafters.Decoding, opt drafters.ProposerOptions) (drafters.Proposer, error) {
 	return newProposer(d.d, d.tgt, d.m.NumLayers(), c, opt.Capacity, opt.RNG)
+}
+
+// Capture implements drafters.Method: z-lab's default target layers for
+// train/dflash's default of 3 draft layers, in HF indices, and the
+// final-norm state. (Added on the dspark branch so that it compiles against
+// main's drafters.Method; the dflash branch's own version supersedes it.)
+func (Method) Capture(c *checkpoint.Config) drafters.CaptureNeeds {
+	ids := layerids.DFlashDefault(c.NumLayers, 3)
+	hf := make([]int, len(ids))
+	for i, k := range ids {
+		hf[i] = k + 1
+	}
+	return drafters.CaptureNeeds{Layers: hf, FinalNorm: true}
 }

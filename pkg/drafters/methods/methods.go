@@ -9,6 +9,7 @@ import (
 	"github.com/drafter-ai/drafter/pkg/checkpoint"
 	"github.com/drafter-ai/drafter/pkg/drafters"
 	"github.com/drafter-ai/drafter/pkg/drafters/dflash"
+	"github.com/drafter-ai/drafter/pkg/drafters/dspark"
 	"github.com/drafter-ai/drafter/pkg/drafters/eagle3"
 	"github.com/drafter-ai/drafter/pkg/drafters/medusa"
 )
@@ -20,6 +21,7 @@ func All() []drafters.Method {
 		medusa.Method{},
 		eagle3.Method{},
 		dflash.Method{},
+		dspark.Method{},
 	}
 }
 

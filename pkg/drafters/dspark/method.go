@@ -1,0 +1,183 @@
+package dspark
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"github.com/drafter-ai/drafter/pkg/checkpoint"
+	"github.com/drafter-ai/drafter/pkg/drafters"
+	"github.com/drafter-ai/drafter/pkg/drafters/layerids"
+	"github.com/drafter-ai/drafter/pkg/model"
+)
+
+// DefaultDraftLayers is the number of draft decoder layers a default
+// training run builds, and with it the number of fused target layers
+// (layerids.DFlashDefault). DeepSpec's recipe uses 5 for Qwen3-8B; one
+// layer drafts a small target as well at a fraction of the cost.
+const DefaultDraftLayers = 1
+
+// DefaultLayers returns the Hugging Face hidden_states indices DSpark fuses
+// by default for a target of L layers and a draft of n layers: DFlash's
+// default output-of-layer ids (z-lab's build_target_layer_ids), each + 1.
+func DefaultLayers(L, n int) []int {
+	ids := layerids.DFlashDefault(L, n)
+	hf := make([]int, len(ids))
+	for i, k := range ids {
+		hf[i] = k + 1
+	}
+	return hf
+}
+
+// Method is the DSpark method (drafters.Method).
+type Method struct{}
+
+var _ drafters.Method = Method{}
+
+// Kind implements drafters.Method.
+func (Method) Kind() drafters.Kind { return Kind }
+
+// Layouts implements drafters.Method: DeepSpec's native layout first.
+func (Method) Layouts() []string { return []string{FormatDeepSpec, FormatSpeculators} }
+
+// Detect implements drafters.Method: the layout is in config.json.
+func (Method) Detect(dir string) (string, error) {
+	var c readConfig
+	found, err := drafters.ReadConfig(dir, &c)
+	if err != nil || !found {
+		return "", err
+	}
+	l := c.layout()
+	if l != "" && !drafters.FileExists(filepath.Join(dir, weightsFile)) {
+		return "", fmt.Errorf("dspark: %s describes a DSpark draft but %s is missing", filepath.Join(dir, drafters.ConfigFile), weightsFile)
+	}
+	return l, nil
+}
+
+// Wants implements drafters.Method.
+func (Method) Wants() string {
+	return "DSpark drafts (config.json with architectures Qwen3DSparkModel or speculators_model_type dspark)"
+}
+
+// Capture implements drafters.Method: DFlash's default feature layers for
+// DefaultDraftLayers draft layers, and the final-norm state (the L1 and
+// confidence targets come from the target's distribution).
+func (Method) Capture(c *checkpoint.Config) drafters.CaptureNeeds {
+	return drafters.CaptureNeeds{Layers: DefaultLayers(c.NumLayers, DefaultDraftLayers), FinalNorm: true}
+}
+
+// Load implements drafters.Method.
+func (Method) Load(dir, layout string, m *model.Model, prov *drafters.Provenance) (drafters.Drafter, error) {
+	d, err := LoadDraft(dir, layout)
+	if err != nil {
+		return nil, fmt.Errorf("loading the DSpark draft: %w", err)
+	}
+	if err := checkProvenance(prov, dir, layout, d); err != nil {
+		return nil, err
+	}
+	dr, err := NewDrafter(d, m)
+	if err != nil {
+		return nil, fmt.Errorf("%w (draft from %s)", err, dir)
+	}
+	return dr, nil
+}
+
+// checkProvenance compares an export with the drafter.json found for it.
+func checkProvenance(prov *drafters.Provenance, dir, layout string, d *Draft) error {
+	if prov == nil {
+		return nil
+	}
+	var p struct {
+		drafters.Common
+		Format        *string `json:"format"`
+		BlockSize     *int    `json:"block_size"`
+		MarkovRank    *int    `json:"markov_rank"`
+		FeatureLayers []int   `json:"feature_layers"`
+	}
+	if err := prov.Decode(&p); err != nil {
+		return err
+	}
+	cfg := filepath.Join(dir, drafters.ConfigFile)
+	var layers any
+	if p.FeatureLayers != nil {
+		layers = p.FeatureLayers
+	}
+	g := d.Geometry
+	return prov.Agree([]drafters.Recorded{
+		{Key: "method", Recorded: drafters.Value(p.Method), Export: string(Kind), File: dir},
+		{Key: "format", Recorded: drafters.Value(p.Format), Export: layout, File: cfg},
+		{Key: "hidden_size", Recorded: drafters.Value(p.Hidden), Export: g.Hidden, File: cfg},
+		{Key: "vocab_size", Recorded: drafters.Value(p.Vocab), Export: g.Vocab, File: cfg},
+		{Key: "block_size", Recorded: drafters.Value(p.BlockSize), Export: g.BlockSize, File: cfg},
+		{Key: "markov_rank", Recorded: drafters.Value(p.MarkovRank), Export: d.Heads.Shape.Rank, File: cfg},
+		{Key: "feature_layers", Recorded: layers, Export: d.LayerIDs, File: cfg},
+	})
+}
+
+// Shape implements drafters.Method.
+func (Method) Shape(d drafters.Decoding, _ int) string {
+	if !d.Sampling.Greedy() {
+		return fmt.Sprintf("DSpark chain of %d tokens (one backbone pass, Markov head per token), each sampled from the draft distribution", d.Depth)
+	}
+	return fmt.Sprintf("DSpark chain of %d tokens (one backbone pass, Markov head per token)", d.Depth)
+}
+
+// Drafter is a DSpark draft loaded for a target model (drafters.Drafter).
+type Drafter struct {
+	m *model.Model
+	d *Draft
+	// Threshold, when above 0, stops each chain before the first slot
+	// (after the first) whose cumulative product of confidences falls
+	// below it (a draft with a confidence head only); 0 drafts the fixed
+	// block.
+	Threshold float64
+}
+
+// NewDrafter wraps a DSpark draft as a drafter for m, refusing a draft of
+// another hidden or vocabulary size or with feature layers m lacks.
+func NewDrafter(d *Draft, m *model.Model) (*Drafter, error) {
+	if err := d.Validate(); err != nil {
+		return nil, err
+	}
+	g := d.Geometry
+	if g.TargetHidden != m.HiddenSize() || g.Vocab != m.VocabSize() {
+		return nil, fmt.Errorf("the DSpark draft does not fit the target: it reads features of width %d over vocab_size %d, the target's are %d and %d (was it trained for another model?)",
+			g.TargetHidden, g.Vocab, m.HiddenSize(), m.VocabSize())
+	}
+	L := m.NumLayers()
+	for _, id := range d.LayerIDs {
+		if id < 1 || id > L {
+			return nil, fmt.Errorf("the DSpark draft fuses hidden_states index %d, outside [1, %d] for this %d-layer target", id, L, L)
+		}
+	}
+	return &Drafter{m: m, d: d}, nil
+}
+
+// Draft returns the drafter's draft.
+func (d *Drafter) Draft() *Draft { return d.d }
+
+// Kind implements drafters.Drafter.
+func (d *Drafter) Kind() drafters.Kind { return Kind }
+
+// Configure implements drafters.Drafter: a chain of Depth tokens, at most
+// (and by default) the block size B: one backbone pass drafts B tokens.
+func (d *Drafter) Configure(c drafters.Decoding) (drafters.Decoding, error) {
+	B := d.d.Geometry.BlockSize
+	if c.Mode == "" {
+		c.Mode = drafters.ModeChain
+	}
+	if c.Mode != drafters.ModeChain || c.Tree != nil || c.TopK != 0 || c.TotalTokens != 0 {
+		return c, drafters.Refuse([]drafters.Setting{drafters.SettingMode}, "DSpark drafts a chain (one block per forward); trees are not supported")
+	}
+	if c.Depth == 0 {
+		c.Depth = B
+	}
+	if c.Depth < 1 || c.Depth > B {
+		return c, drafters.Refuse([]drafters.Setting{drafters.SettingDepth}, "a DSpark chain holds 1 to %d tokens (the block size it was trained with), not %d", B, c.Depth)
+	}
+	return c, nil
+}
+
+// NewProposer implements drafters.Drafter.
+func (d *Drafter) NewProposer(c drafters.Decoding, opt drafters.ProposerOptions) (drafters.Proposer, error) {
+	return newProposer(d.m, d.d, c, d.Threshold, opt.Capacity, opt.RNG)
+}
