@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -57,12 +56,9 @@ func newMethodTrainCmd(mc loop.Command, runF func(*trainOptions) error) *cobra.C
 			return &usageError{err}
 		}
 		m, err := build(fs.Changed)
-		var fe *loop.FlagError
-		if errors.As(err, &fe) {
-			return &usageError{err}
-		}
 		if err != nil {
-			return err
+			// build only checks the method's flags: each error is a usage mistake.
+			return &usageError{err}
 		}
 		o.Run = train.Options{Model: f.model, Data: f.data, Out: f.out, Resume: f.resume, VerifyData: f.verifyData,
 			Args: given(fs, "json", "device"), Notes: c.ErrOrStderr(), Precision: prec, Method: m}

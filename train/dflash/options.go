@@ -17,7 +17,6 @@ import (
 	"github.com/drafter-ai/drafter/pkg/checkpoint"
 	"github.com/drafter-ai/drafter/pkg/drafters"
 	ddflash "github.com/drafter-ai/drafter/pkg/drafters/dflash"
-	"github.com/drafter-ai/drafter/pkg/drafters/layerids"
 	"github.com/drafter-ai/drafter/train/loop"
 )
 
@@ -99,7 +98,7 @@ type Options struct {
 // 2.69; 3 layers with 128 anchors (these defaults) 2.92 (simulated on the
 // held-out samples: 3.77).
 func DefaultOptions() Options {
-	return Options{BlockSize: 8, DraftLayers: 3, Anchors: 128, MaskToken: -1,
+	return Options{BlockSize: 8, DraftLayers: ddflash.DefaultDraftLayers, Anchors: 128, MaskToken: -1,
 		LR: 3e-3, WarmupFrac: 0.04, ClipNorm: 1, Beta2: 0.999,
 		BatchSeqs: 1, MaxLength: 2048, Epochs: 10, Patience: 4, EvalFraction: 0.1, LogEvery: 10}
 }
@@ -172,11 +171,7 @@ func (o Options) featureLayers(L int) ([]int, error) {
 		}
 		return append([]int(nil), o.Layers...), nil
 	}
-	hf, err := layerids.Decode(layerids.DFlashTarget, layerids.DFlashDefault(L, o.DraftLayers), L)
-	if err != nil {
-		return nil, fmt.Errorf("dflash: z-lab's default target layers for %d draft layers on a %d-layer target: %w", o.DraftLayers, L, err)
-	}
-	return hf, nil
+	return ddflash.DefaultLayers(L, o.DraftLayers)
 }
 
 // Columns are the fused feature layers.

@@ -1,9 +1,6 @@
 package dspark
 
 import (
-	"strconv"
-	"strings"
-
 	"github.com/drafter-ai/drafter/pkg/drafters"
 	ddspark "github.com/drafter-ai/drafter/pkg/drafters/dspark"
 	"github.com/drafter-ai/drafter/train/loop"
@@ -68,13 +65,9 @@ func (Command) Flags(fs loop.FlagSet) func(changed func(string) bool) (loop.Meth
 		o.EvalFraction, o.Epochs, o.MaxSteps, o.Patience, o.EvalEvery = c.ValFraction, c.Epochs, c.MaxSteps, c.Patience, c.EvalEvery
 		o.CheckpointEvery, o.LogEvery, o.Seed = c.CheckpointEvery, c.LogEvery, c.Seed
 		if changed("layers") {
-			o.Layers = []int{}
-			for _, f := range strings.Split(layers, ",") {
-				k, err := strconv.Atoi(strings.TrimSpace(f))
-				if err != nil {
-					return nil, &loop.FlagError{Flag: "layers", Value: layers, Want: "comma-separated hidden_states indices such as 2,3"}
-				}
-				o.Layers = append(o.Layers, k)
+			var err error
+			if o.Layers, err = loop.ParseLayers("layers", layers); err != nil {
+				return nil, err
 			}
 		}
 		if err := o.validate(); err != nil {

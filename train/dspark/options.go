@@ -7,6 +7,7 @@ import (
 
 	"github.com/drafter-ai/drafter/pkg/checkpoint"
 	"github.com/drafter-ai/drafter/pkg/drafters"
+	ddflash "github.com/drafter-ai/drafter/pkg/drafters/dflash"
 	ddspark "github.com/drafter-ai/drafter/pkg/drafters/dspark"
 	"github.com/drafter-ai/drafter/train/loop"
 )
@@ -156,7 +157,7 @@ func (m Method) Kind() drafters.Kind { return ddspark.Kind }
 // L layers.
 func (o *Options) featureLayers(L int) ([]int, error) {
 	if o.Layers == nil {
-		return ddspark.DefaultLayers(L, o.DraftLayers), nil
+		return ddflash.DefaultLayers(L, o.DraftLayers)
 	}
 	if len(o.Layers) == 0 {
 		return nil, errors.New("dspark: --layers names no layer")

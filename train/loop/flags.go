@@ -2,6 +2,8 @@ package loop
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/drafter-ai/drafter/pkg/drafters"
 )
@@ -29,8 +31,9 @@ type Command interface {
 	// Flags declares the method's settings on fs, their trainer defaults
 	// as the flags' values, and returns what the command calls after
 	// parsing: changed reports whether the user gave a flag; it checks the
-	// values (a *FlagError names the flag and what it expects) and returns
-	// the Method to train.
+	// values and returns the Method to train. Its errors are usage mistakes
+	// and name the flag and what it takes (a *FlagError, or the method's
+	// own check).
 	Flags(fs FlagSet) (build func(changed func(name string) bool) (Method, error))
 }
 
@@ -113,4 +116,18 @@ func (c *Common) Check() error {
 		}
 	}
 	return nil
+}
+
+// ParseLayers reads a --layers value: comma-separated Hugging Face
+// hidden_states indices, such as 2,3.
+func ParseLayers(flag, text string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(text, ",") {
+		k, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return nil, &FlagError{Flag: flag, Value: text, Want: "comma-separated hidden_states indices such as 2,3"}
+		}
+		out = append(out, k)
+	}
+	return out, nil
 }

@@ -6,6 +6,7 @@
 package methods
 
 import (
+	"github.com/drafter-ai/drafter/train/dflash"
 	"github.com/drafter-ai/drafter/train/dspark"
 	"github.com/drafter-ai/drafter/train/loop"
 )
@@ -14,6 +15,7 @@ import (
 // them. The list is built on each call: there is no registry to mutate.
 func Commands() []loop.Command {
 	return []loop.Command{
+		dflash.Command{},
 		dspark.Command{},
 	}
 }

@@ -161,15 +161,25 @@ func (d *Drafter) NewProposer(c drafters.Decoding, opt drafters.ProposerOptions)
 	return newProposer(d.d, d.tgt, d.m.NumLayers(), c, opt.Capacity, opt.RNG)
 }
 
-// Capture implements drafters.Method: z-lab's default target layers for
-// train/dflash's default of 3 draft layers, in HF indices, and the
-// final-norm state. (Added on the dspark branch so that it compiles against
-// main's drafters.Method; the dflash branch's own version supersedes it.)
-func (Method) Capture(c *checkpoint.Config) drafters.CaptureNeeds {
-	ids := layerids.DFlashDefault(c.NumLayers, 3)
-	hf := make([]int, len(ids))
-	for i, k := range ids {
-		hf[i] = k + 1
+// DefaultDraftLayers is the draft's default depth: on stories260k 3 layers
+// accepted more than 2 (docs/acceptance.md); the reference recipes use 5 on
+// 8B targets.
+const DefaultDraftLayers = 3
+
+// DefaultLayers returns the Hugging Face hidden_states indices DFlash fuses
+// by default for a target of L layers and a draft of n layers: z-lab's
+// output-of-layer ids (layerids.DFlashDefault), read as HF indices.
+func DefaultLayers(L, n int) ([]int, error) {
+	hf, err := layerids.Decode(layerids.DFlashTarget, layerids.DFlashDefault(L, n), L)
+	if err != nil {
+		return nil, fmt.Errorf("dflash: z-lab's default target layers for %d draft layers on a %d-layer target: %w", n, L, err)
 	}
+	return hf, nil
+}
+
+// Capture implements drafters.Method: the default layers of the default
+// draft depth, and the final-norm state (the held-out metric's target).
+func (Method) Capture(c *checkpoint.Config) drafters.CaptureNeeds {
+	hf, _ := DefaultLayers(c.NumLayers, DefaultDraftLayers) // a target too small for them has none: distill then names the method
 	return drafters.CaptureNeeds{Layers: hf, FinalNorm: true}
 }

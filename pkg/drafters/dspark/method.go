@@ -6,7 +6,7 @@ import (
 
 	"github.com/drafter-ai/drafter/pkg/checkpoint"
 	"github.com/drafter-ai/drafter/pkg/drafters"
-	"github.com/drafter-ai/drafter/pkg/drafters/layerids"
+	"github.com/drafter-ai/drafter/pkg/drafters/dflash"
 	"github.com/drafter-ai/drafter/pkg/model"
 )
 
@@ -15,18 +15,6 @@ import (
 // (layerids.DFlashDefault). DeepSpec's recipe uses 5 for Qwen3-8B; one
 // layer drafts a small target as well at a fraction of the cost.
 const DefaultDraftLayers = 1
-
-// DefaultLayers returns the Hugging Face hidden_states indices DSpark fuses
-// by default for a target of L layers and a draft of n layers: DFlash's
-// default output-of-layer ids (z-lab's build_target_layer_ids), each + 1.
-func DefaultLayers(L, n int) []int {
-	ids := layerids.DFlashDefault(L, n)
-	hf := make([]int, len(ids))
-	for i, k := range ids {
-		hf[i] = k + 1
-	}
-	return hf
-}
 
 // Method is the DSpark method (drafters.Method).
 type Method struct{}
@@ -62,7 +50,8 @@ func (Method) Wants() string {
 // DefaultDraftLayers draft layers, and the final-norm state (the L1 and
 // confidence targets come from the target's distribution).
 func (Method) Capture(c *checkpoint.Config) drafters.CaptureNeeds {
-	return drafters.CaptureNeeds{Layers: DefaultLayers(c.NumLayers, DefaultDraftLayers), FinalNorm: true}
+	hf, _ := dflash.DefaultLayers(c.NumLayers, DefaultDraftLayers) // none on a target too small for them: distill then names the method
+	return drafters.CaptureNeeds{Layers: hf, FinalNorm: true}
 }
 
 // Load implements drafters.Method.
