@@ -15,6 +15,7 @@ import (
 	"github.com/drafter-ai/drafter/internal/testutil"
 	deagle3 "github.com/drafter-ai/drafter/pkg/drafters/eagle3"
 	"github.com/drafter-ai/drafter/pkg/drafters/medusa"
+	"github.com/drafter-ai/drafter/pkg/drafters/methods"
 	"github.com/drafter-ai/drafter/pkg/generate"
 	"github.com/drafter-ai/drafter/pkg/target"
 	"github.com/drafter-ai/drafter/train/dataset"
@@ -57,6 +58,20 @@ func (d *distiller) run(out string, shard, n int, change ...func(*distill.Option
 		d.t.Fatal(err)
 	}
 	return out
+}
+
+// defaultColumns names the state columns a default distill of d's target
+// holds besides final_norm: every method's default layers.
+func defaultColumns(t *testing.T, d *distiller) string {
+	layers, err := methods.DefaultLayers(d.tg.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := make([]string, len(layers))
+	for i, k := range layers {
+		names[i] = capture.ColumnName(k)
+	}
+	return strings.Join(names, ", ")
 }
 
 // open returns what Run trains on for the --data entries, read for EAGLE-3
@@ -199,7 +214,7 @@ func TestShardsMustFit(t *testing.T) {
 		{"stored as float16", []string{s[0], s[1], d.run(filepath.Join(tmp, "s2-f16"), 2, 3, func(o *distill.Options) { o.DType = capture.Float16 })},
 			fmt.Sprintf("train: --data %s stores its states as float16, but %s as float32: captures trained together must be stored alike", filepath.Join(tmp, "s2-f16"), s[0])},
 		{"other layers", []string{s[0], s[1], d.run(filepath.Join(tmp, "s2-layers"), 2, 3, func(o *distill.Options) { o.Layers = []int{1, 2, 3, 4, 5} })},
-			fmt.Sprintf("train: --data %s holds the states hidden_1, hidden_2, hidden_3, hidden_4, hidden_5, final_norm, but %s holds hidden_1, hidden_3, hidden_5, final_norm", filepath.Join(tmp, "s2-layers"), s[0])},
+			fmt.Sprintf("train: --data %s holds the states hidden_1, hidden_2, hidden_3, hidden_4, hidden_5, final_norm, but %s holds %s, final_norm", filepath.Join(tmp, "s2-layers"), s[0], defaultColumns(t, d))},
 	}
 	for _, c := range cases {
 		_, err := d.open(c.data...)
