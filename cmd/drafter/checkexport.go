@@ -25,7 +25,9 @@ func newCmdCheckExport(runF func(*checkExportOptions) error) *cobra.Command {
 		Long: `check-export reads an exported drafter as vLLM, SGLang and TensorRT-LLM read it — the
 config keys each engine looks at and the defaults it assumes for absent ones, the tensors
 it builds parameters for (names, shapes, dtypes), the feature-layer id convention of each id
-key, the draft-to-target vocabulary offsets (d2t) — and prints one line per finding:
+key, the draft-to-target vocabulary offsets (d2t), a block drafter's block size, mask token,
+causality and label layout (DFlash's unshifted block against DSpark's shifted one) — and
+prints one line per finding:
 
   LEVEL: ENGINES: FILE: KEY: what the engine does
 
@@ -35,12 +37,14 @@ layer it captures one off). "note" is a key an engine ignores or defaults withou
 this drafter, or only in the engine versions the note names. The exit status is 1 when
 there is an error.
 
-DIR is one export folder (train's out/eagle3, out/vllm or out/medusa) or train's out/ (then
-every export in it, each for the engines that load its layout). drafter.json beside the
-exports is compared too: the switches, feature layers and target layer count it records.`,
+DIR is one export folder (train's out/eagle3, out/vllm, out/medusa, out/dflash or out/dspark)
+or train's out/ (then every export in it, each for the engines that load its layout).
+drafter.json beside the exports is compared too: the switches, feature layers, target layer
+count, block size, mask token and causality it records.`,
 		Example: `  drafter check-export drafters/eagle3
   drafter check-export drafters/eagle3/eagle3 --engine sglang
-  drafter check-export drafters/medusa --engine vllm`,
+  drafter check-export drafters/medusa --engine vllm
+  drafter check-export drafters/dflash --engine sglang`,
 		RunE: func(c *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usagef("%s takes one export folder, got %d arguments", c.CommandPath(), len(args))
