@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/drafter-ai/drafter/pkg/tensor"
+	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 )
 
 // The host ops the passes are built from, each forward beside its backward.
@@ -35,7 +36,7 @@ func parallelRows(n, perRow int, f func(lo, hi int)) {
 
 // f32 views v's first rows*cols values as a host tensor.
 func f32(v []float32, rows, cols int) tensor.Tensor {
-	return tensor.HostTensorF32(v[:rows*cols], rows, cols)
+	return cpu.HostTensor(v[:rows*cols], rows, cols)
 }
 
 // linear computes out[rows, o] = x[rows, in]·wᵀ for w [o, in] (a bias-free
