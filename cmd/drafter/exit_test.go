@@ -118,6 +118,11 @@ func TestExitCodes(t *testing.T) {
 
 		// train, both spellings: flags that do not apply.
 		{with(byMedusa[:1], "--method", "hydra", "--model", "m", "--data", "d", "--out", "o"), exitUsage, `--method "hydra": want one of medusa, eagle3`},
+		{with(byMedusa[:1], "--method", "dflash", "--model", "m", "--data", "d", "--out", "o"), exitUsage, "--method dflash: train it with drafter train dflash"},
+		{[]string{"train", "dflash", "--model", "m", "--data", "d", "--out", "o", "--block-size", "1"}, exitUsage, "dflash: block size must be >= 2"},
+		{[]string{"train", "dspark", "--model", "m", "--data", "d", "--out", "o", "--layers", "2,x"}, exitUsage, "--layers 2,x: want comma-separated hidden_states indices"},
+		{[]string{"train", "dspark", "--model", "m", "--data", "d", "--out", "o", "--epochs", "0"}, exitUsage, "--epochs 0: want an epoch cap of 1 or more"},
+		{[]string{"train", "dflash", "--model", "m", "--data", "d", "--out", "o", "--heads", "3"}, exitUsage, "unknown flag: --heads"},
 		{with(byMedusa, "--ttt-steps", "3"), exitUsage, "--ttt-steps is an EAGLE-3 setting; it does not apply to --method medusa"},
 		{with(byMedusa, "--format", "native"), exitUsage, "--format is an EAGLE-3 setting"},
 		{with(byMedusa, "--intermediate", "64"), exitUsage, "--intermediate is an EAGLE-3 setting"},

@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/drafter-ai/drafter/train"
 	"github.com/drafter-ai/drafter/train/loop"
@@ -43,7 +44,7 @@ func newMethodTrainCmd(mc loop.Command, runF func(*trainOptions) error) *cobra.C
 	}
 	var f runFlags
 	f.register(c)
-	build := mc.Flags(c.Flags())
+	build := mc.Flags(methodFlagSet{c.Flags()})
 	o := &trainOptions{}
 	o.Device.register(c)
 	c.RunE = func(c *cobra.Command, _ []string) error {
@@ -73,6 +74,15 @@ func newMethodTrainCmd(mc loop.Command, runF func(*trainOptions) error) *cobra.C
 	}
 	requireFlags(c, "model", "data", "out")
 	return c
+}
+
+// methodFlagSet is the flag set a method declares its settings on: pflag's,
+// with float flags that refuse NaN and infinities as drafter's all do.
+type methodFlagSet struct{ *pflag.FlagSet }
+
+// Float64Var declares a finite float flag (floatVar).
+func (fs methodFlagSet) Float64Var(p *float64, name string, value float64, usage string) {
+	floatVar(fs.FlagSet, p, name, value, usage)
 }
 
 // methodCommands returns drafter train's subcommands of the methods that
