@@ -266,24 +266,17 @@ func (o Options) Columns(c *checkpoint.Config) (loop.Columns, error) {
 // Train trains a DFlash draft for the target and exports it into
 // s.Job.Out's dflash/ folder.
 func (o Options) Train(ctx context.Context, s *loop.Setup) (*loop.Outcome, error) {
-	c := s.Target.Config
-	layers, err := o.featureLayers(c.NumLayers)
+	layers, err := o.featureLayers(s.Target.Config.NumLayers)
 	if err != nil {
 		return nil, err
 	}
-	embed, lmHead, err := s.OutputLayers(true)
+	in, job, err := SetupInputs(s, layers)
 	if err != nil {
 		return nil, err
 	}
-	job := s.Job
-	if job.Settings != nil {
-		job.Settings.FeatureLayers = layers
-	}
-	in := Inputs{Config: c, Layers: layers, Embed: embed, LMHead: lmHead, Data: s.Data, Resume: s.Resume,
-		TargetName: s.Target.Name()}
 	r, err := Train(ctx, o, in, &job)
 	if err != nil {
 		return nil, err
 	}
-	return &loop.Outcome{Steps: r.Steps, Epochs: r.Epochs, Stopped: r.Stopped, Exports: []string{r.ExportDir}, Result: r}, nil
+	return Outcome(&r.Result, r.ExportDir, r), nil
 }

@@ -245,6 +245,28 @@ func AnchorCandidates(dst []int, lossMask []bool, first int) []int {
 	return dst
 }
 
+// SetupInputs are the inputs of a run set up by drafter train (s), fusing
+// layers, and its job, which records layers as the run's feature layers.
+func SetupInputs(s *loop.Setup, layers []int) (Inputs, loop.Job, error) {
+	embed, lmHead, err := s.OutputLayers(true)
+	if err != nil {
+		return Inputs{}, loop.Job{}, err
+	}
+	job := s.Job
+	if job.Settings != nil {
+		job.Settings.FeatureLayers = layers
+	}
+	in := Inputs{Config: s.Target.Config, Layers: layers, Embed: embed, LMHead: lmHead, Data: s.Data, Resume: s.Resume,
+		TargetName: s.Target.Name()}
+	return in, job, nil
+}
+
+// Outcome is what drafter train reports of a block trainer's run r, which
+// exported into exportDir; result is the trainer's own result.
+func Outcome[M any](r *loop.Result[M], exportDir string, result any) *loop.Outcome {
+	return &loop.Outcome{Steps: r.Steps, Epochs: r.Epochs, Stopped: r.Stopped, Exports: []string{exportDir}, Result: result}
+}
+
 // TrainLine is a step's metrics.jsonl line with the slot accuracies
 // correct[k]/counted[k].
 func TrainLine(s loop.StepStats, correct, counted []int) any {

@@ -19,15 +19,18 @@ import (
 	"github.com/drafter-ai/drafter/train/optim"
 )
 
-// Inputs are what Train trains from besides its options.
+// Inputs are what Train (and train/dspark's) trains from besides its
+// options.
 type Inputs struct {
 	// Config is the target's config; Layers the fused HF indices.
 	Config *checkpoint.Config
 	Layers []int
 	// Embed and LMHead are the target's embedding and lm_head, [V, H]
-	// float32 each (the same values when tied), frozen.
+	// float32 each (the same values when tied), frozen (DSpark exports them
+	// as the draft's own copies).
 	Embed, LMHead []float32
-	// Data holds tokens, loss masks and Features (one per Layers entry).
+	// Data holds tokens, loss masks and Features (one per Layers entry);
+	// for DSpark also Final (the target's final-norm state).
 	Data dataset.Dataset
 	// Resume continues the run in the job's output folder.
 	Resume bool

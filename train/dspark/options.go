@@ -146,23 +146,17 @@ func (m Method) Columns(c *checkpoint.Config) (loop.Columns, error) {
 // Train trains a DSpark draft for the target and exports it into
 // s.Job.Out's dspark/ folder.
 func (m Method) Train(ctx context.Context, s *loop.Setup) (*loop.Outcome, error) {
-	c := s.Target.Config
-	layers, err := m.featureLayers(c.NumLayers)
+	layers, err := m.featureLayers(s.Target.Config.NumLayers)
 	if err != nil {
 		return nil, err
 	}
-	embed, lmHead, err := s.OutputLayers(true)
+	in, job, err := tdflash.SetupInputs(s, layers)
 	if err != nil {
 		return nil, err
 	}
-	job := s.Job
-	if job.Settings != nil {
-		job.Settings.FeatureLayers = layers
-	}
-	in := Inputs{Config: c, Layers: layers, Embed: embed, LMHead: lmHead, Data: s.Data, Resume: s.Resume, TargetName: s.Target.Name()}
 	r, err := Train(ctx, m.Options, in, &job)
 	if err != nil {
 		return nil, err
 	}
-	return &loop.Outcome{Steps: r.Steps, Epochs: r.Epochs, Stopped: r.Stopped, Exports: []string{r.ExportDir}, Result: r}, nil
+	return tdflash.Outcome(&r.Result, r.ExportDir, r), nil
 }

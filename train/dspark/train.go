@@ -16,7 +16,6 @@ import (
 	"path/filepath"
 
 	"github.com/drafter-ai/drafter/pkg/atomicfile"
-	"github.com/drafter-ai/drafter/pkg/checkpoint"
 	"github.com/drafter-ai/drafter/pkg/drafters"
 	"github.com/drafter-ai/drafter/pkg/drafters/dflash"
 	ddspark "github.com/drafter-ai/drafter/pkg/drafters/dspark"
@@ -29,22 +28,10 @@ import (
 	"github.com/drafter-ai/drafter/train/optim"
 )
 
-// Inputs are what Train trains from besides its options.
-type Inputs struct {
-	// Config is the target's config; Layers the fused HF indices.
-	Config *checkpoint.Config
-	Layers []int
-	// Embed and LMHead are the target's embedding and lm_head, [V, H]
-	// float32 each, frozen (and exported as the draft's own copies).
-	Embed, LMHead []float32
-	// Data holds tokens, loss masks, Final (the target's final-norm state)
-	// and Features (one per Layers entry).
-	Data dataset.Dataset
-	// Resume continues the run in the job's output folder.
-	Resume bool
-	// TargetName names the verifier in the speculators layout.
-	TargetName string
-}
+// Inputs are what Train trains from besides its options: train/dflash's,
+// as DSpark trains DFlash's backbone on the same target and data (which
+// must hold Final as well: the L1 and confidence targets).
+type Inputs = tdflash.Inputs
 
 // Files Train writes besides the loop's.
 const (
