@@ -253,14 +253,7 @@ func CheckLayers(layers []int, L int, ascending string) ([]int, error) {
 
 // Columns are the fused feature layers.
 func (o Options) Columns(c *checkpoint.Config) (loop.Columns, error) {
-	if err := o.validate(); err != nil {
-		return loop.Columns{}, err
-	}
-	layers, err := o.featureLayers(c.NumLayers)
-	if err != nil {
-		return loop.Columns{}, err
-	}
-	return loop.Columns{FeatureLayers: layers, FromFlag: o.Layers != nil}, nil
+	return Columns(c, o.validate, o.featureLayers, o.Layers != nil)
 }
 
 // Train trains a DFlash draft for the target and exports it into

@@ -267,6 +267,36 @@ func Outcome[M any](r *loop.Result[M], exportDir string, result any) *loop.Outco
 	return &loop.Outcome{Steps: r.Steps, Epochs: r.Epochs, Stopped: r.Stopped, Exports: []string{exportDir}, Result: result}
 }
 
+// EvalStamp says when a block trainer's evaluation ran: the epoch
+// (1-based), the step, the seconds since the run started and the training
+// loss then. Both EvalMetrics embed it first, so that its fields keep their
+// JSON keys and their place in metrics and checkpoints.
+type EvalStamp struct {
+	Epoch      int     `json:"epoch"`
+	Step       int     `json:"step"`
+	ElapsedSec float64 `json:"elapsed_s"`
+	TrainLoss  float64 `json:"train_loss"`
+}
+
+// NewEvalStamp is the stamp of the loop's evaluation e.
+func NewEvalStamp(e loop.Eval) EvalStamp {
+	return EvalStamp{Epoch: e.Epoch + 1, Step: e.Step, ElapsedSec: e.Elapsed.Seconds(), TrainLoss: e.TrainLoss}
+}
+
+// Columns are the columns of a block trainer's run on target c: the fused
+// feature layers (featureLayers of c's layer count) once validate passes;
+// fromFlag says they were given (--layers).
+func Columns(c *checkpoint.Config, validate func() error, featureLayers func(L int) ([]int, error), fromFlag bool) (loop.Columns, error) {
+	if err := validate(); err != nil {
+		return loop.Columns{}, err
+	}
+	layers, err := featureLayers(c.NumLayers)
+	if err != nil {
+		return loop.Columns{}, err
+	}
+	return loop.Columns{FeatureLayers: layers, FromFlag: fromFlag}, nil
+}
+
 // TrainLine is a step's metrics.jsonl line with the slot accuracies
 // correct[k]/counted[k].
 func TrainLine(s loop.StepStats, correct, counted []int) any {

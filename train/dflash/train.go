@@ -48,10 +48,8 @@ const (
 
 // EvalMetrics are a held-out evaluation.
 type EvalMetrics struct {
-	Epoch      int     `json:"epoch"`
-	Step       int     `json:"step"`
-	ElapsedSec float64 `json:"elapsed_s"`
-	TrainLoss  float64 `json:"train_loss"`
+	// EvalStamp says when the evaluation ran.
+	EvalStamp
 	// Loss is the decayed-weight mean cross-entropy (the training loss).
 	Loss float64 `json:"loss"`
 	// Accuracy[k-1] is slot k's top-1 accuracy over its in-mask labels.
@@ -395,7 +393,7 @@ func (t *trainer) Evaluate(e loop.Eval) (*EvalMetrics, error) {
 			counted[k] += t.counted[k]
 		}
 	}
-	m := &EvalMetrics{Epoch: e.Epoch + 1, Step: e.Step, ElapsedSec: e.Elapsed.Seconds(), TrainLoss: e.TrainLoss,
+	m := &EvalMetrics{EvalStamp: NewEvalStamp(e),
 		Accuracy: make([]float64, B-1), Blocks: acc.blocks, AcceptLen: 1}
 	if wsum > 0 {
 		m.Loss = lossW / wsum

@@ -133,14 +133,7 @@ func (o *Options) featureLayers(L int) ([]int, error) {
 // Columns are the fused feature layers (and, as for every method, the
 // final-norm state: the L1 and confidence targets).
 func (m Method) Columns(c *checkpoint.Config) (loop.Columns, error) {
-	if err := m.validate(); err != nil {
-		return loop.Columns{}, err
-	}
-	layers, err := m.featureLayers(c.NumLayers)
-	if err != nil {
-		return loop.Columns{}, err
-	}
-	return loop.Columns{FeatureLayers: layers, FromFlag: m.Layers != nil}, nil
+	return tdflash.Columns(c, m.validate, m.featureLayers, m.Layers != nil)
 }
 
 // Train trains a DSpark draft for the target and exports it into

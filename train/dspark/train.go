@@ -43,10 +43,8 @@ const (
 
 // EvalMetrics are a held-out evaluation.
 type EvalMetrics struct {
-	Epoch      int     `json:"epoch"`
-	Step       int     `json:"step"`
-	ElapsedSec float64 `json:"elapsed_s"`
-	TrainLoss  float64 `json:"train_loss"`
+	// EvalStamp says when the evaluation ran (train/dflash's).
+	tdflash.EvalStamp
 	// Loss is the training objective; CE, L1 and BCE its terms (weighted
 	// means, before the loss weights).
 	Loss, CE, L1, BCE float64
@@ -534,7 +532,7 @@ func (t *trainer) Evaluate(e loop.Eval) (*EvalMetrics, error) {
 		ev.bce += st.BCE * sb.wsum
 		wsum += sb.wsum
 	}
-	m := &EvalMetrics{Epoch: e.Epoch + 1, Step: e.Step, ElapsedSec: e.Elapsed.Seconds(), TrainLoss: e.TrainLoss,
+	m := &EvalMetrics{EvalStamp: tdflash.NewEvalStamp(e),
 		Accuracy: make([]float64, B), Alpha: make([]float64, B), ConfError: make([]float64, B), Blocks: ev.blocks, AcceptLen: 1, TauProb: 1}
 	if wsum > 0 {
 		m.Loss, m.CE, m.L1, m.BCE = ev.lossW/wsum, ev.ce/wsum, ev.l1/wsum, ev.bce/wsum
