@@ -255,8 +255,9 @@ func (t *trainer) buildHeads() error {
 	return err
 }
 
-// initWeights initialises from seed: the backbone as Transformers
-// initialises a Qwen3 model (norms one, matrices N(0, 0.02²)); the Markov
+// initWeights initialises from seed, all from one stream: the backbone as
+// train/dflash does (InitBackbone: Qwen3's norms one, matrices
+// N(0, 0.02²)), then the heads from where it left the stream; the Markov
 // head's W1 as torch's nn.Embedding (N(0, 1)) and W2 zero, so that training
 // starts from the plain shifted backbone and the bias grows from there (W2's
 // gradient is non-zero from the first step; W1's follows); the confidence
