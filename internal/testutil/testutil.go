@@ -150,3 +150,23 @@ func NeedCUDA(t testing.TB) {
 	}
 	t.Skip("no CUDA driver configured: make cuda-check runs this test against the stand-in driver and cuBLAS")
 }
+
+// EnginePython returns the repository's engine-check Python (build/pyenv,
+// made by scripts/setup.sh) and the folder of its scripts
+// (scripts/enginecheck), which the drafters' engine-style forward
+// comparisons run. The test skips without it, unless
+// DRAFTER_REQUIRE_PYTHON=1 makes that a failure (so that a machine set up
+// for the comparisons cannot pass them by skipping).
+func EnginePython(tb testing.TB) (python, scripts string) {
+	tb.Helper()
+	dir := Root()
+	python = filepath.Join(dir, "build", "pyenv", "bin", "python")
+	scripts = filepath.Join(dir, "scripts", "enginecheck")
+	if _, err := os.Stat(python); err != nil {
+		if os.Getenv("DRAFTER_REQUIRE_PYTHON") == "1" {
+			tb.Fatalf("DRAFTER_REQUIRE_PYTHON=1 but %s is missing (run scripts/setup.sh): %v", python, err)
+		}
+		tb.Skipf("%s is missing (scripts/setup.sh makes it); skipping the engine-style forward comparison", python)
+	}
+	return python, scripts
+}

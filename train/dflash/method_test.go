@@ -106,7 +106,7 @@ func tinyTrainIdx(t *testing.T) []int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return tr.trainIdx
+	return tr.TrainIdx
 }
 
 // TestColumnsDefaults: the fused layers default to z-lab's ids converted to

@@ -50,6 +50,20 @@ type Options struct {
 	Causal bool `json:"causal"`
 	// Intermediate is the draft MLP width (0: the target's).
 	Intermediate int `json:"intermediate_size,omitempty"`
+	// Training is the optimiser, the schedule and the loop's intervals.
+	Training
+	// Format is the export layout (ddflash.FormatNative default, or
+	// ddflash.FormatSpeculators).
+	Format string `json:"format"`
+	// Progress, when set, is called after every update and evaluation.
+	Progress func(loop.Progress[*EvalMetrics]) `json:"-"`
+}
+
+// Training are the settings both block trainers (this package's and
+// train/dspark's) share: the optimiser, the schedule and the loop's
+// intervals. Both Options embed it, so that its fields keep their JSON keys
+// and their place among the options in train_args.json and drafter.json.
+type Training struct {
 	// LR is the peak learning rate; WarmupFrac the linear warm-up share;
 	// MinLRRatio the cosine floor; ClipNorm the gradient-norm clip;
 	// WeightDecay and Beta2 AdamW's.
@@ -77,11 +91,74 @@ type Options struct {
 	// CheckpointEvery and LogEvery are the loop's intervals.
 	CheckpointEvery int `json:"checkpoint_every"`
 	LogEvery        int `json:"log_every"`
-	// Format is the export layout (ddflash.FormatNative default, or
-	// ddflash.FormatSpeculators).
-	Format string `json:"format"`
-	// Progress, when set, is called after every update and evaluation.
-	Progress func(loop.Progress[*EvalMetrics]) `json:"-"`
+}
+
+// DefaultTraining returns the shared defaults: one sequence per update of
+// at most 2048 tokens, AdamW at lr 3e-3 with 4% warm-up, cosine to zero,
+// clip 1 and no weight decay (SpecForge's), 10 epochs with early stopping
+// after 4 evaluations without improvement, a tenth held out.
+func DefaultTraining() Training {
+	return Training{LR: 3e-3, WarmupFrac: 0.04, ClipNorm: 1, Beta2: 0.999,
+		BatchSeqs: 1, MaxLength: 2048, Epochs: 10, Patience: 4, EvalFraction: 0.1, LogEvery: 10}
+}
+
+// Validate checks the settings; minLength is the shortest MaxLength the
+// method trains on (a sequence must hold an anchor and its labels). The
+// errors name no method: the caller prefixes its own. The comparisons are
+// written to fail on NaN as well.
+func (tr *Training) Validate(minLength int) error {
+	switch {
+	case !(tr.LR > 0):
+		return fmt.Errorf("lr must be > 0, got %g", tr.LR)
+	case !(tr.WarmupFrac >= 0 && tr.WarmupFrac < 1):
+		return fmt.Errorf("warm-up fraction must lie in [0,1), got %g", tr.WarmupFrac)
+	case !(tr.MinLRRatio >= 0 && tr.MinLRRatio <= 1):
+		return fmt.Errorf("min-lr ratio must lie in [0,1], got %g", tr.MinLRRatio)
+	case !(tr.Beta2 > 0 && tr.Beta2 < 1):
+		return fmt.Errorf("beta2 must lie in (0,1), got %g", tr.Beta2)
+	case tr.WeightDecay < 0:
+		return fmt.Errorf("weight decay must not be negative, got %g", tr.WeightDecay)
+	case tr.BatchSeqs < 1 || tr.MaxLength < minLength:
+		return fmt.Errorf("batch sequences must be >= 1 and max length >= %d, got %d and %d", minLength, tr.BatchSeqs, tr.MaxLength)
+	case tr.Epochs < 1:
+		return fmt.Errorf("epochs must be >= 1, got %d", tr.Epochs)
+	case !(tr.EvalFraction > 0 && tr.EvalFraction < 1):
+		return fmt.Errorf("held-out fraction must lie in (0,1), got %g", tr.EvalFraction)
+	case tr.MaxSteps < 0 || tr.Patience < 0 || tr.EvalEvery < 0 || tr.CheckpointEvery < 0 || tr.LogEvery < 0:
+		return errors.New("max steps, patience and the eval/checkpoint/log intervals must not be negative")
+	}
+	return nil
+}
+
+// Common returns the settings the shared flags (loop.Common) carry, as
+// their defaults.
+func (tr *Training) Common() loop.Common {
+	return loop.Common{LR: tr.LR, MinLRRatio: tr.MinLRRatio, WarmupFrac: tr.WarmupFrac, WeightDecay: tr.WeightDecay, ClipNorm: tr.ClipNorm,
+		ValFraction: tr.EvalFraction, Epochs: tr.Epochs, MaxSteps: tr.MaxSteps, Patience: tr.Patience, EvalEvery: tr.EvalEvery,
+		CheckpointEvery: tr.CheckpointEvery, LogEvery: tr.LogEvery, Seed: tr.Seed}
+}
+
+// SetCommon takes the shared flags' values.
+func (tr *Training) SetCommon(c loop.Common) {
+	tr.LR, tr.MinLRRatio, tr.WarmupFrac, tr.WeightDecay, tr.ClipNorm = c.LR, c.MinLRRatio, c.WarmupFrac, c.WeightDecay, c.ClipNorm
+	tr.EvalFraction, tr.Epochs, tr.MaxSteps, tr.Patience, tr.EvalEvery = c.ValFraction, c.Epochs, c.MaxSteps, c.Patience, c.EvalEvery
+	tr.CheckpointEvery, tr.LogEvery, tr.Seed = c.CheckpointEvery, c.LogEvery, c.Seed
+}
+
+// RegisterFlags declares the shared settings that loop.Common lacks on fs;
+// maxLength is --max-length's help.
+func (tr *Training) RegisterFlags(fs loop.FlagSet, maxLength string) {
+	fs.IntVar(&tr.BatchSeqs, "batch-seqs", tr.BatchSeqs, "sequences per optimiser step, 1 or more")
+	fs.IntVar(&tr.MaxLength, "max-length", tr.MaxLength, maxLength)
+	fs.Float64Var(&tr.Beta2, "beta2", tr.Beta2, "AdamW's second-moment rate, in (0,1)")
+}
+
+// LoopConfig is the loop's configuration for a block trainer of method
+// with settings (recorded in train_args.json) and tr's schedule.
+func LoopConfig[M loop.Metric[M]](tr Training, method string, settings any, resume bool, progress func(loop.Progress[M])) loop.Config[M] {
+	return loop.Config[M]{Method: method, Settings: settings,
+		LR: tr.LR, MinLRRatio: tr.MinLRRatio, ClipNorm: tr.ClipNorm, MaxSteps: tr.MaxSteps, Patience: tr.Patience,
+		EvalEvery: tr.EvalEvery, CheckpointEvery: tr.CheckpointEvery, LogEvery: tr.LogEvery, Resume: resume, Progress: progress}
 }
 
 // DefaultOptions returns the defaults: B 8 (7 drafts) with gamma 4
@@ -98,9 +175,7 @@ type Options struct {
 // 2.69; 3 layers with 128 anchors (these defaults) 2.92 (simulated on the
 // held-out samples: 3.77).
 func DefaultOptions() Options {
-	return Options{BlockSize: 8, DraftLayers: ddflash.DefaultDraftLayers, Anchors: 128, MaskToken: -1,
-		LR: 3e-3, WarmupFrac: 0.04, ClipNorm: 1, Beta2: 0.999,
-		BatchSeqs: 1, MaxLength: 2048, Epochs: 10, Patience: 4, EvalFraction: 0.1, LogEvery: 10}
+	return Options{BlockSize: 8, DraftLayers: ddflash.DefaultDraftLayers, Anchors: 128, MaskToken: -1, Training: DefaultTraining()}
 }
 
 // gamma returns the loss decay, 0 chosen by block size.
@@ -128,25 +203,11 @@ func (o *Options) validate() error {
 		return fmt.Errorf("dflash: mask token id must be >= 0 (or -1 to choose), got %d", o.MaskToken)
 	case o.Intermediate < 0:
 		return fmt.Errorf("dflash: intermediate size must be >= 1 (or 0 for the target's), got %d", o.Intermediate)
-	case !(o.LR > 0):
-		return fmt.Errorf("dflash: lr must be > 0, got %g", o.LR)
-	case !(o.WarmupFrac >= 0 && o.WarmupFrac < 1):
-		return fmt.Errorf("dflash: warm-up fraction must lie in [0,1), got %g", o.WarmupFrac)
-	case !(o.MinLRRatio >= 0 && o.MinLRRatio <= 1):
-		return fmt.Errorf("dflash: min-lr ratio must lie in [0,1], got %g", o.MinLRRatio)
-	case !(o.Beta2 > 0 && o.Beta2 < 1):
-		return fmt.Errorf("dflash: beta2 must lie in (0,1), got %g", o.Beta2)
-	case o.WeightDecay < 0:
-		return fmt.Errorf("dflash: weight decay must not be negative, got %g", o.WeightDecay)
-	case o.BatchSeqs < 1 || o.MaxLength < 3:
-		return fmt.Errorf("dflash: batch sequences must be >= 1 and max length >= 3, got %d and %d", o.BatchSeqs, o.MaxLength)
-	case o.Epochs < 1:
-		return fmt.Errorf("dflash: epochs must be >= 1, got %d", o.Epochs)
-	case !(o.EvalFraction > 0 && o.EvalFraction < 1):
-		return fmt.Errorf("dflash: held-out fraction must lie in (0,1), got %g", o.EvalFraction)
-	case o.MaxSteps < 0 || o.Patience < 0 || o.EvalEvery < 0 || o.CheckpointEvery < 0 || o.LogEvery < 0:
-		return errors.New("dflash: max steps, patience and the eval/checkpoint/log intervals must not be negative")
-	case o.Format != "" && o.Format != ddflash.FormatNative && o.Format != ddflash.FormatSpeculators:
+	}
+	if err := o.Training.Validate(3); err != nil {
+		return fmt.Errorf("dflash: %w", err)
+	}
+	if o.Format != "" && o.Format != ddflash.FormatNative && o.Format != ddflash.FormatSpeculators {
 		return fmt.Errorf("dflash: export format %q is not %q or %q", o.Format, ddflash.FormatNative, ddflash.FormatSpeculators)
 	}
 	return nil
@@ -160,53 +221,55 @@ func (o Options) Kind() drafters.Kind { return ddflash.Kind }
 // featureLayers returns the HF indices of the fused layers for a target of
 // L layers.
 func (o Options) featureLayers(L int) ([]int, error) {
-	if o.Layers != nil {
-		if len(o.Layers) == 0 {
-			return nil, errors.New("dflash: --layers names no layer")
-		}
-		for _, k := range o.Layers {
-			if k < 1 || k > L {
-				return nil, fmt.Errorf("dflash: feature layer %d is outside the hidden_states indices [1, %d] of this %d-layer target (0 is the embedding output)", k, L, L)
-			}
-		}
-		return append([]int(nil), o.Layers...), nil
+	if o.Layers == nil {
+		return ddflash.DefaultLayers(L, o.DraftLayers)
 	}
-	return ddflash.DefaultLayers(L, o.DraftLayers)
+	layers, err := CheckLayers(o.Layers, L, "")
+	if err != nil {
+		return nil, fmt.Errorf("dflash: %w", err)
+	}
+	return layers, nil
+}
+
+// CheckLayers checks fused target layers given as Hugging Face
+// hidden_states indices (--layers) against a target of L layers and returns
+// a copy. ascending, when not empty, also requires them strictly ascending
+// and is the reason the error gives. The errors name no method: the caller
+// prefixes its own.
+func CheckLayers(layers []int, L int, ascending string) ([]int, error) {
+	if len(layers) == 0 {
+		return nil, errors.New("--layers names no layer")
+	}
+	for i, k := range layers {
+		if k < 1 || k > L {
+			return nil, fmt.Errorf("feature layer %d is outside the hidden_states indices [1, %d] of this %d-layer target (0 is the embedding output)", k, L, L)
+		}
+		if ascending != "" && i > 0 && k <= layers[i-1] {
+			return nil, fmt.Errorf("feature layers %v must be strictly ascending (%s)", layers, ascending)
+		}
+	}
+	return append([]int(nil), layers...), nil
 }
 
 // Columns are the fused feature layers.
 func (o Options) Columns(c *checkpoint.Config) (loop.Columns, error) {
-	if err := o.validate(); err != nil {
-		return loop.Columns{}, err
-	}
-	layers, err := o.featureLayers(c.NumLayers)
-	if err != nil {
-		return loop.Columns{}, err
-	}
-	return loop.Columns{FeatureLayers: layers, FromFlag: o.Layers != nil}, nil
+	return Columns(c, o.validate, o.featureLayers, o.Layers != nil)
 }
 
 // Train trains a DFlash draft for the target and exports it into
 // s.Job.Out's dflash/ folder.
 func (o Options) Train(ctx context.Context, s *loop.Setup) (*loop.Outcome, error) {
-	c := s.Target.Config
-	layers, err := o.featureLayers(c.NumLayers)
+	layers, err := o.featureLayers(s.Target.Config.NumLayers)
 	if err != nil {
 		return nil, err
 	}
-	embed, lmHead, err := s.OutputLayers(true)
+	in, job, err := SetupInputs(s, layers)
 	if err != nil {
 		return nil, err
 	}
-	job := s.Job
-	if job.Settings != nil {
-		job.Settings.FeatureLayers = layers
-	}
-	in := Inputs{Config: c, Layers: layers, Embed: embed, LMHead: lmHead, Data: s.Data, Resume: s.Resume,
-		TargetName: s.Target.Name()}
 	r, err := Train(ctx, o, in, &job)
 	if err != nil {
 		return nil, err
 	}
-	return &loop.Outcome{Steps: r.Steps, Epochs: r.Epochs, Stopped: r.Stopped, Exports: []string{r.ExportDir}, Result: r}, nil
+	return Outcome(&r.Result, r.ExportDir, r), nil
 }

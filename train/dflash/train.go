@@ -19,15 +19,18 @@ import (
 	"github.com/drafter-ai/drafter/train/optim"
 )
 
-// Inputs are what Train trains from besides its options.
+// Inputs are what Train (and train/dspark's) trains from besides its
+// options.
 type Inputs struct {
 	// Config is the target's config; Layers the fused HF indices.
 	Config *checkpoint.Config
 	Layers []int
 	// Embed and LMHead are the target's embedding and lm_head, [V, H]
-	// float32 each (the same values when tied), frozen.
+	// float32 each (the same values when tied), frozen (DSpark exports them
+	// as the draft's own copies).
 	Embed, LMHead []float32
-	// Data holds tokens, loss masks and Features (one per Layers entry).
+	// Data holds tokens, loss masks and Features (one per Layers entry);
+	// for DSpark also Final (the target's final-norm state).
 	Data dataset.Dataset
 	// Resume continues the run in the job's output folder.
 	Resume bool
@@ -45,10 +48,8 @@ const (
 
 // EvalMetrics are a held-out evaluation.
 type EvalMetrics struct {
-	Epoch      int     `json:"epoch"`
-	Step       int     `json:"step"`
-	ElapsedSec float64 `json:"elapsed_s"`
-	TrainLoss  float64 `json:"train_loss"`
+	// EvalStamp says when the evaluation ran.
+	EvalStamp
 	// Loss is the decayed-weight mean cross-entropy (the training loss).
 	Loss float64 `json:"loss"`
 	// Accuracy[k-1] is slot k's top-1 accuracy over its in-mask labels.
@@ -112,9 +113,7 @@ func Train(ctx context.Context, o Options, in Inputs, job *loop.Job) (*Result, e
 	if err != nil {
 		return nil, err
 	}
-	lc := loop.Config[*EvalMetrics]{Method: string(ddflash.Kind), Settings: t.o,
-		LR: o.LR, MinLRRatio: o.MinLRRatio, ClipNorm: o.ClipNorm, MaxSteps: o.MaxSteps, Patience: o.Patience,
-		EvalEvery: o.EvalEvery, CheckpointEvery: o.CheckpointEvery, LogEvery: o.LogEvery, Resume: in.Resume, Progress: o.Progress}
+	lc := LoopConfig(o.Training, string(ddflash.Kind), t.o, in.Resume, o.Progress)
 	r, err := loop.Run(ctx, lc, job, t)
 	if err != nil {
 		return nil, err
@@ -132,11 +131,7 @@ type trainer struct {
 	w, gw  *ddflash.Weights[float32]
 	net    *ddflash.Net[float32]
 	params []optim.Param
-
-	trainIdx, evalIdx []int
-	epochSteps        []int
-	order             []int
-	epoch, cursor     int
+	*Schedule
 
 	batch []seqBatch // the batch Next read
 	smp   dataset.Sample
@@ -162,26 +157,15 @@ func newTrainer(o Options, in Inputs) (*trainer, error) {
 		return nil, err
 	}
 	c, ds := in.Config, in.Data
-	if ds.Hidden() != c.HiddenSize {
-		return nil, fmt.Errorf("dflash: the dataset's hidden states have width %d, the target's hidden_size is %d", ds.Hidden(), c.HiddenSize)
+	if err := CheckInputs(c, ds, in.Embed, in.LMHead); err != nil {
+		return nil, fmt.Errorf("dflash: %w", err)
 	}
-	if len(in.Embed) != c.VocabSize*c.HiddenSize || len(in.LMHead) != c.VocabSize*c.HiddenSize {
-		return nil, fmt.Errorf("dflash: target embedding has %d values and lm_head %d, want vocab %d x hidden %d each", len(in.Embed), len(in.LMHead), c.VocabSize, c.HiddenSize)
-	}
-	if ds.NumSamples() < 2 {
-		return nil, fmt.Errorf("dflash: need at least 2 samples (one held out), got %d", ds.NumSamples())
-	}
-	t := &trainer{o: o, in: in, gamma: o.gamma(), dev: cpu.New(nil)}
-	perm := rand.New(rand.NewPCG(o.Seed, 1)).Perm(ds.NumSamples())
-	nEval := min(max(1, int(math.Round(o.EvalFraction*float64(ds.NumSamples())))), ds.NumSamples()-1)
-	t.evalIdx, t.trainIdx = append([]int(nil), perm[:nEval]...), append([]int(nil), perm[nEval:]...)
-	sort.Ints(t.evalIdx)
-	sort.Ints(t.trainIdx)
+	t := &trainer{o: o, in: in, gamma: o.gamma(), dev: cpu.New(nil), Schedule: NewSchedule(o.Training, ds.NumSamples())}
 	mask := o.MaskToken
 	if mask < 0 {
 		var err error
-		if mask, err = leastFrequent(ds, t.trainIdx, c.VocabSize); err != nil {
-			return nil, err
+		if mask, err = LeastFrequent(ds, t.TrainIdx, c.VocabSize); err != nil {
+			return nil, fmt.Errorf("dflash: %w", err)
 		}
 	}
 	t.o.MaskToken = mask
@@ -201,72 +185,12 @@ func newTrainer(o Options, in Inputs) (*trainer, error) {
 	if t.gw, err = ddflash.NewWeights[float32](t.g, nil); err != nil {
 		return nil, err
 	}
-	initWeights(t.w, t.g, o.Seed)
+	InitBackbone(t.w, t.g, rand.New(rand.NewPCG(o.Seed, 0xdf1a5)))
 	t.net = ddflash.NewNet(t.g, t.w, t.gw)
-	grads := t.gw.Tensors(t.g)
-	for i, w := range t.w.Tensors(t.g) {
-		rows, cols := 1, w.Shape[0]
-		if len(w.Shape) == 2 {
-			rows, cols = w.Shape[0], w.Shape[1]
-		}
-		d, err := t.dev.Upload(tensor.F32Matrix(w.Data, rows, cols))
-		if err != nil {
-			return nil, fmt.Errorf("dflash: %s: %w", w.Name, err)
-		}
-		gr, err := t.dev.Upload(tensor.F32Matrix(grads[i].Data, rows, cols))
-		if err != nil {
-			return nil, fmt.Errorf("dflash: %s: %w", w.Name, err)
-		}
-		t.params = append(t.params, optim.Param{Name: w.Name, Data: d, Grad: gr})
-	}
-	steps := (len(t.trainIdx) + o.BatchSeqs - 1) / o.BatchSeqs
-	for range o.Epochs {
-		t.epochSteps = append(t.epochSteps, steps)
+	if t.params, err = BackboneParams(t.dev, t.g, t.w, t.gw); err != nil {
+		return nil, fmt.Errorf("dflash: %w", err)
 	}
 	return t, nil
-}
-
-// leastFrequent returns the least frequent token of the training samples,
-// the lowest id on ties: an id that (almost) never appears, whose embedding
-// row the mask slots can own.
-func leastFrequent(ds dataset.Dataset, idx []int, V int) (int, error) {
-	counts := make([]int64, V)
-	var s dataset.Sample
-	for _, i := range idx {
-		if err := ds.Sample(i, &s, dataset.TokensOnly); err != nil {
-			return 0, fmt.Errorf("dflash: reading sample %d: %w", i, err)
-		}
-		for _, tok := range s.Tokens {
-			if tok < 0 || int(tok) >= V {
-				return 0, fmt.Errorf("dflash: sample %d holds token %d outside the vocabulary [0, %d)", i, tok, V)
-			}
-			counts[tok]++
-		}
-	}
-	best := 0
-	for v, n := range counts {
-		if n < counts[best] {
-			best = v
-		}
-	}
-	return best, nil
-}
-
-// initWeights sets the norms to one and the matrices to N(0, 0.02²), as
-// Transformers initialises a Qwen3 model, from seed.
-func initWeights(w *ddflash.Weights[float32], g ddflash.Geometry, seed uint64) {
-	r := rand.New(rand.NewPCG(seed, 0xdf1a5))
-	for _, t := range w.Tensors(g) {
-		if len(t.Shape) == 1 {
-			for i := range t.Data {
-				t.Data[i] = 1
-			}
-			continue
-		}
-		for i := range t.Data {
-			t.Data[i] = float32(r.NormFloat64() * 0.02)
-		}
-	}
 }
 
 // Device is the CPU device the weights live on (the passes run on the
@@ -276,64 +200,26 @@ func (t *trainer) Device() tensor.Device { return t.dev }
 // Params are the weights and gradients.
 func (t *trainer) Params() []optim.Param { return t.params }
 
-// Plan: Epochs epochs of ceil(train/BatchSeqs) updates, WarmupFrac warm-up.
-func (t *trainer) Plan() loop.Plan {
-	total := 0
-	for _, n := range t.epochSteps {
-		total += n
-	}
-	return loop.Plan{EpochSteps: t.epochSteps, Warmup: int(math.Ceil(t.o.WarmupFrac * float64(total))), HeldOut: true,
-		AdamW: optim.AdamWConfig{Beta1: 0.9, Beta2: t.o.Beta2, Eps: 1e-8, WeightDecay: t.o.WeightDecay}}
-}
-
-// Seek shuffles epoch's order (seeded) and starts at update pos.Cursor.
-func (t *trainer) Seek(epoch int, pos loop.Position) error {
-	t.order = append(t.order[:0], t.trainIdx...)
-	rand.New(rand.NewPCG(t.o.Seed, uint64(epoch)+2)).Shuffle(len(t.order), func(a, b int) { t.order[a], t.order[b] = t.order[b], t.order[a] })
-	t.epoch, t.cursor = epoch, pos.Cursor
-	return nil
-}
-
 // Next reads the next update's sequences and samples their anchors.
 func (t *trainer) Next() (bool, error) {
-	lo := t.cursor * t.o.BatchSeqs
-	if lo >= len(t.order) {
-		return false, nil
-	}
-	hi := min(lo+t.o.BatchSeqs, len(t.order))
 	t.batch = t.batch[:0]
-	for _, i := range t.order[lo:hi] {
-		// Anchors are drawn from the seed, the epoch and the sample, so
-		// that a resumed run draws the same ones.
-		rng := rand.New(rand.NewPCG(t.o.Seed^0xa1c4, uint64(t.epoch)<<32|uint64(i)))
+	return t.NextBatch(func(i int, rng *rand.Rand) error {
 		sb, err := t.read(i, rng)
-		if err != nil {
-			return false, err
-		}
 		if sb != nil {
 			t.batch = append(t.batch, *sb)
 		}
-	}
-	t.cursor++
-	return true, nil
+		return err
+	})
 }
 
 // read reads sample i and builds its blocks (nil when it has no anchor).
 func (t *trainer) read(i int, rng *rand.Rand) (*seqBatch, error) {
-	ds, g := t.in.Data, t.g
-	if err := ds.Sample(i, &t.smp, dataset.Features); err != nil {
-		return nil, fmt.Errorf("dflash: reading sample %d: %w", i, err)
+	g := t.g
+	T, err := ReadSample(t.in.Data, i, &t.smp, dataset.Features, g.Features, g.Vocab, t.o.MaxLength)
+	if err != nil {
+		return nil, fmt.Errorf("dflash: %w", err)
 	}
 	s := &t.smp
-	if len(s.Features) != g.Features {
-		return nil, fmt.Errorf("dflash: sample %d holds %d feature layers, the draft fuses %d", i, len(s.Features), g.Features)
-	}
-	T := min(len(s.Tokens), t.o.MaxLength)
-	for _, tok := range s.Tokens[:T] {
-		if tok < 0 || int(tok) >= g.Vocab {
-			return nil, fmt.Errorf("dflash: sample %d holds token %d outside the vocabulary [0, %d)", i, tok, g.Vocab)
-		}
-	}
 	anchors := SampleAnchors(s.LossMask[:T], t.o.Anchors, rng)
 	if len(anchors) == 0 {
 		return nil, nil
@@ -346,12 +232,7 @@ func (t *trainer) read(i int, rng *rand.Rand) (*seqBatch, error) {
 // (the anchor is a response token and so is the first token it drafts),
 // sorted. Position 0 is left out: it has no context before it.
 func SampleAnchors(mask []bool, n int, rng *rand.Rand) []int {
-	var cand []int
-	for p := 1; p+1 < len(mask); p++ {
-		if mask[p] && mask[p+1] {
-			cand = append(cand, p)
-		}
-	}
+	cand := AnchorCandidates(nil, mask, 1)
 	if len(cand) > n {
 		rng.Shuffle(len(cand), func(a, b int) { cand[a], cand[b] = cand[b], cand[a] })
 		cand = cand[:n]
@@ -365,21 +246,12 @@ func SampleAnchors(mask []bool, n int, rng *rand.Rand) []int {
 // embeddings [token at p, mask, ...], labels (slot k: the token at p+k) and
 // weights exp(-(k-1)/gamma) x loss mask x in-bounds, 0 for slot 0.
 func buildBlocks(g ddflash.Geometry, gamma float64, s *dataset.Sample, T int, anchors []int, embed []float32) (*seqBatch, error) {
-	B, H, F := g.BlockSize, g.TargetHidden, g.Features
-	S := anchors[len(anchors)-1]
-	sb := &seqBatch{feat: make([]float32, S*F*H), pos: make([]int, S)}
-	for c := range F {
-		f := s.Features[c]
-		if len(f) < T*H {
-			return nil, fmt.Errorf("dflash: feature layer %d holds %d values for %d tokens of width %d", c, len(f), T, H)
-		}
-		for j := range S {
-			copy(sb.feat[(j*F+c)*H:(j*F+c+1)*H], f[j*H:(j+1)*H])
-		}
+	B, H := g.BlockSize, g.TargetHidden
+	feat, pos, err := ContextRows(s.Features[:g.Features], T, anchors[len(anchors)-1], H)
+	if err != nil {
+		return nil, fmt.Errorf("dflash: %w", err)
 	}
-	for j := range S {
-		sb.pos[j] = j
-	}
+	sb := &seqBatch{feat: feat, pos: pos}
 	R := len(anchors) * B
 	sb.emb = make([]float32, R*g.Hidden)
 	sb.labels = make([]int, R)
@@ -405,9 +277,6 @@ func buildBlocks(g ddflash.Geometry, gamma float64, s *dataset.Sample, T int, an
 	}
 	return sb, nil
 }
-
-// Position is the update after the one read.
-func (t *trainer) Position() loop.Position { return loop.Position{Cursor: t.cursor} }
 
 // Step runs the passes over the batch: the loss is Σ w·CE / Σ w over all
 // its sequences' blocks.
@@ -504,9 +373,8 @@ func (t *trainer) Evaluate(e loop.Eval) (*EvalMetrics, error) {
 	var lossW, wsum float64
 	B := t.g.BlockSize
 	correct, counted := make([]int, B-1), make([]int, B-1)
-	for _, i := range t.evalIdx {
-		rng := rand.New(rand.NewPCG(t.o.Seed^0xe7a1, uint64(i)))
-		sb, err := t.read(i, rng)
+	for _, i := range t.EvalIdx {
+		sb, err := t.read(i, t.EvalRand(i))
 		if err != nil {
 			return nil, err
 		}
@@ -525,7 +393,7 @@ func (t *trainer) Evaluate(e loop.Eval) (*EvalMetrics, error) {
 			counted[k] += t.counted[k]
 		}
 	}
-	m := &EvalMetrics{Epoch: e.Epoch + 1, Step: e.Step, ElapsedSec: e.Elapsed.Seconds(), TrainLoss: e.TrainLoss,
+	m := &EvalMetrics{EvalStamp: NewEvalStamp(e),
 		Accuracy: make([]float64, B-1), Blocks: acc.blocks, AcceptLen: 1}
 	if wsum > 0 {
 		m.Loss = lossW / wsum
@@ -543,14 +411,7 @@ func (t *trainer) Evaluate(e loop.Eval) (*EvalMetrics, error) {
 
 // TrainLine is a step's metrics.jsonl line with its slot accuracies.
 func (t *trainer) TrainLine(s loop.StepStats) any {
-	acc := make([]float64, len(t.correct))
-	for k := range acc {
-		if t.counted[k] > 0 {
-			acc[k] = float64(t.correct[k]) / float64(t.counted[k])
-		}
-	}
-	return map[string]any{"kind": "train", "epoch": s.Epoch, "step": s.Step, "loss": s.Loss, "lr": s.LR,
-		"grad_norm": s.GradNorm, "accuracy": acc, "tokens": s.Tokens, "tokens_per_s": float64(s.Tokens) / s.Took.Seconds()}
+	return TrainLine(s, t.correct, t.counted)
 }
 
 // draft wraps the current weights as a draft.

@@ -6,21 +6,11 @@ import (
 	"slices"
 )
 
-// anchorCandidates appends to dst the positions p of a sequence that may
-// anchor a block: p+1 < n and both p and p+1 are response tokens (the
-// anchor itself and slot 0's label; DeepSpec's build_anchor_candidate_mask).
-func anchorCandidates(dst []int, lossMask []bool) []int {
-	for p := 0; p+1 < len(lossMask); p++ {
-		if lossMask[p] && lossMask[p+1] {
-			dst = append(dst, p)
-		}
-	}
-	return dst
-}
-
-// sampleAnchors returns up to k of the candidates, drawn without
-// replacement by rng and sorted ascending (the training blocks of one
-// sequence). cand is permuted.
+// sampleAnchors returns up to k of the candidates (train/dflash's
+// AnchorCandidates from position 0), drawn without replacement by rng and
+// sorted ascending (the training blocks of one sequence). cand is permuted.
+// It is not train/dflash's SampleAnchors: the two draw different subsets
+// from the same stream, and each method's runs and references keep theirs.
 func sampleAnchors(dst, cand []int, k int, rng *rand.Rand) []int {
 	if k >= len(cand) {
 		return append(dst, cand...)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/drafter-ai/drafter/train/dataset"
+	tdflash "github.com/drafter-ai/drafter/train/dflash"
 )
 
 // The shifted labels, the Markov head's prev tokens, the target rows and
@@ -41,7 +42,7 @@ func TestSlotRows(t *testing.T) {
 
 func TestAnchors(t *testing.T) {
 	mask := []bool{false, true, true, false, true, true, true}
-	cand := anchorCandidates(nil, mask)
+	cand := tdflash.AnchorCandidates(nil, mask, 0)
 	if want := []int{1, 4, 5}; !slices.Equal(cand, want) {
 		t.Fatalf("candidates %v, want %v", cand, want)
 	}

@@ -35,9 +35,7 @@ Qwen3DSparkModel layout (--format deepspec) or speculators' dspark layout.`
 // Flags declares the settings on fs.
 func (Command) Flags(fs loop.FlagSet) func(changed func(string) bool) (loop.Method, error) {
 	o := DefaultOptions()
-	c := loop.Common{LR: o.LR, MinLRRatio: o.MinLRRatio, WarmupFrac: o.WarmupFrac, WeightDecay: o.WeightDecay, ClipNorm: o.ClipNorm,
-		ValFraction: o.EvalFraction, Epochs: o.Epochs, MaxSteps: o.MaxSteps, Patience: o.Patience, EvalEvery: o.EvalEvery,
-		CheckpointEvery: o.CheckpointEvery, LogEvery: o.LogEvery, Seed: o.Seed}
+	c := o.Common()
 	c.Register(fs)
 	var layers string
 	fs.IntVar(&o.BlockSize, "block-size", o.BlockSize, "block size B: one backbone pass drafts B tokens (1 or more)")
@@ -54,16 +52,12 @@ func (Command) Flags(fs loop.FlagSet) func(changed func(string) bool) (loop.Meth
 	fs.IntVar(&o.Anchors, "anchors", o.Anchors, "blocks drawn per sequence, 1 or more")
 	fs.IntVar(&o.MaskToken, "mask-token", o.MaskToken, "token id of the mask slots, -1 = the data's least frequent token")
 	fs.StringVar(&o.Format, "format", ddspark.FormatDeepSpec, "export layout: deepspec (Qwen3DSparkModel) or speculators")
-	fs.IntVar(&o.BatchSeqs, "batch-seqs", o.BatchSeqs, "sequences per optimiser step, 1 or more")
-	fs.IntVar(&o.MaxLength, "max-length", o.MaxLength, "tokens kept of each sequence, 2 or more")
-	fs.Float64Var(&o.Beta2, "beta2", o.Beta2, "AdamW's second-moment rate, in (0,1)")
+	o.RegisterFlags(fs, "tokens kept of each sequence, 2 or more")
 	return func(changed func(string) bool) (loop.Method, error) {
 		if err := c.Check(); err != nil {
 			return nil, err
 		}
-		o.LR, o.MinLRRatio, o.WarmupFrac, o.WeightDecay, o.ClipNorm = c.LR, c.MinLRRatio, c.WarmupFrac, c.WeightDecay, c.ClipNorm
-		o.EvalFraction, o.Epochs, o.MaxSteps, o.Patience, o.EvalEvery = c.ValFraction, c.Epochs, c.MaxSteps, c.Patience, c.EvalEvery
-		o.CheckpointEvery, o.LogEvery, o.Seed = c.CheckpointEvery, c.LogEvery, c.Seed
+		o.SetCommon(c)
 		if changed("layers") {
 			var err error
 			if o.Layers, err = loop.ParseLayers("layers", layers); err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/drafter-ai/drafter/pkg/drafters"
 	ddflash "github.com/drafter-ai/drafter/pkg/drafters/dflash"
 	ddspark "github.com/drafter-ai/drafter/pkg/drafters/dspark"
+	tdflash "github.com/drafter-ai/drafter/train/dflash"
 	"github.com/drafter-ai/drafter/train/loop"
 )
 
@@ -45,30 +46,9 @@ type Options struct {
 	// Format is the export layout (ddspark.FormatDeepSpec or
 	// ddspark.FormatSpeculators; "" the former).
 	Format string `json:"format"`
-	// The optimiser and schedule: peak LR, linear warm-up share, cosine
-	// floor, global-norm clip, AdamW's decay and β2.
-	LR          float64 `json:"lr"`
-	WarmupFrac  float64 `json:"warmup_frac"`
-	MinLRRatio  float64 `json:"min_lr_ratio"`
-	ClipNorm    float64 `json:"clip_norm"`
-	WeightDecay float64 `json:"weight_decay"`
-	Beta2       float64 `json:"beta2"`
-	// BatchSeqs sequences per update, each truncated to MaxLength tokens.
-	BatchSeqs int `json:"batch_seqs"`
-	MaxLength int `json:"max_length"`
-	// Epochs caps the run; MaxSteps cuts it short (0: no cap); Patience
-	// stops it after that many evaluations without a lower held-out loss.
-	Epochs   int `json:"epochs"`
-	MaxSteps int `json:"max_steps"`
-	Patience int `json:"patience"`
-	// EvalEvery updates between evaluations (0: every epoch); EvalFraction
-	// of the sequences is held out.
-	EvalEvery    int     `json:"eval_every"`
-	EvalFraction float64 `json:"eval_fraction"`
-	// Seed drives initialisation, the split, the order and the anchors.
-	Seed            uint64 `json:"seed"`
-	CheckpointEvery int    `json:"checkpoint_every"`
-	LogEvery        int    `json:"log_every"`
+	// Training is the optimiser, the schedule and the loop's intervals,
+	// train/dflash's (so that both methods read and check them alike).
+	tdflash.Training
 	// Progress, when set, is called after every update and evaluation.
 	Progress func(loop.Progress[*EvalMetrics]) `json:"-"`
 }
@@ -91,8 +71,7 @@ type Options struct {
 func DefaultOptions() Options {
 	return Options{BlockSize: 7, DraftLayers: ddspark.DefaultDraftLayers, MarkovRank: 32,
 		Confidence: true, ConfidenceWithMarkov: true, Loss: DefaultLossWeights(), Gamma: 4,
-		Anchors: 64, MaskToken: -1, LR: 3e-3, WarmupFrac: 0.04, ClipNorm: 1, Beta2: 0.999,
-		BatchSeqs: 1, MaxLength: 2048, Epochs: 10, Patience: 4, EvalFraction: 0.1, LogEvery: 10}
+		Anchors: 64, MaskToken: -1, Training: tdflash.DefaultTraining()}
 }
 
 func (o *Options) headShape() ddspark.HeadShape {
@@ -117,24 +96,9 @@ func (o *Options) validate() error {
 		return fmt.Errorf("dspark: mask token id must be >= 0 (or -1 to choose), got %d", o.MaskToken)
 	case o.Format != "" && o.Format != ddspark.FormatDeepSpec && o.Format != ddspark.FormatSpeculators:
 		return fmt.Errorf("dspark: export format %q, want %s or %s", o.Format, ddspark.FormatDeepSpec, ddspark.FormatSpeculators)
-	case !(o.LR > 0):
-		return fmt.Errorf("dspark: lr must be > 0, got %g", o.LR)
-	case !(o.WarmupFrac >= 0 && o.WarmupFrac < 1):
-		return fmt.Errorf("dspark: warm-up fraction must lie in [0,1), got %g", o.WarmupFrac)
-	case !(o.MinLRRatio >= 0 && o.MinLRRatio <= 1):
-		return fmt.Errorf("dspark: min-lr ratio must lie in [0,1], got %g", o.MinLRRatio)
-	case !(o.Beta2 > 0 && o.Beta2 < 1):
-		return fmt.Errorf("dspark: beta2 must lie in (0,1), got %g", o.Beta2)
-	case o.WeightDecay < 0:
-		return fmt.Errorf("dspark: weight decay must not be negative, got %g", o.WeightDecay)
-	case o.BatchSeqs < 1 || o.MaxLength < 2:
-		return fmt.Errorf("dspark: batch sequences must be >= 1 and max length >= 2, got %d and %d", o.BatchSeqs, o.MaxLength)
-	case o.Epochs < 1:
-		return fmt.Errorf("dspark: epochs must be >= 1, got %d", o.Epochs)
-	case !(o.EvalFraction > 0 && o.EvalFraction < 1):
-		return fmt.Errorf("dspark: held-out fraction must lie in (0,1), got %g", o.EvalFraction)
-	case o.MaxSteps < 0 || o.Patience < 0 || o.EvalEvery < 0 || o.CheckpointEvery < 0 || o.LogEvery < 0:
-		return errors.New("dspark: max steps, patience and the eval/checkpoint/log intervals must not be negative")
+	}
+	if err := o.Training.Validate(2); err != nil {
+		return fmt.Errorf("dspark: %w", err)
 	}
 	if err := o.Loss.validate(); err != nil {
 		return err
@@ -159,53 +123,33 @@ func (o *Options) featureLayers(L int) ([]int, error) {
 	if o.Layers == nil {
 		return ddflash.DefaultLayers(L, o.DraftLayers)
 	}
-	if len(o.Layers) == 0 {
-		return nil, errors.New("dspark: --layers names no layer")
+	layers, err := tdflash.CheckLayers(o.Layers, L, "DeepSpec's target_layer_ids are")
+	if err != nil {
+		return nil, fmt.Errorf("dspark: %w", err)
 	}
-	for i, k := range o.Layers {
-		if k < 1 || k > L {
-			return nil, fmt.Errorf("dspark: feature layer %d is outside the hidden_states indices [1, %d] of this %d-layer target (0 is the embedding output)", k, L, L)
-		}
-		if i > 0 && k <= o.Layers[i-1] {
-			return nil, fmt.Errorf("dspark: feature layers %v must be strictly ascending (DeepSpec's target_layer_ids are)", o.Layers)
-		}
-	}
-	return append([]int(nil), o.Layers...), nil
+	return layers, nil
 }
 
 // Columns are the fused feature layers (and, as for every method, the
 // final-norm state: the L1 and confidence targets).
 func (m Method) Columns(c *checkpoint.Config) (loop.Columns, error) {
-	if err := m.validate(); err != nil {
-		return loop.Columns{}, err
-	}
-	layers, err := m.featureLayers(c.NumLayers)
-	if err != nil {
-		return loop.Columns{}, err
-	}
-	return loop.Columns{FeatureLayers: layers, FromFlag: m.Layers != nil}, nil
+	return tdflash.Columns(c, m.validate, m.featureLayers, m.Layers != nil)
 }
 
 // Train trains a DSpark draft for the target and exports it into
 // s.Job.Out's dspark/ folder.
 func (m Method) Train(ctx context.Context, s *loop.Setup) (*loop.Outcome, error) {
-	c := s.Target.Config
-	layers, err := m.featureLayers(c.NumLayers)
+	layers, err := m.featureLayers(s.Target.Config.NumLayers)
 	if err != nil {
 		return nil, err
 	}
-	embed, lmHead, err := s.OutputLayers(true)
+	in, job, err := tdflash.SetupInputs(s, layers)
 	if err != nil {
 		return nil, err
 	}
-	job := s.Job
-	if job.Settings != nil {
-		job.Settings.FeatureLayers = layers
-	}
-	in := Inputs{Config: c, Layers: layers, Embed: embed, LMHead: lmHead, Data: s.Data, Resume: s.Resume, TargetName: s.Target.Name()}
 	r, err := Train(ctx, m.Options, in, &job)
 	if err != nil {
 		return nil, err
 	}
-	return &loop.Outcome{Steps: r.Steps, Epochs: r.Epochs, Stopped: r.Stopped, Exports: []string{r.ExportDir}, Result: r}, nil
+	return tdflash.Outcome(&r.Result, r.ExportDir, r), nil
 }

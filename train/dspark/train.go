@@ -14,10 +14,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"path/filepath"
-	"sort"
 
 	"github.com/drafter-ai/drafter/pkg/atomicfile"
-	"github.com/drafter-ai/drafter/pkg/checkpoint"
 	"github.com/drafter-ai/drafter/pkg/drafters"
 	"github.com/drafter-ai/drafter/pkg/drafters/dflash"
 	ddspark "github.com/drafter-ai/drafter/pkg/drafters/dspark"
@@ -25,26 +23,15 @@ import (
 	"github.com/drafter-ai/drafter/pkg/tensor"
 	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 	"github.com/drafter-ai/drafter/train/dataset"
+	tdflash "github.com/drafter-ai/drafter/train/dflash"
 	"github.com/drafter-ai/drafter/train/loop"
 	"github.com/drafter-ai/drafter/train/optim"
 )
 
-// Inputs are what Train trains from besides its options.
-type Inputs struct {
-	// Config is the target's config; Layers the fused HF indices.
-	Config *checkpoint.Config
-	Layers []int
-	// Embed and LMHead are the target's embedding and lm_head, [V, H]
-	// float32 each, frozen (and exported as the draft's own copies).
-	Embed, LMHead []float32
-	// Data holds tokens, loss masks, Final (the target's final-norm state)
-	// and Features (one per Layers entry).
-	Data dataset.Dataset
-	// Resume continues the run in the job's output folder.
-	Resume bool
-	// TargetName names the verifier in the speculators layout.
-	TargetName string
-}
+// Inputs are what Train trains from besides its options: train/dflash's,
+// as DSpark trains DFlash's backbone on the same target and data (which
+// must hold Final as well: the L1 and confidence targets).
+type Inputs = tdflash.Inputs
 
 // Files Train writes besides the loop's.
 const (
@@ -56,10 +43,8 @@ const (
 
 // EvalMetrics are a held-out evaluation.
 type EvalMetrics struct {
-	Epoch      int     `json:"epoch"`
-	Step       int     `json:"step"`
-	ElapsedSec float64 `json:"elapsed_s"`
-	TrainLoss  float64 `json:"train_loss"`
+	// EvalStamp says when the evaluation ran (train/dflash's).
+	tdflash.EvalStamp
 	// Loss is the training objective; CE, L1 and BCE its terms (weighted
 	// means, before the loss weights).
 	Loss, CE, L1, BCE float64
@@ -132,9 +117,7 @@ func Train(ctx context.Context, o Options, in Inputs, job *loop.Job) (*Result, e
 	if err != nil {
 		return nil, err
 	}
-	lc := loop.Config[*EvalMetrics]{Method: string(ddspark.Kind), Settings: t.o,
-		LR: o.LR, MinLRRatio: o.MinLRRatio, ClipNorm: o.ClipNorm, MaxSteps: o.MaxSteps, Patience: o.Patience,
-		EvalEvery: o.EvalEvery, CheckpointEvery: o.CheckpointEvery, LogEvery: o.LogEvery, Resume: in.Resume, Progress: o.Progress}
+	lc := tdflash.LoopConfig(o.Training, string(ddspark.Kind), t.o, in.Resume, o.Progress)
 	r, err := loop.Run(ctx, lc, job, t)
 	if err != nil {
 		return nil, err
@@ -158,11 +141,7 @@ type trainer struct {
 	csc    *ddspark.ConfScratch
 	loss   *loss
 	params []optim.Param
-
-	trainIdx, evalIdx []int
-	epochSteps        []int
-	order             []int
-	epoch, cursor     int
+	*tdflash.Schedule
 
 	batch []*seqBatch
 	smp   dataset.Sample
@@ -193,28 +172,17 @@ func newTrainer(o Options, in Inputs) (*trainer, error) {
 		return nil, err
 	}
 	c, ds := in.Config, in.Data
-	if ds.Hidden() != c.HiddenSize {
-		return nil, fmt.Errorf("dspark: the dataset's hidden states have width %d, the target's hidden_size is %d", ds.Hidden(), c.HiddenSize)
-	}
-	if len(in.Embed) != c.VocabSize*c.HiddenSize || len(in.LMHead) != c.VocabSize*c.HiddenSize {
-		return nil, fmt.Errorf("dspark: target embedding has %d values and lm_head %d, want vocab %d x hidden %d each", len(in.Embed), len(in.LMHead), c.VocabSize, c.HiddenSize)
+	if err := tdflash.CheckInputs(c, ds, in.Embed, in.LMHead); err != nil {
+		return nil, fmt.Errorf("dspark: %w", err)
 	}
 	if len(in.Layers) == 0 {
 		return nil, fmt.Errorf("dspark: no feature layers to fuse")
 	}
-	if ds.NumSamples() < 2 {
-		return nil, fmt.Errorf("dspark: need at least 2 samples (one held out), got %d", ds.NumSamples())
-	}
-	t := &trainer{o: o, in: in, dev: cpu.New(nil), decay: slotDecay(o.BlockSize, o.Gamma)}
-	perm := rand.New(rand.NewPCG(o.Seed, 1)).Perm(ds.NumSamples())
-	nEval := min(max(1, int(math.Round(o.EvalFraction*float64(ds.NumSamples())))), ds.NumSamples()-1)
-	t.evalIdx, t.trainIdx = append([]int(nil), perm[:nEval]...), append([]int(nil), perm[nEval:]...)
-	sort.Ints(t.evalIdx)
-	sort.Ints(t.trainIdx)
+	t := &trainer{o: o, in: in, dev: cpu.New(nil), decay: slotDecay(o.BlockSize, o.Gamma), Schedule: tdflash.NewSchedule(o.Training, ds.NumSamples())}
 	if t.o.MaskToken < 0 {
 		var err error
-		if t.o.MaskToken, err = leastFrequent(ds, t.trainIdx, c.VocabSize); err != nil {
-			return nil, err
+		if t.o.MaskToken, err = tdflash.LeastFrequent(ds, t.TrainIdx, c.VocabSize); err != nil {
+			return nil, fmt.Errorf("dspark: %w", err)
 		}
 	}
 	t.g = dflash.TargetGeometry(c, o.DraftLayers, len(in.Layers), o.BlockSize, t.o.MaskToken)
@@ -244,33 +212,16 @@ func newTrainer(o Options, in Inputs) (*trainer, error) {
 	if err := t.buildHeads(); err != nil {
 		return nil, err
 	}
-	add := func(name string, shape []int, w, g []float32) error {
-		rows, cols := 1, shape[0]
-		if len(shape) == 2 {
-			rows, cols = shape[0], shape[1]
-		}
-		d, err := t.dev.Upload(tensor.F32Matrix(w, rows, cols))
-		if err != nil {
-			return fmt.Errorf("dspark: %s: %w", name, err)
-		}
-		gr, err := t.dev.Upload(tensor.F32Matrix(g, rows, cols))
-		if err != nil {
-			return fmt.Errorf("dspark: %s: %w", name, err)
-		}
-		t.params = append(t.params, optim.Param{Name: name, Data: d, Grad: gr})
-		return nil
-	}
-	grads := t.gw.Tensors(t.g)
-	for i, w := range t.w.Tensors(t.g) {
-		if err := add(w.Name, w.Shape, w.Data, grads[i].Data); err != nil {
-			return nil, err
-		}
+	if t.params, err = tdflash.BackboneParams(t.dev, t.g, t.w, t.gw); err != nil {
+		return nil, fmt.Errorf("dspark: %w", err)
 	}
 	hgrads := t.hg.Tensors()
 	for i, w := range t.hw.Tensors() {
-		if err := add(w.Name, w.Shape, w.Data, hgrads[i].Data); err != nil {
-			return nil, err
+		p, err := tdflash.NewParam(t.dev, w.Name, w.Shape, w.Data, hgrads[i].Data)
+		if err != nil {
+			return nil, fmt.Errorf("dspark: %w", err)
 		}
+		t.params = append(t.params, p)
 	}
 	t.maxRows = o.Anchors * o.BlockSize
 	if t.loss, err = newLoss(t.dev, o.Loss, t.maxRows, V, true); err != nil {
@@ -281,10 +232,6 @@ func newTrainer(o Options, in Inputs) (*trainer, error) {
 	t.dY, t.dE, t.ones, t.pred = make([]float32, R*Hd), make([]float32, R*r), make([]float32, R), make([]int32, R)
 	for i := range t.ones {
 		t.ones[i] = 1
-	}
-	steps := (len(t.trainIdx) + o.BatchSeqs - 1) / o.BatchSeqs
-	for range o.Epochs {
-		t.epochSteps = append(t.epochSteps, steps)
 	}
 	t.correct, t.counted = make([]int, o.BlockSize), make([]int, o.BlockSize)
 	return t, nil
@@ -308,52 +255,16 @@ func (t *trainer) buildHeads() error {
 	return err
 }
 
-// leastFrequent returns the least frequent token of the training samples,
-// the lowest id on ties: an id that (almost) never appears, whose embedding
-// row the mask slots can own (train/dflash's rule, so that both methods
-// choose the same mask token on the same data).
-func leastFrequent(ds dataset.Dataset, idx []int, V int) (int, error) {
-	counts := make([]int64, V)
-	var s dataset.Sample
-	for _, i := range idx {
-		if err := ds.Sample(i, &s, dataset.TokensOnly); err != nil {
-			return 0, fmt.Errorf("dspark: reading sample %d: %w", i, err)
-		}
-		for _, tok := range s.Tokens {
-			if tok < 0 || int(tok) >= V {
-				return 0, fmt.Errorf("dspark: sample %d holds token %d outside the vocabulary [0, %d)", i, tok, V)
-			}
-			counts[tok]++
-		}
-	}
-	best := 0
-	for v, n := range counts {
-		if n < counts[best] {
-			best = v
-		}
-	}
-	return best, nil
-}
-
-// initWeights initialises from seed: the backbone as Transformers
-// initialises a Qwen3 model (norms one, matrices N(0, 0.02²)); the Markov
+// initWeights initialises from seed, all from one stream: the backbone as
+// train/dflash does (InitBackbone: Qwen3's norms one, matrices
+// N(0, 0.02²)), then the heads from where it left the stream; the Markov
 // head's W1 as torch's nn.Embedding (N(0, 1)) and W2 zero, so that training
 // starts from the plain shifted backbone and the bias grows from there (W2's
 // gradient is non-zero from the first step; W1's follows); the confidence
 // projection N(0, 0.02²), its bias zero.
 func initWeights(w *dflash.Weights[float32], g dflash.Geometry, h *ddspark.Heads, seed uint64) {
 	r := rand.New(rand.NewPCG(seed, 0xd5a4c))
-	for _, t := range w.Tensors(g) {
-		if len(t.Shape) == 1 {
-			for i := range t.Data {
-				t.Data[i] = 1
-			}
-			continue
-		}
-		for i := range t.Data {
-			t.Data[i] = float32(r.NormFloat64() * 0.02)
-		}
-	}
+	tdflash.InitBackbone(w, g, r)
 	for i := range h.W1 {
 		h.W1[i] = float32(r.NormFloat64())
 	}
@@ -370,68 +281,30 @@ func (t *trainer) Device() tensor.Device { return t.dev }
 // Params are the weights and gradients: the backbone's, then the heads'.
 func (t *trainer) Params() []optim.Param { return t.params }
 
-// Plan: Epochs epochs of ceil(train/BatchSeqs) updates, WarmupFrac warm-up.
-func (t *trainer) Plan() loop.Plan {
-	total := 0
-	for _, n := range t.epochSteps {
-		total += n
-	}
-	return loop.Plan{EpochSteps: t.epochSteps, Warmup: int(math.Ceil(t.o.WarmupFrac * float64(total))), HeldOut: true,
-		AdamW: optim.AdamWConfig{Beta1: 0.9, Beta2: t.o.Beta2, Eps: 1e-8, WeightDecay: t.o.WeightDecay}}
-}
-
-// Seek shuffles epoch's order (seeded) and starts at update pos.Cursor.
-func (t *trainer) Seek(epoch int, pos loop.Position) error {
-	t.order = append(t.order[:0], t.trainIdx...)
-	rand.New(rand.NewPCG(t.o.Seed, uint64(epoch)+2)).Shuffle(len(t.order), func(a, b int) { t.order[a], t.order[b] = t.order[b], t.order[a] })
-	t.epoch, t.cursor = epoch, pos.Cursor
-	return nil
-}
-
 // Next reads the next update's sequences and draws their anchors.
 func (t *trainer) Next() (bool, error) {
-	lo := t.cursor * t.o.BatchSeqs
-	if lo >= len(t.order) {
-		return false, nil
-	}
-	hi := min(lo+t.o.BatchSeqs, len(t.order))
 	t.batch = t.batch[:0]
-	for _, i := range t.order[lo:hi] {
-		// Anchors are drawn from the seed, the epoch and the sample, so
-		// that a resumed run draws the same ones.
-		rng := rand.New(rand.NewPCG(t.o.Seed^0xa1c4, uint64(t.epoch)<<32|uint64(i)))
+	return t.NextBatch(func(i int, rng *rand.Rand) error {
 		sb, err := t.read(i, rng)
-		if err != nil {
-			return false, err
-		}
 		if sb != nil {
 			t.batch = append(t.batch, sb)
 		}
-	}
-	t.cursor++
-	return true, nil
+		return err
+	})
 }
 
 // read reads sample i and builds its blocks (nil when it has no anchor).
 func (t *trainer) read(i int, rng *rand.Rand) (*seqBatch, error) {
-	ds, g := t.in.Data, t.g
-	if err := ds.Sample(i, &t.smp, dataset.Features|dataset.Final); err != nil {
-		return nil, fmt.Errorf("dspark: reading sample %d: %w", i, err)
+	g := t.g
+	T, err := tdflash.ReadSample(t.in.Data, i, &t.smp, dataset.Features|dataset.Final, g.Features, g.Vocab, t.o.MaxLength)
+	if err != nil {
+		return nil, fmt.Errorf("dspark: %w", err)
 	}
 	s := &t.smp
-	if len(s.Features) != g.Features {
-		return nil, fmt.Errorf("dspark: sample %d holds %d feature layers, the draft fuses %d", i, len(s.Features), g.Features)
-	}
-	T := min(len(s.Tokens), t.o.MaxLength)
 	if len(s.LossMask) < T || len(s.Final) < T*g.TargetHidden {
 		return nil, fmt.Errorf("dspark: sample %d: %d tokens need as many loss-mask entries (%d) and final-norm rows (%d values of width %d)", i, T, len(s.LossMask), len(s.Final), g.TargetHidden)
 	}
-	for _, tok := range s.Tokens[:T] {
-		if tok < 0 || int(tok) >= g.Vocab {
-			return nil, fmt.Errorf("dspark: sample %d holds token %d outside the vocabulary [0, %d)", i, tok, g.Vocab)
-		}
-	}
-	cand := anchorCandidates(nil, s.LossMask[:T])
+	cand := tdflash.AnchorCandidates(nil, s.LossMask[:T], 0)
 	anchors := sampleAnchors(nil, cand, t.o.Anchors, rng)
 	if len(anchors) == 0 {
 		return nil, nil
@@ -445,21 +318,12 @@ func (t *trainer) read(i int, rng *rand.Rand) (*seqBatch, error) {
 // and target rows (whose final-norm states it copies).
 func (t *trainer) buildBlocks(s *dataset.Sample, T int, anchors []int) (*seqBatch, error) {
 	g := t.g
-	B, H, F, Hd := g.BlockSize, g.TargetHidden, g.Features, g.Hidden
-	S := anchors[len(anchors)-1]
-	sb := &seqBatch{feat: make([]float32, S*F*H), pos: make([]int, S)}
-	for c := range F {
-		f := s.Features[c]
-		if len(f) < T*H {
-			return nil, fmt.Errorf("dspark: feature layer %d holds %d values for %d tokens of width %d", c, len(f), T, H)
-		}
-		for j := range S {
-			copy(sb.feat[(j*F+c)*H:(j*F+c+1)*H], f[j*H:(j+1)*H])
-		}
+	B, H, Hd := g.BlockSize, g.TargetHidden, g.Hidden
+	feat, pos, err := tdflash.ContextRows(s.Features[:g.Features], T, anchors[len(anchors)-1], H)
+	if err != nil {
+		return nil, fmt.Errorf("dspark: %w", err)
 	}
-	for j := range S {
-		sb.pos[j] = j
-	}
+	sb := &seqBatch{feat: feat, pos: pos}
 	R := len(anchors) * B
 	sb.emb, sb.final = make([]float32, R*Hd), make([]float32, R*H)
 	sb.labels, sb.prev, sb.w = make([]int32, R), make([]int32, R), make([]float32, R)
@@ -485,9 +349,6 @@ func (t *trainer) buildBlocks(s *dataset.Sample, T int, anchors []int) (*seqBatc
 	}
 	return sb, nil
 }
-
-// Position is the update after the one read.
-func (t *trainer) Position() loop.Position { return loop.Position{Cursor: t.cursor} }
 
 // Step runs the passes over the batch: the loss is DSpark's combined loss
 // normalised by Σw over all its sequences' blocks.
@@ -654,9 +515,8 @@ func (t *trainer) Evaluate(e loop.Eval) (*EvalMetrics, error) {
 	B := t.g.BlockSize
 	ev := &evalTally{correct: make([]int, B), counted: make([]int, B), alpha: make([]float64, B), confErr: make([]float64, B)}
 	var wsum float64
-	for _, i := range t.evalIdx {
-		rng := rand.New(rand.NewPCG(t.o.Seed^0xe7a1, uint64(i)))
-		sb, err := t.read(i, rng)
+	for _, i := range t.EvalIdx {
+		sb, err := t.read(i, t.EvalRand(i))
 		if err != nil {
 			return nil, err
 		}
@@ -673,7 +533,7 @@ func (t *trainer) Evaluate(e loop.Eval) (*EvalMetrics, error) {
 		ev.bce += st.BCE * sb.wsum
 		wsum += sb.wsum
 	}
-	m := &EvalMetrics{Epoch: e.Epoch + 1, Step: e.Step, ElapsedSec: e.Elapsed.Seconds(), TrainLoss: e.TrainLoss,
+	m := &EvalMetrics{EvalStamp: tdflash.NewEvalStamp(e),
 		Accuracy: make([]float64, B), Alpha: make([]float64, B), ConfError: make([]float64, B), Blocks: ev.blocks, AcceptLen: 1, TauProb: 1}
 	if wsum > 0 {
 		m.Loss, m.CE, m.L1, m.BCE = ev.lossW/wsum, ev.ce/wsum, ev.l1/wsum, ev.bce/wsum
@@ -692,14 +552,7 @@ func (t *trainer) Evaluate(e loop.Eval) (*EvalMetrics, error) {
 
 // TrainLine is a step's metrics.jsonl line with its slot accuracies.
 func (t *trainer) TrainLine(s loop.StepStats) any {
-	acc := make([]float64, len(t.correct))
-	for k := range acc {
-		if t.counted[k] > 0 {
-			acc[k] = float64(t.correct[k]) / float64(t.counted[k])
-		}
-	}
-	return map[string]any{"kind": "train", "epoch": s.Epoch, "step": s.Step, "loss": s.Loss, "lr": s.LR,
-		"grad_norm": s.GradNorm, "accuracy": acc, "tokens": s.Tokens, "tokens_per_s": float64(s.Tokens) / s.Took.Seconds()}
+	return tdflash.TrainLine(s, t.correct, t.counted)
 }
 
 // draft wraps the current weights as a draft.

@@ -4,44 +4,14 @@ import (
 	"encoding/json"
 	"math"
 	"math/rand/v2"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
 
+	"github.com/drafter-ai/drafter/internal/testutil"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
 )
-
-// enginePython returns the repository's engine-check Python (build/pyenv,
-// made by scripts/setup.sh) and the folder of its scripts; the test skips
-// without it, unless DRAFTER_REQUIRE_PYTHON=1 makes that a failure.
-func enginePython(t *testing.T) (python, scripts string) {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the test's folder")
-		}
-		dir = parent
-	}
-	python = filepath.Join(dir, "build", "pyenv", "bin", "python")
-	scripts = filepath.Join(dir, "scripts", "enginecheck")
-	if _, err := os.Stat(python); err != nil {
-		if os.Getenv("DRAFTER_REQUIRE_PYTHON") == "1" {
-			t.Fatalf("DRAFTER_REQUIRE_PYTHON=1 but %s is missing (run scripts/setup.sh): %v", python, err)
-		}
-		t.Skipf("%s is missing (scripts/setup.sh makes it); skipping the engine-style forward comparison", python)
-	}
-	return python, scripts
-}
 
 // TestEngineForward exports drafts (bidirectional and causal blocks, both
 // layouts) and compares drafter's session logits for one block with the
@@ -51,7 +21,7 @@ func enginePython(t *testing.T) (python, scripts string) {
 // wrong input, RoPE at the wrong positions or the wrong block mask shows as
 // different logits.
 func TestEngineForward(t *testing.T) {
-	python, scripts := enginePython(t)
+	python, scripts := testutil.EnginePython(t)
 	const L, S = 6, 7
 	g := Geometry{Hidden: 16, Heads: 4, KVHeads: 2, HeadDim: 8, Intermediate: 24, Layers: 2, RMSNormEps: 1e-6,
 		RopeTheta: 10000, MaxPositions: 64, Vocab: 23, TargetHidden: 16, Features: 3, BlockSize: 5, MaskToken: 21}

@@ -10,39 +10,10 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/drafter-ai/drafter/internal/testutil"
 	"github.com/drafter-ai/drafter/pkg/safetensors"
 	"github.com/drafter-ai/drafter/pkg/tensor"
 )
-
-// enginePython returns the repository's engine-check Python (build/pyenv,
-// made by scripts/setup.sh) and the folder of its scripts; the test skips
-// without it, unless DRAFTER_REQUIRE_PYTHON=1 makes that a failure.
-func enginePython(t *testing.T) (python, scripts string) {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the test's folder")
-		}
-		dir = parent
-	}
-	python = filepath.Join(dir, "build", "pyenv", "bin", "python")
-	scripts = filepath.Join(dir, "scripts", "enginecheck")
-	if _, err := os.Stat(python); err != nil {
-		if os.Getenv("DRAFTER_REQUIRE_PYTHON") == "1" {
-			t.Fatalf("DRAFTER_REQUIRE_PYTHON=1 but %s is missing (run scripts/setup.sh): %v", python, err)
-		}
-		t.Skipf("%s is missing (scripts/setup.sh makes it); skipping the engine-style forward comparison", python)
-	}
-	return python, scripts
-}
 
 // engineBatch is a saved batch for the engine-style forward: the fused
 // target features of T context positions, the token following each, the
@@ -211,7 +182,7 @@ func compareLogits(got, want [][]float32) (error, float64) {
 // speculators config without norm_before_residual must not match (vLLM
 // assumes true), so the comparison is shown to see the switches.
 func TestEngineForward(t *testing.T) {
-	python, scripts := enginePython(t)
+	python, scripts := testutil.EnginePython(t)
 	const T, K = 6, 4
 	for _, format := range []string{FormatNative, FormatSpeculators} {
 		var plain [][]float32
