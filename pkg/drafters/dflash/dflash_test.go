@@ -297,3 +297,30 @@ func TestProposerOnTarget(t *testing.T) {
 		}
 	}
 }
+
+// TestDefaultLayers: z-lab's ids (Qwen3-8B: output-of-layer 1, 9, 17, 25,
+// 33 = HF 2, 10, 18, 26, 34) where they are distinct, and distinct layers
+// spread over the target where z-lab's formula repeats one (a 5-layer
+// target with 3 draft layers: ids 1, 2, 2), which no engine could serve.
+func TestDefaultLayers(t *testing.T) {
+	for _, c := range []struct {
+		L, n int
+		want []int
+	}{
+		{36, 5, []int{2, 10, 18, 26, 34}},
+		{36, 1, []int{19}},
+		{5, 1, []int{3}},
+		{5, 3, []int{1, 3, 5}},
+		{5, 2, []int{2, 3}},
+		{5, 5, []int{1, 2, 3, 4, 5}},
+		{4, 3, []int{1, 3, 4}},
+	} {
+		got, err := DefaultLayers(c.L, c.n)
+		if err != nil || !slices.Equal(got, c.want) {
+			t.Errorf("DefaultLayers(%d, %d) = %v, %v; want %v", c.L, c.n, got, err, c.want)
+		}
+	}
+	if _, err := DefaultLayers(5, 6); err == nil {
+		t.Error("6 draft layers on a 5-layer target got default layers")
+	}
+}

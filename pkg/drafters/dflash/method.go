@@ -3,6 +3,7 @@ package dflash
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 
 	"github.com/drafter-ai/drafter/pkg/checkpoint"
 	"github.com/drafter-ai/drafter/pkg/drafters"
@@ -168,11 +169,27 @@ const DefaultDraftLayers = 3
 
 // DefaultLayers returns the Hugging Face hidden_states indices DFlash fuses
 // by default for a target of L layers and a draft of n layers: z-lab's
-// output-of-layer ids (layerids.DFlashDefault), read as HF indices.
+// output-of-layer ids (layerids.DFlashDefault), read as HF indices, when
+// they are distinct. On a small target z-lab's formula repeats a layer (5
+// layers, 3 draft layers: ids 1, 2, 2), which no engine serves: vLLM and
+// SGLang capture each target layer once, in order, so fc would get fewer
+// features than it was trained on (check-export refuses such an export).
+// There the n layers are spread evenly over 1..L instead (5 layers, 3 draft
+// layers: 1, 3, 5, EAGLE-3's small-target layers), and the export writes
+// them out. More draft layers than target layers cannot be distinct.
 func DefaultLayers(L, n int) ([]int, error) {
 	hf, err := layerids.Decode(layerids.DFlashTarget, layerids.DFlashDefault(L, n), L)
 	if err != nil {
 		return nil, fmt.Errorf("dflash: z-lab's default target layers for %d draft layers on a %d-layer target: %w", n, L, err)
+	}
+	if slices.IsSorted(hf) && len(slices.Compact(slices.Clone(hf))) == len(hf) {
+		return hf, nil
+	}
+	if n > L {
+		return nil, fmt.Errorf("dflash: %d draft layers need as many distinct target layers, and the target has %d; choose --draft-layers or --layers", n, L)
+	}
+	for i := range hf {
+		hf[i] = 1 + (2*i*(L-1)+n-1)/(2*(n-1)) // 1 + round(i(L-1)/(n-1)), half up
 	}
 	return hf, nil
 }
