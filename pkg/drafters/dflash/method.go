@@ -197,6 +197,6 @@ func DefaultLayers(L, n int) ([]int, error) {
 // Capture implements drafters.Method: the default layers of the default
 // draft depth, and the final-norm state (the held-out metric's target).
 func (Method) Capture(c *checkpoint.Config) drafters.CaptureNeeds {
-	hf, _ := DefaultLayers(c.NumLayers, DefaultDraftLayers) // a target too small for them has none: distill then names the method
+	hf, _ := DefaultLayers(c.NumLayers, DefaultDraftLayers) // none for a target too small for them: drafter train dflash says why
 	return drafters.CaptureNeeds{Layers: hf, FinalNorm: true}
 }
