@@ -50,7 +50,7 @@ func (Method) Wants() string {
 // DefaultDraftLayers draft layers, and the final-norm state (the L1 and
 // confidence targets come from the target's distribution).
 func (Method) Capture(c *checkpoint.Config) drafters.CaptureNeeds {
-	hf, _ := dflash.DefaultLayers(c.NumLayers, DefaultDraftLayers) // none on a target too small for them: distill then names the method
+	hf, _ := dflash.DefaultLayers(c.NumLayers, DefaultDraftLayers) // none for a target too small for them: drafter train dspark says why
 	return drafters.CaptureNeeds{Layers: hf, FinalNorm: true}
 }
 
