@@ -73,68 +73,98 @@ type Draft struct {
 // positions.
 func (d *Draft) NewSession(capacity int) *Session {
 	g := d.Geometry
-	s := &Session{d: d, capacity: capacity, net: NewNet[float32](g, d.Params, nil)}
-	s.kc, s.vc = make([][]float32, g.Layers), make([][]float32, g.Layers)
-	s.kcN, s.vcN = make([][]float32, g.Layers), make([][]float32, g.Layers)
-	for l := range g.Layers {
-		s.kc[l] = make([]float32, capacity*g.KVDim())
-		s.vc[l] = make([]float32, capacity*g.KVDim())
-	}
-	s.emb = make([]float32, g.BlockSize*g.Hidden)
-	return s
+	return &Session{d: d, Context: NewContext(g, d.Params, capacity), emb: make([]float32, g.BlockSize*g.Hidden)}
 }
 
-// Session is one sequence's drafting state: every draft layer's injected
-// keys and values of the verified positions 0..Len()-1 whose target features
-// it has been given (the context KV cache). The next block's anchor sits at
-// position Len(): its own target state does not exist until it is verified.
+// Session is one sequence's DFlash drafting state: its Context (the
+// verified positions' keys and values) and the block's embeddings.
 type Session struct {
-	d        *Draft
+	*Context
+	d   *Draft
+	emb []float32
+}
+
+// Context is the part of a drafting session that DFlash and DSpark share:
+// every draft layer's injected keys and values of the verified positions
+// 0..Len()-1 whose target features it has been given (the context KV
+// cache), and the network that computes them and runs a block over them.
+// The next block's anchor sits at position Len(): its own target state
+// does not exist until it is verified.
+type Context struct {
+	g        Geometry
 	net      *Net[float32]
 	capacity int
 	n        int
 	kc, vc   [][]float32 // per layer [capacity, kvDim]
 	kcN, vcN [][]float32 // per layer the filled rows of kc and vc
 	pos      []int
-	emb      []float32
 	blocks   [1]Block
 }
 
+// NewContext allocates an empty context of up to capacity positions for a
+// draft of geometry g and parameters p.
+func NewContext(g Geometry, p *Params, capacity int) *Context {
+	c := &Context{g: g, capacity: capacity, net: NewNet[float32](g, p, nil)}
+	c.kc, c.vc = make([][]float32, g.Layers), make([][]float32, g.Layers)
+	c.kcN, c.vcN = make([][]float32, g.Layers), make([][]float32, g.Layers)
+	for l := range g.Layers {
+		c.kc[l] = make([]float32, capacity*g.KVDim())
+		c.vc[l] = make([]float32, capacity*g.KVDim())
+	}
+	return c
+}
+
 // Len is the number of cached context positions.
-func (s *Session) Len() int { return s.n }
+func (c *Context) Len() int { return c.n }
 
 // Crop drops the cached positions from n on.
-func (s *Session) Crop(n int) { s.n = min(s.n, max(n, 0)) }
+func (c *Context) Crop(n int) { c.n = min(c.n, max(n, 0)) }
 
 // Append caches the context of m new positions Len()..Len()+m-1 from their
 // fused target features feats [m, Features*H]: c = hidden_norm(fc(feats)),
 // and each layer's k_norm(Wk c) (RoPE'd at the positions) and Wv c.
-func (s *Session) Append(feats []float32) error {
-	g := s.d.Geometry
+func (c *Context) Append(feats []float32) error {
+	g := c.g
 	m := len(feats) / g.FCIn()
 	if m*g.FCIn() != len(feats) {
-		return fmt.Errorf("dflash: %d feature values are not rows of %d", len(feats), g.FCIn())
+		return fmt.Errorf("draft context: %d feature values are not rows of %d", len(feats), g.FCIn())
 	}
-	if s.n+m > s.capacity {
-		return fmt.Errorf("dflash: %d context positions exceed the session's capacity %d", s.n+m, s.capacity)
+	if c.n+m > c.capacity {
+		return fmt.Errorf("draft context: %d context positions exceed the session's capacity %d", c.n+m, c.capacity)
 	}
 	if m == 0 {
 		return nil
 	}
-	s.pos = s.pos[:0]
+	c.pos = c.pos[:0]
 	for i := range m {
-		s.pos = append(s.pos, s.n+i)
+		c.pos = append(c.pos, c.n+i)
 	}
-	if err := s.net.Context(feats, s.pos); err != nil {
+	if err := c.net.Context(feats, c.pos); err != nil {
 		return err
 	}
 	kd := g.KVDim()
 	for l := range g.Layers {
-		copy(s.kc[l][s.n*kd:(s.n+m)*kd], s.net.Kc[l])
-		copy(s.vc[l][s.n*kd:(s.n+m)*kd], s.net.Vc[l])
+		copy(c.kc[l][c.n*kd:(c.n+m)*kd], c.net.Kc[l])
+		copy(c.vc[l][c.n*kd:(c.n+m)*kd], c.net.Vc[l])
 	}
-	s.n += m
+	c.n += m
 	return nil
+}
+
+// Forward runs the draft layers on one block's input embeddings emb
+// [B, Hd] at positions Len()..Len()+B-1 over the whole cached context and
+// returns the block's outputs [B, Hd] (final-normed; valid until the next
+// call).
+func (c *Context) Forward(emb []float32) ([]float32, error) {
+	kd := c.g.KVDim()
+	for l := range c.g.Layers {
+		c.kcN[l], c.vcN[l] = c.kc[l][:c.n*kd], c.vc[l][:c.n*kd]
+	}
+	c.blocks[0] = Block{Row0: 0, Start: c.n, Ctx: c.n}
+	if err := c.net.Blocks(emb, c.blocks[:], c.kcN, c.vcN); err != nil {
+		return nil, err
+	}
+	return c.net.Y[:c.g.BlockSize*c.g.Hidden], nil
 }
 
 // Block runs one draft forward on the block [anchor, mask, ..., mask] at
@@ -157,13 +187,9 @@ func (s *Session) Block(t Target, anchor int, dst []float32) error {
 	for k := 2; k < B; k++ {
 		copy(s.emb[k*h:(k+1)*h], s.emb[h:2*h])
 	}
-	kd := g.KVDim()
-	for l := range g.Layers {
-		s.kcN[l], s.vcN[l] = s.kc[l][:s.n*kd], s.vc[l][:s.n*kd]
-	}
-	s.blocks[0] = Block{Row0: 0, Start: s.n, Ctx: s.n}
-	if err := s.net.Blocks(s.emb, s.blocks[:], s.kcN, s.vcN); err != nil {
+	y, err := s.Forward(s.emb)
+	if err != nil {
 		return err
 	}
-	return t.Logits(dst, s.net.Y[h:], B-1)
+	return t.Logits(dst, y[h:], B-1)
 }

@@ -10,20 +10,15 @@ import (
 	"github.com/drafter-ai/drafter/pkg/tensor/cpu"
 )
 
-// Session is one sequence's drafting state: the backbone's context KV
-// cache of the verified positions 0..Len()-1 (as dflash's session keeps
-// it), and, after Backbone, the block's base logits lm_head(o_k) for every
-// slot, which Step adds the Markov bias to one slot at a time.
+// Session is one sequence's drafting state: DFlash's context of the
+// verified positions (dflash.Context) and, after Backbone, the block's base
+// logits lm_head(o_k) for every slot, which Step adds the Markov bias to
+// one slot at a time.
 type Session struct {
-	d        *Draft
-	net      *dflash.Net[float32]
-	capacity int
-	n        int
-	kc, vc   [][]float32 // per layer [capacity, kvDim]
-	kcv, vcv [][]float32 // their filled rows, per call
-	pos      []int
-	emb      []float32
-	blocks   [1]dflash.Block
+	*dflash.Context
+	d   *Draft
+	emb []float32
+	y   []float32 // [B, Hd] the last Backbone's outputs o_k
 
 	// The heads on a host device over the draft's own slices.
 	dev    tensor.Device
@@ -40,13 +35,7 @@ type Session struct {
 // positions.
 func (d *Draft) NewSession(capacity int) (*Session, error) {
 	g := d.Geometry
-	s := &Session{d: d, capacity: capacity, net: dflash.NewNet[float32](g, d.Params, nil), dev: cpu.New(nil)}
-	s.kc, s.vc = make([][]float32, g.Layers), make([][]float32, g.Layers)
-	s.kcv, s.vcv = make([][]float32, g.Layers), make([][]float32, g.Layers)
-	for l := range g.Layers {
-		s.kc[l] = make([]float32, capacity*g.KVDim())
-		s.vc[l] = make([]float32, capacity*g.KVDim())
-	}
+	s := &Session{d: d, Context: dflash.NewContext(g, d.Params, capacity), dev: cpu.New(nil)}
 	B, V, h := g.BlockSize, g.Vocab, g.Hidden
 	s.emb, s.base = make([]float32, B*h), make([]float32, B*V)
 	sh := d.Heads.Shape
@@ -68,42 +57,6 @@ func (d *Draft) NewSession(capacity int) (*Session, error) {
 	return s, nil
 }
 
-// Len is the number of cached context positions.
-func (s *Session) Len() int { return s.n }
-
-// Crop drops the cached positions from n on.
-func (s *Session) Crop(n int) { s.n = min(s.n, max(n, 0)) }
-
-// Append caches the context of m new positions Len()..Len()+m-1 from their
-// fused target features feats [m, Features*H].
-func (s *Session) Append(feats []float32) error {
-	g := s.d.Geometry
-	m := len(feats) / g.FCIn()
-	if m*g.FCIn() != len(feats) {
-		return fmt.Errorf("dspark: %d feature values are not rows of %d", len(feats), g.FCIn())
-	}
-	if s.n+m > s.capacity {
-		return fmt.Errorf("dspark: %d context positions exceed the session's capacity %d", s.n+m, s.capacity)
-	}
-	if m == 0 {
-		return nil
-	}
-	s.pos = s.pos[:0]
-	for i := range m {
-		s.pos = append(s.pos, s.n+i)
-	}
-	if err := s.net.Context(feats, s.pos); err != nil {
-		return err
-	}
-	kd := g.KVDim()
-	for l := range g.Layers {
-		copy(s.kc[l][s.n*kd:(s.n+m)*kd], s.net.Kc[l])
-		copy(s.vc[l][s.n*kd:(s.n+m)*kd], s.net.Vc[l])
-	}
-	s.n += m
-	return nil
-}
-
 // Backbone runs the backbone once on the block [anchor, mask, ..., mask]
 // at positions Len()..Len()+B-1 over the whole cached context (strictly
 // before the anchor) and keeps every slot's base logits lm_head(o_k).
@@ -117,15 +70,12 @@ func (s *Session) Backbone(anchor int) error {
 	for k := 1; k < B; k++ {
 		copy(s.emb[k*h:(k+1)*h], s.d.Embed[g.MaskToken*h:(g.MaskToken+1)*h])
 	}
-	kd := g.KVDim()
-	for l := range g.Layers {
-		s.kcv[l], s.vcv[l] = s.kc[l][:s.n*kd], s.vc[l][:s.n*kd]
-	}
-	s.blocks[0] = dflash.Block{Row0: 0, Start: s.n, Ctx: s.n}
-	if err := s.net.Blocks(s.emb, s.blocks[:], s.kcv, s.vcv); err != nil {
+	y, err := s.Forward(s.emb)
+	if err != nil {
 		return err
 	}
-	s.dev.MatMul(cpu.HostTensor(s.base, B, V), cpu.HostTensor(s.net.Y[:B*h], B, h), cpu.HostTensor(s.d.LMHead, V, h), false, true, 1, false)
+	s.y = y
+	s.dev.MatMul(cpu.HostTensor(s.base, B, V), cpu.HostTensor(y, B, h), cpu.HostTensor(s.d.LMHead, V, h), false, true, 1, false)
 	return nil
 }
 
@@ -156,7 +106,7 @@ func (s *Session) Step(k, prev int, dst []float32) (float32, error) {
 	if r > 0 {
 		e = cpu.HostTensor(s.e, 1, r)
 	}
-	s.conf.Forward(s.dev, cpu.HostTensor(s.c, 1, 1), cpu.HostTensor(s.net.Y[k*h:(k+1)*h], 1, h), e, s.cacts)
+	s.conf.Forward(s.dev, cpu.HostTensor(s.c, 1, 1), cpu.HostTensor(s.y[k*h:(k+1)*h], 1, h), e, s.cacts)
 	return sigmoid(float64(s.c[0]), 1), nil
 }
 
