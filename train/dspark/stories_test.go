@@ -91,6 +91,10 @@ func TestTrainStories(t *testing.T) {
 	if res.Best.AcceptLen < 2 {
 		t.Errorf("held-out simulated acceptance %.3f: the draft learned little", res.Best.AcceptLen)
 	}
+	if res.Calibration == nil {
+		t.Fatal("no confidence calibration")
+	}
+	t.Log(calibrationLine(res.Calibration))
 
 	dir := filepath.Join(out, ExportDir)
 	layout, err := ddspark.Method{}.Detect(dir)
