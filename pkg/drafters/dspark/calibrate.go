@@ -271,6 +271,43 @@ func FitSTS(B int, logits, outcomes []float64, valid []int) (*STSFit, error) {
 	return f, nil
 }
 
+// PrefixECE is the ECE per slot (CalibrationBins bins) of the cumulative
+// products Π_{i≤k} σ(z_i/T_i) against the prefix outcomes Π_{i≤k} y_i over
+// the blocks valid through slot k, for blocks in FitSTS's layout and given
+// temperatures (nil: every T_i = 1): a calibration's quality on blocks it
+// was not fitted on.
+func PrefixECE(B int, logits, outcomes []float64, valid []int, temps []float64) ([]float64, error) {
+	if B < 1 || len(valid)*B != len(logits) || len(logits) != len(outcomes) || (temps != nil && len(temps) != B) {
+		return nil, fmt.Errorf("prefix ece: %d logits, %d outcomes, %d blocks of %d slots and %d temperatures: want n·B of each, n blocks and B temperatures", len(logits), len(outcomes), len(valid), B, len(temps))
+	}
+	out := make([]float64, B)
+	p, y := make([]float64, len(valid)), make([]float64, len(valid))
+	for b := range valid {
+		p[b], y[b] = 1, 1
+	}
+	e := newECEBins(CalibrationBins)
+	for k := range B {
+		inv := 1.0
+		if temps != nil {
+			inv = 1 / temps[k]
+		}
+		e.reset()
+		for b, v := range valid {
+			if v <= k {
+				continue
+			}
+			if v > B {
+				return nil, fmt.Errorf("prefix ece: block %d has %d valid slots: want 0..%d", b, v, B)
+			}
+			p[b] *= sigmoid(logits[b*B+k] * inv)
+			y[b] *= outcomes[b*B+k]
+			e.add(p[b], y[b], 1)
+		}
+		out[k] = e.value()
+	}
+	return out, nil
+}
+
 // sigmoid is the logistic function; for x far below 0, exp(-x) is +Inf and
 // the result 0, as it should be.
 func sigmoid(x float64) float64 { return 1 / (1 + math.Exp(-x)) }

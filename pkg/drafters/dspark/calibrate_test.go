@@ -161,10 +161,21 @@ func TestFitSTSRecoversTemperatures(t *testing.T) {
 				t.Errorf("soft %v slot %d: ECE after %.4f > before %.4f on the fit data (T = 1 is on the grid)", soft, k, f.After[k], f.Before[k])
 			}
 		}
-		// The fit's own ECEs are the definition's.
+		// The fit's own ECEs are the definition's, and PrefixECE's.
+		pe, err := PrefixECE(B, logits, outcomes, valid, f.Temperatures)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pe1, err := PrefixECE(B, logits, outcomes, valid, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
 		for k, v := range prefixECE(t, B, logits, outcomes, valid, f.Temperatures) {
-			if math.Abs(v-f.After[k]) > 1e-12 {
-				t.Errorf("soft %v slot %d: fit reports ECE %.15g, the definition gives %.15g", soft, k, f.After[k], v)
+			if math.Abs(v-f.After[k]) > 1e-12 || math.Abs(v-pe[k]) > 1e-12 {
+				t.Errorf("soft %v slot %d: fit reports ECE %.15g, PrefixECE %.15g, the definition gives %.15g", soft, k, f.After[k], pe[k], v)
+			}
+			if math.Abs(pe1[k]-f.Before[k]) > 1e-12 {
+				t.Errorf("soft %v slot %d: fit reports ECE before %.15g, PrefixECE at T = 1 %.15g", soft, k, f.Before[k], pe1[k])
 			}
 		}
 		tl, to, tv := synthBlocks(2, 20000, tStar, soft)
@@ -282,6 +293,12 @@ func TestFitSTSErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: error %v, want one saying %q", c.name, err, c.want)
 		}
+	}
+	if _, err := PrefixECE(2, []float64{1, 1}, []float64{1, 1}, []int{2}, []float64{1}); err == nil {
+		t.Error("PrefixECE accepted 1 temperature for 2 slots")
+	}
+	if _, err := PrefixECE(2, []float64{1, 1}, []float64{1, 1}, []int{3}, nil); err == nil {
+		t.Error("PrefixECE accepted 3 valid slots of 2")
 	}
 	// Past a block's valid slots nothing is checked: they are padding.
 	if _, err := FitSTS(2, []float64{1, math.NaN()}, []float64{1, 7}, []int{1}); err != nil {
