@@ -245,7 +245,7 @@ func FitSTS(B int, logits, outcomes []float64, valid []int) (*STSFit, error) {
 		}
 		e.reset()
 		for i := range m {
-			pRaw[i] *= sigmoid(z[i])
+			pRaw[i] *= logistic(z[i])
 			e.add(pRaw[i], pY[i], 1)
 		}
 		f.Before[k] = e.value()
@@ -254,7 +254,7 @@ func FitSTS(B int, logits, outcomes []float64, valid []int) (*STSFit, error) {
 			e.reset()
 			inv := 1 / T
 			for i := range m {
-				e.add(pFit[i]*sigmoid(z[i]*inv), pY[i], 1)
+				e.add(pFit[i]*logistic(z[i]*inv), pY[i], 1)
 			}
 			// A relative margin keeps rounding noise from moving T off 1
 			// (or off a nearer grid point) on an exact tie.
@@ -265,7 +265,7 @@ func FitSTS(B int, logits, outcomes []float64, valid []int) (*STSFit, error) {
 		f.Temperatures[k], f.After[k] = bestT, best
 		inv := 1 / bestT
 		for i := range m {
-			pFit[i] *= sigmoid(z[i] * inv)
+			pFit[i] *= logistic(z[i] * inv)
 		}
 	}
 	return f, nil
@@ -299,7 +299,7 @@ func PrefixECE(B int, logits, outcomes []float64, valid []int, temps []float64) 
 			if v > B {
 				return nil, fmt.Errorf("prefix ece: block %d has %d valid slots: want 0..%d", b, v, B)
 			}
-			p[b] *= sigmoid(logits[b*B+k] * inv)
+			p[b] *= logistic(logits[b*B+k] * inv)
 			y[b] *= outcomes[b*B+k]
 			e.add(p[b], y[b], 1)
 		}
@@ -308,9 +308,10 @@ func PrefixECE(B int, logits, outcomes []float64, valid []int, temps []float64) 
 	return out, nil
 }
 
-// sigmoid is the logistic function; for x far below 0, exp(-x) is +Inf and
+// logistic is σ(x) = 1/(1+e^{-x}) in float64 (session.go's sigmoid is
+// σ(z/T) in float32, for serving). For x far below 0, exp(-x) is +Inf and
 // the result 0, as it should be.
-func sigmoid(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
+func logistic(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
 
 // Calibrate fits both serving rules' temperatures on the same held-out
 // blocks (FitSTS's layout; greedy and sampled are the two rules'

@@ -89,7 +89,7 @@ func synthBlocks(seed uint64, n int, tStar []float64, soft bool) (logits, outcom
 		}
 		for k := range B {
 			z := 1 + 2*r.NormFloat64()
-			p := sigmoid(z / tStar[k])
+			p := logistic(z / tStar[k])
 			logits[b*B+k] = z
 			switch {
 			case soft:
