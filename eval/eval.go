@@ -74,6 +74,12 @@ type Config struct {
 	// HitK is the k of per-head top-k hit rates, for drafters that report
 	// them (drafters.HitReporter; 0: 5).
 	HitK int
+	// Schedule is the draft-length schedule of a drafter that predicts its
+	// own acceptance (drafters.Schedule; the zero value drafts the fixed
+	// shape). An SPS schedule without RoundCost has it measured on the
+	// first prompt before decoding (MeasureRoundCost); the report records
+	// the costs used, which a rerun can pass to repeat the run exactly.
+	Schedule drafters.Schedule
 	// Progress, when set, is called after each prompt.
 	Progress func(done, total int)
 }
@@ -124,14 +130,14 @@ func (cfg Config) withDefaults(d *Drafter) (Config, error) {
 	if err != nil {
 		return fail("eval: %w", err)
 	}
-	cfg.Mode, cfg.Depth, cfg.Tree, cfg.TopK, cfg.TotalTokens, cfg.HitK = dec.Mode, dec.Depth, dec.Tree, dec.TopK, dec.TotalTokens, dec.HitK
+	cfg.Mode, cfg.Depth, cfg.Tree, cfg.TopK, cfg.TotalTokens, cfg.HitK, cfg.Schedule = dec.Mode, dec.Depth, dec.Tree, dec.TopK, dec.TotalTokens, dec.HitK, dec.Schedule
 	return cfg, nil
 }
 
 // decoding is what cfg asks of the drafter.
 func (cfg Config) decoding() drafters.Decoding {
 	return drafters.Decoding{Mode: cfg.Mode, Depth: cfg.Depth, Tree: cfg.Tree, TopK: cfg.TopK, TotalTokens: cfg.TotalTokens,
-		HitK: cfg.HitK, Sampling: cfg.Sampling}
+		HitK: cfg.HitK, Sampling: cfg.Sampling, Schedule: cfg.Schedule}
 }
 
 // ConfigError is a decoding setting that does not fit the drafter (for
@@ -163,11 +169,21 @@ func Run(ctx context.Context, m *model.Model, d *Drafter, prompts []Prompt, cfg 
 	if len(prompts) == 0 {
 		return nil, fmt.Errorf("eval: no prompts")
 	}
+	measured := false
+	if cfg.Schedule.Kind == drafters.ScheduleSPS && cfg.Schedule.RoundCost == nil {
+		if cfg.Schedule.RoundCost, err = MeasureRoundCost(m, d, cfg, prompts[0].Tokens, roundCostReps); err != nil {
+			return nil, fmt.Errorf("eval: measuring the round cost for the sps schedule: %w", err)
+		}
+		measured = true
+	}
 	r, err := newRunner(m, d, cfg, prompts)
 	if err != nil {
 		return nil, err
 	}
 	rep := r.newReport(prompts)
+	if rep.Schedule != nil {
+		rep.Schedule.Measured = measured
+	}
 	for i, p := range prompts {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("eval: interrupted after %d of %d prompts: %w", i, len(prompts), err)
@@ -231,6 +247,7 @@ type runner struct {
 	baseTokens, specTokens   int
 	baseForwards, specFwd    int
 	promptTokens, lossChecks int
+	drafted                  int
 }
 
 func newRunner(m *model.Model, d *Drafter, cfg Config, prompts []Prompt) (*runner, error) {
@@ -444,6 +461,7 @@ func (r *runner) speculate(ctx context.Context, prompt []int, stream uint64, st 
 			return 0, fmt.Errorf("drafting: %w", err)
 		}
 		drafted += time.Since(t0)
+		r.drafted += r.tree.Len()
 		r.tokens = append(r.tokens[:0], r.spec[len(r.spec)-1])
 		r.parents = append(r.parents[:0], -1)
 		for _, nd := range r.tree.Nodes() {
@@ -508,6 +526,100 @@ func (r *runner) speculate(ctx context.Context, prompt []int, stream uint64, st 
 		}
 		drafted += time.Since(t0)
 	}
+}
+
+// roundCostReps is how many timed rounds MeasureRoundCost takes the median
+// of (after one warm-up round).
+const roundCostReps = 9
+
+// MeasureRoundCost measures what DSpark's SPS scheduler weighs expected
+// tokens against (drafters.Schedule.RoundCost): the cost of a round that
+// drafts with d (cfg's draft at its full length) and verifies a root and
+// n = 0..cfg.Depth drafted tokens after prompt, in units of a one-position
+// verification pass (a decode step). Drafting and the verification lengths
+// are timed interleaved within each of reps rounds so that they share the
+// machine's load; each is the median of its rounds. The costs are made
+// non-decreasing: a longer pass measured faster is noise, and the
+// scheduler must not be drawn to a length by it.
+func MeasureRoundCost(m *model.Model, d *Drafter, cfg Config, prompt []int, reps int) ([]float64, error) {
+	if len(prompt) == 0 || cfg.Depth < 1 || reps < 1 {
+		return nil, fmt.Errorf("eval: measuring round costs needs a prompt, a chain of at least one token and rounds >= 1")
+	}
+	dec := cfg.decoding()
+	dec.Schedule = drafters.Schedule{} // the whole chain: the drafter's part hardly depends on the length
+	n := cfg.Depth + 1
+	prop, err := d.d.NewProposer(dec, drafters.ProposerOptions{Capacity: len(prompt) + n + 2, RNG: sample.NewRNG(cfg.Seed, 0)})
+	if err != nil {
+		return nil, err
+	}
+	seq, err := m.NewSequence(len(prompt) + n + 1)
+	if err != nil {
+		return nil, err
+	}
+	res, err := m.Forward([]model.Input{{Seq: seq, Tokens: prompt, Logits: model.LogitsLast}}, model.Options{Taps: prop.Taps()})
+	if err != nil {
+		return nil, fmt.Errorf("prefill: %w", err)
+	}
+	first := prompt[len(prompt)-1] // any token: only the time counts
+	if err := prop.Start(prompt, first, res); err != nil {
+		return nil, err
+	}
+	defer prop.Finish(nil)
+	tokens, parents := make([]int, n), make([]int, n)
+	for i := range tokens {
+		tokens[i] = prompt[i%len(prompt)]
+		parents[i] = i - 1
+	}
+	opt, rows := model.Options{Taps: prop.Taps()}, model.LogitsNone
+	if !m.HostMemory() {
+		// As speculate's verification runs on such a device.
+		rows, opt.DeviceLogits = model.LogitsAll, true
+	}
+	verify, draft := make([][]float64, n), make([]float64, 0, reps)
+	in := make([]model.Input, 1)
+	var tree spec.Tree
+	for rep := range reps + 1 {
+		t0 := time.Now()
+		if err := prop.Propose(&tree, 0); err != nil {
+			return nil, fmt.Errorf("drafting: %w", err)
+		}
+		if rep > 0 {
+			draft = append(draft, time.Since(t0).Seconds())
+		}
+		for l := 1; l <= n; l++ {
+			in[0] = model.Input{Seq: seq, Tokens: tokens[:l], Parents: parents[:l], Logits: rows}
+			t0 := time.Now()
+			if _, err := m.Forward(in, opt); err != nil {
+				return nil, fmt.Errorf("a verification pass of %d positions: %w", l, err)
+			}
+			dt := time.Since(t0).Seconds()
+			if err := seq.Commit(nil); err != nil {
+				return nil, err
+			}
+			if rep > 0 {
+				verify[l-1] = append(verify[l-1], dt)
+			}
+		}
+	}
+	step := median(verify[0])
+	if !(step > 0) {
+		return nil, fmt.Errorf("a verification pass of one position measured %g s", step)
+	}
+	dr := median(draft)
+	cost := make([]float64, n)
+	for l := range cost {
+		cost[l] = (dr + median(verify[l])) / step
+		if l > 0 {
+			cost[l] = max(cost[l], cost[l-1])
+		}
+	}
+	return cost, nil
+}
+
+// median sorts x and returns its middle value.
+func median(x []float64) float64 {
+	slices.Sort(x)
+	return x[len(x)/2]
 }
 
 // verifyOnDevice verifies the tree against the logits rows the pass left

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -37,6 +38,9 @@ type Report struct {
 	Tree         spec.Choices        `json:"tree,omitempty"`
 	TreeNodes    int                 `json:"tree_nodes"`
 	Typical      *spec.TypicalParams `json:"typical,omitempty"`
+	// Schedule is the draft-length schedule, for a drafter that scheduled
+	// one (nil: the fixed draft shape).
+	Schedule *ScheduleInfo `json:"schedule,omitempty"`
 	// Acceptance: "greedy", "speculative-sampling" (both lossless) or
 	// "typical" (lossy: the output distribution differs from the target's).
 	Acceptance string `json:"acceptance"`
@@ -58,6 +62,9 @@ type Report struct {
 	// A step cut short by an end-of-sequence token or the token limit is
 	// binned by what it accepted, though Stats.Tokens counts what it kept.
 	AcceptLengthHist []int `json:"accept_length_histogram"`
+	// MeanDrafted is the draft tokens proposed per verification step: the
+	// draft's size (fewer where a schedule cut it).
+	MeanDrafted float64 `json:"mean_drafted"`
 	// AcceptRateByDepth[d-1] is the share of steps that accepted a draft token
 	// at depth d among those that examined one.
 	AcceptRateByDepth []float64  `json:"accept_rate_by_depth"`
@@ -82,6 +89,20 @@ type Report struct {
 
 	// headLabel names a head in HeadHits' table ("Medusa head").
 	headLabel string
+}
+
+// ScheduleInfo is the draft-length schedule a run used.
+type ScheduleInfo struct {
+	Kind      drafters.ScheduleKind `json:"kind"`
+	Threshold float64               `json:"threshold,omitempty"`
+	// RoundCost is the SPS scheduler's cost of a round per verified
+	// length (drafting included), in decode steps; Measured says whether
+	// this run measured it (else it was given).
+	RoundCost []float64 `json:"round_cost,omitempty"`
+	Measured  bool      `json:"round_cost_measured,omitempty"`
+	// Calibration is what the confidences were calibrated with ("sts",
+	// "none").
+	Calibration string `json:"calibration"`
 }
 
 // StepCost breaks the speculative run's time per verification forward down
@@ -165,6 +186,9 @@ func (r *runner) newReport(prompts []Prompt) *Report {
 	}
 	rep.Lossless.Checked = cfg.Sampling.Greedy()
 	rep.Lossless.Mismatches = []Mismatch{}
+	if sc := cfg.Schedule; sc.Scheduled() {
+		rep.Schedule = &ScheduleInfo{Kind: sc.Kind, Threshold: sc.Threshold, RoundCost: sc.RoundCost, Calibration: sc.Calibration}
+	}
 	return rep
 }
 
@@ -181,6 +205,9 @@ func (r *runner) finish(rep *Report) {
 			rep.AcceptLengthHist = append(rep.AcceptLengthHist, 0)
 		}
 		rep.AcceptLengthHist[a+1] += n
+	}
+	if st.Steps > 0 {
+		rep.MeanDrafted = float64(r.drafted) / float64(st.Steps)
 	}
 	rep.AcceptRateByDepth = make([]float64, len(st.Tried))
 	for d := range st.Tried {
@@ -267,6 +294,14 @@ func (rep *Report) WriteText(w io.Writer) error {
 		map[bool]string{true: " (LOSSY: output distribution differs from the target's)", false: ""}[rep.Lossy], rep.Seed, rep.Prompts, rep.MaxNewTokens)
 	p("\t\n")
 	p("mean acceptance length\t%.3f tokens per target forward (%d tokens in %d verification steps)\n", rep.MeanAcceptLength, rep.Stats.Tokens, rep.Stats.Steps)
+	p("draft tokens per step\t%.2f\n", rep.MeanDrafted)
+	if sc := rep.Schedule; sc != nil && sc.RoundCost != nil {
+		how := "given"
+		if sc.Measured {
+			how = "measured on the first prompt; --round-cost " + formatCosts(sc.RoundCost) + " repeats this run"
+		}
+		p("round cost\t%s decode steps to draft and verify 0..%d drafts (%s)\n", formatCosts(sc.RoundCost), len(sc.RoundCost)-1, how)
+	}
 	p("\t\n")
 	p("tokens per step\tsteps\tshare\n")
 	for n := 1; n < len(rep.AcceptLengthHist); n++ {
@@ -315,10 +350,30 @@ func (rep *Report) WriteText(w io.Writer) error {
 // drafter kind among methods.All words it.
 func (rep *Report) shape() string {
 	d := drafters.Decoding{Mode: rep.Mode, Depth: rep.Depth, Tree: rep.Tree, TopK: rep.TopK, TotalTokens: rep.TotalTokens, Sampling: rep.Sampling}
+	if sc := rep.Schedule; sc != nil {
+		d.Schedule = drafters.Schedule{Kind: sc.Kind, Threshold: sc.Threshold, RoundCost: sc.RoundCost, Calibration: sc.Calibration}
+	}
 	if m := methodOf(methods.All(), rep.Drafter.Kind); m != nil {
 		return m.Shape(d, rep.TreeNodes)
 	}
 	return fmt.Sprintf("%s %s: depth %d, top-k %d, %d total tokens, %d nodes", rep.Drafter.Kind, rep.Mode, rep.Depth, rep.TopK, rep.TotalTokens, rep.TreeNodes)
+}
+
+// scheduleKind names the report's draft-length schedule.
+func (rep *Report) scheduleKind() drafters.ScheduleKind {
+	if rep.Schedule == nil {
+		return drafters.ScheduleFixed
+	}
+	return rep.Schedule.Kind
+}
+
+// formatCosts writes costs as --round-cost takes them.
+func formatCosts(c []float64) string {
+	s := make([]string, len(c))
+	for i, v := range c {
+		s[i] = strconv.FormatFloat(v, 'g', 4, 64)
+	}
+	return strings.Join(s, ",")
 }
 
 func pct(a, b int) float64 {
@@ -423,6 +478,9 @@ func (rep *Report) Comparable(b *Report) []string {
 	}
 	if rep.Mode != b.Mode || rep.Depth != b.Depth || rep.TopK != b.TopK || rep.TotalTokens != b.TotalTokens || rep.TreeNodes != b.TreeNodes {
 		d = append(d, fmt.Sprintf("draft %q vs %q", rep.shape(), b.shape()))
+	}
+	if rep.scheduleKind() != b.scheduleKind() {
+		d = append(d, fmt.Sprintf("draft-length schedule %s vs %s (a schedule trades acceptance length for shorter verifications)", rep.scheduleKind(), b.scheduleKind()))
 	}
 	if rep.MaxNewTokens != b.MaxNewTokens || rep.Prompts != b.Prompts {
 		d = append(d, fmt.Sprintf("%d prompts x %d new tokens vs %d x %d", rep.Prompts, rep.MaxNewTokens, b.Prompts, b.MaxNewTokens))

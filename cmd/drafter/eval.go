@@ -25,7 +25,8 @@ func newCmdEval(runF func(*evalOptions) error) *cobra.Command {
 	o := &evalOptions{}
 	opt := &o.Eval
 	var sf samplingFlags
-	var mode, tree, typical, maxDrop string
+	var mode, tree, typical, maxDrop, schedule, roundCost string
+	var threshold float64
 	var quiet bool
 	c := &cobra.Command{
 		Use:   "eval --model DIR --drafter DIR --prompts FILE [flags]",
@@ -54,6 +55,18 @@ Draft shapes (--mode):
           tree   EAGLE-2 dynamic tree: --depth expansion rounds (default 7), --topk children
                  per node and frontier width (default 8; not the sampling --top-k), best
                  --total-tokens kept, the root included (default 60)
+
+  DFlash  chain  one block forward drafts --depth tokens (default the block's B-1)
+  DSpark  chain  one backbone pass, then the Markov head per token: --depth tokens (default
+                 the block B); with a confidence head --schedule sets the length per round:
+                 fixed (all --depth), threshold (stop before the first token whose cumulative
+                 confidence, calibrated by train on held-out data when drafter.json records
+                 it, is below --confidence-threshold) or sps (DSpark's scheduler: the length
+                 whose expected tokens per unit of round cost is highest, growing the chain
+                 until that stops improving; the round costs, drafting included, are measured
+                 on the first prompt unless --round-cost gives them, and printed so that a
+                 rerun repeats the run). Every schedule reads only the draft's own
+                 confidences: lossless.
 
 Acceptance: greedy at temperature 0 (exact); lossless speculative sampling above it (the
 output is distributed exactly as plain sampling); --typical EPS,ALPHA opts into Medusa's
@@ -111,6 +124,9 @@ leaves them for inspection.`,
 					return err
 				}
 			}
+			if opt.Config.Schedule, err = parseSchedule(c, schedule, threshold, roundCost); err != nil {
+				return err
+			}
 			switch {
 			case maxDrop != "" && opt.BaselinePath == "":
 				return usagef("--max-drop needs --baseline OLD.json")
@@ -155,6 +171,9 @@ leaves them for inspection.`,
 	fs.IntVar(&opt.Config.TopK, "topk", 0, fmt.Sprintf("EAGLE-2 tree: children per node and nodes kept per depth, 1 to %d (default 8)", eval.MaxTopK))
 	fs.IntVar(&opt.Config.TotalTokens, "total-tokens", 0, fmt.Sprintf("EAGLE-2 tree: positions verified, root included, 2 to %d (default 60)", eval.MaxTotalTokens))
 	fs.StringVar(&tree, "tree", "", "Medusa static tree: a JSON list of paths, e.g. [[0],[1],[0,0]], or a file holding one")
+	fs.StringVar(&schedule, "schedule", string(drafters.ScheduleFixed), "draft length per round of a DSpark draft with a confidence head: fixed (the whole chain), threshold (cut at --confidence-threshold) or sps (the scheduler weighing the expected tokens of a round against its cost)")
+	floatVar(fs, &threshold, "confidence-threshold", 0.5, "--schedule threshold: stop the chain before the first token whose cumulative confidence (predicted chance that it and every token before it are accepted) is below this, in (0, 1)")
+	fs.StringVar(&roundCost, "round-cost", "", "--schedule sps: the cost of a round that drafts and verifies 0, 1, ... tokens, in decode steps of the target, comma-separated (at least depth+1 values; default: measured on the first prompt, and printed to repeat the run)")
 	fs.StringVar(&typical, "typical", "", "Medusa typical acceptance EPS,ALPHA (e.g. 0.09,0.3; EPS in [0,1], ALPHA >= 0): lossy, needs --temperature > 0")
 	fs.BoolVar(&opt.AllowMismatch, "allow-mismatch", false, "measure a drafter trained for another target fingerprint instead of refusing it")
 	fs.StringVar(&opt.ReportPath, "report", "", "write the report as JSON to this file (its folder must exist)")
@@ -200,6 +219,42 @@ func settingError(e *drafters.SettingError) error {
 		flags[i] = "--" + string(s) // the settings are named as eval's flags
 	}
 	return fmt.Errorf("eval: %s: %s", strings.Join(flags, " and "), e.Msg)
+}
+
+// parseSchedule reads --schedule with the flags that parameterise it,
+// refusing a parameter given for another schedule.
+func parseSchedule(c *cobra.Command, kind string, threshold float64, costs string) (drafters.Schedule, error) {
+	s := drafters.Schedule{Kind: drafters.ScheduleKind(kind)}
+	switch s.Kind {
+	case drafters.ScheduleFixed, drafters.ScheduleThreshold, drafters.ScheduleSPS:
+	default:
+		return s, usagef("--schedule %q: want fixed, threshold or sps", kind)
+	}
+	if c.Flags().Changed("confidence-threshold") && s.Kind != drafters.ScheduleThreshold {
+		return s, usagef("--confidence-threshold applies to --schedule threshold")
+	}
+	if costs != "" && s.Kind != drafters.ScheduleSPS {
+		return s, usagef("--round-cost applies to --schedule sps")
+	}
+	switch s.Kind {
+	case drafters.ScheduleThreshold:
+		if !(threshold > 0 && threshold < 1) {
+			return s, usagef("--confidence-threshold %g: want a number in (0, 1)", threshold)
+		}
+		s.Threshold = threshold
+	case drafters.ScheduleSPS:
+		if costs == "" {
+			break
+		}
+		for i, f := range strings.Split(costs, ",") {
+			v, err := parseFinite(f)
+			if err != nil || !(v > 0) {
+				return s, usagef("--round-cost %q: value %d (%q) is not a positive number", costs, i+1, strings.TrimSpace(f))
+			}
+			s.RoundCost = append(s.RoundCost, v)
+		}
+	}
+	return s, nil
 }
 
 // parseTypical parses --typical "EPS,ALPHA" (e.g. "0.09,0.3", Medusa's

@@ -53,6 +53,86 @@ type Decoding struct {
 	HitK int
 	// Sampling is the target's sampling rule, which sampled drafts follow.
 	Sampling sample.Params
+	// Schedule decides each round how much of a chain goes to
+	// verification (the zero value: all of it).
+	Schedule Schedule
+}
+
+// ScheduleKind names a draft-length schedule.
+type ScheduleKind string
+
+// Draft-length schedules. Only a drafter that predicts its own acceptance
+// (DSpark's confidence head) schedules; the others draft the fixed shape.
+const (
+	// ScheduleFixed verifies the whole chain every round.
+	ScheduleFixed ScheduleKind = "fixed"
+	// ScheduleThreshold stops the chain before the first token (after the
+	// first) whose cumulative product of confidences, the predicted chance
+	// that it and every token before it are accepted, is below Threshold.
+	ScheduleThreshold ScheduleKind = "threshold"
+	// ScheduleSPS is DSpark's scheduler (paper §3.2) for one request: it
+	// grows the chain while the expected tokens of a round divided by the
+	// round's cost, τ(ℓ)/RoundCost[ℓ] with τ(ℓ) = 1 + Σ_{j≤ℓ} Π_{i≤j} c_i,
+	// keeps improving, and stops at the first token where it does not.
+	ScheduleSPS ScheduleKind = "sps"
+)
+
+// Schedule is a draft-length schedule with its parameters. The decision
+// reads only the drafter's own confidences, never the target's verdict,
+// so every schedule is lossless.
+type Schedule struct {
+	// Kind is the schedule; "" means ScheduleFixed.
+	Kind ScheduleKind
+	// Threshold is ScheduleThreshold's cut, in (0, 1).
+	Threshold float64
+	// RoundCost[n] is ScheduleSPS's cost of a round that drafts and then
+	// verifies the root and n drafted tokens, in decode steps of the
+	// target: the inverse of the paper's engine steps per second at
+	// verification width n+1, which counts the drafter's part of a step
+	// as well. It holds at least Depth+1 entries; Configure leaves nil for
+	// the decoding loop to measure.
+	RoundCost []float64
+	// Calibration is what the drafter's confidences are calibrated with,
+	// filled by Configure for a schedule that reads them ("sts", or
+	// "none" for raw confidences).
+	Calibration string
+}
+
+// Scheduled reports whether s reads confidences (not the fixed schedule).
+func (s Schedule) Scheduled() bool { return s.Kind != "" && s.Kind != ScheduleFixed }
+
+// Validate checks the schedule's parameters for a chain of depth tokens.
+func (s Schedule) Validate(depth int) error {
+	switch s.Kind {
+	case "", ScheduleFixed:
+	case ScheduleThreshold:
+		if !(s.Threshold > 0 && s.Threshold < 1) {
+			return Refuse([]Setting{SettingThreshold}, "the confidence threshold %g is outside (0, 1)", s.Threshold)
+		}
+	case ScheduleSPS:
+		// nil is left for the decoding loop to measure before it makes
+		// the proposer (which needs it).
+		if s.RoundCost != nil && len(s.RoundCost) < depth+1 {
+			return Refuse([]Setting{SettingRoundCost}, "%d round costs for a chain of %d tokens: want one per verified length, the root alone to the whole chain (%d)", len(s.RoundCost), depth, depth+1)
+		}
+		for n, c := range s.RoundCost {
+			if !(c > 0) || c > 1e6 {
+				return Refuse([]Setting{SettingRoundCost}, "round cost %d (%g) is not a finite positive number", n, c)
+			}
+		}
+	default:
+		return Refuse([]Setting{SettingSchedule}, "unknown schedule %q: want fixed, threshold or sps", s.Kind)
+	}
+	return nil
+}
+
+// RequireFixed refuses a schedule other than the fixed one for a drafter
+// that has no confidences to schedule with (named by who).
+func RequireFixed(d Decoding, who string) error {
+	if d.Schedule.Scheduled() {
+		return Refuse([]Setting{SettingSchedule}, "%s drafts have no confidence head to schedule the draft length with; the %s schedule needs a DSpark draft trained with one", who, d.Schedule.Kind)
+	}
+	return nil
 }
 
 // Setting names a field of Decoding in errors, so that a command can name
@@ -66,6 +146,9 @@ const (
 	SettingTree        Setting = "tree"
 	SettingTopK        Setting = "topk"
 	SettingTotalTokens Setting = "total-tokens"
+	SettingSchedule    Setting = "schedule"
+	SettingThreshold   Setting = "confidence-threshold"
+	SettingRoundCost   Setting = "round-cost"
 )
 
 // SettingError is a decoding setting the drafter cannot use: Settings are

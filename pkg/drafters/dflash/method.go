@@ -140,6 +140,9 @@ func (d *Drafter) Kind() drafters.Kind { return Kind }
 // the block's B-1 drafts (default all of them). Trees do not apply: one
 // block forward gives one token per slot.
 func (d *Drafter) Configure(c drafters.Decoding) (drafters.Decoding, error) {
+	if err := drafters.RequireFixed(c, "DFlash"); err != nil {
+		return c, err
+	}
 	if c.Tree != nil || c.Mode == drafters.ModeTree {
 		return c, drafters.Refuse([]drafters.Setting{drafters.SettingMode}, "DFlash drafts a chain (one token per block slot), not a tree")
 	}

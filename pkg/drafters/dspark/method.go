@@ -67,7 +67,34 @@ func (Method) Load(dir, layout string, m *model.Model, prov *drafters.Provenance
 	if err != nil {
 		return nil, fmt.Errorf("%w (draft from %s)", err, dir)
 	}
+	if dr.Calibration, err = readCalibration(prov, d); err != nil {
+		return nil, err
+	}
 	return dr, nil
+}
+
+// readCalibration reads the confidence calibration train recorded in
+// drafter.json (nil when there is none).
+func readCalibration(prov *drafters.Provenance, d *Draft) (*Calibration, error) {
+	if prov == nil {
+		return nil, nil
+	}
+	var p struct {
+		Calibration *Calibration `json:"confidence_calibration"`
+	}
+	if err := prov.Decode(&p); err != nil {
+		return nil, err
+	}
+	if p.Calibration == nil {
+		return nil, nil
+	}
+	if !d.Heads.Shape.Confidence {
+		return nil, fmt.Errorf("%s: confidence_calibration is recorded for a DSpark draft without a confidence head", prov.Path)
+	}
+	if err := p.Calibration.Validate(d.Geometry.BlockSize); err != nil {
+		return nil, fmt.Errorf("%s: %w", prov.Path, err)
+	}
+	return p.Calibration, nil
 }
 
 // checkProvenance compares an export with the drafter.json found for it.
@@ -104,21 +131,26 @@ func checkProvenance(prov *drafters.Provenance, dir, layout string, d *Draft) er
 
 // Shape implements drafters.Method.
 func (Method) Shape(d drafters.Decoding, _ int) string {
+	s := fmt.Sprintf("DSpark chain of %d tokens (one backbone pass, Markov head per token)", d.Depth)
 	if !d.Sampling.Greedy() {
-		return fmt.Sprintf("DSpark chain of %d tokens (one backbone pass, Markov head per token), each sampled from the draft distribution", d.Depth)
+		s += ", each sampled from the draft distribution"
 	}
-	return fmt.Sprintf("DSpark chain of %d tokens (one backbone pass, Markov head per token)", d.Depth)
+	switch sc := d.Schedule; sc.Kind {
+	case drafters.ScheduleThreshold:
+		s += fmt.Sprintf(", cut where the cumulative confidence falls below %g (%s calibration)", sc.Threshold, sc.Calibration)
+	case drafters.ScheduleSPS:
+		s += fmt.Sprintf(", length chosen by the SPS scheduler (%s calibration)", sc.Calibration)
+	}
+	return s
 }
 
 // Drafter is a DSpark draft loaded for a target model (drafters.Drafter).
 type Drafter struct {
 	m *model.Model
 	d *Draft
-	// Threshold, when above 0, stops each chain before the first slot
-	// (after the first) whose cumulative product of confidences falls
-	// below it (a draft with a confidence head only); 0 drafts the fixed
-	// block.
-	Threshold float64
+	// Calibration rescales the confidence head's logits for the schedules
+	// (nil: raw confidences).
+	Calibration *Calibration
 }
 
 // NewDrafter wraps a DSpark draft as a drafter for m, refusing a draft of
@@ -163,10 +195,28 @@ func (d *Drafter) Configure(c drafters.Decoding) (drafters.Decoding, error) {
 	if c.Depth < 1 || c.Depth > B {
 		return c, drafters.Refuse([]drafters.Setting{drafters.SettingDepth}, "a DSpark chain holds 1 to %d tokens (the block size it was trained with), not %d", B, c.Depth)
 	}
+	if !c.Schedule.Scheduled() {
+		c.Schedule.Calibration = ""
+		return c, nil
+	}
+	if !d.d.Heads.Shape.Confidence {
+		return c, drafters.Refuse([]drafters.Setting{drafters.SettingSchedule}, "this DSpark draft has no confidence head (enable_confidence_head false): it can only draft the fixed block")
+	}
+	if err := c.Schedule.Validate(c.Depth); err != nil {
+		return c, err
+	}
+	c.Schedule.Calibration = "none"
+	if d.Calibration != nil {
+		c.Schedule.Calibration = d.Calibration.Method
+	}
 	return c, nil
 }
 
 // NewProposer implements drafters.Drafter.
 func (d *Drafter) NewProposer(c drafters.Decoding, opt drafters.ProposerOptions) (drafters.Proposer, error) {
-	return newProposer(d.m, d.d, c, d.Threshold, opt.Capacity, opt.RNG)
+	var temps []float64
+	if c.Schedule.Scheduled() && d.Calibration != nil {
+		temps = d.Calibration.Temperatures(c.Sampling.Greedy())
+	}
+	return newProposer(d.m, d.d, c, temps, opt.Capacity, opt.RNG)
 }

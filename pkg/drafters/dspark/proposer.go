@@ -26,9 +26,9 @@ var _ ConfidenceReporter = (*proposer)(nil)
 // block after the newest token, then the Markov loop over the slots (add
 // slot k's bias for the previous token, take the argmax at temperature 0
 // or sample from the serving rule's draft distribution q above it, which
-// it keeps for verification by speculative sampling). With a confidence
-// threshold the chain stops before the first slot whose cumulative product
-// of confidences falls below it.
+// it keeps for verification by speculative sampling). A schedule
+// (drafters.Schedule) stops the chain early on the confidence head's
+// calibrated confidences.
 type proposer struct {
 	m      *model.Model
 	d      *Draft
@@ -36,7 +36,8 @@ type proposer struct {
 	tapIdx []int
 	slot   []int // feature c is tap slot[c]
 	depth  int
-	thresh float64
+	sched  drafters.Schedule
+	temps  []float64 // per slot calibration temperatures (nil: 1)
 
 	feats  []float32
 	anchor int
@@ -47,10 +48,25 @@ type proposer struct {
 	dsm     *sample.Sampler
 	rng     *sample.RNG
 	q       []float32 // [(depth+1), V]
+	qn      int       // the last chain's rows of q: (nodes+1)·V
 }
 
-func newProposer(m *model.Model, d *Draft, cfg drafters.Decoding, thresh float64, capacity int, rng *sample.RNG) (*proposer, error) {
-	p := &proposer{m: m, d: d, depth: cfg.Depth, thresh: thresh}
+func newProposer(m *model.Model, d *Draft, cfg drafters.Decoding, temps []float64, capacity int, rng *sample.RNG) (*proposer, error) {
+	if cfg.Schedule.Scheduled() {
+		if !d.Heads.Shape.Confidence {
+			return nil, fmt.Errorf("dspark: the %s schedule needs a confidence head", cfg.Schedule.Kind)
+		}
+		if err := cfg.Schedule.Validate(cfg.Depth); err != nil {
+			return nil, fmt.Errorf("dspark: %w", err)
+		}
+		if cfg.Schedule.Kind == drafters.ScheduleSPS && cfg.Schedule.RoundCost == nil {
+			return nil, fmt.Errorf("dspark: the sps schedule needs the target's verification cost per length")
+		}
+		if temps != nil && len(temps) < cfg.Depth {
+			return nil, fmt.Errorf("dspark: %d calibration temperatures for a chain of %d", len(temps), cfg.Depth)
+		}
+	}
+	p := &proposer{m: m, d: d, depth: cfg.Depth, sched: cfg.Schedule, temps: temps}
 	for _, id := range d.LayerIDs {
 		// HF index L is the last layer's output after the final norm in
 		// Transformers' list; the captures (and the engines) read it
@@ -138,21 +154,28 @@ func (p *proposer) Propose(t *spec.Tree, root int) error {
 	}
 	V := len(p.lg)
 	prev, parent := p.anchor, spec.Root
-	cum := 1.0
+	// cum is the predicted chance that every slot so far is accepted, tau
+	// the expected tokens of a round verifying them (the target's own
+	// included).
+	cum, tau := 1.0, 1.0
 	n := 0
 	for k := range p.depth {
 		c, err := p.s.Step(k, prev, p.lg)
 		if err != nil {
 			return err
 		}
-		p.conf[k] = c
-		if p.thresh > 0 && p.d.Heads.Shape.Confidence {
-			// Stopping on the draft's own confidences depends on nothing
-			// the target says: verification stays lossless.
-			if cum *= float64(c); cum < p.thresh && k > 0 {
-				break
-			}
+		if p.temps != nil {
+			c = sigmoid(p.s.ConfidenceLogit(), p.temps[k])
 		}
+		p.conf[k] = c
+		// The schedules read the draft's own confidences, nothing the
+		// target says: verification stays lossless. The first slot is
+		// always drafted (the backbone pass is spent either way).
+		if k > 0 && p.stop(cum*float64(c), tau, k) {
+			break
+		}
+		cum *= float64(c)
+		tau += cum
 		var x int
 		if p.sampled {
 			q := p.q[k*V : (k+1)*V]
@@ -172,14 +195,33 @@ func (p *proposer) Propose(t *spec.Tree, root int) error {
 		n++
 	}
 	if p.sampled {
-		clear(p.q[n*V:]) // rows past the chain's last node: never read
+		// Verification reads a row per node and one past the chain
+		// (cleared: never read); a schedule may have cut the chain short.
+		p.qn = (n + 1) * V
+		clear(p.q[n*V : p.qn])
 	}
 	return nil
 }
 
+// stop reports whether the schedule ends the chain before slot k, given
+// next, the cumulative confidence through slot k, and tau, the expected
+// tokens of verifying the k slots before it.
+func (p *proposer) stop(next, tau float64, k int) bool {
+	switch p.sched.Kind {
+	case drafters.ScheduleThreshold:
+		return next < p.sched.Threshold
+	case drafters.ScheduleSPS:
+		// Φ(ℓ) = τ(ℓ)/cost(ℓ): stop at the first slot that does not
+		// raise the expected tokens per unit of verification time.
+		cost := p.sched.RoundCost
+		return (tau+next)*cost[k] <= tau*cost[k+1]
+	}
+	return false
+}
+
 // Confidences implements ConfidenceReporter: one value per slot of the
-// chain (Depth); with a threshold, those past the slot where the last
-// Propose stopped are left from before.
+// chain (Depth), calibrated when the schedule is; those past the slot where
+// a schedule stopped the last Propose are left from before.
 func (p *proposer) Confidences() []float32 { return p.conf }
 
 // DraftProbs implements drafters.SampledProposer.
@@ -187,7 +229,7 @@ func (p *proposer) DraftProbs() []float32 {
 	if !p.sampled {
 		return nil
 	}
-	return p.q
+	return p.q[:p.qn]
 }
 
 // Finish implements drafters.Proposer.

@@ -72,7 +72,7 @@ func start(t *testing.T, m *model.Model, dr *Drafter, prompt []int, cfg drafters
 // from, row k being the softmax of slot k's logits under the token drawn
 // at slot k-1, the first token following row 0, the same stream drafting
 // the same chain; a confidence threshold cuts the chain where the product
-// of confidences falls below it.
+// of confidences falls below it (the schedules: TestSchedules).
 func TestProposerChains(t *testing.T) {
 	m, dr, prompt := storiesDrafter(t)
 	V, B := m.VocabSize(), dr.d.Geometry.BlockSize
@@ -116,10 +116,8 @@ func TestProposerChains(t *testing.T) {
 	for cut < B-1 && !(prods[cut] < prods[cut-1]) {
 		cut++
 	}
-	dr.Threshold = (prods[cut-1] + prods[cut]) / 2
-	pt := start(t, m, dr, prompt, drafters.Decoding{Mode: drafters.ModeChain}, rng)
-	dr.Threshold = 0
-	if err := pt.Propose(&tr, 0); err != nil {
+	thr := drafters.Decoding{Mode: drafters.ModeChain, Schedule: drafters.Schedule{Kind: drafters.ScheduleThreshold, Threshold: (prods[cut-1] + prods[cut]) / 2}}
+	if err := start(t, m, dr, prompt, thr, rng).Propose(&tr, 0); err != nil {
 		t.Fatal(err)
 	}
 	if tr.Len() != cut || !(prods[cut] < prods[cut-1]) {
@@ -185,6 +183,114 @@ func TestProposerChains(t *testing.T) {
 	}
 }
 
+// The SPS scheduler stops at the first slot that does not raise the
+// expected tokens per unit of verification cost, τ(ℓ)/cost(ℓ), computed
+// here from the session's own confidences; flat costs draft the whole
+// block, a cost that jumps after slot j stops there; a calibration divides
+// each slot's confidence logit by its temperature for the serving rule.
+func TestSchedules(t *testing.T) {
+	m, dr, prompt := storiesDrafter(t)
+	B := dr.d.Geometry.BlockSize
+	// The random head is nearly sure every slot is rejected; raise its
+	// bias so that the confidences spread over (0, 1) and Φ peaks inside
+	// the block.
+	dr.d.Heads.ConfB[0] += 8
+	rng := sample.NewRNG(1, 0)
+	sps := func(cost []float64) drafters.Decoding {
+		return drafters.Decoding{Mode: drafters.ModeChain, Schedule: drafters.Schedule{Kind: drafters.ScheduleSPS, RoundCost: cost}}
+	}
+	flat := make([]float64, B+1)
+	for i := range flat {
+		flat[i] = 1
+	}
+	var tr spec.Tree
+	p := start(t, m, dr, prompt, sps(flat), rng)
+	if err := p.Propose(&tr, 0); err != nil {
+		t.Fatal(err)
+	}
+	conf := slices.Clone(p.Confidences())
+	if tr.Len() != B {
+		t.Fatalf("flat verification costs drafted %d of %d slots (confidences %v)", tr.Len(), B, conf)
+	}
+	for j := 1; j < B; j++ {
+		jump := slices.Clone(flat)
+		for k := j + 1; k <= B; k++ {
+			jump[k] = 50
+		}
+		if err := start(t, m, dr, prompt, sps(jump), rng).Propose(&tr, 0); err != nil {
+			t.Fatal(err)
+		}
+		if tr.Len() != j {
+			t.Errorf("cost jumping after %d drafts: chain of %d", j, tr.Len())
+		}
+	}
+	// Costs growing by a fraction per token: the chain ends at the first
+	// ℓ where Φ(ℓ+1) <= Φ(ℓ).
+	for _, slope := range []float64{0.02, 0.1, 0.3, 1} {
+		cost := make([]float64, B+1)
+		for i := range cost {
+			cost[i] = 1 + slope*float64(i)
+		}
+		phi := func(l int) float64 {
+			tau, cum := 1.0, 1.0
+			for _, c := range conf[:l] {
+				cum *= float64(c)
+				tau += cum
+			}
+			return tau / cost[l]
+		}
+		want := 1
+		for want < B && phi(want+1) > phi(want) {
+			want++
+		}
+		if err := start(t, m, dr, prompt, sps(cost), rng).Propose(&tr, 0); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("cost slope %g: chain of %d (confidences %v)", slope, tr.Len(), conf)
+		if tr.Len() != want {
+			t.Errorf("cost slope %g: chain of %d, Φ's first maximum is at %d (confidences %v)", slope, tr.Len(), want, conf)
+		}
+	}
+
+	// Sampled and cut short: verification gets a draft row per node and
+	// one past the chain, not the whole block's.
+	V := m.VocabSize()
+	samp := sps(make([]float64, B+1))
+	samp.Sampling = sample.Params{Temperature: 1}
+	for i := range samp.Schedule.RoundCost {
+		samp.Schedule.RoundCost[i] = 1 + 0.3*float64(i)
+	}
+	ps := start(t, m, dr, prompt, samp, rng)
+	for s := range 20 {
+		rng.Reset(4, uint64(s))
+		if err := ps.Propose(&tr, 0); err != nil {
+			t.Fatal(err)
+		}
+		if q := ps.DraftProbs(); len(q) != (tr.Len()+1)*V || tr.Len() < 1 {
+			t.Fatalf("sampled chain of %d nodes with %d draft values, want %d", tr.Len(), len(q), (tr.Len()+1)*V)
+		}
+	}
+
+	// Calibrated: σ(z_k/T_k), the greedy set at temperature 0.
+	dr.Calibration = &Calibration{Method: CalibrationSTS, Greedy: []float64{0.5, 1, 2, 3, 4}, Sampled: []float64{7, 7, 7, 7, 7}}
+	defer func() { dr.Calibration = nil }()
+	cfg, err := dr.Configure(sps(flat))
+	if err != nil || cfg.Schedule.Calibration != CalibrationSTS {
+		t.Fatalf("calibrated schedule: %+v, %v", cfg.Schedule, err)
+	}
+	p = start(t, m, dr, prompt, sps(flat), rng)
+	if err := p.Propose(&tr, 0); err != nil {
+		t.Fatal(err)
+	}
+	for k, c := range p.Confidences() {
+		z := math.Log(float64(conf[k]) / (1 - float64(conf[k])))
+		want := 1 / (1 + math.Exp(-z/dr.Calibration.Greedy[k]))
+		if math.Abs(float64(c)-want) > 1e-5 {
+			t.Errorf("slot %d: calibrated confidence %v, σ(z/%g) = %v", k, c, dr.Calibration.Greedy[k], want)
+		}
+	}
+}
+
 func softmax(x []float32) []float64 {
 	mx := math.Inf(-1)
 	for _, v := range x {
@@ -213,7 +319,10 @@ func TestConfigure(t *testing.T) {
 	if c, err = dr.Configure(drafters.Decoding{Mode: drafters.ModeChain, Depth: 3}); err != nil || c.Depth != 3 {
 		t.Fatalf("chain of 3: %d, %v", c.Depth, err)
 	}
-	for _, bad := range []drafters.Decoding{{Mode: drafters.ModeTree}, {Mode: drafters.ModeChain, Depth: 6}} {
+	for _, bad := range []drafters.Decoding{{Mode: drafters.ModeTree}, {Mode: drafters.ModeChain, Depth: 6},
+		{Mode: drafters.ModeChain, Schedule: drafters.Schedule{Kind: drafters.ScheduleThreshold, Threshold: 1}},
+		{Mode: drafters.ModeChain, Schedule: drafters.Schedule{Kind: drafters.ScheduleSPS, RoundCost: []float64{1, 1}}},
+		{Mode: drafters.ModeChain, Schedule: drafters.Schedule{Kind: "best"}}} {
 		_, err := dr.Configure(bad)
 		if se, ok := err.(*drafters.SettingError); !ok || len(se.Settings) == 0 {
 			t.Errorf("%+v: %v, want a SettingError", bad, err)

@@ -157,5 +157,19 @@ func (s *Session) Step(k, prev int, dst []float32) (float32, error) {
 		e = cpu.HostTensor(s.e, 1, r)
 	}
 	s.conf.Forward(s.dev, cpu.HostTensor(s.c, 1, 1), cpu.HostTensor(s.net.Y[k*h:(k+1)*h], 1, h), e, s.cacts)
-	return float32(1 / (1 + math.Exp(-float64(s.c[0])))), nil
+	return sigmoid(float64(s.c[0]), 1), nil
+}
+
+// ConfidenceLogit is the confidence head's logit of the last Step (NaN
+// without a confidence head), which a calibration rescales.
+func (s *Session) ConfidenceLogit() float64 {
+	if s.conf == nil {
+		return math.NaN()
+	}
+	return float64(s.c[0])
+}
+
+// sigmoid is σ(z/temp).
+func sigmoid(z, temp float64) float32 {
+	return float32(1 / (1 + math.Exp(-z/temp)))
 }

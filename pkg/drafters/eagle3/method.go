@@ -206,6 +206,9 @@ func (d *Drafter) Kind() drafters.Kind { return Kind }
 // DefaultChainDepth), or EAGLE-2's dynamic tree (defaults DefaultTreeDepth,
 // DefaultTreeTopK, DefaultTreeTotal). A static tree does not apply.
 func (d *Drafter) Configure(c drafters.Decoding) (drafters.Decoding, error) {
+	if err := drafters.RequireFixed(c, "EAGLE-3"); err != nil {
+		return c, err
+	}
 	if c.Tree != nil {
 		return c, drafters.Refuse([]drafters.Setting{drafters.SettingTree}, "a static tree applies to Medusa heads; EAGLE-3 builds its tree dynamically (depth, topk, total-tokens)")
 	}

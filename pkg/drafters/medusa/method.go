@@ -153,6 +153,9 @@ func (d *Drafter) Kind() drafters.Kind { return Kind }
 // the heads (default spec.DefaultChoices). The dynamic tree's settings do
 // not apply.
 func (d *Drafter) Configure(c drafters.Decoding) (drafters.Decoding, error) {
+	if err := drafters.RequireFixed(c, "Medusa"); err != nil {
+		return c, err
+	}
 	heads := d.h.Heads
 	if c.TopK != 0 || c.TotalTokens != 0 {
 		return c, drafters.Refuse([]drafters.Setting{drafters.SettingTopK, drafters.SettingTotalTokens}, "configure EAGLE-2's dynamic tree; a Medusa tree is a static list of paths (tree)")
