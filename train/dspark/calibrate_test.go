@@ -157,6 +157,9 @@ func TestExportCalibration(t *testing.T) {
 				if got := sigmoid(h.logits[at]); math.Abs(got-float64(conf)) > 1e-5 {
 					t.Fatalf("block %d slot %d: σ(z) %.7g recorded, the session's confidence %.7g", j, k, got, conf)
 				}
+				if z := s.ConfidenceLogit(); math.Abs(z-h.logits[at]) > 1e-4*(1+math.Abs(z)) {
+					t.Fatalf("block %d slot %d: logit %.7g recorded, the session's %.7g", j, k, h.logits[at], z)
+				}
 				// The draft's top-1 (skipped on a near tie, where float32
 				// rounding may pick either).
 				best, second := 0, -1

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -109,6 +110,9 @@ func TestTrainStories(t *testing.T) {
 	dr, err := ddspark.Method{}.Load(dir, layout, m, prov)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if c := dr.(*ddspark.Drafter).Calibration; !reflect.DeepEqual(c, res.Calibration) {
+		t.Fatalf("the loaded drafter's calibration %+v is not the one trained %+v", c, res.Calibration)
 	}
 	if !slices.Equal(dr.(*ddspark.Drafter).Draft().Params.All, res.Draft.Params.All) || !slices.Equal(dr.(*ddspark.Drafter).Draft().Heads.All, res.Draft.Heads.All) {
 		t.Fatal("the loaded export's weights differ from the trainer's")
