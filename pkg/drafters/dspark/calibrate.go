@@ -73,8 +73,8 @@ func (c *Calibration) Temperatures(greedy bool) []float64 {
 }
 
 // CalibrationBins is the number of equal-width bins over [0, 1] the fit's
-// ECE uses: 15, the common choice since Guo et al. (2017) and what
-// DeepSpec's evaluation reports, so that the ECEs recorded are comparable.
+// ECE uses: 15, the common choice since Guo et al. (2017), so that the ECEs
+// recorded compare with published ones.
 const CalibrationBins = 15
 
 // The temperature grid: 10^(i/stsPerDecade) for i in [-stsSteps, stsSteps],
@@ -139,13 +139,15 @@ func (e *eceBins) reset() {
 }
 
 func (e *eceBins) add(p, y, w float64) {
-	n := len(e.diff)
-	b := int(p * float64(n))
-	if b >= n || math.IsNaN(p) { // p = 1 (and NaN, which no bin holds) go last
+	// The bin is chosen on the clamped value: converting a float beyond
+	// int's range is implementation-defined in Go. p = 1 (and NaN, which
+	// no bin holds) go last.
+	n, b := len(e.diff), 0
+	switch {
+	case p >= 1 || math.IsNaN(p):
 		b = n - 1
-	}
-	if b < 0 {
-		b = 0
+	case p > 0:
+		b = min(int(p*float64(n)), n-1)
 	}
 	e.diff[b] += w * (p - y)
 	e.w += w

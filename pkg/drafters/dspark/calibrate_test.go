@@ -28,6 +28,9 @@ func TestECEHandComputed(t *testing.T) {
 		{"one bin is |mean p - mean y|", []float64{0.1, 0.9, 0.6}, []float64{1, 0, 1}, nil, 1, math.Abs(1.6-2) / 3},
 		{"perfect", []float64{0, 1, 0.5, 0.5}, []float64{0, 1, 0, 1}, nil, 15, 0},
 		{"empty", nil, nil, nil, 15, 0},
+		// Out of [0, 1]: clamped into the end bins (1e300·15 is beyond
+		// int's range): bin 0 holds -0.5-0 and 0.05-1, the last 1e300-1.
+		{"out of range", []float64{-0.5, 0.05, 1e300}, []float64{0, 1, 1}, nil, 15, (1.45 + (1e300 - 1)) / 3},
 		{"zero weight", []float64{0.3}, []float64{1}, []float64{0}, 15, 0},
 	} {
 		got, err := ECE(c.p, c.y, c.w, c.bins)
