@@ -15,13 +15,18 @@ import (
 // tinyInputs is a random target of width 8 and vocabulary 13 with three
 // sequences of random states, tokens and loss masks (prompt spans and
 // response spans alternating, so that blocks end early).
-func tinyInputs(seed uint64) Inputs {
+func tinyInputs(seed uint64) Inputs { return tinyInputsN(seed, 3) }
+
+// tinyInputsN is tinyInputs with seqs sequences (the first three are
+// tinyInputs' own: the same stream, drawn in the same order, up to the
+// embeddings).
+func tinyInputsN(seed uint64, seqs int) Inputs {
 	r := rand.New(rand.NewPCG(seed, 5))
 	c := &checkpoint.Config{HiddenSize: 8, IntermediateSize: 12, NumLayers: 4, NumHeads: 2, NumKVHeads: 1, HeadDim: 4,
 		RMSNormEps: 1e-6, RopeTheta: 10000, MaxPositions: 64, VocabSize: 13}
 	H, V := c.HiddenSize, c.VocabSize
 	mem := &dataset.Memory{H: H}
-	for n := range 3 {
+	for n := range seqs {
 		T := 14 + 3*n
 		s := dataset.Sample{Tokens: make([]int32, T), LossMask: make([]bool, T), Final: testutil.RandNormal(r, T*H, 1),
 			Features: [][]float32{testutil.RandNormal(r, T*H, 1), testutil.RandNormal(r, T*H, 2)}}

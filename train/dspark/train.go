@@ -80,6 +80,9 @@ type Result struct {
 	loop.Result[*EvalMetrics]
 	Draft     *ddspark.Draft
 	ExportDir string
+	// Calibration is what drafter.json records as confidence_calibration
+	// (nil when it records none).
+	Calibration *ddspark.Calibration
 }
 
 // provenance is drafter.json.
@@ -108,6 +111,10 @@ type provenance struct {
 	Steps             int               `json:"steps"`
 	Stopped           string            `json:"stopped"`
 	Metrics           *EvalMetrics      `json:"metrics,omitempty"`
+	// Calibration is the confidence head's STS temperatures fitted on the
+	// held-out blocks under the exported weights (absent without a
+	// confidence head or held-out blocks).
+	Calibration *ddspark.Calibration `json:"confidence_calibration,omitempty"`
 }
 
 // Train trains a DSpark draft with the shared loop and exports it into
@@ -122,7 +129,7 @@ func Train(ctx context.Context, o Options, in Inputs, job *loop.Job) (*Result, e
 	if err != nil {
 		return nil, err
 	}
-	return &Result{Result: *r, Draft: t.draft(), ExportDir: filepath.Join(job.Out, ExportDir)}, nil
+	return &Result{Result: *r, Draft: t.draft(), ExportDir: filepath.Join(job.Out, ExportDir), Calibration: t.calib}, nil
 }
 
 // trainer is the DSpark side of the loop (loop.Trainer).
@@ -152,6 +159,8 @@ type trainer struct {
 	ones                         []float32
 	pred                         []int32
 	maxRows                      int
+	// calib is the calibration Export fitted and wrote.
+	calib *ddspark.Calibration
 }
 
 // seqBatch is one sequence's blocks, ready for the passes.
@@ -562,10 +571,20 @@ func (t *trainer) draft() *ddspark.Draft {
 }
 
 // Export writes the draft into job.Out/dspark, drafter.json, then
-// SHA256SUMS over them.
+// SHA256SUMS over them. The loop calls it after putting the best weights
+// back, so the confidence calibration it fits into drafter.json is that of
+// the weights exported.
 func (t *trainer) Export(job *loop.Job, r *loop.Result[*EvalMetrics]) error {
 	if err := drafters.RemoveSums(job.Out); err != nil {
 		return err
+	}
+	calib, err := t.calibrate()
+	if err != nil {
+		return err
+	}
+	t.calib = calib
+	if calib != nil && job.Report != nil {
+		job.Report.Line(calibrationLine(calib))
 	}
 	d := t.draft()
 	format := t.o.Format
@@ -582,13 +601,13 @@ func (t *trainer) Export(job *loop.Job, r *loop.Result[*EvalMetrics]) error {
 		manifests = map[string]string{}
 	}
 	g, sh := t.g, t.hw.Shape
-	err := atomicfile.WriteJSON(filepath.Join(job.Out, ProvenanceFile), provenance{
+	err = atomicfile.WriteJSON(filepath.Join(job.Out, ProvenanceFile), provenance{
 		Method: string(ddspark.Kind), Formats: []string{ExportDir}, Format: format,
 		Hidden: g.Hidden, Vocab: g.Vocab, FeatureLayers: d.LayerIDs, BlockSize: g.BlockSize, MaskToken: g.MaskToken,
 		DraftLayers: g.Layers, MarkovRank: sh.Rank, Confidence: sh.Confidence, ConfWithMarkov: sh.WithMarkov,
 		Loss: t.o.Loss, Gamma: t.o.Gamma, Anchors: t.o.Anchors,
 		BaseModel: p.BaseModel, TargetFingerprint: p.TargetFingerprint, TargetLayers: p.TargetLayers, DataManifests: manifests,
-		Args: p.Args, Steps: r.Steps, Stopped: r.Stopped, Metrics: r.Best,
+		Args: p.Args, Steps: r.Steps, Stopped: r.Stopped, Metrics: r.Best, Calibration: calib,
 	})
 	if err != nil {
 		return err
