@@ -92,7 +92,15 @@ func (t *trainer) calibrate() (*ddspark.Calibration, error) {
 
 // calibrationLine is the progress line that reports a calibration.
 func calibrationLine(c *ddspark.Calibration) string {
-	return fmt.Sprintf("confidence calibration (STS, %d held-out blocks): greedy T %s, ECE per slot %s → %s; sampled T %s, ECE %s → %s",
-		c.Blocks, loop.FormatFloats(c.Greedy), loop.FormatFloats(c.ECE.GreedyBefore), loop.FormatFloats(c.ECE.GreedyAfter),
-		loop.FormatFloats(c.Sampled), loop.FormatFloats(c.ECE.SampledBefore), loop.FormatFloats(c.ECE.SampledAfter))
+	rule := func(name string, temps, before, after []float64, cf ddspark.CrossFit) string {
+		verdict := "applied"
+		if !cf.Applied {
+			verdict = "not applied (T = 1 kept)"
+		}
+		return fmt.Sprintf("%s T %s, ECE per slot %s → %s; on unseen halves %.3f → %.3f: %s", name, loop.FormatFloats(temps),
+			loop.FormatFloats(before), loop.FormatFloats(after), cf.Before, cf.After, verdict)
+	}
+	return fmt.Sprintf("confidence calibration (STS, %d held-out blocks): %s; %s", c.Blocks,
+		rule("greedy", c.Greedy, c.ECE.GreedyBefore, c.ECE.GreedyAfter, c.Cross.Greedy),
+		rule("sampled", c.Sampled, c.ECE.SampledBefore, c.ECE.SampledAfter, c.Cross.Sampled))
 }

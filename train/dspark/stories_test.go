@@ -95,8 +95,11 @@ func TestTrainStories(t *testing.T) {
 	if res.Calibration == nil {
 		t.Fatal("no confidence calibration")
 	}
+	// The cross-fit figures are the fit's quality out of sample; as
+	// measured on 2026-12-07 (756 held-out blocks of a longer run) the
+	// greedy fit raised the unseen half's ECE (0.049 → 0.060) and was not
+	// applied.
 	t.Log(calibrationLine(res.Calibration))
-	heldOutCalibration(t, o, in, res.Draft)
 
 	dir := filepath.Join(out, ExportDir)
 	layout, err := ddspark.Method{}.Detect(dir)
@@ -138,6 +141,25 @@ func TestTrainStories(t *testing.T) {
 		if temp == 1 && rep.MeanAcceptLength <= 1.2 {
 			t.Errorf("T=1: acceptance %.3f: sampled chains are (almost) never accepted", rep.MeanAcceptLength)
 		}
+		// The schedules cut chains on the draft's own confidences: still
+		// lossless, fewer drafts per step than the fixed block.
+		for _, sc := range []drafters.Schedule{{Kind: drafters.ScheduleThreshold, Threshold: 0.5}, {Kind: drafters.ScheduleSPS}} {
+			cfg.Schedule = sc
+			srep, err := eval.Run(context.Background(), m, d, ps, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := srep.CheckLossless(); err != nil {
+				t.Fatalf("T=%g, %s schedule: %v", temp, sc.Kind, err)
+			}
+			t.Logf("T=%g, %s schedule: %.2f drafts per step, mean acceptance length %.3f (round cost %v)", temp, sc.Kind, srep.MeanDrafted, srep.MeanAcceptLength, srep.Schedule.RoundCost)
+			if srep.Schedule == nil || srep.Schedule.Kind != sc.Kind || !(srep.MeanDrafted >= 1 && srep.MeanDrafted <= float64(o.BlockSize)) {
+				t.Errorf("T=%g, %s schedule: report schedule %+v, %.2f drafts per step", temp, sc.Kind, srep.Schedule, srep.MeanDrafted)
+			}
+			if sc.Kind == drafters.ScheduleThreshold && !(srep.MeanDrafted < rep.MeanDrafted) {
+				t.Errorf("T=%g: the confidence cut drafted %.2f per step, the fixed block %.2f", temp, srep.MeanDrafted, rep.MeanDrafted)
+			}
+		}
 	}
 }
 
@@ -164,63 +186,4 @@ func (v *layerView) Sample(i int, dst *dataset.Sample, what dataset.Fields) erro
 		}
 	}
 	return nil
-}
-
-// heldOutCalibration measures STS out of sample on the trained draft: it
-// fits on the even held-out blocks and logs the ECE of the odd ones before
-// and after, per rule. (drafter.json's ECEs are on the blocks fitted on,
-// where the fit cannot do worse than T = 1.) It logs and does not assert:
-// on the few hundred blocks the bundled data holds out, an ECE-minimising
-// grid search overfits (as on synthetic blocks, where it starts to pay off
-// out of sample from a few thousand blocks), and as measured on 2026-12-07
-// the greedy rule's held-out ECE rose (mean 0.049 → 0.060) and the sampled
-// one's stayed (0.018 → 0.019). The figure is what to watch when the
-// held-out set grows.
-func heldOutCalibration(t *testing.T, o Options, in Inputs, d *ddspark.Draft) {
-	t.Helper()
-	tr, err := newTrainer(o, in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	copy(tr.w.All, d.Params.All)
-	copy(tr.hw.All, d.Heads.All)
-	h, err := tr.heldOutBlocks()
-	if err != nil {
-		t.Fatal(err)
-	}
-	B := o.BlockSize
-	var fit, test heldOut
-	for b, v := range h.valid {
-		dst := &fit
-		if b%2 == 1 {
-			dst = &test
-		}
-		dst.logits = append(dst.logits, h.logits[b*B:(b+1)*B]...)
-		dst.greedy = append(dst.greedy, h.greedy[b*B:(b+1)*B]...)
-		dst.sampled = append(dst.sampled, h.sampled[b*B:(b+1)*B]...)
-		dst.valid = append(dst.valid, v)
-	}
-	for _, rule := range []struct {
-		name      string
-		fit, test []float64
-	}{{"greedy", fit.greedy, test.greedy}, {"sampled", fit.sampled, test.sampled}} {
-		f, err := ddspark.FitSTS(B, fit.logits, rule.fit, fit.valid)
-		if err != nil {
-			t.Fatal(err)
-		}
-		before, err := ddspark.PrefixECE(B, test.logits, rule.test, test.valid, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		after, err := ddspark.PrefixECE(B, test.logits, rule.test, test.valid, f.Temperatures)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var sb, sa float64
-		for k := range B {
-			sb, sa = sb+before[k], sa+after[k]
-		}
-		t.Logf("%s: fitted on %d held-out blocks, T %s; ECE on the other %d: %s → %s (mean %.4f → %.4f)", rule.name, len(fit.valid),
-			loop.FormatFloats(f.Temperatures), len(test.valid), loop.FormatFloats(before), loop.FormatFloats(after), sb/float64(B), sa/float64(B))
-	}
 }

@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -359,5 +360,75 @@ func TestCalibrateValidate(t *testing.T) {
 	}
 	if got := c.Temperatures(false); !reflect.DeepEqual(got, c.Sampled) {
 		t.Error("Temperatures(false) is not Sampled")
+	}
+}
+
+// TestCalibrateCrossFit: a rule's fit is applied only when, fitted on half
+// the blocks, it lowers the ECE on the other half. A head miscalibrated by
+// known temperatures on many blocks gets its fit; a head whose soft outcomes
+// are exactly its own confidences (nothing to fix: the raw products'
+// ECE is 0 on either half) keeps every T = 1; and on small draws of a
+// calibrated head the decision and the temperatures agree either way.
+func TestCalibrateCrossFit(t *testing.T) {
+	tStar := []float64{0.5, 2, 1}
+	l, g, v := synthBlocks(11, 4000, tStar, false)
+	s := make([]float64, len(l)) // the same blocks' soft outcomes
+	for i, z := range l {
+		s[i] = logistic(z / tStar[i%3])
+	}
+	c, err := Calibrate(3, l, g, s, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("miscalibrated: greedy T %v cross %+v; sampled T %v cross %+v", c.Greedy, c.Cross.Greedy, c.Sampled, c.Cross.Sampled)
+	for name, r := range map[string]struct {
+		temps []float64
+		cf    CrossFit
+	}{"greedy": {c.Greedy, c.Cross.Greedy}, "sampled": {c.Sampled, c.Cross.Sampled}} {
+		if !r.cf.Applied || !(r.cf.After < r.cf.Before) {
+			t.Errorf("%s: a head off by %v on 4000 blocks: fit not applied (%+v)", name, tStar, r.cf)
+		}
+		for k, want := range tStar {
+			if ratio := r.temps[k] / want; ratio < 1/1.35 || ratio > 1.35 {
+				t.Errorf("%s: T[%d] = %g, want about %g", name, k, r.temps[k], want)
+			}
+		}
+	}
+
+	// Soft outcomes equal to the confidences: nothing to calibrate.
+	for i := range s {
+		s[i] = logistic(l[i])
+	}
+	c, err = Calibrate(3, l, g, s, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Cross.Sampled.Applied || !slices.Equal(c.Sampled, []float64{1, 1, 1}) || !slices.Equal(c.ECE.SampledAfter, c.ECE.SampledBefore) {
+		t.Errorf("a calibrated head: sampled T %v, ECE %v -> %v, cross %+v; want T = 1 kept", c.Sampled, c.ECE.SampledBefore, c.ECE.SampledAfter, c.Cross.Sampled)
+	}
+
+	// Small draws of a calibrated head: whichever way the check goes, the
+	// temperatures follow it.
+	rejected := 0
+	for seed := range uint64(8) {
+		l, g, v := synthBlocks(100+seed, 120, []float64{1, 1, 1}, false)
+		c, err := Calibrate(3, l, g, g, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cf := c.Cross.Greedy
+		switch {
+		case !cf.Applied:
+			rejected++
+			if !slices.Equal(c.Greedy, []float64{1, 1, 1}) || !slices.Equal(c.ECE.GreedyAfter, c.ECE.GreedyBefore) {
+				t.Errorf("seed %d: fit rejected (%+v) but T %v, ECE after %v", seed, cf, c.Greedy, c.ECE.GreedyAfter)
+			}
+		case !(cf.After < cf.Before):
+			t.Errorf("seed %d: applied with cross ECE %g -> %g", seed, cf.Before, cf.After)
+		}
+	}
+	t.Logf("calibrated head, 120 blocks: the fit was rejected on %d of 8 draws", rejected)
+	if rejected == 0 {
+		t.Error("on 120 blocks of a calibrated head the fit was never rejected: the cross-fit check does not bite")
 	}
 }
