@@ -27,17 +27,7 @@ type heldOut struct {
 func (t *trainer) heldOutBlocks() (*heldOut, error) {
 	B := t.g.BlockSize
 	h := &heldOut{}
-	for _, i := range t.EvalIdx {
-		sb, err := t.read(i, t.EvalRand(i))
-		if err != nil {
-			return nil, err
-		}
-		if sb == nil || sb.wsum == 0 {
-			continue
-		}
-		if _, err := t.pass(sb, sb.wsum, false, nil); err != nil {
-			return nil, err
-		}
+	err := t.eachHeldOut(nil, func(sb *seqBatch, _ LossStats) {
 		for b := 0; b*B < len(sb.labels); b++ {
 			n := 0
 			for k := range B {
@@ -63,6 +53,9 @@ func (t *trainer) heldOutBlocks() (*heldOut, error) {
 			}
 			h.valid = append(h.valid, n)
 		}
+	})
+	if err != nil {
+		return nil, err
 	}
 	return h, nil
 }

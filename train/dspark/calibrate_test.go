@@ -116,7 +116,7 @@ func TestExportCalibration(t *testing.T) {
 
 	// The rows against the exported draft's inference session.
 	g := tr.g
-	V, F, H := g.Vocab, g.Features, g.TargetHidden
+	V, H := g.Vocab, g.TargetHidden
 	lg := make([]float32, V)
 	j, rows, hits, tied := 0, 0, 0, 0
 	for _, i := range tr.EvalIdx {
@@ -127,7 +127,7 @@ func TestExportCalibration(t *testing.T) {
 		if sb == nil || sb.wsum == 0 {
 			continue
 		}
-		for b, bl := range sb.blocks {
+		for b := range sb.blocks {
 			n := 0
 			for n < B && sb.w[b*B+n] > 0 {
 				n++
@@ -138,16 +138,7 @@ func TestExportCalibration(t *testing.T) {
 			if h.valid[j] != n {
 				t.Fatalf("held-out block %d: %d valid slots recorded, the weights give %d", j, h.valid[j], n)
 			}
-			s, err := d.NewSession(bl.Start + B)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := s.Append(sb.feat[:bl.Start*F*H]); err != nil {
-				t.Fatal(err)
-			}
-			if err := s.Backbone(int(sb.prev[b*B])); err != nil {
-				t.Fatal(err)
-			}
+			s := replayBlock(t, d, sb, b)
 			for k := range n {
 				row, at := b*B+k, j*B+k
 				conf, err := s.Step(k, int(sb.prev[row]), lg)

@@ -43,7 +43,7 @@ func TestExportReproducesTrainer(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := tr.g
-	B, V, F, H := g.BlockSize, g.Vocab, g.Features, g.TargetHidden
+	B, V := g.BlockSize, g.Vocab
 	for _, layout := range []string{ddspark.FormatDeepSpec, ddspark.FormatSpeculators} {
 		dir := filepath.Join(t.TempDir(), layout)
 		if err := ddspark.Export(dir, tr.draft(), ddspark.ExportOptions{Format: layout}); err != nil {
@@ -56,16 +56,7 @@ func TestExportReproducesTrainer(t *testing.T) {
 		lg := make([]float32, V)
 		checked, worst := 0, 0.0
 		for b, bl := range sb.blocks {
-			s, err := d.NewSession(bl.Start + B)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := s.Append(sb.feat[:bl.Start*F*H]); err != nil {
-				t.Fatal(err)
-			}
-			if err := s.Backbone(int(sb.prev[b*B])); err != nil {
-				t.Fatal(err)
-			}
+			s := replayBlock(t, d, sb, b)
 			for k := range B {
 				row := b*B + k
 				c, err := s.Step(k, int(sb.prev[row]), lg)
@@ -88,4 +79,24 @@ func TestExportReproducesTrainer(t *testing.T) {
 		}
 		t.Logf("%s: %d slots of %d blocks agree within %.2g", layout, checked, len(sb.blocks), worst)
 	}
+}
+
+// replayBlock runs block b of sb through d's inference session as eval
+// drafts it: the context strictly before the block's anchor, then the
+// backbone on [anchor, mask, ...]; Step then gives each slot.
+func replayBlock(t *testing.T, d *ddspark.Draft, sb *seqBatch, b int) *ddspark.Session {
+	t.Helper()
+	g := d.Geometry
+	bl := sb.blocks[b]
+	s, err := d.NewSession(bl.Start + g.BlockSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Append(sb.feat[:bl.Start*g.Features*g.TargetHidden]); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Backbone(int(sb.prev[b*g.BlockSize])); err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

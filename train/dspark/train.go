@@ -518,29 +518,43 @@ func (t *trainer) tallyAlpha(sb *seqBatch, ev *evalTally) {
 	}
 }
 
-// Evaluate runs the held-out samples with anchors drawn from a fixed
-// stream (the same at every evaluation).
-func (t *trainer) Evaluate(e loop.Eval) (*EvalMetrics, error) {
-	B := t.g.BlockSize
-	ev := &evalTally{correct: make([]int, B), counted: make([]int, B), alpha: make([]float64, B), confErr: make([]float64, B)}
-	var wsum float64
+// eachHeldOut runs every held-out sequence that has a weighted row through
+// the current weights, its blocks drawn from a fixed stream (the same at
+// every call), tallying into ev when set, and hands f the sequence and its
+// loss terms (the pass's scratch, t.c, t.pred and t.loss, hold its rows).
+func (t *trainer) eachHeldOut(ev *evalTally, f func(sb *seqBatch, st LossStats)) error {
 	for _, i := range t.EvalIdx {
 		sb, err := t.read(i, t.EvalRand(i))
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if sb == nil || sb.wsum == 0 {
 			continue
 		}
 		st, err := t.pass(sb, sb.wsum, false, ev)
 		if err != nil {
-			return nil, err
+			return err
 		}
+		f(sb, st)
+	}
+	return nil
+}
+
+// Evaluate runs the held-out samples with anchors drawn from a fixed
+// stream (the same at every evaluation).
+func (t *trainer) Evaluate(e loop.Eval) (*EvalMetrics, error) {
+	B := t.g.BlockSize
+	ev := &evalTally{correct: make([]int, B), counted: make([]int, B), alpha: make([]float64, B), confErr: make([]float64, B)}
+	var wsum float64
+	err := t.eachHeldOut(ev, func(sb *seqBatch, st LossStats) {
 		ev.lossW += st.Loss * sb.wsum
 		ev.ce += st.CE * sb.wsum
 		ev.l1 += st.L1 * sb.wsum
 		ev.bce += st.BCE * sb.wsum
 		wsum += sb.wsum
+	})
+	if err != nil {
+		return nil, err
 	}
 	m := &EvalMetrics{EvalStamp: tdflash.NewEvalStamp(e),
 		Accuracy: make([]float64, B), Alpha: make([]float64, B), ConfError: make([]float64, B), Blocks: ev.blocks, AcceptLen: 1, TauProb: 1}
