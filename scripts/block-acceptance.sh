@@ -8,7 +8,8 @@
 #   1. distill PROMPTS at temperature 0 and at temperature 1 (96 new tokens each), capturing
 #      every hidden layer of the tiny target (so each method finds the layers it defaults to)
 #   2. train eagle3, dflash and dspark on each capture with no flag but the data
-#   3. eval chain 4 and the full block at the capture's temperature
+#   3. eval chain 4 and the full block at the capture's temperature, and DSpark's full block with
+#      its draft-length schedules (sps, and a confidence threshold of 0.5)
 # Usage: scripts/block-acceptance.sh BIN MODEL OUTDIR [PROMPTS] [N]   (N prompts of PROMPTS,
 # default the first 2000 of data/prompts/stories-train-8k.jsonl; rerunning reuses finished steps)
 set -euo pipefail
@@ -43,6 +44,14 @@ for temp in 0 1; do
         --temperature "$temp" --seed 1 --report "$out/reports/$method-chain$depth-t$temp.json" --quiet \
         --drafter "$out/$method-t$temp" --mode chain --depth "$depth"
     done
+  done
+  # DSpark's draft-length schedules on its calibrated confidences (the fixed block is chain 7).
+  for schedule in sps "threshold --confidence-threshold 0.5"; do
+    name=${schedule%% *}
+    step "drafter eval dspark chain 7, --schedule $schedule (temperature $temp)"
+    "$bin" eval --model "$model" --prompts data/prompts/stories-eval.jsonl --max-new-tokens 96 \
+      --temperature "$temp" --seed 1 --report "$out/reports/dspark-$name-t$temp.json" --quiet \
+      --drafter "$out/dspark-t$temp" --mode chain --schedule $schedule
   done
 done
 
