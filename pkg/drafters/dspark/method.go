@@ -135,11 +135,15 @@ func (Method) Shape(d drafters.Decoding, _ int) string {
 	if !d.Sampling.Greedy() {
 		s += ", each sampled from the draft distribution"
 	}
+	conf := "raw confidences"
+	if d.Schedule.Calibration == CalibrationSTS {
+		conf = "STS-calibrated confidences"
+	}
 	switch sc := d.Schedule; sc.Kind {
 	case drafters.ScheduleThreshold:
-		s += fmt.Sprintf(", cut where the cumulative confidence falls below %g (%s calibration)", sc.Threshold, sc.Calibration)
+		s += fmt.Sprintf(", cut where the cumulative confidence falls below %g (%s)", sc.Threshold, conf)
 	case drafters.ScheduleSPS:
-		s += fmt.Sprintf(", length chosen by the SPS scheduler (%s calibration)", sc.Calibration)
+		s += fmt.Sprintf(", length chosen by the SPS scheduler (%s)", conf)
 	}
 	return s
 }
