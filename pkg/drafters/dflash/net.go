@@ -219,23 +219,22 @@ func (n *Net[T]) attend(l int) {
 				p := probs[n.pOff[i]+h*L : n.pOff[i]+(h+1)*L]
 				sc = sc[:0]
 				mx := math.Inf(-1)
-				key := func(kt []T, r int) float64 {
+				// Context keys, then the block's own: one dot product
+				// each, written out (no call per key).
+				for j := range bl.Ctx + nb {
+					kt, r := kc, j
+					if j >= bl.Ctx {
+						kt, r = kb, bl.Row0+j-bl.Ctx
+					}
 					kr := kt[r*kd+kh : r*kd+kh+hd]
+					kr = kr[:len(qv)]
 					var s T
 					for d, x := range qv {
 						s += x * kr[d]
 					}
-					return float64(s) * scale
-				}
-				for j := range bl.Ctx {
-					s := key(kc, j)
-					sc = append(sc, s)
-					mx = max(mx, s)
-				}
-				for j := range nb {
-					s := key(kb, bl.Row0+j)
-					sc = append(sc, s)
-					mx = max(mx, s)
+					v := float64(s) * scale
+					sc = append(sc, v)
+					mx = max(mx, v)
 				}
 				var z float64
 				for j, s := range sc {
@@ -256,6 +255,7 @@ func (n *Net[T]) attend(l int) {
 						r := bl.Row0 + j - bl.Ctx
 						vr = vb[r*kd+kh : r*kd+kh+hd]
 					}
+					vr = vr[:len(ov)]
 					for d, x := range vr {
 						ov[d] += pj * x
 					}
