@@ -570,7 +570,13 @@ func MeasureRoundCost(m *model.Model, d *Drafter, cfg Config, prompt []int, reps
 		tokens[i] = prompt[i%len(prompt)]
 		parents[i] = i - 1
 	}
-	opt, rows := model.Options{Taps: prop.Taps()}, model.LogitsNone
+	// The taps speculate's verification reads: the drafter's and the
+	// final state.
+	taps := slices.Clone(prop.Taps())
+	if !slices.Contains(taps, m.NumLayers()) {
+		taps = append(taps, m.NumLayers())
+	}
+	opt, rows := model.Options{Taps: taps}, model.LogitsNone
 	if !m.HostMemory() {
 		// As speculate's verification runs on such a device.
 		rows, opt.DeviceLogits = model.LogitsAll, true
