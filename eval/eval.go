@@ -56,7 +56,8 @@ type Config struct {
 	// output); empty runs every prompt to MaxNewTokens.
 	EOS []int
 
-	// Mode is ModeChain or ModeTree (default ModeTree).
+	// Mode is ModeChain or ModeTree; "" is the drafter's default shape
+	// (Medusa and EAGLE-3: a tree; DFlash and DSpark: a chain).
 	Mode Mode
 	// Depth, Tree, TopK and TotalTokens shape the draft (see
 	// drafters.Decoding): a chain's length or a dynamic tree's rounds, a
@@ -97,10 +98,7 @@ func (cfg Config) withDefaults(d *Drafter) (Config, error) {
 	fail := func(format string, a ...any) (Config, error) {
 		return cfg, &ConfigError{Err: fmt.Errorf(format, a...)}
 	}
-	if cfg.Mode == "" {
-		cfg.Mode = ModeTree
-	}
-	if cfg.Mode != ModeChain && cfg.Mode != ModeTree {
+	if cfg.Mode != "" && cfg.Mode != ModeChain && cfg.Mode != ModeTree {
 		return fail("eval: mode %q: want chain or tree", cfg.Mode)
 	}
 	if cfg.MaxNewTokens == 0 {
@@ -129,6 +127,9 @@ func (cfg Config) withDefaults(d *Drafter) (Config, error) {
 	dec, err := d.d.Configure(cfg.decoding())
 	if err != nil {
 		return fail("eval: %w", err)
+	}
+	if dec.Mode != ModeChain && dec.Mode != ModeTree {
+		return cfg, fmt.Errorf("eval: the %s drafter configured the draft shape %q, not chain or tree", d.d.Kind(), dec.Mode)
 	}
 	cfg.Mode, cfg.Depth, cfg.Tree, cfg.TopK, cfg.TotalTokens, cfg.HitK, cfg.Schedule = dec.Mode, dec.Depth, dec.Tree, dec.TopK, dec.TotalTokens, dec.HitK, dec.Schedule
 	return cfg, nil

@@ -54,3 +54,15 @@ func TestScheduleRefusedWithoutConfidence(t *testing.T) {
 		}
 	}
 }
+
+// With no shape given each drafter drafts its default one: Medusa and
+// EAGLE-3 a tree (DFlash and DSpark a chain: their Configure tests).
+func TestDefaultShape(t *testing.T) {
+	m := loadTarget(t)
+	for name, d := range map[string]*Drafter{"medusa": randomMedusa(t, m, 2, 1), "eagle3": randomEagle(t, m, 1, 1)} {
+		cfg, err := Config{}.withDefaults(d)
+		if err != nil || cfg.Mode != ModeTree {
+			t.Errorf("%s: default shape %q, %v; want a tree", name, cfg.Mode, err)
+		}
+	}
+}

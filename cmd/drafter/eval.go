@@ -39,11 +39,12 @@ included), its distribution, the acceptance rate by draft depth, Medusa's per-he
 tokens/s with and without speculation, the speed-up and the drafter's share of the time.
 
 --drafter is the train command's output folder or one export inside it; the kind is read from
-the files: Medusa heads (vllm/ or medusa/ layout) or an EAGLE-3 draft (native or speculators
-layout). A drafter whose drafter.json records another target fingerprint than --model's is
+the files: Medusa heads (vllm/ or medusa/ layout), an EAGLE-3 draft (native or speculators
+layout), a DFlash draft (native or speculators) or a DSpark draft (DeepSpec or speculators).
+A drafter whose drafter.json records another target fingerprint than --model's is
 refused as stale unless --allow-mismatch.
 
-Draft shapes (--mode):
+Draft shapes (--mode; by default a tree for Medusa and EAGLE-3, a chain for DFlash and DSpark):
   Medusa  chain  top-1 of each head (--depth heads, default all)
           tree   static sparse tree: the calibrated tree train recorded in drafter.json (the
                  --tree-nodes paths most likely accepted given each head's held-out rank
@@ -97,7 +98,7 @@ leaves them for inspection.`,
 		RunE: func(c *cobra.Command, _ []string) error {
 			checks := append(sf.checks(),
 				flagCheck{"limit", opt.Limit < 0, "0 (all prompts) or a positive number of prompts"},
-				flagCheck{"mode", mode != string(eval.ModeChain) && mode != string(eval.ModeTree), "chain or tree"},
+				flagCheck{"mode", mode != "" && mode != string(eval.ModeChain) && mode != string(eval.ModeTree), "chain or tree"},
 				flagCheck{"depth", opt.Config.Depth < 0 || opt.Config.Depth > eval.MaxDepth,
 					fmt.Sprintf("0 (the default for the drafter and --mode) or 1 to %d (drafted tokens of a chain, expansion rounds of a tree)", eval.MaxDepth)},
 				flagCheck{"topk", opt.Config.TopK < 0 || opt.Config.TopK > eval.MaxTopK,
@@ -160,13 +161,13 @@ leaves them for inspection.`,
 	fs := c.Flags()
 	o.Device.register(c)
 	fs.StringVar(&opt.ModelDir, "model", "", "Hugging Face checkpoint folder of the target")
-	fs.StringVar(&opt.DrafterDir, "drafter", "", "train output folder, or one export inside it (vllm/, medusa/, eagle3/)")
+	fs.StringVar(&opt.DrafterDir, "drafter", "", "train output folder, or one export inside it (vllm/, medusa/, eagle3/, dflash/, dspark/)")
 	fs.StringVar(&opt.PromptsPath, "prompts", "", "held-out prompt file (.jsonl or .txt, as for distill)")
 	fs.IntVar(&opt.Limit, "limit", 0, "evaluate only the first N prompts (0: all)")
 	sf.register(fs)
 	fs.Lookup("max-new-tokens").Usage = fmt.Sprintf("most tokens to generate per prompt, at least 1 and less than the model's context (default %d)", eval.DefaultMaxNewTokens)
 	fs.BoolVar(&opt.IgnoreEOS, "ignore-eos", false, "generate --max-new-tokens on every prompt, ignoring end-of-sequence tokens")
-	fs.StringVar(&mode, "mode", string(eval.ModeTree), "draft shape: chain or tree")
+	fs.StringVar(&mode, "mode", "", "draft shape: chain or tree (default: tree for Medusa and EAGLE-3, chain for DFlash and DSpark)")
 	fs.IntVar(&opt.Config.Depth, "depth", 0, fmt.Sprintf("chain: drafted tokens (Medusa: heads used; default all heads, EAGLE-3: 4); EAGLE-2 tree: expansion rounds (default 7); at most %d", eval.MaxDepth))
 	fs.IntVar(&opt.Config.TopK, "topk", 0, fmt.Sprintf("EAGLE-2 tree: children per node and nodes kept per depth, 1 to %d (default 8)", eval.MaxTopK))
 	fs.IntVar(&opt.Config.TotalTokens, "total-tokens", 0, fmt.Sprintf("EAGLE-2 tree: positions verified, root included, 2 to %d (default 60)", eval.MaxTotalTokens))

@@ -235,6 +235,9 @@ func TestProposerOnTarget(t *testing.T) {
 	if _, err := dr.Configure(drafters.Decoding{Mode: drafters.ModeChain, Depth: 5}); err == nil {
 		t.Error("a chain of 5 was configured for a block of 5 (4 drafts)")
 	}
+	if c, err := dr.Configure(drafters.Decoding{}); err != nil || c.Mode != drafters.ModeChain || c.Depth != 4 {
+		t.Errorf("no shape given: %s of %d, %v; want the chain of the block's 4 drafts", c.Mode, c.Depth, err)
+	}
 	prompt := []int{1, 400, 30, 77, 12, 9}
 	run := func(params sample.Params, rng *sample.RNG) (*proposer, *spec.Tree) {
 		cfg, err := dr.Configure(drafters.Decoding{Mode: drafters.ModeChain, Sampling: params})

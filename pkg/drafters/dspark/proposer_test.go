@@ -316,6 +316,9 @@ func TestConfigure(t *testing.T) {
 	if err != nil || c.Depth != 5 {
 		t.Fatalf("default chain: depth %d, %v; want the block of 5", c.Depth, err)
 	}
+	if c, err = dr.Configure(drafters.Decoding{}); err != nil || c.Mode != drafters.ModeChain || c.Depth != 5 {
+		t.Fatalf("no shape given: %s of %d, %v; want the chain of the block, 5", c.Mode, c.Depth, err)
+	}
 	if c, err = dr.Configure(drafters.Decoding{Mode: drafters.ModeChain, Depth: 3}); err != nil || c.Depth != 3 {
 		t.Fatalf("chain of 3: %d, %v", c.Depth, err)
 	}

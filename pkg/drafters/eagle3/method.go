@@ -209,6 +209,9 @@ func (d *Drafter) Configure(c drafters.Decoding) (drafters.Decoding, error) {
 	if err := drafters.RequireFixed(c, "EAGLE-3"); err != nil {
 		return c, err
 	}
+	if c.Mode == "" {
+		c.Mode = drafters.ModeTree // the default shape
+	}
 	if c.Tree != nil {
 		return c, drafters.Refuse([]drafters.Setting{drafters.SettingTree}, "a static tree applies to Medusa heads; EAGLE-3 builds its tree dynamically (depth, topk, total-tokens)")
 	}

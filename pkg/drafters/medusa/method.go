@@ -156,6 +156,9 @@ func (d *Drafter) Configure(c drafters.Decoding) (drafters.Decoding, error) {
 	if err := drafters.RequireFixed(c, "Medusa"); err != nil {
 		return c, err
 	}
+	if c.Mode == "" {
+		c.Mode = drafters.ModeTree // the default shape
+	}
 	heads := d.h.Heads
 	if c.TopK != 0 || c.TotalTokens != 0 {
 		return c, drafters.Refuse([]drafters.Setting{drafters.SettingTopK, drafters.SettingTotalTokens}, "configure EAGLE-2's dynamic tree; a Medusa tree is a static list of paths (tree)")
