@@ -3,6 +3,8 @@ package eagle3
 import (
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/drafter-ai/drafter/pkg/drafters"
 	deagle3 "github.com/drafter-ai/drafter/pkg/drafters/eagle3"
@@ -71,10 +73,10 @@ func (Command) Flags(fs loop.FlagSet) func(changed func(string) bool) (loop.Meth
 		tttSteps, draftVocab, intermediate, maxLength int
 		tttDecay, targetTemp, warmupFrac              float64
 		format, variant                               string
-		layers                                        loop.Ints
+		layers                                        string
 		fcNorm, normBeforeFC, normOutput              bool
 	}
-	fs.Var(&f.layers, "layers", "the 3 feature layers as Hugging Face hidden_states indices low,mid,high in ascending order (default 2,L/2,L-3, or 1,(L+1)/2,L below 7 layers; must have been captured)")
+	fs.StringVar(&f.layers, "layers", "", "the 3 feature layers as Hugging Face hidden_states indices low,mid,high in ascending order (default 2,L/2,L-3, or 1,(L+1)/2,L below 7 layers; must have been captured)")
 	fs.Float64Var(&f.warmupFrac, "warmup", cfg.WarmupFrac, "linear warm-up as a fraction of all updates, in [0,1); 0 disables")
 	fs.IntVar(&f.tttSteps, "ttt-steps", cfg.Steps, "training-time-test unroll length, 1 or more")
 	fs.Float64Var(&f.tttDecay, "ttt-decay", cfg.StepDecay, "loss weight of unrolled step k is decay^k, in (0,1]")
@@ -135,10 +137,14 @@ func (Command) Flags(fs loop.FlagSet) func(changed func(string) bool) (loop.Meth
 			cfg.FCNorm = false
 		}
 		if changed("layers") {
-			if err := checkLayers(f.layers); err != nil {
+			layers, err := loop.ParseLayers("layers", f.layers)
+			if err != nil {
 				return nil, err
 			}
-			opts.Layers = f.layers
+			if err := checkLayers(layers); err != nil {
+				return nil, err
+			}
+			opts.Layers = layers
 		}
 		if err := loss(changed); err != nil {
 			return nil, err
@@ -187,8 +193,12 @@ func variantOf(c Config) string {
 // which LlamaForCausalLM.set_eagle3_layers_to_capture sets. A draft trained
 // on 5,3,1 would be served its features as 1,3,5, and one trained on 3,3,3
 // would get one copy of layer 3 where it expects three.
-func checkLayers(layers loop.Ints) error {
-	text := layers.String()
+func checkLayers(layers []int) error {
+	parts := make([]string, len(layers))
+	for i, k := range layers {
+		parts[i] = strconv.Itoa(k)
+	}
+	text := strings.Join(parts, ",")
 	if len(layers) != 3 {
 		return fmt.Errorf("--layers %s: want 3 Hugging Face hidden_states indices, low,mid,high (for example 2,16,29), got %d", text, len(layers))
 	}
@@ -199,7 +209,7 @@ func checkLayers(layers loop.Ints) error {
 	switch {
 	case len(u) < 3:
 		return fmt.Errorf("--layers %s: engines gather each feature layer once; give 3 distinct hidden_states indices in ascending order", text)
-	case !slices.Equal(u, []int(layers)):
+	case !slices.Equal(u, layers):
 		return fmt.Errorf("--layers %s: engines gather the feature layers in ascending order; use --layers %d,%d,%d", text, u[0], u[1], u[2])
 	}
 	return nil

@@ -1,7 +1,6 @@
 package loop
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -11,56 +10,15 @@ import (
 )
 
 // FlagSet is where a method declares its settings as command-line flags;
-// drafter's command line wraps its flag library's set in it, and the
-// method packages need not know the flag library.
+// drafter's command line (*pflag.FlagSet) satisfies it, and the method
+// packages need not know the flag library.
 type FlagSet interface {
 	IntVar(p *int, name string, value int, usage string)
 	Float64Var(p *float64, name string, value float64, usage string)
 	BoolVar(p *bool, name string, value bool, usage string)
 	StringVar(p *string, name string, value string, usage string)
 	Uint64Var(p *uint64, name string, value uint64, usage string)
-	// Var declares a flag whose text value parses itself (such as Ints).
-	Var(value Value, name string, usage string)
 }
-
-// Value is a flag value that parses its own text: Set reads the text the
-// user gave, String writes it back, Type names it in the help.
-type Value interface {
-	String() string
-	Set(text string) error
-	Type() string
-}
-
-// Ints is a flag of comma-separated integers; spaces around them are
-// allowed ("1, 3,5").
-type Ints []int
-
-// Set reads the comma-separated integers of s.
-func (v *Ints) Set(s string) error {
-	parts := strings.Split(s, ",")
-	out := make([]int, len(parts))
-	for i, p := range parts {
-		n, err := strconv.Atoi(strings.TrimSpace(p))
-		if err != nil {
-			return errors.New("want comma-separated integers")
-		}
-		out[i] = n
-	}
-	*v = out
-	return nil
-}
-
-// String writes the integers comma-separated, as Set reads them.
-func (v *Ints) String() string {
-	s := make([]string, len(*v))
-	for i, n := range *v {
-		s[i] = strconv.Itoa(n)
-	}
-	return strings.Join(s, ",")
-}
-
-// Type is "ints".
-func (v *Ints) Type() string { return "ints" }
 
 // Command is a method as drafter train offers it: `drafter train KIND`
 // with the flags the method declares. The command adds the flags of every
@@ -102,7 +60,9 @@ type Legacy interface {
 
 // LegacyFlag is a flag of drafter train --method KIND that several
 // methods share but read each its own way: its text is given to the
-// method's flag Flag, and refused with Want when that flag cannot read it.
+// method's flag Flag, and refused with Want when that flag cannot read it
+// (its flag set refuses the text, or the method's check returns a
+// *FlagError with Syntax).
 type LegacyFlag struct {
 	// Name is the flag under --method, Flag the method's own flag that
 	// receives its value (the same name or another).
@@ -110,6 +70,15 @@ type LegacyFlag struct {
 	// Want says what Name takes for this method, as in "--layers x: for
 	// medusa it is the number of residual blocks per head".
 	Want string
+}
+
+// FlagMistake is an error a method finds while training that the user's
+// flags caused, such as --layers past the target's depth, which is known
+// only once the target is read: the command reports it as a usage
+// mistake when FlagMistake is true.
+type FlagMistake interface {
+	error
+	FlagMistake() bool
 }
 
 // FlagError is a flag value a method refuses: the command reports it as a
@@ -120,6 +89,10 @@ type FlagError struct {
 	Flag  string
 	Value any
 	Want  string
+	// Syntax tells a value that cannot be read at all (not a list of
+	// numbers, say) from one out of range: drafter train --method says
+	// then what its shared flags take for the method (LegacyFlag.Want).
+	Syntax bool
 }
 
 func (e *FlagError) Error() string { return fmt.Sprintf("--%s %v: want %s", e.Flag, e.Value, e.Want) }
@@ -351,7 +324,7 @@ func ParseLayers(flag, text string) ([]int, error) {
 	for _, f := range strings.Split(text, ",") {
 		k, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil {
-			return nil, &FlagError{Flag: flag, Value: text, Want: "comma-separated hidden_states indices such as 2,3"}
+			return nil, &FlagError{Flag: flag, Value: text, Want: "comma-separated hidden_states indices such as 2,3", Syntax: true}
 		}
 		out = append(out, k)
 	}
