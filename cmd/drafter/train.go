@@ -39,9 +39,8 @@ with the target frozen:
 Each subcommand has only its method's flags (drafter train KIND --help lists them and their
 defaults). drafter train --method ` + strings.Join(legacy, "|") + ` takes the flags of those methods,
 refuses those of a method other than the one chosen, and reads the flags they spell alike (such
-as --layers and --warmup) as the chosen method does; it is kept for scripts, the subcommands are
-preferred.
-Both spellings of the same settings train the same drafter and resume each other.
+as --layers and --warmup) as the chosen method does; it is kept for scripts, the subcommands
+are preferred. Both spellings of the same settings train the same drafter and resume each other.
 
 --data takes capture folders, a folder of them (every subfolder holding a manifest.json, such
 as one per distill --shard i/n), or a quoted glob that drafter expands ('runs/d-*'). Every
@@ -51,6 +50,11 @@ checked), hold the columns the method reads and be stored like the others; the s
 dataset, by sample id, each sample once. The defaults train well without tuning; training
 stops when the method's held-out metric stops improving, and the best weights are exported.
 Flags left out keep the method's trainer defaults.
+
+--loss, where a method has it, picks the training loss: ce (the cross-entropy, the default) or
+an LK loss (kl, tv, nla, lk_hybrid with --lk-eta, or a JSON object of them to weights), which
+trains toward the acceptance rate α of speculative sampling; with an LK loss metrics.jsonl
+logs α.
 
 out/ also receives metrics.jsonl, checkpoint.safetensors and drafter.json (method, target
 fingerprint, the data manifests' SHA-256, all arguments, final held-out metrics). Ctrl-C
