@@ -140,30 +140,28 @@ func (c *Common) Register(fs FlagSet) {
 
 // Check refuses a value out of its range with a *FlagError.
 func (c *Common) Check() error {
-	for _, f := range []struct {
-		bad  bool
-		flag string
-		v    any
-		want string
-	}{
-		{!(c.LR > 0), "lr", c.LR, "a learning rate above 0"},
-		{!(c.MinLRRatio >= 0 && c.MinLRRatio <= 1), "min-lr-ratio", c.MinLRRatio, "a fraction of --lr in [0,1]"},
-		{!(c.WarmupFrac >= 0 && c.WarmupFrac < 1), "warmup", c.WarmupFrac, "a fraction of all updates in [0,1)"},
-		{!(c.WeightDecay >= 0), "weight-decay", c.WeightDecay, "0 or a positive weight decay"},
-		{!(c.ClipNorm >= 0), "clip-norm", c.ClipNorm, "0 (no clipping) or a positive gradient norm"},
-		{!(c.ValFraction > 0 && c.ValFraction < 1), "val-fraction", c.ValFraction, "a fraction in (0,1)"},
-		{c.Epochs < 1, "epochs", c.Epochs, "an epoch cap of 1 or more"},
-		{c.MaxSteps < 0, "max-steps", c.MaxSteps, "0 (no limit) or a positive number of steps"},
-		{c.Patience < 0, "patience", c.Patience, "0 (never stop early) or a positive number of evaluations"},
-		{c.EvalEvery < 0, "eval-every", c.EvalEvery, "0 (once per epoch) or a positive number of steps"},
-		{c.CheckpointEvery < 0, "checkpoint-every", c.CheckpointEvery, "0 (at evaluations only) or a positive number of steps"},
-		{c.LogEvery < 0, "log-every", c.LogEvery, "0 (no training lines) or a positive number of steps"},
-	} {
-		if f.bad {
-			return &FlagError{Flag: f.flag, Value: f.v, Want: f.want}
-		}
+	always := func(string) bool { return true }
+	return CheckGiven(always, append(scheduleRules(c.LR, c.MinLRRatio, c.WeightDecay, c.ClipNorm, c.MaxSteps, c.Patience, c.EvalEvery, c.CheckpointEvery, c.LogEvery),
+		Rule{"warmup", !(c.WarmupFrac >= 0 && c.WarmupFrac < 1), c.WarmupFrac, "a fraction of all updates in [0,1)"},
+		Rule{"val-fraction", !(c.ValFraction > 0 && c.ValFraction < 1), c.ValFraction, "a fraction in (0,1)"},
+		Rule{"epochs", c.Epochs < 1, c.Epochs, "an epoch cap of 1 or more"},
+	)...)
+}
+
+// scheduleRules are the checks of the loop settings whose ranges every
+// method shares.
+func scheduleRules(lr, minLRRatio, weightDecay, clipNorm float64, maxSteps, patience, evalEvery, checkpointEvery, logEvery int) []Rule {
+	return []Rule{
+		{"lr", !(lr > 0), lr, "a learning rate above 0"},
+		{"min-lr-ratio", !(minLRRatio >= 0 && minLRRatio <= 1), minLRRatio, "a fraction of --lr in [0,1]"},
+		{"weight-decay", !(weightDecay >= 0), weightDecay, "0 or a positive weight decay"},
+		{"clip-norm", !(clipNorm >= 0), clipNorm, "0 (no clipping) or a positive gradient norm"},
+		{"max-steps", maxSteps < 0, maxSteps, "0 (no limit) or a positive number of steps"},
+		{"patience", patience < 0, patience, "0 (never stop early) or a positive number of evaluations"},
+		{"eval-every", evalEvery < 0, evalEvery, "0 (once per epoch) or a positive number of steps"},
+		{"checkpoint-every", checkpointEvery < 0, checkpointEvery, "0 (at evaluations only) or a positive number of steps"},
+		{"log-every", logEvery < 0, logEvery, "0 (no training lines) or a positive number of steps"},
 	}
-	return nil
 }
 
 // Rule is one check of a flag's value: Bad says whether the value breaks
@@ -247,20 +245,11 @@ func RegisterGiven(fs FlagSet, to Given, r GivenRules) func(changed func(string)
 	fs.IntVar(&v.logEvery, "log-every", 0, "optimiser steps between training lines in metrics.jsonl, 0 = none "+def(*to.LogEvery))
 	fs.Uint64Var(&v.seed, "seed", 0, "seed of the held-out split, the sample order and the initialisation "+def(*to.Seed))
 	return func(changed func(string) bool) error {
-		if err := CheckGiven(changed,
-			Rule{"lr", !(v.lr > 0), v.lr, "a learning rate above 0"},
-			Rule{"min-lr-ratio", !(v.minLRRatio >= 0 && v.minLRRatio <= 1), v.minLRRatio, "a fraction of --lr in [0,1]"},
-			Rule{"weight-decay", v.weightDecay < 0, v.weightDecay, "0 or a positive weight decay"},
-			Rule{"clip-norm", v.clipNorm < 0, v.clipNorm, "0 (no clipping) or a positive gradient norm"},
-			Rule{"max-steps", v.maxSteps < 0, v.maxSteps, "0 (no limit) or a positive number of steps"},
-			Rule{"patience", v.patience < 0, v.patience, "0 (never stop early) or a positive number of evaluations"},
-			Rule{"eval-every", v.evalEvery < 0, v.evalEvery, "0 (once per epoch) or a positive number of steps"},
-			Rule{"checkpoint-every", v.checkpointEvery < 0, v.checkpointEvery, "0 (at evaluations only) or a positive number of steps"},
-			Rule{"log-every", v.logEvery < 0, v.logEvery, "0 (no training lines) or a positive number of steps"},
+		rules := append(scheduleRules(v.lr, v.minLRRatio, v.weightDecay, v.clipNorm, v.maxSteps, v.patience, v.evalEvery, v.checkpointEvery, v.logEvery),
 			Rule{"epochs", v.epochs < 0, v.epochs, "an epoch cap of 1 or more, or 0 to choose it from the data"},
 			Rule{"batch-tokens", !r.BatchOK(v.batchTokens), v.batchTokens, r.BatchWant},
-			Rule{"val-fraction", !r.ValOK(v.valFraction), v.valFraction, r.ValWant},
-		); err != nil {
+			Rule{"val-fraction", !r.ValOK(v.valFraction), v.valFraction, r.ValWant})
+		if err := CheckGiven(changed, rules...); err != nil {
 			return err
 		}
 		Assign(changed, "lr", to.LR, v.lr)
