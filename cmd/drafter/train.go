@@ -39,8 +39,9 @@ with the target frozen:
 Each subcommand has only its method's flags (drafter train KIND --help lists them and their
 defaults). drafter train --method ` + strings.Join(legacy, "|") + ` takes the flags of those methods,
 refuses those of a method other than the one chosen, and reads the flags they spell alike (such
-as --layers and --warmup) as the chosen method does; it is kept for scripts, the subcommands
-are preferred. Both spellings of the same settings train the same drafter and resume each other.
+as --layers and --warmup) as the chosen method does; it is kept for scripts, and
+the subcommands are preferred. Both spellings of the same settings train the same drafter and
+resume each other.
 
 --data takes capture folders, a folder of them (every subfolder holding a manifest.json, such
 as one per distill --shard i/n), or a quoted glob that drafter expands ('runs/d-*'). Every
