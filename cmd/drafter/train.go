@@ -63,6 +63,25 @@ stops cleanly with a checkpoint; run the same command with --resume to continue:
 is identical to an uninterrupted run. A resume with different settings is refused.`
 }
 
+// trainExamples are drafter train's examples: each method's own, then
+// --resume, a glob and the --method spelling, shown with the first
+// methods.
+func trainExamples(cmds []loop.Command, legacy []string) string {
+	var b strings.Builder
+	for _, mc := range cmds {
+		if ex, ok := mc.(interface{ Example() string }); ok {
+			b.WriteString(ex.Example() + "\n")
+		}
+	}
+	k := cmds[0].Kind()
+	fmt.Fprintf(&b, "  drafter train %s --model /models/my-sft --data caps/a --out drafters/%s --resume\n", k, k)
+	fmt.Fprintf(&b, "  drafter train %s --model /models/my-sft --data '/data/distill/shard-*' --out drafters/%s", k, k)
+	if len(legacy) > 0 {
+		fmt.Fprintf(&b, "\n  drafter train --method %s --model /models/my-sft --data caps/a --out drafters/%s", legacy[0], legacy[0])
+	}
+	return b.String()
+}
+
 // newCmdTrain is drafter train: the --method spelling of the methods that
 // keep it (loop.Legacy), with a subcommand per method.
 func newCmdTrain(runF func(*trainOptions) error) *cobra.Command {
@@ -80,11 +99,7 @@ func newCmdTrain(runF func(*trainOptions) error) *cobra.Command {
 		Use:   "train --method " + strings.Join(kinds, "|") + " --model DIR --data DIR[,DIR...] --out DIR",
 		Short: "Train a drafter on captured hidden states",
 		Long:  trainLong(cmds, kinds),
-		Example: `  drafter train medusa --model models/stories260k --data caps/stories --out drafters/medusa
-  drafter train eagle3 --model /models/my-sft --data caps/a,caps/b --out drafters/eagle3 --format speculators
-  drafter train eagle3 --model /models/my-sft --data caps/a --out drafters/eagle3 --resume
-  drafter train eagle3 --model /models/my-sft --data '/data/distill/shard-*' --out drafters/eagle3
-  drafter train --method medusa --model models/stories260k --data caps/stories --out drafters/medusa`,
+		Example: trainExamples(cmds, kinds),
 		Args: noArgs,
 	}
 	var f runFlags
