@@ -96,11 +96,11 @@ func newCmdTrain(runF func(*trainOptions) error) *cobra.Command {
 		}
 	}
 	c := &cobra.Command{
-		Use:   "train --method " + strings.Join(kinds, "|") + " --model DIR --data DIR[,DIR...] --out DIR",
-		Short: "Train a drafter on captured hidden states",
-		Long:  trainLong(cmds, kinds),
+		Use:     "train --method " + strings.Join(kinds, "|") + " --model DIR --data DIR[,DIR...] --out DIR",
+		Short:   "Train a drafter on captured hidden states",
+		Long:    trainLong(cmds, kinds),
 		Example: trainExamples(cmds, kinds),
-		Args: noArgs,
+		Args:    noArgs,
 	}
 	var f runFlags
 	f.register(c)
