@@ -44,34 +44,6 @@ func floatVar(fs *pflag.FlagSet, p *float64, name string, def float64, usage str
 	fs.Var((*floatValue)(p), name, usage)
 }
 
-// intsValue is a comma-separated list of integers; spaces around them are
-// allowed ("1, 3,5").
-type intsValue []int
-
-func (v *intsValue) Set(s string) error {
-	parts := strings.Split(s, ",")
-	out := make([]int, len(parts))
-	for i, p := range parts {
-		n, err := strconv.Atoi(strings.TrimSpace(p))
-		if err != nil {
-			return errors.New("want comma-separated integers")
-		}
-		out[i] = n
-	}
-	*v = out
-	return nil
-}
-
-func (v *intsValue) String() string {
-	s := make([]string, len(*v))
-	for i, n := range *v {
-		s[i] = strconv.Itoa(n)
-	}
-	return strings.Join(s, ",")
-}
-
-func (v *intsValue) Type() string { return "ints" }
-
 // flagCheck is one rule of a table of flag checks: bad says whether the
 // flag's parsed value breaks the rule, want what the flag takes.
 type flagCheck struct {

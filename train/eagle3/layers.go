@@ -22,6 +22,10 @@ func (e *LayerError) Error() string { return e.Err.Error() }
 // Unwrap returns the underlying error.
 func (e *LayerError) Unwrap() error { return e.Err }
 
+// FlagMistake (loop.FlagMistake) reports whether --layers chose the
+// layers: then the error is a command-line mistake.
+func (e *LayerError) FlagMistake() bool { return e.FromOverride }
+
 // featureLayers returns the three Hugging Face hidden_states indices EAGLE-3
 // fuses: override when given (it must hold 3), else drafter's defaults for
 // the target c (deagle3.DefaultLayers: 2, L/2, L-3 from 7 layers
