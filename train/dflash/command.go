@@ -17,7 +17,7 @@ func (Command) Kind() drafters.Kind { return ddflash.Kind }
 
 // Short is the subcommand's one-line description.
 func (Command) Short() string {
-	return "train a DFlash drafter (one forward drafts a block; target features injected into every layer)"
+	return "Train a DFlash drafter (one forward drafts a block; target features injected into every layer)"
 }
 
 // Long is the subcommand's help.

@@ -17,7 +17,7 @@ func (Command) Kind() drafters.Kind { return ddspark.Kind }
 
 // Short is the subcommand's one-line description.
 func (Command) Short() string {
-	return "train a DSpark drafter (DFlash backbone, shifted block, Markov and confidence heads)"
+	return "Train a DSpark drafter (DFlash backbone, shifted block, Markov and confidence heads)"
 }
 
 // Long is the subcommand's help.
