@@ -8,7 +8,7 @@ import (
 )
 
 // BenchmarkTrainStep measures one sequence's forward and backward pass at
-// the default options (block 7, 1 draft layer, Markov rank 32, the
+// the default options (block 7, 3 draft layers, Markov rank 32, the
 // confidence head, 64 anchors) on a 512-token sequence of a small target
 // (testmodel.SmallCapture), and reports the sequence tokens and the blocks
 // trained per second.

@@ -55,9 +55,10 @@ type Options struct {
 
 // DefaultOptions returns the defaults: DeepSpec's B 7 (7 drafts), γ 4, loss
 // weights 0.1/0.9/1.0, a vanilla Markov head with both heads on and the
-// confidence head reading the Markov row; one draft layer (DeepSpec uses 5
-// for Qwen3-8B, whose draft is a fifth of the target; for a small target
-// one layer is already a large share of its cost); Markov rank 32. Rank:
+// confidence head reading the Markov row; 3 draft layers
+// (ddspark.DefaultDraftLayers: on the bundled model they accept far more
+// than one, at three times the draft cost; DeepSpec uses 5 for Qwen3-8B);
+// Markov rank 32. Rank:
 // DeepSpec's 256 is 1/16 of Qwen3-8B's width 4096 over 151k tokens; on a
 // 512-token, width-64 target a rank that small (4) could hold little of a
 // 512 × 512 bigram table, while 32 (half the width) holds its dominant
