@@ -60,7 +60,7 @@ func newProposer(m *model.Model, d *Draft, cfg drafters.Decoding, temps []float6
 			return nil, fmt.Errorf("dspark: %w", err)
 		}
 		if cfg.Schedule.Kind == drafters.ScheduleSPS && cfg.Schedule.RoundCost == nil {
-			return nil, fmt.Errorf("dspark: the sps schedule needs the target's verification cost per length")
+			return nil, fmt.Errorf("dspark: the sps schedule needs the round cost per verified length (drafters.Schedule.RoundCost)")
 		}
 		if temps != nil && len(temps) < cfg.Depth {
 			return nil, fmt.Errorf("dspark: %d calibration temperatures for a chain of %d", len(temps), cfg.Depth)
@@ -212,7 +212,7 @@ func (p *proposer) stop(next, tau float64, k int) bool {
 		return next < p.sched.Threshold
 	case drafters.ScheduleSPS:
 		// Φ(ℓ) = τ(ℓ)/cost(ℓ): stop at the first slot that does not
-		// raise the expected tokens per unit of verification time.
+		// raise the expected tokens per unit of round cost.
 		cost := p.sched.RoundCost
 		return (tau+next)*cost[k] <= tau*cost[k+1]
 	}
