@@ -40,19 +40,22 @@ func newProposer(m *model.Model, h *Heads, d drafters.Decoding) (*proposer, erro
 	if err != nil {
 		return nil, fmt.Errorf("tree: %w", err)
 	}
+	// Only the heads the tree reaches are run: a chain of 4 drafted by a
+	// 6-head export costs 4 heads, as it would in an engine told to draft 4.
+	used := min(max(choices.Depth(), 1), h.Heads)
 	// The heads compute on a sibling of the target's device (a device
 	// serves one caller).
-	sc, err := h.NewScorer(m.Device().Sibling(), h.Heads)
+	sc, err := h.NewScorer(m.Device().Sibling(), used)
 	if err != nil {
 		return nil, err
 	}
-	p := &proposer{m: m, h: h, static: st, heads: h.Heads, tapIdx: []int{m.NumLayers()},
+	p := &proposer{m: m, h: h, static: st, heads: used, tapIdx: []int{m.NumLayers()},
 		x: make([]float32, h.Hidden), score: sc}
 	tw := st.Widths()
-	p.widths = make([]int, h.Heads)
-	p.topk = make([][]int, h.Heads)
+	p.widths = make([]int, used)
+	p.topk = make([][]int, used)
 	p.hitK = min(d.HitK, h.Vocab)
-	for hd := range h.Heads {
+	for hd := range used {
 		w := p.hitK
 		if hd < len(tw) {
 			w = max(w, tw[hd])
@@ -60,7 +63,7 @@ func newProposer(m *model.Model, h *Heads, d drafters.Decoding) (*proposer, erro
 		p.widths[hd] = min(w, h.Vocab)
 		p.topk[hd] = make([]int, p.widths[hd])
 	}
-	p.hits = make([]drafters.HeadHits, h.Heads)
+	p.hits = make([]drafters.HeadHits, used)
 	for hd := range p.hits {
 		p.hits[hd] = drafters.HeadHits{Head: hd, K: p.hitK}
 	}
@@ -83,7 +86,7 @@ func (p *proposer) Taps() []int { return p.tapIdx }
 // MaxNodes implements drafters.Proposer.
 func (p *proposer) MaxNodes() int { return p.static.Len() }
 
-// predict runs every head on p.x and records the candidates for root.
+// predict runs the heads the tree uses on p.x and records the candidates for root.
 func (p *proposer) predict(root int) {
 	p.roots = append(p.roots, root)
 	p.score.Score(p.x)
