@@ -101,7 +101,8 @@ func synthData(seed uint64, H, V, n, prompt, response int) (*dataset.Memory, *sy
 }
 
 // TestTrainLearnsSyntheticTarget trains with the default recipe (smaller
-// batches for the small data) and checks the held-out loss falls and top-1
+// batches for the small data, and 4 heads: this random process is too
+// uncertain 7 tokens ahead for a sixth head to gain 0.1 top-1) and checks the held-out loss falls and top-1
 // accuracy rises well above what the initial heads (copies of the target's
 // next-token head) achieve.
 func TestTrainLearnsSyntheticTarget(t *testing.T) {
@@ -110,6 +111,7 @@ func TestTrainLearnsSyntheticTarget(t *testing.T) {
 	}
 	data, st := synthData(1, 32, 64, 400, 4, 48)
 	cfg := DefaultConfig()
+	cfg.Heads = 4
 	cfg.BatchTokens = 1024
 	cfg.MaxEpochs = 30
 	var first, last *Metrics
