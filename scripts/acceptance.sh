@@ -5,7 +5,8 @@
 # temperature 0 and at temperature 1. About 30 minutes on 2 cores.
 #   1. distill: greedy 96-token continuations of the 8400 prompts (the serving temperature is 0)
 #   2. train Medusa-1 heads and an EAGLE-3 draft with no flag but the data
-#   3. eval: Medusa chain and tree, EAGLE-3 chain 4, chain 7 and tree, at temperature 0 and 1
+#   3. eval: Medusa chain (every head, and 4) and tree, EAGLE-3 chain 4, chain 7 and tree, at
+#      temperature 0 and 1
 # Usage: scripts/acceptance.sh BIN MODEL OUTDIR [PROMPTS]   (rerunning resumes or reuses
 # finished steps, as scripts/demo.sh does)
 set -euo pipefail
@@ -47,6 +48,7 @@ evalrun() {
 }
 for temp in 0 1; do
   evalrun medusa-chain "$temp" --drafter "$out/medusa" --mode chain
+  evalrun medusa-chain4 "$temp" --drafter "$out/medusa" --mode chain --depth 4
   evalrun medusa-tree "$temp" --drafter "$out/medusa" --mode tree
   evalrun eagle3-chain4 "$temp" --drafter "$out/eagle3" --mode chain --depth 4
   evalrun eagle3-chain7 "$temp" --drafter "$out/eagle3" --mode chain --depth 7
