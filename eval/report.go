@@ -71,7 +71,7 @@ type Report struct {
 	Stats             spec.Stats `json:"stats"`
 	// HeadHits are per-head hit rates against the tokens the target
 	// produced, from drafters that report them (drafters.HitReporter:
-	// Medusa's heads; empty for EAGLE-3).
+	// Medusa's heads, those the chain or tree reaches; empty for EAGLE-3).
 	HeadHits []drafters.HeadHits `json:"head_hits,omitempty"`
 
 	Baseline    Speed   `json:"baseline"`
