@@ -102,9 +102,9 @@ func synthData(seed uint64, H, V, n, prompt, response int) (*dataset.Memory, *sy
 
 // TestTrainLearnsSyntheticTarget trains with the default recipe (smaller
 // batches for the small data, and 4 heads: this random process is too
-// uncertain 7 tokens ahead for a sixth head to gain 0.1 top-1) and checks the held-out loss falls and top-1
-// accuracy rises well above what the initial heads (copies of the target's
-// next-token head) achieve.
+// uncertain 7 tokens ahead for a sixth head to gain 0.1 top-1) and checks
+// the held-out loss falls and top-1 accuracy rises well above what the
+// initial heads (copies of the target's next-token head) achieve.
 func TestTrainLearnsSyntheticTarget(t *testing.T) {
 	if testing.Short() {
 		t.Skip("trains for a few seconds")

@@ -86,7 +86,8 @@ func (p *proposer) Taps() []int { return p.tapIdx }
 // MaxNodes implements drafters.Proposer.
 func (p *proposer) MaxNodes() int { return p.static.Len() }
 
-// predict runs the heads the tree uses on p.x and records the candidates for root.
+// predict runs the heads the tree uses on p.x and records the candidates
+// for root.
 func (p *proposer) predict(root int) {
 	p.roots = append(p.roots, root)
 	p.score.Score(p.x)
