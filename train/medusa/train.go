@@ -125,10 +125,11 @@ type Progress = loop.Progress[*Metrics]
 //	tree    4.08  4.43  4.61  4.71  4.74
 //
 // The first four heads of a 6-head run draft a chain of 4 as well as 4
-// heads do (3.12), so --heads buys depth only. 6 is where a head's gain
-// falls below about 4% of the tree's acceptance. Each head adds its own
-// lm_head (V*H values) to the export and to the draft step: with a large
-// vocabulary on a small target, --heads 4 or --shared-lm-head is cheaper.
+// heads do (3.12), so --heads buys depth only. Beyond 6 a head adds less
+// than 4% to the tree's acceptance (+0.10, then +0.03). Each head adds its
+// own lm_head (V*H values) to the export and to the draft step: with a
+// large vocabulary on a small target, --heads 4 or --shared-lm-head is
+// cheaper.
 //
 // 60 epochs instead of 40 lose (3 blocks: chain 2.64, tree 3.16); one block
 // applied twice does not help (chain 2.55, tree 3.07). A block costs H*H+H
